@@ -1,0 +1,1 @@
+//! md write-intent bitmap superblock codec (see docs/FORMAT.md).

@@ -1,0 +1,14 @@
+//! The pure core of uraid.
+//!
+//! Nothing in this crate does IO, spawns threads or reads a clock. It holds:
+//! - [`geometry`]: md's data layouts for every RAID level (array sector -> member, offset),
+//! - [`superblock`]: the md v1.2 superblock codec,
+//! - [`bitmap`]: the md write-intent bitmap superblock codec,
+//! - [`types`]: newtypes shared by all crates.
+
+pub mod bitmap;
+pub mod geometry;
+pub mod superblock;
+pub mod types;
+
+pub use types::*;

@@ -1,0 +1,1 @@
+//! md v1.2 superblock codec (see docs/FORMAT.md).

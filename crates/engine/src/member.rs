@@ -1,0 +1,93 @@
+//! Member devices: the one trait every backend implements.
+
+use std::io;
+use std::sync::RwLock;
+
+/// A member device: a byte-addressed store with a fixed size.
+///
+/// Offsets and lengths are in bytes. The engine always issues sector-aligned IO
+/// (multiples of 512 bytes); backends that need more alignment (O_DIRECT) handle it.
+pub trait Member: Send + Sync {
+    /// Size in bytes.
+    fn size_bytes(&self) -> u64;
+    /// Fill `buf` from `offset`. A short read is an error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make all completed writes durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Tell the device the range is unused (best effort; the data may stay or read as zeros).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+    /// A name for messages (a path, "mem0", ...).
+    fn name(&self) -> String;
+}
+
+/// A memory member (a ramdisk), for tests and benchmarks.
+pub struct MemMember {
+    name: String,
+    data: RwLock<Vec<u8>>,
+}
+
+impl MemMember {
+    pub fn new(name: impl Into<String>, size_bytes: u64) -> MemMember {
+        MemMember {
+            name: name.into(),
+            data: RwLock::new(vec![0u8; size_bytes as usize]),
+        }
+    }
+
+    /// A copy of the whole contents (tests).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.read().unwrap().clone()
+    }
+
+    fn range(&self, offset: u64, len: usize) -> io::Result<std::ops::Range<usize>> {
+        let size = self.size_bytes();
+        let end = offset.checked_add(len as u64).filter(|&e| e <= size);
+        match end {
+            Some(end) => Ok(offset as usize..end as usize),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: access {}+{} beyond end of device ({} bytes)",
+                    self.name, offset, len, size
+                ),
+            )),
+        }
+    }
+}
+
+impl Member for MemMember {
+    fn size_bytes(&self) -> u64 {
+        self.data.read().unwrap().len() as u64
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let r = self.range(offset, buf.len())?;
+        buf.copy_from_slice(&self.data.read().unwrap()[r]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let r = self.range(offset, buf.len())?;
+        self.data.write().unwrap()[r].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let r = self.range(offset, len as usize)?;
+        self.data.write().unwrap()[r].fill(0);
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
