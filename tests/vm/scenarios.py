@@ -1,0 +1,161 @@
+"""The arrays the interoperability harness builds, in quick (CI) and full mode.
+
+Two directions:
+  l2u  Linux md creates the array (mdadm --create in the VM), fills it with the seeded
+       pattern, optionally fails members and writes more; uraid on the host must read the
+       same bytes.
+  u2l  uraid creates and fills the array on the host; Linux md must assemble it without a
+       resync, with the same geometry and bytes; Linux writes more, uraid reads it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+RAID5_LAYOUTS = [
+    "left-asymmetric", "right-asymmetric", "left-symmetric", "right-symmetric",
+    "parity-first", "parity-last",
+]
+RAID6_LAYOUTS = RAID5_LAYOUTS + [
+    "ddf-zero-restart", "ddf-N-restart", "ddf-N-continue",
+    "left-asymmetric-6", "right-asymmetric-6", "left-symmetric-6", "right-symmetric-6",
+    "parity-first-6",
+]
+SHORT = {
+    "left-asymmetric": "la", "right-asymmetric": "ra", "left-symmetric": "ls",
+    "right-symmetric": "rs", "parity-first": "pf", "parity-last": "pl",
+    "ddf-zero-restart": "ddfzr", "ddf-N-restart": "ddfnr", "ddf-N-continue": "ddfnc",
+    "left-asymmetric-6": "la6", "right-asymmetric-6": "ra6", "left-symmetric-6": "ls6",
+    "right-symmetric-6": "rs6", "parity-first-6": "pf6",
+}
+
+
+@dataclasses.dataclass
+class Spec:
+    direction: str  # "l2u" or "u2l"
+    level: int
+    ndisks: int
+    layout: str | None = None  # mdadm's spelling; None = the level's default
+    chunk_k: int | None = None  # None = default (64K); ignored for raid1
+    sizes_mib: tuple[int, ...] = ()  # per member; empty = all the mode's default size
+    bitmap: str | None = None  # "internal", "none" or None (tool default)
+    # l2u: members that mdadm --fail marks faulty after the fill (then more data is written).
+    # u2l: slots created as "missing".
+    fail: tuple[int, ...] = ()
+    resync: bool = False  # l2u: let md resync instead of --assume-clean
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            parts = [self.direction, f"raid{self.level}"]
+            if self.layout:
+                parts.append(SHORT.get(self.layout, self.layout))
+            if self.level != 1:
+                parts.append(f"c{self.chunk_k or 64}")
+            parts.append(f"n{self.ndisks}")
+            if len(set(self.sizes_mib)) > 1:
+                parts.append("mixed")
+            if self.bitmap == "internal":
+                parts.append("bitmap")
+            if self.resync:
+                parts.append("resync")
+            if self.fail:
+                word = "fail" if self.direction == "l2u" else "missing"
+                parts.append(word + "".join(str(f) for f in self.fail))
+            self.name = "-".join(parts)
+
+    def member_sizes(self, default_mib: int) -> list[int]:
+        return list(self.sizes_mib) if self.sizes_mib else [default_mib] * self.ndisks
+
+    @property
+    def redundant(self) -> bool:
+        return self.level != 0
+
+
+def L(level: int, n: int, **kw) -> Spec:
+    return Spec("l2u", level, n, **kw)
+
+
+def U(level: int, n: int, **kw) -> Spec:
+    return Spec("u2l", level, n, **kw)
+
+
+def quick() -> list[Spec]:
+    l2u = [
+        L(0, 2), L(0, 3, chunk_k=4),
+        L(0, 3, layout="alternate", sizes_mib=(12, 16, 20)),
+        L(1, 2), L(1, 3, bitmap="internal"), L(1, 2, fail=(0,)),
+        L(10, 4, layout="n2"), L(10, 3, layout="n2", chunk_k=4), L(10, 4, layout="f2"),
+        L(10, 3, layout="o2", chunk_k=512), L(10, 4, layout="n2", fail=(1,)),
+        L(4, 4),
+        L(5, 3, layout="left-asymmetric"), L(5, 4, layout="right-asymmetric", chunk_k=4),
+        L(5, 4, layout="left-symmetric", bitmap="internal"),
+        L(5, 5, layout="right-symmetric", chunk_k=512),
+        L(5, 4, layout="parity-first"), L(5, 3, layout="parity-last"),
+        L(5, 4, layout="left-symmetric", fail=(2,)), L(5, 3, resync=True),
+        L(6, 4), L(6, 5, layout="right-asymmetric", chunk_k=512),
+        L(6, 5, layout="left-symmetric-6"), L(6, 5, fail=(1,)),
+        L(6, 6, fail=(0, 3), bitmap="internal"), L(6, 4, resync=True),
+    ]
+    u2l = [
+        U(0, 3), U(1, 2, bitmap="internal"), U(10, 4, layout="n2"), U(10, 3, layout="f2"),
+        U(10, 4, layout="o2", chunk_k=4), U(4, 4),
+        U(5, 4, layout="left-symmetric", bitmap="internal"),
+        U(5, 3, layout="left-asymmetric", chunk_k=4),
+        U(5, 5, layout="right-symmetric", chunk_k=512), U(5, 4, layout="parity-first"),
+        U(6, 5, layout="left-symmetric"), U(6, 4, layout="right-asymmetric", chunk_k=512),
+        U(1, 2, fail=(1,)), U(5, 4, layout="left-symmetric", fail=(2,)),
+        U(6, 5, layout="left-symmetric", fail=(0, 3)), U(10, 4, layout="n2", fail=(1,)),
+    ]
+    return l2u + u2l
+
+
+def _full_direction(mk, direction: str) -> list[Spec]:
+    out: list[Spec] = []
+    chunks = (4, 64, 512)
+    for n, c in itertools.product((2, 3, 5), chunks):
+        out.append(mk(0, n, chunk_k=c))
+    if direction == "l2u":
+        for lay in ("original", "alternate"):
+            out.append(mk(0, 3, layout=lay, sizes_mib=(16, 20, 28)))
+            out.append(mk(0, 4, layout=lay, sizes_mib=(16, 16, 24, 32), chunk_k=4))
+    for n in (2, 3, 4):
+        out.append(mk(1, n))
+    out.append(mk(1, 2, bitmap="internal"))
+    out.append(mk(1, 3, fail=(0,)))
+    out.append(mk(1, 3, fail=(1, 2)))
+    for lay, n, c in itertools.product(("n2", "f2", "o2"), (2, 3, 4, 5), chunks):
+        out.append(mk(10, n, layout=lay, chunk_k=c))
+    for lay in ("n3", "f3", "o3"):
+        out.append(mk(10, 4, layout=lay))
+    out.append(mk(10, 4, layout="n2", bitmap="internal"))
+    for lay in ("n2", "f2", "o2"):
+        out.append(mk(10, 4, layout=lay, fail=(0,)))
+    out.append(mk(10, 4, layout="n2", fail=(0, 2)))
+    for n, c in itertools.product((3, 5), chunks):
+        out.append(mk(4, n, chunk_k=c))
+    out.append(mk(4, 4, fail=(3,)))
+    for lay, n, c in itertools.product(RAID5_LAYOUTS, (3, 4, 6), chunks):
+        out.append(mk(5, n, layout=lay, chunk_k=c))
+    for lay in RAID5_LAYOUTS:
+        out.append(mk(5, 4, layout=lay, fail=(1,)))
+        out.append(mk(5, 5, layout=lay, bitmap="internal"))
+    for lay, c in itertools.product(RAID6_LAYOUTS, chunks):
+        out.append(mk(6, 5, layout=lay, chunk_k=c))
+    for lay in ("left-symmetric", "right-asymmetric", "parity-first", "ddf-N-continue"):
+        out.append(mk(6, 4, layout=lay))
+        out.append(mk(6, 7, layout=lay))
+        out.append(mk(6, 6, layout=lay, fail=(1,)))
+        out.append(mk(6, 6, layout=lay, fail=(0, 4)))
+    out.append(mk(6, 5, bitmap="internal", fail=(2, 3)))
+    if direction == "l2u":
+        out.append(mk(1, 2, resync=True))
+        out.append(mk(5, 4, layout="left-symmetric", resync=True))
+        out.append(mk(6, 5, layout="left-symmetric", resync=True))
+        out.append(mk(10, 4, layout="f2", resync=True))
+    return out
+
+
+def full() -> list[Spec]:
+    return _full_direction(L, "l2u") + _full_direction(U, "u2l")
