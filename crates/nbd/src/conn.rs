@@ -1,0 +1,428 @@
+//! Transmission phase of one connection.
+//!
+//! Workers take turns as the reader (leader/followers, as nbdkit does): a
+//! worker locks the input, parses one request and its payload, unlocks, runs
+//! the request against the backend and writes the reply under the output
+//! lock with one `writev`. So requests run in parallel and replies leave in
+//! completion order, with no hand-off between a reader thread and a pool.
+//! Workers are started lazily, when a request arrives and no worker is
+//! waiting for the input, up to `max_workers`: that is the bound on requests
+//! in flight per connection.
+
+use std::io::{self, Read};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::backend::{errno_of, Backend};
+use crate::error::NbdError;
+use crate::proto::*;
+use crate::socket::Stream;
+
+/// Bytes of socket input buffered per connection; many request headers fit,
+/// so one `read` usually serves several requests.
+const INPUT_BUFFER_BYTES: usize = 64 * 1024;
+/// A worker keeps a data buffer up to this size between requests; larger
+/// ones go back to the budget after each request.
+const RETAINED_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Memory for request payloads shared by all connections.
+#[derive(Debug)]
+pub(crate) struct BufferBudget {
+    available: Mutex<usize>,
+    freed: Condvar,
+    total: usize,
+}
+
+impl BufferBudget {
+    pub(crate) fn new(total: usize) -> Self {
+        BufferBudget {
+            available: Mutex::new(total),
+            freed: Condvar::new(),
+            total,
+        }
+    }
+
+    fn acquire(&self, bytes: usize) {
+        assert!(
+            bytes <= self.total,
+            "buffer budget smaller than one payload"
+        );
+        let mut avail = lock(&self.available);
+        while *avail < bytes {
+            avail = self.freed.wait(avail).unwrap_or_else(|e| e.into_inner());
+        }
+        *avail -= bytes;
+    }
+
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        let mut avail = lock(&self.available);
+        *avail += bytes;
+        assert!(*avail <= self.total, "buffer budget over-released");
+        self.freed.notify_all();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn available(&self) -> usize {
+        *lock(&self.available)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A worker's data buffer; its capacity is charged to the budget.
+struct WorkBuf<'a> {
+    data: Vec<u8>,
+    budget: &'a BufferBudget,
+}
+
+impl<'a> WorkBuf<'a> {
+    fn new(budget: &'a BufferBudget) -> Self {
+        WorkBuf {
+            data: Vec::new(),
+            budget,
+        }
+    }
+
+    fn get(&mut self, len: usize) -> &mut [u8] {
+        if len > self.data.len() {
+            self.budget.acquire(len - self.data.len());
+            self.data.resize(len, 0);
+        }
+        &mut self.data[..len]
+    }
+
+    fn shrink(&mut self) {
+        if self.data.len() > RETAINED_BUFFER_BYTES {
+            self.budget.release(self.data.len());
+            self.data = Vec::new();
+        }
+    }
+}
+
+impl Drop for WorkBuf<'_> {
+    fn drop(&mut self) {
+        self.budget.release(self.data.len());
+    }
+}
+
+struct Input {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    closed: bool,
+}
+
+impl Input {
+    /// Next request header, or `None` at a clean end of stream.
+    fn read_header(&mut self, stream: &Stream) -> Result<Option<Request>, NbdError> {
+        while self.end - self.start < REQUEST_HEADER_BYTES {
+            if self.buf.len() - self.start < REQUEST_HEADER_BYTES {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            let n = match (&*stream).read(&mut self.buf[self.end..]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(NbdError::Io(e)),
+            };
+            if n == 0 {
+                return if self.end == self.start {
+                    Ok(None)
+                } else {
+                    Err(NbdError::Disconnected)
+                };
+            }
+            self.end += n;
+        }
+        let req = parse_request(&self.buf[self.start..self.end])?;
+        self.start += REQUEST_HEADER_BYTES;
+        Ok(Some(req))
+    }
+
+    fn read_payload(&mut self, stream: &Stream, out: &mut [u8]) -> Result<(), NbdError> {
+        let buffered = (self.end - self.start).min(out.len());
+        out[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
+        self.start += buffered;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        (&*stream)
+            .read_exact(&mut out[buffered..])
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::UnexpectedEof => NbdError::Disconnected,
+                _ => NbdError::Io(e),
+            })
+    }
+}
+
+/// Per-connection settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnConfig {
+    pub limits: ExportLimits,
+    pub max_workers: usize,
+}
+
+struct Shared<'a> {
+    stream: &'a Stream,
+    backend: &'a dyn Backend,
+    budget: &'a BufferBudget,
+    config: ConnConfig,
+    input: Mutex<Input>,
+    output: Mutex<()>,
+    waiting_for_input: AtomicUsize,
+    workers: AtomicUsize,
+    first_error: Mutex<Option<NbdError>>,
+}
+
+/// Serves requests until the client disconnects, sends `NBD_CMD_DISC`, breaks
+/// the protocol, or the socket's read side is shut down (server shutdown).
+/// Every request read is answered before this returns, if the socket allows.
+pub(crate) fn serve(
+    stream: &Stream,
+    backend: &dyn Backend,
+    budget: &BufferBudget,
+    config: ConnConfig,
+) -> Result<(), NbdError> {
+    let shared = Shared {
+        stream,
+        backend,
+        budget,
+        config,
+        input: Mutex::new(Input {
+            buf: vec![0; INPUT_BUFFER_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            closed: false,
+        }),
+        output: Mutex::new(()),
+        waiting_for_input: AtomicUsize::new(0),
+        workers: AtomicUsize::new(1),
+        first_error: Mutex::new(None),
+    };
+    std::thread::scope(|scope| worker(&shared, scope));
+    match shared
+        .first_error
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+    {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// What a worker took from the input.
+enum Next {
+    Run(Request),
+    Stop,
+}
+
+fn worker<'scope, 'env>(sh: &'scope Shared<'env>, scope: &'scope std::thread::Scope<'scope, 'env>) {
+    let mut buf = WorkBuf::new(sh.budget);
+    let mut scratch = Vec::with_capacity(64);
+    loop {
+        let req = match next_request(sh, &mut buf) {
+            Next::Run(req) => req,
+            Next::Stop => return,
+        };
+        maybe_add_worker(sh, scope);
+        let result = execute(sh, &req, &mut buf, &mut scratch);
+        buf.shrink();
+        if let Err(e) = result {
+            fail(sh, e, Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn maybe_add_worker<'scope, 'env>(
+    sh: &'scope Shared<'env>,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+) {
+    if sh.waiting_for_input.load(Ordering::Relaxed) != 0
+        || sh.workers.load(Ordering::Relaxed) >= sh.config.max_workers
+    {
+        return;
+    }
+    if sh.workers.fetch_add(1, Ordering::Relaxed) >= sh.config.max_workers {
+        sh.workers.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("nbd-worker".into())
+        .spawn_scoped(scope, move || worker(sh, scope));
+    if let Err(e) = spawned {
+        sh.workers.fetch_sub(1, Ordering::Relaxed);
+        tracing::warn!("cannot start another NBD worker: {e}");
+    }
+}
+
+/// Records the first fatal error and stops the connection's input.
+fn fail(sh: &Shared<'_>, err: NbdError, how: Shutdown) {
+    tracing::debug!("nbd connection: {err}");
+    let mut first = lock(&sh.first_error);
+    if first.is_none() {
+        *first = Some(err);
+    }
+    drop(first);
+    sh.stream.shutdown(how);
+}
+
+fn next_request(sh: &Shared<'_>, buf: &mut WorkBuf<'_>) -> Next {
+    sh.waiting_for_input.fetch_add(1, Ordering::Relaxed);
+    let mut input = lock(&sh.input);
+    sh.waiting_for_input.fetch_sub(1, Ordering::Relaxed);
+    if input.closed {
+        return Next::Stop;
+    }
+    let req = match input.read_header(sh.stream) {
+        Ok(Some(req)) => req,
+        Ok(None) => {
+            input.closed = true;
+            return Next::Stop;
+        }
+        Err(e) => {
+            input.closed = true;
+            // In-flight requests may still answer; only the input stops.
+            fail(sh, e, Shutdown::Read);
+            return Next::Stop;
+        }
+    };
+    if req.command == Command::Disc {
+        input.closed = true;
+        return Next::Stop;
+    }
+    let payload = req.payload_len();
+    if payload > sh.config.limits.max_payload_bytes {
+        input.closed = true;
+        fail(
+            sh,
+            NbdError::PayloadTooLarge {
+                len: payload,
+                limit: sh.config.limits.max_payload_bytes,
+            },
+            Shutdown::Read,
+        );
+        return Next::Stop;
+    }
+    if payload > 0 {
+        let data = buf.get(payload as usize);
+        if let Err(e) = input.read_payload(sh.stream, data) {
+            input.closed = true;
+            fail(sh, e, Shutdown::Read);
+            return Next::Stop;
+        }
+    }
+    Next::Run(req)
+}
+
+/// Runs one request and sends its reply; `Err` only for socket errors.
+fn execute(
+    sh: &Shared<'_>,
+    req: &Request,
+    buf: &mut WorkBuf<'_>,
+    scratch: &mut Vec<u8>,
+) -> Result<(), NbdError> {
+    let limits = &sh.config.limits;
+    if let Err(errno) = req.validate(limits) {
+        let msg = match errno {
+            Errno::Perm => "export is read-only",
+            Errno::NoSpc => "write beyond the end of the export",
+            _ => "invalid request",
+        };
+        return send_error(sh, req, errno, msg, scratch);
+    }
+    let backend = sh.backend;
+    let len = req.length as usize;
+    let result = match req.command {
+        Command::Read => {
+            let data = buf.get(len);
+            match backend.read(req.offset, data) {
+                Ok(()) => return send_read(sh, req, data),
+                Err(e) => Err(e),
+            }
+        }
+        Command::Write => backend.write(req.offset, &buf.get(len)[..], req.fua()),
+        Command::Flush => backend.flush(),
+        Command::Trim => backend.trim(req.offset, len as u64).and_then(|()| {
+            if req.fua() {
+                backend.flush()
+            } else {
+                Ok(())
+            }
+        }),
+        Command::WriteZeroes => backend.write_zeroes(req.offset, len as u64, req.fua()),
+        Command::Disc | Command::Unknown(_) => unreachable!("filtered by next_request/validate"),
+    };
+    match result {
+        Ok(()) => send(sh, &[&encode_simple_reply(req.cookie, 0)]),
+        Err(e) => {
+            let errno = errno_of(&e);
+            let msg = e.to_string();
+            send_error(sh, req, errno, &msg, scratch)
+        }
+    }
+}
+
+fn send(sh: &Shared<'_>, bufs: &[&[u8]]) -> Result<(), NbdError> {
+    let _guard = lock(&sh.output);
+    sh.stream.write_all_vectored(bufs).map_err(NbdError::Io)
+}
+
+fn send_read(sh: &Shared<'_>, req: &Request, data: &[u8]) -> Result<(), NbdError> {
+    if !sh.config.limits.structured_replies {
+        return send(sh, &[&encode_simple_reply(req.cookie, 0), data]);
+    }
+    if data.is_empty() {
+        let done = encode_structured_header(req.cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0);
+        return send(sh, &[&done]);
+    }
+    let header = encode_offset_data_header(req.cookie, req.offset, data.len() as u32);
+    send(sh, &[&header, data])
+}
+
+fn send_error(
+    sh: &Shared<'_>,
+    req: &Request,
+    errno: Errno,
+    msg: &str,
+    scratch: &mut Vec<u8>,
+) -> Result<(), NbdError> {
+    if sh.config.limits.structured_replies {
+        scratch.clear();
+        encode_error_chunk(scratch, req.cookie, errno, msg);
+        send(sh, &[scratch])
+    } else {
+        // A failed simple read reply carries no data.
+        send(sh, &[&encode_simple_reply(req.cookie, errno.code())])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_accounting() {
+        let budget = BufferBudget::new(1 << 20);
+        {
+            let mut a = WorkBuf::new(&budget);
+            a.get(100);
+            a.get(50);
+            assert_eq!(budget.available(), (1 << 20) - 100);
+            a.get(RETAINED_BUFFER_BYTES + 1);
+            assert_eq!(budget.available(), (1 << 20) - RETAINED_BUFFER_BYTES - 1);
+            a.shrink();
+            assert_eq!(budget.available(), 1 << 20);
+            a.get(10);
+        }
+        assert_eq!(budget.available(), 1 << 20);
+    }
+}

@@ -1,0 +1,242 @@
+//! Fixed newstyle handshake: option haggling up to the transmission phase.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::NbdError;
+use crate::proto::*;
+use crate::socket::Stream;
+
+/// Largest option payload accepted; anything longer is hostile and drops the connection.
+pub(crate) const MAX_OPTION_DATA_BYTES: u32 = 16 * 1024;
+/// Options per handshake; a client looping forever is dropped.
+pub(crate) const MAX_OPTIONS: usize = 256;
+
+/// The export as the handshake describes it.
+#[derive(Debug, Clone)]
+pub(crate) struct ExportInfo {
+    pub name: String,
+    pub description: String,
+    pub size_bytes: u64,
+    pub read_only: bool,
+    pub min_block_bytes: u32,
+    pub preferred_block_bytes: u32,
+    pub max_payload_bytes: u32,
+}
+
+impl ExportInfo {
+    fn accepts_name(&self, name: &[u8]) -> bool {
+        name.is_empty() || name == self.name.as_bytes()
+    }
+
+    pub(crate) fn transmission_flags(&self, structured_replies: bool) -> u16 {
+        let mut flags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_FUA | FLAG_CAN_MULTI_CONN;
+        if self.read_only {
+            flags |= FLAG_READ_ONLY;
+        } else {
+            flags |= FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES;
+        }
+        if structured_replies {
+            // Reads always come back as one chunk, so "don't fragment" is free.
+            flags |= FLAG_SEND_DF;
+        }
+        flags
+    }
+}
+
+/// What the client negotiated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Negotiated {
+    pub structured_replies: bool,
+}
+
+fn send_reply(stream: &Stream, option: u32, reply: u32, data: &[&[u8]]) -> Result<(), NbdError> {
+    let len: usize = data.iter().map(|d| d.len()).sum();
+    let header = encode_option_reply(option, reply, len as u32);
+    let mut msg = Vec::with_capacity(header.len() + len);
+    msg.extend_from_slice(&header);
+    for d in data {
+        msg.extend_from_slice(d);
+    }
+    (&*stream).write_all(&msg)?;
+    Ok(())
+}
+
+fn read_exact(stream: &Stream, buf: &mut [u8]) -> Result<(), NbdError> {
+    (&*stream).read_exact(buf).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            NbdError::Disconnected
+        } else {
+            NbdError::Io(e)
+        }
+    })
+}
+
+/// Runs the handshake; `Ok` means the transmission phase starts now.
+pub(crate) fn negotiate(
+    stream: &Stream,
+    export: &ExportInfo,
+    shutting_down: &AtomicBool,
+) -> Result<Negotiated, NbdError> {
+    let mut greeting = [0u8; 18];
+    greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
+    greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    (&*stream).write_all(&greeting)?;
+
+    let mut client_flags = [0u8; 4];
+    read_exact(stream, &mut client_flags)?;
+    let client_flags = u32::from_be_bytes(client_flags);
+    if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
+        return Err(NbdError::ClientFlags {
+            flags: client_flags,
+        });
+    }
+    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+
+    let mut negotiated = Negotiated {
+        structured_replies: false,
+    };
+    let mut data = Vec::new();
+    for _ in 0..MAX_OPTIONS {
+        let mut header = [0u8; OPTION_HEADER_BYTES];
+        read_exact(stream, &mut header)?;
+        let OptionHeader { option, length } = parse_option_header(&header)?;
+        if length > MAX_OPTION_DATA_BYTES {
+            return Err(NbdError::OptionTooLong {
+                option,
+                len: length,
+                limit: MAX_OPTION_DATA_BYTES,
+            });
+        }
+        data.resize(length as usize, 0);
+        read_exact(stream, &mut data)?;
+
+        if option == OPT_ABORT {
+            // The client may already have gone; the ACK is a courtesy.
+            let _ = send_reply(stream, option, REP_ACK, &[]);
+            return Err(NbdError::Aborted);
+        }
+        if shutting_down.load(Ordering::Relaxed) {
+            if option == OPT_EXPORT_NAME {
+                return Err(NbdError::Disconnected);
+            }
+            send_reply(stream, option, REP_ERR_SHUTDOWN, &[b"server shutting down"])?;
+            continue;
+        }
+        match option {
+            OPT_EXPORT_NAME => {
+                if !export.accepts_name(&data) {
+                    // This option cannot carry an error: the spec says hang up.
+                    return Err(NbdError::UnknownExport {
+                        name: String::from_utf8_lossy(&data).into_owned(),
+                    });
+                }
+                let mut reply = Vec::with_capacity(10 + 124);
+                reply.extend_from_slice(&export.size_bytes.to_be_bytes());
+                reply.extend_from_slice(
+                    &export
+                        .transmission_flags(negotiated.structured_replies)
+                        .to_be_bytes(),
+                );
+                if !no_zeroes {
+                    reply.resize(10 + 124, 0);
+                }
+                (&*stream).write_all(&reply)?;
+                return Ok(negotiated);
+            }
+            OPT_LIST => {
+                if !data.is_empty() {
+                    send_reply(stream, option, REP_ERR_INVALID, &[b"LIST takes no data"])?;
+                    continue;
+                }
+                let name = export.name.as_bytes();
+                let name_len = (name.len() as u32).to_be_bytes();
+                send_reply(stream, option, REP_SERVER, &[&name_len, name])?;
+                send_reply(stream, option, REP_ACK, &[])?;
+            }
+            OPT_STRUCTURED_REPLY => {
+                if !data.is_empty() {
+                    send_reply(stream, option, REP_ERR_INVALID, &[b"takes no data"])?;
+                    continue;
+                }
+                negotiated.structured_replies = true;
+                send_reply(stream, option, REP_ACK, &[])?;
+            }
+            OPT_INFO | OPT_GO => {
+                let request = match parse_info_request(&data) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        send_reply(stream, option, REP_ERR_INVALID, &[msg.as_bytes()])?;
+                        continue;
+                    }
+                };
+                if !export.accepts_name(request.name) {
+                    send_reply(stream, option, REP_ERR_UNKNOWN, &[b"no such export"])?;
+                    continue;
+                }
+                send_info(stream, option, export, negotiated, &request.info_types)?;
+                send_reply(stream, option, REP_ACK, &[])?;
+                if option == OPT_GO {
+                    return Ok(negotiated);
+                }
+            }
+            _ => {
+                send_reply(stream, option, REP_ERR_UNSUP, &[])?;
+            }
+        }
+    }
+    Err(NbdError::OptionTooLong {
+        option: 0,
+        len: MAX_OPTIONS as u32,
+        limit: MAX_OPTIONS as u32,
+    })
+}
+
+fn send_info(
+    stream: &Stream,
+    option: u32,
+    export: &ExportInfo,
+    negotiated: Negotiated,
+    requested: &[u16],
+) -> Result<(), NbdError> {
+    let mut info = [0u8; 12];
+    info[0..2].copy_from_slice(&INFO_EXPORT.to_be_bytes());
+    info[2..10].copy_from_slice(&export.size_bytes.to_be_bytes());
+    info[10..12].copy_from_slice(
+        &export
+            .transmission_flags(negotiated.structured_replies)
+            .to_be_bytes(),
+    );
+    send_reply(stream, option, REP_INFO, &[&info])?;
+
+    // Sent unasked too: the spec lets clients ignore information they did not request.
+    let mut block = [0u8; 14];
+    block[0..2].copy_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+    block[2..6].copy_from_slice(&export.min_block_bytes.to_be_bytes());
+    block[6..10].copy_from_slice(&export.preferred_block_bytes.to_be_bytes());
+    block[10..14].copy_from_slice(&export.max_payload_bytes.to_be_bytes());
+    send_reply(stream, option, REP_INFO, &[&block])?;
+
+    if requested.contains(&INFO_NAME) {
+        send_reply(
+            stream,
+            option,
+            REP_INFO,
+            &[&INFO_NAME.to_be_bytes(), export.name.as_bytes()],
+        )?;
+    }
+    if requested.contains(&INFO_DESCRIPTION) && !export.description.is_empty() {
+        send_reply(
+            stream,
+            option,
+            REP_INFO,
+            &[
+                &INFO_DESCRIPTION.to_be_bytes(),
+                export.description.as_bytes(),
+            ],
+        )?;
+    }
+    Ok(())
+}

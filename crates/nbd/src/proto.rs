@@ -1,0 +1,606 @@
+//! NBD wire format: constants, pure parsers and reply encoders.
+//!
+//! Nothing here does IO, so every parser can be fed arbitrary bytes (see the
+//! `nbd_request` fuzz target and the proptests). Numbers are big-endian on the
+//! wire, as the NBD protocol document (`doc/proto.md` of NetworkBlockDevice/nbd)
+//! specifies.
+
+use thiserror::Error;
+
+/// `NBDMAGIC`, first 8 bytes the server sends.
+pub const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943;
+/// `IHAVEOPT`, sent by the server after `NBDMAGIC` and by the client before every option.
+pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+/// Magic of every option reply.
+pub const OPTION_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
+/// Magic of a transmission request.
+pub const REQUEST_MAGIC: u32 = 0x2560_9513;
+/// Magic of a simple reply.
+pub const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+/// Magic of a structured reply chunk.
+pub const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+
+/// Handshake flags (server, 16 bits).
+pub const FLAG_FIXED_NEWSTYLE: u16 = 1 << 0;
+pub const FLAG_NO_ZEROES: u16 = 1 << 1;
+/// Client flags (32 bits).
+pub const FLAG_C_FIXED_NEWSTYLE: u32 = 1 << 0;
+pub const FLAG_C_NO_ZEROES: u32 = 1 << 1;
+
+/// Transmission flags (16 bits).
+pub const FLAG_HAS_FLAGS: u16 = 1 << 0;
+pub const FLAG_READ_ONLY: u16 = 1 << 1;
+pub const FLAG_SEND_FLUSH: u16 = 1 << 2;
+pub const FLAG_SEND_FUA: u16 = 1 << 3;
+pub const FLAG_ROTATIONAL: u16 = 1 << 4;
+pub const FLAG_SEND_TRIM: u16 = 1 << 5;
+pub const FLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
+pub const FLAG_SEND_DF: u16 = 1 << 7;
+pub const FLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+
+/// Options.
+pub const OPT_EXPORT_NAME: u32 = 1;
+pub const OPT_ABORT: u32 = 2;
+pub const OPT_LIST: u32 = 3;
+pub const OPT_STARTTLS: u32 = 5;
+pub const OPT_INFO: u32 = 6;
+pub const OPT_GO: u32 = 7;
+pub const OPT_STRUCTURED_REPLY: u32 = 8;
+
+/// Option reply types.
+pub const REP_ACK: u32 = 1;
+pub const REP_SERVER: u32 = 2;
+pub const REP_INFO: u32 = 3;
+pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
+pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
+pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
+pub const REP_ERR_SHUTDOWN: u32 = (1 << 31) + 7;
+
+/// `NBD_REP_INFO` types.
+pub const INFO_EXPORT: u16 = 0;
+pub const INFO_NAME: u16 = 1;
+pub const INFO_DESCRIPTION: u16 = 2;
+pub const INFO_BLOCK_SIZE: u16 = 3;
+
+/// Command flags.
+pub const CMD_FLAG_FUA: u16 = 1 << 0;
+pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
+pub const CMD_FLAG_DF: u16 = 1 << 2;
+
+/// Structured reply chunk flags and types.
+pub const REPLY_FLAG_DONE: u16 = 1 << 0;
+pub const REPLY_TYPE_NONE: u16 = 0;
+pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+
+/// Bytes of a request header on the wire.
+pub const REQUEST_HEADER_BYTES: usize = 28;
+/// Bytes of an option header (`IHAVEOPT`, option, length).
+pub const OPTION_HEADER_BYTES: usize = 16;
+/// Bytes of a simple reply header.
+pub const SIMPLE_REPLY_BYTES: usize = 16;
+/// Bytes of a structured reply chunk header.
+pub const STRUCTURED_HEADER_BYTES: usize = 20;
+/// Bytes of a structured `OFFSET_DATA` header including its offset field.
+pub const OFFSET_DATA_HEADER_BYTES: usize = STRUCTURED_HEADER_BYTES + 8;
+/// Largest string (export name, message) the protocol allows.
+pub const MAX_STRING_BYTES: usize = 4096;
+
+/// NBD error values (the protocol fixes these numbers; they match Linux errno).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Errno {
+    Perm = 1,
+    Io = 5,
+    NoMem = 12,
+    Inval = 22,
+    NoSpc = 28,
+    Overflow = 75,
+    NotSup = 95,
+    Shutdown = 108,
+}
+
+impl Errno {
+    /// The value sent in a reply's error field.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// Short name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Errno::Perm => "EPERM",
+            Errno::Io => "EIO",
+            Errno::NoMem => "ENOMEM",
+            Errno::Inval => "EINVAL",
+            Errno::NoSpc => "ENOSPC",
+            Errno::Overflow => "EOVERFLOW",
+            Errno::NotSup => "ENOTSUP",
+            Errno::Shutdown => "ESHUTDOWN",
+        }
+    }
+}
+
+/// A malformed message from the client. The connection cannot continue after one.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    #[error("message truncated: need {need} bytes, have {have}")]
+    Truncated { need: usize, have: usize },
+    #[error("bad request magic {found:#010x}")]
+    BadRequestMagic { found: u32 },
+    #[error("bad option magic {found:#018x}")]
+    BadOptionMagic { found: u64 },
+    #[error("option data length {len} inconsistent with its contents")]
+    OptionLength { len: usize },
+    #[error("export name of {len} bytes is longer than {MAX_STRING_BYTES}")]
+    NameTooLong { len: usize },
+}
+
+/// Transmission command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Read,
+    Write,
+    Disc,
+    Flush,
+    Trim,
+    WriteZeroes,
+    /// A type this server does not implement (answered with `EINVAL`).
+    Unknown(u16),
+}
+
+impl Command {
+    pub fn from_wire(kind: u16) -> Command {
+        match kind {
+            0 => Command::Read,
+            1 => Command::Write,
+            2 => Command::Disc,
+            3 => Command::Flush,
+            4 => Command::Trim,
+            6 => Command::WriteZeroes,
+            other => Command::Unknown(other),
+        }
+    }
+
+    pub fn to_wire(self) -> u16 {
+        match self {
+            Command::Read => 0,
+            Command::Write => 1,
+            Command::Disc => 2,
+            Command::Flush => 3,
+            Command::Trim => 4,
+            Command::WriteZeroes => 6,
+            Command::Unknown(other) => other,
+        }
+    }
+}
+
+/// A parsed request header (the payload of a write follows it on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub flags: u16,
+    pub command: Command,
+    pub cookie: u64,
+    pub offset: u64,
+    pub length: u32,
+}
+
+/// What the export allows, for [`Request::validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportLimits {
+    pub size_bytes: u64,
+    pub read_only: bool,
+    /// Largest READ or WRITE payload accepted.
+    pub max_payload_bytes: u32,
+    /// Requests must be aligned to this (a power of two; 1 = any byte).
+    pub min_block_bytes: u32,
+    /// Structured replies were negotiated (enables `NBD_CMD_FLAG_DF` on reads).
+    pub structured_replies: bool,
+}
+
+impl Request {
+    /// Bytes of payload that follow this header on the wire.
+    pub fn payload_len(&self) -> u32 {
+        if self.command == Command::Write {
+            self.length
+        } else {
+            0
+        }
+    }
+
+    pub fn fua(&self) -> bool {
+        self.flags & CMD_FLAG_FUA != 0
+    }
+
+    /// Checks a request against the export; `Err` is the error to reply with,
+    /// without touching the backend.
+    pub fn validate(&self, limits: &ExportLimits) -> Result<(), Errno> {
+        let allowed_flags = match self.command {
+            Command::Read if limits.structured_replies => CMD_FLAG_FUA | CMD_FLAG_DF,
+            Command::WriteZeroes => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+            Command::Unknown(_) => return Err(Errno::Inval),
+            _ => CMD_FLAG_FUA,
+        };
+        if self.flags & !allowed_flags != 0 {
+            return Err(Errno::Inval);
+        }
+        let writes = matches!(
+            self.command,
+            Command::Write | Command::Trim | Command::WriteZeroes
+        );
+        if writes && limits.read_only {
+            return Err(Errno::Perm);
+        }
+        match self.command {
+            Command::Disc | Command::Flush => return Ok(()),
+            Command::Read | Command::Write if self.length > limits.max_payload_bytes => {
+                return Err(Errno::Inval)
+            }
+            _ => {}
+        }
+        let end = self
+            .offset
+            .checked_add(u64::from(self.length))
+            .ok_or(Errno::Overflow)?;
+        if end > limits.size_bytes {
+            // The spec asks for ENOSPC on writes past the end.
+            return Err(if writes { Errno::NoSpc } else { Errno::Inval });
+        }
+        let align = u64::from(limits.min_block_bytes.max(1));
+        // `align` is a power of two.
+        if (self.offset | u64::from(self.length)) & (align - 1) != 0 {
+            return Err(Errno::Inval);
+        }
+        Ok(())
+    }
+}
+
+fn be_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_be_bytes(a)
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(a)
+}
+
+/// Parses a request header from the first [`REQUEST_HEADER_BYTES`] of `bytes`.
+pub fn parse_request(bytes: &[u8]) -> Result<Request, ProtocolError> {
+    if bytes.len() < REQUEST_HEADER_BYTES {
+        return Err(ProtocolError::Truncated {
+            need: REQUEST_HEADER_BYTES,
+            have: bytes.len(),
+        });
+    }
+    let magic = be_u32(bytes, 0);
+    if magic != REQUEST_MAGIC {
+        return Err(ProtocolError::BadRequestMagic { found: magic });
+    }
+    Ok(Request {
+        flags: be_u16(bytes, 4),
+        command: Command::from_wire(be_u16(bytes, 6)),
+        cookie: be_u64(bytes, 8),
+        offset: be_u64(bytes, 16),
+        length: be_u32(bytes, 24),
+    })
+}
+
+/// Encodes a request header (used by tests and tools).
+pub fn encode_request(req: &Request) -> [u8; REQUEST_HEADER_BYTES] {
+    let mut b = [0u8; REQUEST_HEADER_BYTES];
+    b[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    b[4..6].copy_from_slice(&req.flags.to_be_bytes());
+    b[6..8].copy_from_slice(&req.command.to_wire().to_be_bytes());
+    b[8..16].copy_from_slice(&req.cookie.to_be_bytes());
+    b[16..24].copy_from_slice(&req.offset.to_be_bytes());
+    b[24..28].copy_from_slice(&req.length.to_be_bytes());
+    b
+}
+
+/// An option header sent by the client during the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionHeader {
+    pub option: u32,
+    pub length: u32,
+}
+
+/// Parses an option header from the first [`OPTION_HEADER_BYTES`] of `bytes`.
+pub fn parse_option_header(bytes: &[u8]) -> Result<OptionHeader, ProtocolError> {
+    if bytes.len() < OPTION_HEADER_BYTES {
+        return Err(ProtocolError::Truncated {
+            need: OPTION_HEADER_BYTES,
+            have: bytes.len(),
+        });
+    }
+    let magic = be_u64(bytes, 0);
+    if magic != IHAVEOPT {
+        return Err(ProtocolError::BadOptionMagic { found: magic });
+    }
+    Ok(OptionHeader {
+        option: be_u32(bytes, 8),
+        length: be_u32(bytes, 12),
+    })
+}
+
+/// The data of `NBD_OPT_INFO` / `NBD_OPT_GO`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InfoRequest<'a> {
+    pub name: &'a [u8],
+    pub info_types: Vec<u16>,
+}
+
+/// Parses the data of `NBD_OPT_INFO` / `NBD_OPT_GO`: u32 name length, name,
+/// u16 count, count × u16 information types. The whole of `data` must be used.
+pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest<'_>, ProtocolError> {
+    let bad = ProtocolError::OptionLength { len: data.len() };
+    if data.len() < 6 {
+        return Err(bad);
+    }
+    let name_len = be_u32(data, 0) as usize;
+    if name_len > MAX_STRING_BYTES {
+        return Err(ProtocolError::NameTooLong { len: name_len });
+    }
+    let rest = &data[4..];
+    if rest.len() < name_len + 2 {
+        return Err(bad);
+    }
+    let (name, rest) = rest.split_at(name_len);
+    let count = be_u16(rest, 0) as usize;
+    let rest = &rest[2..];
+    if rest.len() != count * 2 {
+        return Err(bad);
+    }
+    let info_types = rest.chunks_exact(2).map(|c| be_u16(c, 0)).collect();
+    Ok(InfoRequest { name, info_types })
+}
+
+/// Encodes an option reply header; `length` bytes of data follow it.
+pub fn encode_option_reply(option: u32, reply: u32, length: u32) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[0..8].copy_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
+    b[8..12].copy_from_slice(&option.to_be_bytes());
+    b[12..16].copy_from_slice(&reply.to_be_bytes());
+    b[16..20].copy_from_slice(&length.to_be_bytes());
+    b
+}
+
+/// Encodes a simple reply header.
+pub fn encode_simple_reply(cookie: u64, error: u32) -> [u8; SIMPLE_REPLY_BYTES] {
+    let mut b = [0u8; SIMPLE_REPLY_BYTES];
+    b[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    b[4..8].copy_from_slice(&error.to_be_bytes());
+    b[8..16].copy_from_slice(&cookie.to_be_bytes());
+    b
+}
+
+/// Encodes a structured chunk header; `length` bytes of payload follow it.
+pub fn encode_structured_header(
+    cookie: u64,
+    flags: u16,
+    kind: u16,
+    length: u32,
+) -> [u8; STRUCTURED_HEADER_BYTES] {
+    let mut b = [0u8; STRUCTURED_HEADER_BYTES];
+    b[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    b[4..6].copy_from_slice(&flags.to_be_bytes());
+    b[6..8].copy_from_slice(&kind.to_be_bytes());
+    b[8..16].copy_from_slice(&cookie.to_be_bytes());
+    b[16..20].copy_from_slice(&length.to_be_bytes());
+    b
+}
+
+/// Header of a final `OFFSET_DATA` chunk carrying `data_len` bytes read at `offset`.
+pub fn encode_offset_data_header(
+    cookie: u64,
+    offset: u64,
+    data_len: u32,
+) -> [u8; OFFSET_DATA_HEADER_BYTES] {
+    assert!(data_len > 0 && data_len <= u32::MAX - 8);
+    let mut b = [0u8; OFFSET_DATA_HEADER_BYTES];
+    b[..STRUCTURED_HEADER_BYTES].copy_from_slice(&encode_structured_header(
+        cookie,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_OFFSET_DATA,
+        data_len + 8,
+    ));
+    b[STRUCTURED_HEADER_BYTES..].copy_from_slice(&offset.to_be_bytes());
+    b
+}
+
+/// Longest message put in an error chunk.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 200;
+
+/// Appends a final `NBD_REPLY_TYPE_ERROR` chunk to `out`.
+pub fn encode_error_chunk(out: &mut Vec<u8>, cookie: u64, errno: Errno, message: &str) {
+    let mut end = message.len().min(MAX_ERROR_MESSAGE_BYTES);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let msg = &message.as_bytes()[..end];
+    out.extend_from_slice(&encode_structured_header(
+        cookie,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_ERROR,
+        6 + msg.len() as u32,
+    ));
+    out.extend_from_slice(&errno.code().to_be_bytes());
+    out.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    out.extend_from_slice(msg);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ExportLimits {
+        ExportLimits {
+            size_bytes: 1 << 20,
+            read_only: false,
+            max_payload_bytes: 32 << 20,
+            min_block_bytes: 1,
+            structured_replies: true,
+        }
+    }
+
+    fn req(command: Command, offset: u64, length: u32) -> Request {
+        Request {
+            flags: 0,
+            command,
+            cookie: 7,
+            offset,
+            length,
+        }
+    }
+
+    #[test]
+    fn request_roundtrip_and_golden_bytes() {
+        let r = Request {
+            flags: CMD_FLAG_FUA,
+            command: Command::Write,
+            cookie: 0x0102_0304_0506_0708,
+            offset: 0x1000,
+            length: 512,
+        };
+        let b = encode_request(&r);
+        assert_eq!(&b[0..4], &[0x25, 0x60, 0x95, 0x13]);
+        assert_eq!(&b[4..8], &[0, 1, 0, 1]);
+        assert_eq!(&b[24..28], &[0, 0, 2, 0]);
+        assert_eq!(parse_request(&b).unwrap(), r);
+        assert_eq!(r.payload_len(), 512);
+        assert!(r.fua());
+    }
+
+    #[test]
+    fn bad_magic_and_truncation() {
+        let mut b = encode_request(&req(Command::Read, 0, 1));
+        assert!(matches!(
+            parse_request(&b[..27]),
+            Err(ProtocolError::Truncated { need: 28, have: 27 })
+        ));
+        b[0] ^= 1;
+        assert!(matches!(
+            parse_request(&b),
+            Err(ProtocolError::BadRequestMagic { .. })
+        ));
+    }
+
+    #[test]
+    fn validate_bounds() {
+        let l = limits();
+        assert_eq!(req(Command::Read, 0, 4096).validate(&l), Ok(()));
+        assert_eq!(req(Command::Read, (1 << 20) - 1, 1).validate(&l), Ok(()));
+        assert_eq!(
+            req(Command::Read, 1 << 20, 1).validate(&l),
+            Err(Errno::Inval)
+        );
+        assert_eq!(
+            req(Command::Write, 1 << 20, 1).validate(&l),
+            Err(Errno::NoSpc)
+        );
+        assert_eq!(
+            req(Command::Read, u64::MAX, 2).validate(&l),
+            Err(Errno::Overflow)
+        );
+        assert_eq!(
+            req(Command::Read, 0, (32 << 20) + 1).validate(&l),
+            Err(Errno::Inval)
+        );
+        // Trim and write-zeroes may exceed the payload limit.
+        let big = ExportLimits {
+            size_bytes: 1 << 40,
+            ..l
+        };
+        assert_eq!(req(Command::Trim, 0, u32::MAX).validate(&big), Ok(()));
+        assert_eq!(
+            req(Command::Unknown(99), 0, 0).validate(&l),
+            Err(Errno::Inval)
+        );
+        assert_eq!(req(Command::Flush, 5, 5).validate(&l), Ok(()));
+    }
+
+    #[test]
+    fn validate_flags_and_read_only() {
+        let l = limits();
+        let mut r = req(Command::WriteZeroes, 0, 512);
+        r.flags = CMD_FLAG_NO_HOLE | CMD_FLAG_FUA;
+        assert_eq!(r.validate(&l), Ok(()));
+        r.command = Command::Write;
+        assert_eq!(r.validate(&l), Err(Errno::Inval));
+        let mut r = req(Command::Read, 0, 512);
+        r.flags = CMD_FLAG_DF;
+        assert_eq!(r.validate(&l), Ok(()));
+        let simple = ExportLimits {
+            structured_replies: false,
+            ..l
+        };
+        assert_eq!(r.validate(&simple), Err(Errno::Inval));
+        let ro = ExportLimits {
+            read_only: true,
+            ..l
+        };
+        assert_eq!(req(Command::Trim, 0, 512).validate(&ro), Err(Errno::Perm));
+        assert_eq!(req(Command::Read, 0, 512).validate(&ro), Ok(()));
+        let aligned = ExportLimits {
+            min_block_bytes: 512,
+            ..l
+        };
+        assert_eq!(
+            req(Command::Read, 1, 512).validate(&aligned),
+            Err(Errno::Inval)
+        );
+        assert_eq!(req(Command::Read, 512, 512).validate(&aligned), Ok(()));
+    }
+
+    #[test]
+    fn info_request_parsing() {
+        let mut d = Vec::new();
+        d.extend_from_slice(&3u32.to_be_bytes());
+        d.extend_from_slice(b"abc");
+        d.extend_from_slice(&2u16.to_be_bytes());
+        d.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        d.extend_from_slice(&INFO_NAME.to_be_bytes());
+        let r = parse_info_request(&d).unwrap();
+        assert_eq!(r.name, b"abc");
+        assert_eq!(r.info_types, vec![INFO_BLOCK_SIZE, INFO_NAME]);
+        assert!(parse_info_request(&d[..d.len() - 1]).is_err());
+        let mut longer = d.clone();
+        longer.push(0);
+        assert!(parse_info_request(&longer).is_err());
+        let mut huge = d.clone();
+        huge[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            parse_info_request(&huge),
+            Err(ProtocolError::NameTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn reply_encodings() {
+        let h = encode_offset_data_header(9, 4096, 512);
+        assert_eq!(&h[0..4], &STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        assert_eq!(&h[4..6], &[0, 1]); // DONE
+        assert_eq!(&h[6..8], &[0, 1]); // OFFSET_DATA
+        assert_eq!(&h[16..20], &520u32.to_be_bytes());
+        assert_eq!(&h[20..28], &4096u64.to_be_bytes());
+        let mut v = Vec::new();
+        encode_error_chunk(&mut v, 9, Errno::Io, &"é".repeat(200));
+        let msg_len = u16::from_be_bytes([v[24], v[25]]) as usize;
+        assert!(msg_len <= MAX_ERROR_MESSAGE_BYTES);
+        assert_eq!(v.len(), 26 + msg_len);
+        assert_eq!(
+            u32::from_be_bytes([v[16], v[17], v[18], v[19]]) as usize,
+            6 + msg_len
+        );
+        assert!(std::str::from_utf8(&v[26..]).is_ok());
+        let o = encode_option_reply(OPT_GO, REP_ERR_UNKNOWN, 0);
+        assert_eq!(&o[0..8], &[0, 3, 0xe8, 0x89, 0x04, 0x55, 0x65, 0xa9]);
+    }
+}

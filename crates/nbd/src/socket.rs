@@ -1,0 +1,244 @@
+//! Unix and TCP sockets behind one type, and a wakeup pipe for the accept loop.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::NbdError;
+
+/// A listening socket the server accepts NBD clients on.
+#[derive(Debug)]
+pub enum Listener {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    /// Listens on a Unix socket at `path` (an existing socket file there is replaced).
+    pub fn bind_unix(path: impl AsRef<Path>) -> Result<Listener, NbdError> {
+        let path = path.as_ref().to_path_buf();
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            use std::os::unix::fs::FileTypeExt;
+            if meta.file_type().is_socket() {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        let listener = UnixListener::bind(&path).map_err(|source| NbdError::BindUnix {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Listener::Unix { listener, path })
+    }
+
+    /// Listens on TCP at exactly `addr` (the caller picks 127.0.0.1 or another address).
+    pub fn bind_tcp(addr: SocketAddr) -> Result<Listener, NbdError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| NbdError::BindTcp { addr, source })?;
+        Ok(Listener::Tcp(listener))
+    }
+
+    /// The TCP address actually bound (useful with port 0).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix { .. } => None,
+        }
+    }
+
+    pub(crate) fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Unix { listener, .. } => listener.accept().map(|(s, _)| Stream::Unix(s)),
+            Listener::Tcp(l) => {
+                let (s, _) = l.accept()?;
+                // Replies are written whole; Nagle would only add latency.
+                s.set_nodelay(true)?;
+                Ok(Stream::Tcp(s))
+            }
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Listener::Unix { listener, .. } => listener.set_nonblocking(nonblocking),
+            Listener::Tcp(l) => l.set_nonblocking(nonblocking),
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Unix { listener, .. } => listener.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// One client connection.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    pub(crate) fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(nonblocking),
+            Stream::Tcp(s) => s.set_nonblocking(nonblocking),
+        }
+    }
+
+    /// Writes all of `bufs` (one `writev` in the common case).
+    pub(crate) fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()> {
+        let mut bufs_left: [&[u8]; 4] = [&[]; 4];
+        assert!(bufs.len() <= bufs_left.len());
+        bufs_left[..bufs.len()].copy_from_slice(bufs);
+        let mut first = 0;
+        let n_bufs = bufs.len();
+        while first < n_bufs {
+            if bufs_left[first].is_empty() {
+                first += 1;
+                continue;
+            }
+            let slices: [IoSlice<'_>; 4] = [
+                IoSlice::new(bufs_left[first]),
+                IoSlice::new(bufs_left.get(first + 1).copied().unwrap_or(&[])),
+                IoSlice::new(bufs_left.get(first + 2).copied().unwrap_or(&[])),
+                IoSlice::new(bufs_left.get(first + 3).copied().unwrap_or(&[])),
+            ];
+            let count = (n_bufs - first).min(4);
+            let mut written = match (&*self).write_vectored(&slices[..count]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            while written > 0 {
+                let take = written.min(bufs_left[first].len());
+                bufs_left[first] = &bufs_left[first][take..];
+                written -= take;
+                if bufs_left[first].is_empty() {
+                    first += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Read for &Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => (&*s).read(buf),
+            Stream::Tcp(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => (&*s).write(buf),
+            Stream::Tcp(s) => (&*s).write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Tcp(s) => (&*s).write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A self-pipe that wakes the accept loop's `poll` for shutdown.
+#[derive(Debug)]
+pub(crate) struct WakePipe {
+    read_end: OwnedFd,
+    write_end: OwnedFd,
+}
+
+impl WakePipe {
+    pub(crate) fn new() -> io::Result<WakePipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two new descriptors into `fds`, which we then own.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created and are owned by nobody else.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Ok(WakePipe {
+            read_end,
+            write_end,
+        })
+    }
+
+    pub(crate) fn wake(&self) {
+        let byte = 1u8;
+        // SAFETY: writes one byte from a valid buffer to a descriptor we own.
+        // A full pipe (EAGAIN) already means a wakeup is pending.
+        unsafe { libc::write(self.write_end.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+    }
+
+    /// Waits until `fd` is readable or the pipe is woken; true if woken.
+    pub(crate) fn wait_readable(&self, fd: RawFd) -> io::Result<bool> {
+        let mut fds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.read_end.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        loop {
+            // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if rc >= 0 {
+                return Ok(fds[1].revents != 0);
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
+    }
+}
