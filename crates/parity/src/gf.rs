@@ -59,3 +59,57 @@ pub fn mul_table(c: u8) -> [u8; 256] {
     }
     t
 }
+
+/// PSHUFB nibble tables for multiplying by `c`: `c * x == lo[x & 15] ^ hi[x >> 4]`
+/// (multiplication distributes over the XOR of the two nibbles).
+pub fn nibble_tables(c: u8) -> ([u8; 16], [u8; 16]) {
+    let mut lo = [0u8; 16];
+    let mut hi = [0u8; 16];
+    for i in 0..16u8 {
+        lo[i as usize] = mul(c, i);
+        hi[i as usize] = mul(c, i << 4);
+    }
+    (lo, hi)
+}
+
+/// The 8x8 bit matrix for `gf2p8affineqb` that multiplies a byte by `c` in md's field.
+///
+/// Multiplication by a constant is linear over GF(2), so it is a bit matrix; `gf2p8mulb`
+/// cannot be used because it reduces by the AES polynomial 0x11b. The instruction computes
+/// output bit `i` as the parity of `x & matrix.byte[7 - i]`, so row `i` (which input bits
+/// feed output bit `i`) goes into byte `7 - i`.
+pub const fn affine_matrix(c: u8) -> u64 {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        let mut row = 0u8;
+        let mut j = 0;
+        while j < 8 {
+            if (mul_const(c, 1 << j) >> i) & 1 != 0 {
+                row |= 1 << j;
+            }
+            j += 1;
+        }
+        m |= (row as u64) << (8 * (7 - i));
+        i += 1;
+    }
+    m
+}
+
+/// Shift-and-add multiplication, usable in const context (tests check it against `mul`).
+pub const fn mul_const(a: u8, b: u8) -> u8 {
+    let mut a = a as u16;
+    let mut b = b;
+    let mut r = 0u16;
+    while b != 0 {
+        if b & 1 != 0 {
+            r ^= a;
+        }
+        a <<= 1;
+        if a & 0x100 != 0 {
+            a ^= POLY;
+        }
+        b >>= 1;
+    }
+    r as u8
+}

@@ -56,13 +56,19 @@ pub fn update_pq(slot: usize, delta: &[u8], p: &mut [u8], q: &mut [u8]) {
 
 pub fn recover(blocks: &mut [&mut [u8]], lost: &[usize]) {
     let n = blocks.len();
-    assert!(n >= 3, "a raid6 stripe has at least one data block, P and Q");
+    assert!(
+        n >= 3,
+        "a raid6 stripe has at least one data block, P and Q"
+    );
     let ndata = n - 2;
     let (pi, qi) = (ndata, ndata + 1);
     let mut lost: Vec<usize> = lost.to_vec();
     lost.sort_unstable();
     lost.dedup();
-    assert!(lost.len() <= 2 && lost.iter().all(|&i| i < n), "bad lost set");
+    assert!(
+        lost.len() <= 2 && lost.iter().all(|&i| i < n),
+        "bad lost set"
+    );
     let len = blocks[0].len();
     for b in blocks.iter() {
         check_len(len, b.len());
