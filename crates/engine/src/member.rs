@@ -23,6 +23,15 @@ pub trait Member: Send + Sync {
     }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
+    /// The file backend behind this member, for the io_uring path.
+    fn as_file(&self) -> Option<&crate::file::FileMember> {
+        None
+    }
+    /// Whether the whole device is known to read as zeros (a new sparse file), so that a new
+    /// array needs no initial sync.
+    fn known_zero(&self) -> bool {
+        false
+    }
 }
 
 /// A memory member (a ramdisk), for tests and benchmarks.

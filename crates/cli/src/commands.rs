@@ -1,0 +1,357 @@
+//! The subcommands.
+
+use crate::open::{open_all, open_member};
+use crate::report;
+use crate::Paths;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use uraid_core::geometry::{parse_chunk, parse_size_bytes, raid10, raid5};
+use uraid_core::Level;
+use uraid_engine::{assemble as engine_assemble, Array, AssembleOptions, CreateOptions, Member};
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// RAID level: 0, 1, 4, 5, 6, 10 (raid5, mirror, stripe... as mdadm spells them).
+    #[arg(short, long)]
+    pub level: String,
+    /// Layout: raid5/6 left-asymmetric, right-asymmetric, left-symmetric (default),
+    /// right-symmetric, parity-first, parity-last (raid6 also the *-6 forms);
+    /// raid10 n2 (default), f2, o2, n3...; raid0 original or alternate.
+    #[arg(short = 'p', long)]
+    pub layout: Option<String>,
+    /// Chunk size (K, M suffixes; a bare number is KiB, as in mdadm). Default 512K.
+    #[arg(short, long)]
+    pub chunk: Option<String>,
+    /// Number of member roles; defaults to the number of devices given.
+    #[arg(short = 'n', long)]
+    pub raid_devices: Option<usize>,
+    /// Space to use on each member (K, M, G suffixes; a bare number is KiB).
+    #[arg(short = 'z', long)]
+    pub size: Option<String>,
+    /// Array name.
+    #[arg(short = 'N', long, default_value = "uraid")]
+    pub name: String,
+    /// Write-intent bitmap: internal or none.
+    #[arg(short, long, default_value = "none")]
+    pub bitmap: String,
+    /// Do not compute parity or copy mirrors at creation (the members are known consistent).
+    #[arg(long)]
+    pub assume_clean: bool,
+    /// Set UUID (default: random).
+    #[arg(long)]
+    pub uuid: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Member devices or files, in role order; `missing` leaves a role empty.
+    #[arg(required = true)]
+    pub devices: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ExamineArgs {
+    #[arg(long)]
+    pub json: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct AssembleArgs {
+    /// Start even with stale members or disagreeing superblocks.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Resync if the array was not stopped cleanly.
+    #[arg(long)]
+    pub resync: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DetailArgs {
+    #[arg(short, long)]
+    pub force: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    /// Byte offset in the array.
+    #[arg(long, default_value = "0")]
+    pub offset: String,
+    /// Bytes to read (default: to the end of the array).
+    #[arg(long)]
+    pub length: Option<String>,
+    /// Output file (default: stdout).
+    #[arg(short, long)]
+    pub output: Option<std::path::PathBuf>,
+    #[arg(short, long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct WriteArgs {
+    /// Byte offset in the array.
+    #[arg(long, default_value = "0")]
+    pub offset: String,
+    /// Input file (default: stdin).
+    #[arg(short, long)]
+    pub input: Option<std::path::PathBuf>,
+    #[arg(short, long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ResyncArgs {
+    #[arg(short, long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+fn parse_bytes(s: &str) -> Result<u64> {
+    parse_size_bytes(s, 1).with_context(|| format!("bad byte count {s:?}"))
+}
+
+fn parse_layout(level: Level, s: &str) -> Result<u32> {
+    let v = match level {
+        Level::Raid5 | Level::Raid6 | Level::Raid4 => raid5::parse_layout(s),
+        Level::Raid10 => raid10::parse_layout(s),
+        Level::Raid0 => match s {
+            "original" | "o" | "1" => Some(1),
+            "alternate" | "alt" | "2" => Some(2),
+            _ => None,
+        },
+        Level::Raid1 => None,
+    };
+    v.with_context(|| format!("unknown layout {s:?} for {level}"))
+}
+
+pub fn create(a: CreateArgs) -> Result<()> {
+    let level = Level::parse(&a.level).with_context(|| format!("unknown raid level {:?}", a.level))?;
+    let n = a.raid_devices.unwrap_or(a.devices.len());
+    if n != a.devices.len() {
+        bail!(
+            "--raid-devices={n} but {} devices were given (spares come later)",
+            a.devices.len()
+        );
+    }
+    let mut opts = CreateOptions::new(level);
+    if let Some(l) = &a.layout {
+        opts.layout = Some(parse_layout(level, l)?);
+    }
+    if let Some(c) = &a.chunk {
+        opts.chunk_sectors = Some(parse_chunk(c).with_context(|| format!("bad chunk size {c:?}"))?);
+    }
+    if let Some(z) = &a.size {
+        opts.size_sectors =
+            Some(parse_size_bytes(z, 1024).with_context(|| format!("bad size {z:?}"))? / 512);
+    }
+    opts.name = a.name.clone();
+    opts.bitmap = match a.bitmap.as_str() {
+        "internal" => true,
+        "none" => false,
+        other => bail!("--bitmap must be internal or none, not {other:?}"),
+    };
+    opts.assume_clean = a.assume_clean;
+    if let Some(u) = &a.uuid {
+        opts.uuid = Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
+    }
+    let mut devs: Vec<Option<Arc<dyn Member>>> = Vec::new();
+    for d in &a.devices {
+        if d == "missing" {
+            devs.push(None);
+        } else {
+            let p = std::path::Path::new(d);
+            if !p.exists() {
+                bail!("{d}: no such file or device (create member files first, e.g. truncate -s 1G {d})");
+            }
+            devs.push(Some(open_member(p)?));
+        }
+    }
+    let array = uraid_engine::create(devs, &opts)?;
+    array.stop()?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report::detail_json(&array))?);
+    } else {
+        eprintln!(
+            "uraid: array {} created: {}, {} bytes",
+            uraid_core::superblock::uuid_string(&array.meta().template().set_uuid),
+            array.level(),
+            array.size_bytes()
+        );
+    }
+    Ok(())
+}
+
+pub fn examine(a: ExamineArgs) -> Result<()> {
+    let mut out = Vec::new();
+    let mut failed = false;
+    for p in &a.devices {
+        let dev = open_member(p)?;
+        match uraid_engine::meta::read_superblock(dev.as_ref()) {
+            Ok(sb) => {
+                if a.json {
+                    out.push(report::examine_json(&p.display().to_string(), &sb));
+                } else {
+                    print!("{}", report::examine_human(&p.display().to_string(), &sb));
+                }
+            }
+            Err(e) => {
+                eprintln!("uraid: {e}");
+                failed = true;
+            }
+        }
+    }
+    if a.json {
+        let v = if out.len() == 1 { out.pop().expect("one") } else { serde_json::Value::Array(out) };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    if failed {
+        bail!("no valid md superblock on some devices");
+    }
+    Ok(())
+}
+
+pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {
+    let devs = open_all(paths)?;
+    let r = engine_assemble(devs, &AssembleOptions { force })?;
+    Ok(r)
+}
+
+pub fn assemble(a: AssembleArgs) -> Result<()> {
+    let (array, rep) = open_array(&a.devices, a.force)?;
+    if rep.unclean && a.resync {
+        let n = array.resync()?;
+        eprintln!("uraid: resync done, {n} inconsistent regions rewritten");
+    }
+    if a.json {
+        let mut v = report::detail_json(&array);
+        v["assembly"] = serde_json::json!(rep
+            .members
+            .iter()
+            .map(|m| serde_json::json!({"device": m.name, "events": m.events, "outcome": format!("{:?}", m.outcome)}))
+            .collect::<Vec<_>>());
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for m in &rep.members {
+            eprintln!("uraid: {} (events {}): {:?}", m.name, m.events, m.outcome);
+        }
+        eprintln!(
+            "uraid: array {} assembled: {}, {} of {} members{}{}",
+            rep.uuid,
+            array.level(),
+            array.raid_disks() - array.missing_roles().len(),
+            array.raid_disks(),
+            if array.is_degraded() { ", degraded" } else { "" },
+            if rep.unclean && !a.resync { ", not stopped cleanly (use --resync)" } else { "" }
+        );
+    }
+    array.stop()?;
+    Ok(())
+}
+
+pub fn detail(a: DetailArgs) -> Result<()> {
+    let (array, _) = open_array(&a.devices, a.force)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report::detail_json(&array))?);
+    } else {
+        print!("{}", report::detail_human(&array));
+    }
+    Ok(())
+}
+
+const IO_STEP: usize = 1 << 20;
+
+pub fn read(a: ReadArgs) -> Result<()> {
+    let (array, _) = open_array(&a.devices, a.force)?;
+    let offset = parse_bytes(&a.offset)?;
+    let size = array.size_bytes();
+    if offset > size {
+        bail!("offset {offset} is beyond the end of the array ({size} bytes)");
+    }
+    let length = match &a.length {
+        Some(l) => parse_bytes(l)?,
+        None => size - offset,
+    };
+    if offset + length > size {
+        bail!("range {offset}+{length} is beyond the end of the array ({size} bytes)");
+    }
+    let mut out: Box<dyn Write> = match &a.output {
+        Some(p) => Box::new(std::fs::File::create(p).with_context(|| format!("{}", p.display()))?),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let mut buf = vec![0u8; IO_STEP];
+    let mut done = 0u64;
+    while done < length {
+        let n = (length - done).min(IO_STEP as u64) as usize;
+        array.read(offset + done, &mut buf[..n])?;
+        out.write_all(&buf[..n]).context("writing output")?;
+        done += n as u64;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+pub fn write(a: WriteArgs) -> Result<()> {
+    let (array, _) = open_array(&a.devices, a.force)?;
+    let offset = parse_bytes(&a.offset)?;
+    let size = array.size_bytes();
+    let mut input: Box<dyn Read> = match &a.input {
+        Some(p) => {
+            let f = std::fs::File::open(p).with_context(|| format!("{}", p.display()))?;
+            let len = f.metadata()?.len();
+            if offset.checked_add(len).is_none_or(|e| e > size) {
+                bail!(
+                    "{} ({len} bytes) at offset {offset} does not fit in the array ({size} bytes)",
+                    p.display()
+                );
+            }
+            Box::new(f)
+        }
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let mut buf = vec![0u8; IO_STEP];
+    let mut pos = offset;
+    loop {
+        // Fill the buffer so that writes stay large and aligned.
+        let mut n = 0;
+        while n < buf.len() {
+            let r = input.read(&mut buf[n..]).context("reading input")?;
+            if r == 0 {
+                break;
+            }
+            n += r;
+        }
+        if n == 0 {
+            break;
+        }
+        if pos + n as u64 > size {
+            bail!("input runs past the end of the array ({size} bytes) at offset {pos}");
+        }
+        array.write(pos, &buf[..n])?;
+        pos += n as u64;
+    }
+    array.stop()?;
+    Ok(())
+}
+
+pub fn resync(a: ResyncArgs) -> Result<()> {
+    let (array, _) = open_array(&a.devices, a.force)?;
+    let n = array.resync()?;
+    println!("{n} inconsistent regions rewritten");
+    array.stop()?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Opening members from paths.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use uraid_engine::file::{DirectMode, FileMember};
+use uraid_engine::io::{set_io_engine, IoEngine};
+use uraid_engine::Member;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// io_uring (falls back to sync where unavailable).
+    Uring,
+    /// pread/pwrite (fastest on tmpfs).
+    Sync,
+}
+
+static NO_DIRECT: AtomicBool = AtomicBool::new(false);
+
+pub fn configure(engine: EngineArg, no_direct: bool) {
+    set_io_engine(match engine {
+        EngineArg::Uring => IoEngine::Uring,
+        EngineArg::Sync => IoEngine::Sync,
+    });
+    NO_DIRECT.store(no_direct, Ordering::Relaxed);
+}
+
+pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
+    let mode = if NO_DIRECT.load(Ordering::Relaxed) {
+        DirectMode::Off
+    } else {
+        DirectMode::Auto
+    };
+    let f = FileMember::open(path, mode).with_context(|| format!("cannot open member {}", path.display()))?;
+    Ok(Arc::new(f))
+}
+
+pub fn open_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<dyn Member>>> {
+    paths.iter().map(|p| open_member(p)).collect()
+}

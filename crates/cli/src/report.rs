@@ -1,0 +1,279 @@
+//! Human (mdadm-like) and JSON reports.
+
+use crate::timefmt::ctime;
+use serde_json::{json, Value};
+use uraid_core::geometry::{raid10, raid5};
+use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
+use uraid_core::{Level, MemberIdx};
+use uraid_engine::{Array, SlotState};
+
+pub fn layout_name(level: Level, layout: u32) -> String {
+    match level {
+        Level::Raid4 => "parity-last".into(),
+        Level::Raid5 | Level::Raid6 => raid5::layout_name(layout)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("unknown ({layout})")),
+        Level::Raid10 => raid10::layout_name(layout),
+        Level::Raid0 => match layout {
+            1 => "original".into(),
+            2 => "alternate".into(),
+            _ => "-unknown-".into(),
+        },
+        Level::Raid1 => "-".into(),
+    }
+}
+
+fn level_name(level: i32) -> String {
+    match Level::from_md(level) {
+        Some(l) => l.to_string(),
+        None => format!("level {level}"),
+    }
+}
+
+fn sectors_human(s: u64) -> String {
+    let bytes = s as f64 * 512.0;
+    format!(
+        "{} sectors ({:.2} GiB {:.2} GB)",
+        s,
+        bytes / (1u64 << 30) as f64,
+        bytes / 1e9
+    )
+}
+
+fn role_string(r: u16) -> String {
+    match r {
+        sbm::ROLE_SPARE => "spare".into(),
+        sbm::ROLE_FAULTY => "faulty".into(),
+        sbm::ROLE_JOURNAL => "journal".into(),
+        n => format!("Active device {n}"),
+    }
+}
+
+/// 'A' per active role, '.' per missing, as mdadm's "Array State".
+fn array_state(sb: &Superblock) -> String {
+    let mut s = vec!['.'; sb.raid_disks as usize];
+    for &r in &sb.dev_roles {
+        if (r as usize) < s.len() {
+            s[r as usize] = 'A';
+        }
+    }
+    s.into_iter().collect()
+}
+
+pub fn examine_human(path: &str, sb: &Superblock) -> String {
+    let level = Level::from_md(sb.level);
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    line("Magic", format!("{:x}", sbm::MD_SB_MAGIC));
+    line("Version", "1.2".into());
+    line("Feature Map", format!("{:#x}", sb.feature_map));
+    line("Array UUID", uuid_string(&sb.set_uuid));
+    line("Name", sb.name().to_string());
+    line("Creation Time", ctime(sb.ctime_secs()));
+    line("Raid Level", level_name(sb.level));
+    line("Raid Devices", sb.raid_disks.to_string());
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    line("Avail Dev Size", sectors_human(sb.data_size));
+    if sb.size > 0 {
+        line("Used Dev Size", sectors_human(sb.size));
+    }
+    line("Data Offset", format!("{} sectors", sb.data_offset));
+    line("Super Offset", format!("{} sectors", sb.super_offset));
+    line(
+        "State",
+        if sb.is_clean() { "clean" } else { "active" }.into(),
+    );
+    line("Device UUID", uuid_string(&sb.device_uuid));
+    if let Some(b) = sb.bitmap_sector() {
+        line(
+            "Internal Bitmap",
+            format!("{} sectors from superblock", b as i64 - sb.super_offset as i64),
+        );
+    }
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    line("Update Time", ctime(sb.utime_secs()));
+    line("Checksum", format!("{:x} - correct", sb.sb_csum));
+    line("Events", sb.events.to_string());
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    if let Some(l) = level {
+        if l != Level::Raid1 {
+            line("Layout", layout_name(l, sb.layout));
+            line("Chunk Size", format!("{}K", sb.chunksize / 2));
+        }
+    }
+    o.push('\n');
+    let role = sb.role_of_this_device().unwrap_or(sbm::ROLE_SPARE);
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>14} : {v}\n"));
+    line("Device Role", role_string(role));
+    line(
+        "Array State",
+        format!("{} ('A' == active, '.' == missing, 'R' == replacing)", array_state(sb)),
+    );
+    format!("{path}:\n{o}")
+}
+
+pub fn examine_json(path: &str, sb: &Superblock) -> Value {
+    let level = Level::from_md(sb.level);
+    json!({
+        "device": path,
+        "magic": format!("{:x}", sbm::MD_SB_MAGIC),
+        "version": "1.2",
+        "feature_map": sb.feature_map,
+        "uuid": uuid_string(&sb.set_uuid),
+        "name": sb.name(),
+        "creation_time": sb.ctime_secs(),
+        "level": level_name(sb.level),
+        "raid_disks": sb.raid_disks,
+        "layout": level.map(|l| layout_name(l, sb.layout)),
+        "layout_number": sb.layout,
+        "chunk_bytes": u64::from(sb.chunksize) * 512,
+        "avail_dev_sectors": sb.data_size,
+        "used_dev_sectors": sb.size,
+        "data_offset_sectors": sb.data_offset,
+        "super_offset_sectors": sb.super_offset,
+        "state": if sb.is_clean() { "clean" } else { "active" },
+        "device_uuid": uuid_string(&sb.device_uuid),
+        "update_time": sb.utime_secs(),
+        "checksum": format!("{:08x}", sb.sb_csum),
+        "events": sb.events,
+        "dev_number": sb.dev_number,
+        "role": sb.role_of_this_device().map(role_string),
+        "role_number": sb.role_of_this_device().filter(|&r| u32::from(r) < sb.raid_disks),
+        "array_state": array_state(sb),
+        "bitmap_offset_sectors": sb.bitmap_sector().map(|_| sb.bitmap_offset),
+    })
+}
+
+fn state_words(a: &Array) -> String {
+    let meta = a.meta();
+    let mut w = vec![if meta.is_dirty() { "active" } else { "clean" }];
+    if a.is_degraded() {
+        w.push("degraded");
+    }
+    if meta.needs_resync() {
+        w.push("resync pending");
+    }
+    w.join(", ")
+}
+
+fn slot_state_str(s: SlotState) -> &'static str {
+    match s {
+        SlotState::Active => "active sync",
+        SlotState::Faulty => "faulty",
+        SlotState::Missing => "removed",
+    }
+}
+
+pub fn detail_human(a: &Array) -> String {
+    let meta = a.meta();
+    let sb = meta.template().clone();
+    drop(meta);
+    let g = a.geometry();
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    line("Version", "1.2".into());
+    line("Creation Time", ctime(sb.ctime_secs()));
+    line("Raid Level", g.level.to_string());
+    line(
+        "Array Size",
+        format!(
+            "{} KiB ({:.2} GiB {:.2} GB)",
+            a.size_bytes() / 1024,
+            a.size_bytes() as f64 / (1u64 << 30) as f64,
+            a.size_bytes() as f64 / 1e9
+        ),
+    );
+    if g.level != Level::Raid0 {
+        line("Used Dev Size", format!("{} KiB", g.dev_sectors / 2));
+    }
+    line("Raid Devices", g.raid_disks.to_string());
+    line(
+        "Total Devices",
+        (0..g.raid_disks)
+            .filter(|&r| a.slot_state(MemberIdx(r)) != SlotState::Missing)
+            .count()
+            .to_string(),
+    );
+    line("Persistence", "Superblock is persistent".into());
+    if sb.bitmap_sector().is_some() {
+        line("Intent Bitmap", "Internal".into());
+    }
+    line("Update Time", ctime(sb.utime_secs()));
+    line("State", state_words(a));
+    let missing = a.missing_roles().len();
+    line("Active Devices", (g.raid_disks - missing).to_string());
+    line("Working Devices", (g.raid_disks - missing).to_string());
+    line("Failed Devices", 
+        (0..g.raid_disks)
+            .filter(|&r| a.slot_state(MemberIdx(r)) == SlotState::Faulty)
+            .count()
+            .to_string(),
+    );
+    if g.level != Level::Raid1 {
+        line("Layout", layout_name(g.level, g.layout));
+        line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+    }
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    line("Name", sb.name().to_string());
+    line("UUID", uuid_string(&sb.set_uuid));
+    line("Events", sb.events.to_string());
+    o.push_str("\n    Number   RaidDevice State\n");
+    for r in 0..g.raid_disks {
+        let st = a.slot_state(MemberIdx(r));
+        let name = a
+            .slot(MemberIdx(r))
+            .dev
+            .as_ref()
+            .map(|d| d.name())
+            .unwrap_or_else(|| "-".into());
+        o.push_str(&format!(
+            "    {:>6}   {:>10} {:<16} {}\n",
+            r,
+            r,
+            slot_state_str(st),
+            if st == SlotState::Missing { "" } else { &name }
+        ));
+    }
+    o
+}
+
+pub fn detail_json(a: &Array) -> Value {
+    let meta = a.meta();
+    let sb = meta.template().clone();
+    let needs_resync = meta.needs_resync();
+    let dirty = meta.is_dirty();
+    drop(meta);
+    let g = a.geometry();
+    let members: Vec<Value> = (0..g.raid_disks)
+        .map(|r| {
+            let st = a.slot_state(MemberIdx(r));
+            json!({
+                "role": r,
+                "state": match st { SlotState::Active => "active", SlotState::Faulty => "faulty", SlotState::Missing => "missing" },
+                "device": a.slot(MemberIdx(r)).dev.as_ref().map(|d| d.name()),
+            })
+        })
+        .collect();
+    json!({
+        "version": "1.2",
+        "uuid": uuid_string(&sb.set_uuid),
+        "name": sb.name(),
+        "level": g.level.to_string(),
+        "layout": layout_name(g.level, g.layout),
+        "layout_number": g.layout,
+        "chunk_bytes": if g.level == Level::Raid1 { 0 } else { g.chunk_sectors * 512 },
+        "raid_disks": g.raid_disks,
+        "array_bytes": a.size_bytes(),
+        "used_dev_sectors": g.dev_sectors,
+        "events": sb.events,
+        "state": if dirty { "active" } else { "clean" },
+        "degraded": a.is_degraded(),
+        "resync_pending": needs_resync,
+        "bitmap": sb.bitmap_sector().is_some(),
+        "members": members,
+    })
+}

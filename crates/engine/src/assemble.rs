@@ -1,0 +1,271 @@
+//! Putting an existing array together from its members' superblocks, as mdadm --assemble.
+
+use crate::array::{Array, Slot};
+use crate::error::ArrayError;
+use crate::member::Member;
+use crate::meta::{read_superblock, Meta};
+use std::sync::Arc;
+use uraid_core::geometry::ArrayGeometry;
+use uraid_core::superblock::{uuid_string, Superblock, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE};
+use uraid_core::{Level, SECTOR_BYTES};
+
+#[derive(Clone, Debug, Default)]
+pub struct AssembleOptions {
+    /// Start even with stale members or disagreeing superblocks, as mdadm --force.
+    pub force: bool,
+}
+
+/// What assembly decided about each device, for the report.
+#[derive(Clone, Debug)]
+pub struct AssembleReport {
+    pub uuid: String,
+    pub events: u64,
+    pub members: Vec<MemberReport>,
+    /// The array was not stopped cleanly.
+    pub unclean: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct MemberReport {
+    pub name: String,
+    pub events: u64,
+    pub outcome: MemberOutcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberOutcome {
+    Active(usize),
+    /// Included although its events were behind (only with force).
+    ForcedActive(usize),
+    Stale,
+    Faulty,
+    Spare,
+    Journal,
+    Duplicate(usize),
+}
+
+fn array_fields(sb: &Superblock) -> (i32, u32, u32, u32, u64) {
+    (sb.level, sb.layout, sb.chunksize, sb.raid_disks, sb.size)
+}
+
+/// Assemble the array that `devs` belong to.
+pub fn assemble(
+    devs: Vec<Arc<dyn Member>>,
+    opts: &AssembleOptions,
+) -> Result<(Array, AssembleReport), ArrayError> {
+    if devs.is_empty() {
+        return Err(ArrayError::Assemble("no member devices given".into()));
+    }
+    let mut sbs = Vec::with_capacity(devs.len());
+    for d in &devs {
+        sbs.push(read_superblock(d.as_ref())?);
+    }
+    // All members must belong to one array.
+    let uuid0 = sbs[0].set_uuid;
+    for (d, sb) in devs.iter().zip(&sbs).skip(1) {
+        if sb.set_uuid != uuid0 {
+            return Err(ArrayError::Assemble(format!(
+                "members belong to different arrays: {} has UUID {} but {} has UUID {}",
+                devs[0].name(),
+                uuid_string(&uuid0),
+                d.name(),
+                uuid_string(&sb.set_uuid)
+            )));
+        }
+    }
+    let fresh = (0..sbs.len()).max_by_key(|&i| sbs[i].events).expect("one");
+    let template = sbs[fresh].clone();
+    let level = Level::from_md(template.level).ok_or_else(|| {
+        ArrayError::Assemble(format!(
+            "unsupported raid level {} (uraid supports 0, 1, 4, 5, 6, 10)",
+            template.level
+        ))
+    })?;
+    let raid_disks = template.raid_disks as usize;
+    let mut slots: Vec<Option<(usize, bool)>> = vec![None; raid_disks]; // (dev index, forced)
+    let mut outcomes: Vec<MemberOutcome> = Vec::with_capacity(devs.len());
+    let mut stale: Vec<(usize, usize)> = Vec::new(); // (dev, role)
+    for (i, sb) in sbs.iter().enumerate() {
+        if array_fields(sb) != array_fields(&template) && sb.events == template.events {
+            if !opts.force {
+                return Err(ArrayError::Assemble(format!(
+                    "{} and {} have the same events count ({}) but disagree about the array \
+                     (level/layout/chunk/disks/size {:?} vs {:?}); refusing without --force",
+                    devs[i].name(),
+                    devs[fresh].name(),
+                    sb.events,
+                    array_fields(sb),
+                    array_fields(&template)
+                )));
+            }
+        }
+        let role = template
+            .dev_roles
+            .get(sb.dev_number as usize)
+            .copied()
+            .unwrap_or(ROLE_SPARE);
+        let outcome = match role {
+            ROLE_FAULTY => MemberOutcome::Faulty,
+            ROLE_SPARE => MemberOutcome::Spare,
+            ROLE_JOURNAL => MemberOutcome::Journal,
+            r if (r as usize) < raid_disks => {
+                let r = r as usize;
+                if sb.events < template.events {
+                    stale.push((i, r));
+                    MemberOutcome::Stale
+                } else if let Some((other, _)) = slots[r] {
+                    return Err(ArrayError::Assemble(format!(
+                        "{} and {} both claim role {r}",
+                        devs[other].name(),
+                        devs[i].name()
+                    )));
+                } else {
+                    slots[r] = Some((i, false));
+                    MemberOutcome::Active(r)
+                }
+            }
+            _ => MemberOutcome::Spare,
+        };
+        outcomes.push(outcome);
+    }
+    // Stale members: md kicks them out; mdadm --force brings back the freshest ones when the
+    // array could not start otherwise.
+    stale.sort_by_key(|&(i, _)| std::cmp::Reverse(sbs[i].events));
+    let geometry = geometry_from(&template, level, &slots, &sbs)?;
+    let personality = uraid_core::geometry::Personality::new(&geometry)?;
+    let missing = |slots: &Vec<Option<(usize, bool)>>| {
+        (0..raid_disks)
+            .filter(|&r| slots[r].is_none())
+            .map(uraid_core::MemberIdx)
+            .collect::<Vec<_>>()
+    };
+    if opts.force {
+        for &(i, r) in &stale {
+            if personality.survives(&missing(&slots)) {
+                break;
+            }
+            if slots[r].is_none() {
+                slots[r] = Some((i, true));
+                outcomes[i] = MemberOutcome::ForcedActive(r);
+            }
+        }
+    }
+    if !personality.survives(&missing(&slots)) {
+        let hint = if !stale.is_empty() && !opts.force {
+            format!(
+                "; {} member(s) have older events ({}) and were left out: --force may start it",
+                stale.len(),
+                stale
+                    .iter()
+                    .map(|&(i, _)| format!("{} events {}", devs[i].name(), sbs[i].events))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            String::new()
+        };
+        return Err(ArrayError::Assemble(format!(
+            "{level} {} cannot start: {} of {raid_disks} members usable, it tolerates {} missing{hint}",
+            uuid_string(&uuid0),
+            raid_disks - missing(&slots).len(),
+            personality.max_degraded(),
+        )));
+    }
+    // Every member must hold its data area.
+    for (r, s) in slots.iter().enumerate() {
+        if let Some((i, _)) = s {
+            let sb = &sbs[*i];
+            let need = (sb.data_offset + member_data_sectors(&geometry, r, sb)) * SECTOR_BYTES;
+            if devs[*i].size_bytes() < need {
+                return Err(ArrayError::Assemble(format!(
+                    "{}: device is {} bytes but its superblock needs {need} (truncated member?)",
+                    devs[*i].name(),
+                    devs[*i].size_bytes()
+                )));
+            }
+        }
+    }
+    let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
+    let mut array_slots = Vec::with_capacity(raid_disks);
+    let mut template = template;
+    for (r, s) in slots.iter().enumerate() {
+        match s {
+            Some((i, forced)) => {
+                let mut sb = sbs[*i].clone();
+                if *forced {
+                    sb.events = template.events;
+                }
+                array_slots.push(Slot::new(
+                    Some(devs[*i].clone()),
+                    sb.data_offset * SECTOR_BYTES,
+                ));
+                members_sb[r] = Some(sb);
+            }
+            None => array_slots.push(Slot::new(None, 0)),
+        }
+    }
+    // A forced-in member takes back its role in the superblocks.
+    for (r, s) in slots.iter().enumerate() {
+        if let Some((i, true)) = s {
+            let n = sbs[*i].dev_number as usize;
+            if n < template.dev_roles.len() {
+                template.dev_roles[n] = r as u16;
+            }
+        }
+    }
+    let unclean = template.resync_offset != uraid_core::superblock::MAX_SECTOR;
+    let report = AssembleReport {
+        uuid: uuid_string(&uuid0),
+        events: template.events,
+        members: devs
+            .iter()
+            .zip(&sbs)
+            .zip(outcomes)
+            .map(|((d, sb), outcome)| MemberReport {
+                name: d.name(),
+                events: sb.events,
+                outcome,
+            })
+            .collect(),
+        unclean,
+    };
+    let mut meta = Meta::new(template, members_sb);
+    if let Some((i, _)) = slots.iter().flatten().next() {
+        meta.bitmap = crate::bitmap::BitmapState::load(devs[*i].as_ref(), &sbs[*i])?;
+    }
+    let array = Array::new(geometry, array_slots, meta)?;
+    Ok((array, report))
+}
+
+fn member_data_sectors(g: &ArrayGeometry, role: usize, sb: &Superblock) -> u64 {
+    if g.level == Level::Raid0 {
+        g.member_sectors.get(role).copied().unwrap_or(sb.data_size)
+    } else {
+        g.dev_sectors
+    }
+}
+
+/// The layout's inputs from the superblock. raid0 uses each member's own data size.
+pub fn geometry_from(
+    sb: &Superblock,
+    level: Level,
+    slots: &[Option<(usize, bool)>],
+    sbs: &[Superblock],
+) -> Result<ArrayGeometry, ArrayError> {
+    let member_sectors = if level == Level::Raid0 {
+        slots
+            .iter()
+            .map(|s| s.map(|(i, _)| sbs[i].data_size).unwrap_or(0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(ArrayGeometry {
+        level,
+        layout: sb.layout,
+        chunk_sectors: u64::from(sb.chunksize),
+        raid_disks: sb.raid_disks as usize,
+        dev_sectors: sb.size,
+        member_sectors,
+    })
+}

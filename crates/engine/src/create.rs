@@ -1,0 +1,305 @@
+//! Making a new array, as mdadm --create with metadata 1.2.
+
+use crate::array::{Array, Slot};
+use crate::bitmap::BitmapState;
+use crate::error::ArrayError;
+use crate::member::Member;
+use crate::meta::{now_secs, write_superblock, Meta};
+use std::sync::Arc;
+use uraid_core::bitmap::{self as bm, BitmapSuper};
+use uraid_core::geometry::{ArrayGeometry, Personality};
+use uraid_core::superblock::{
+    default_bitmap_space_sectors, default_data_offset_sectors, CreateSpec, Superblock,
+    FEATURE_RAID0_LAYOUT,
+};
+use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+
+/// mdadm's default chunk: 512 KiB.
+pub const DEFAULT_CHUNK_SECTORS: u64 = 1024;
+
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub level: Level,
+    /// md layout number; None picks mdadm's default for the level.
+    pub layout: Option<u32>,
+    pub chunk_sectors: Option<u64>,
+    /// Component size in sectors; None uses the largest that fits every member.
+    pub size_sectors: Option<u64>,
+    /// Array name ("host:name" is mdadm's convention; a name without ':' gets the host).
+    pub name: String,
+    pub bitmap: bool,
+    /// Skip the initial sync: the caller promises the members are consistent.
+    pub assume_clean: bool,
+    pub uuid: Option<[u8; 16]>,
+    pub data_offset_sectors: Option<u64>,
+}
+
+impl CreateOptions {
+    pub fn new(level: Level) -> CreateOptions {
+        CreateOptions {
+            level,
+            layout: None,
+            chunk_sectors: None,
+            size_sectors: None,
+            name: "uraid".into(),
+            bitmap: false,
+            assume_clean: false,
+            uuid: None,
+            data_offset_sectors: None,
+        }
+    }
+}
+
+/// mdadm's default layout for a level.
+pub fn default_layout(level: Level) -> u32 {
+    match level {
+        Level::Raid5 | Level::Raid6 => uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC,
+        Level::Raid4 => uraid_core::geometry::raid5::ALGORITHM_PARITY_N,
+        Level::Raid10 => 0x102,
+        _ => 0,
+    }
+}
+
+pub fn random_uuid() -> [u8; 16] {
+    let mut u = [0u8; 16];
+    if let Ok(f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = (&f).read_exact(&mut u);
+    }
+    if u == [0; 16] {
+        // No /dev/urandom: time and address entropy is still unique enough for a UUID.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let addr = &t as *const u128 as usize as u128;
+        u.copy_from_slice(&(t ^ (addr << 64)).to_le_bytes());
+    }
+    u
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Create an array on `devs` (one per role; None = "missing") and return it running.
+pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Result<Array, ArrayError> {
+    let err = |m: String| ArrayError::Create(m);
+    let level = opts.level;
+    let raid_disks = devs.len();
+    let min = match level {
+        Level::Raid0 | Level::Raid1 => 1,
+        Level::Raid4 | Level::Raid5 | Level::Raid10 => 2,
+        Level::Raid6 => 4,
+    };
+    if raid_disks < min {
+        return Err(err(format!("{level} needs at least {min} devices, got {raid_disks}")));
+    }
+    let layout = opts.layout.unwrap_or_else(|| default_layout(level));
+    let chunk_sectors = if level == Level::Raid1 {
+        0
+    } else {
+        opts.chunk_sectors.unwrap_or(DEFAULT_CHUNK_SECTORS)
+    };
+    if level != Level::Raid1 && (chunk_sectors < 8 || !chunk_sectors.is_power_of_two()) {
+        return Err(err(format!(
+            "chunk size {} KiB is not a power of two of at least 4 KiB",
+            chunk_sectors / 2
+        )));
+    }
+    let present: Vec<&Arc<dyn Member>> = devs.iter().flatten().collect();
+    if present.is_empty() {
+        return Err(err("no devices given (all missing)".into()));
+    }
+    for (i, a) in present.iter().enumerate() {
+        for b in &present[i + 1..] {
+            if a.name() == b.name() {
+                return Err(err(format!("{} is given twice", a.name())));
+            }
+        }
+    }
+    let min_dev_sectors = present.iter().map(|d| d.size_bytes() / SECTOR_BYTES).min().expect("one");
+    let bitmap_space = default_bitmap_space_sectors(min_dev_sectors);
+    let data_offset = opts.data_offset_sectors.unwrap_or_else(|| {
+        default_data_offset_sectors(min_dev_sectors, chunk_sectors as u32, bitmap_space)
+    });
+    let round = if level == Level::Raid1 { 128 } else { chunk_sectors };
+    let avail = |d: &Arc<dyn Member>| -> Result<u64, ArrayError> {
+        let s = d.size_bytes() / SECTOR_BYTES;
+        let usable = s.checked_sub(data_offset).unwrap_or(0) / round * round;
+        if usable == 0 {
+            return Err(err(format!(
+                "{}: device of {} bytes is too small (needs more than {} KiB for metadata and one chunk)",
+                d.name(),
+                d.size_bytes(),
+                (data_offset + round) / 2
+            )));
+        }
+        Ok(usable)
+    };
+    let mut min_avail = u64::MAX;
+    for d in &present {
+        min_avail = min_avail.min(avail(d)?);
+    }
+    let size = match opts.size_sectors {
+        Some(s) => {
+            let s = s / round.max(8) * round.max(8);
+            if s == 0 || s > min_avail {
+                return Err(err(format!(
+                    "requested size {} KiB does not fit: the smallest member has {} KiB after metadata",
+                    s / 2,
+                    min_avail / 2
+                )));
+            }
+            s
+        }
+        None => min_avail,
+    };
+    let member_sectors: Vec<u64> = if level == Level::Raid0 {
+        let mut v = Vec::new();
+        for d in devs.iter() {
+            match d {
+                Some(d) => v.push(avail(d)?),
+                None => return Err(err("raid0 has no redundancy: no member can be missing".into())),
+            }
+        }
+        v
+    } else {
+        Vec::new()
+    };
+    let multizone = level == Level::Raid0 && member_sectors.iter().any(|&s| s != member_sectors[0]);
+    // Multi-zone raid0 needs an explicit layout for Linux to start it; md's alternate
+    // layout is the one recommended for new arrays.
+    let layout = if multizone && opts.layout.is_none() { 2 } else { layout };
+    let geometry = ArrayGeometry {
+        level,
+        layout,
+        chunk_sectors,
+        raid_disks,
+        dev_sectors: if level == Level::Raid0 { 0 } else { size },
+        member_sectors: member_sectors.clone(),
+    };
+    let personality = Personality::new(&geometry)?;
+    let missing: Vec<MemberIdx> = devs
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.is_none())
+        .map(|(i, _)| MemberIdx(i))
+        .collect();
+    if !personality.survives(&missing) {
+        return Err(err(format!(
+            "{level} with {} missing member(s) cannot hold data (it tolerates {})",
+            missing.len(),
+            personality.max_degraded()
+        )));
+    }
+    let uuid = opts.uuid.unwrap_or_else(random_uuid);
+    let name = if opts.name.contains(':') {
+        opts.name.clone()
+    } else {
+        format!("{}:{}", hostname(), opts.name)
+    };
+    let mut name = name;
+    name.truncate(32);
+    let sync_size = if level == Level::Raid0 { 0 } else { size };
+    let bitmap = if opts.bitmap {
+        if level == Level::Raid0 {
+            return Err(err("raid0 has no redundancy, so it cannot have a bitmap".into()));
+        }
+        let chunk = bm::default_chunk_bytes(sync_size, bitmap_space)
+            .ok_or_else(|| err("no room for an internal bitmap".into()))?;
+        let bms = BitmapSuper::new(uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
+            .map_err(|e| err(format!("bitmap: {e}")))?;
+        if 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {
+            return Err(err("the bitmap does not fit before the data offset".into()));
+        }
+        Some(bms)
+    } else {
+        None
+    };
+    let redundant = level != Level::Raid0;
+    let all_zero = present.iter().all(|d| d.known_zero());
+    let needs_sync = redundant && !opts.assume_clean && !all_zero;
+    let spec = CreateSpec {
+        set_uuid: uuid,
+        set_name: name,
+        ctime_secs: now_secs(),
+        level: level.md_level(),
+        layout,
+        chunk_sectors: chunk_sectors as u32,
+        raid_disks: raid_disks as u32,
+        spares: 0,
+        missing: missing.iter().map(|m| m.0 as u32).collect(),
+        size_sectors: if level == Level::Raid0 { 0 } else { size },
+        data_offset_sectors: data_offset,
+        internal_bitmap: bitmap.as_ref().map(|b| (8, b.space_bytes() / SECTOR_BYTES)),
+        bad_block_log: true,
+        clean: true,
+    };
+    let mut sbs: Vec<Option<Superblock>> = Vec::with_capacity(raid_disks);
+    for (i, d) in devs.iter().enumerate() {
+        match d {
+            Some(d) => {
+                let mut sb = Superblock::new_for_create(
+                    &spec,
+                    i as u32,
+                    random_uuid(),
+                    d.size_bytes() / SECTOR_BYTES,
+                )
+                .map_err(|e| err(format!("{}: {e}", d.name())))?;
+                if multizone {
+                    sb.feature_map |= FEATURE_RAID0_LAYOUT;
+                }
+                if level == Level::Raid0 {
+                    // md reads each raid0 member's size from data_size.
+                    sb.data_size = member_sectors[i];
+                }
+                sbs.push(Some(sb));
+            }
+            None => sbs.push(None),
+        }
+    }
+    // Write the superblocks (and bitmaps) before any data, so a failed create leaves
+    // members that say what they are.
+    for (d, sb) in devs.iter().zip(&sbs) {
+        if let (Some(d), Some(sb)) = (d, sb) {
+            write_superblock(d.as_ref(), sb)?;
+            if let Some(bms) = &bitmap {
+                let mut area = bm::initial_area(bms);
+                // Freshly created and in sync: no chunk is dirty.
+                area[bm::BITMAP_SUPER_BYTES..].fill(0);
+                let off = (sb.super_offset + 8) * SECTOR_BYTES;
+                let mut buf = crate::buf::AlignedBuf::new(area.len());
+                buf.copy_from_slice(&area);
+                d.write_at(&buf, off)?;
+                d.flush()?;
+            }
+        }
+    }
+    let template = sbs.iter().flatten().next().expect("one member").clone();
+    let slots = devs
+        .iter()
+        .zip(&sbs)
+        .map(|(d, sb)| Slot::new(d.clone(), sb.as_ref().map(|s| s.data_offset * SECTOR_BYTES).unwrap_or(0)))
+        .collect();
+    let mut meta = Meta::new(template, sbs);
+    if let Some(bms) = bitmap {
+        meta.bitmap = Some(BitmapState::new(bms, 8));
+    }
+    let array = Array::new(geometry, slots, meta)?;
+    if needs_sync {
+        if missing.is_empty() {
+            array.resync()?;
+        } else {
+            // Degraded from the start: nothing to resync against, as md.
+            array.meta().set_resync_done();
+        }
+    }
+    {
+        let mut meta = array.meta();
+        meta.write_all(&array)?;
+    }
+    Ok(array)
+}

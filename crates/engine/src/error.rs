@@ -1,0 +1,92 @@
+//! Engine errors. Every variant maps to an errno for block exports.
+
+use std::io;
+use thiserror::Error;
+use uraid_core::geometry::GeometryError;
+use uraid_core::superblock::SuperblockError;
+
+#[derive(Debug, Error)]
+pub enum ArrayError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("array cannot serve this request: {0}")]
+    Failed(String),
+    #[error("request at byte {offset} of {len} bytes is beyond the end of the array ({size} bytes)")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    #[error("{0}")]
+    Geometry(#[from] GeometryError),
+    #[error("{member}: {source}")]
+    Superblock {
+        member: String,
+        source: SuperblockError,
+    },
+    #[error("{0}")]
+    Assemble(String),
+    #[error("{0}")]
+    Create(String),
+    #[error("array is read-only: {0}")]
+    ReadOnly(String),
+}
+
+impl ArrayError {
+    /// The errno a block export should report.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ArrayError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            ArrayError::OutOfRange { .. } => libc::EINVAL,
+            ArrayError::ReadOnly(_) => libc::EROFS,
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<ArrayError> for io::Error {
+    fn from(e: ArrayError) -> io::Error {
+        match e {
+            ArrayError::Io(e) => e,
+            other => {
+                // Keep the errno for exports and the message for people.
+                let errno = other.errno();
+                let kind = io::Error::from_raw_os_error(errno).kind();
+                io::Error::new(
+                    kind,
+                    ErrnoMsg {
+                        errno,
+                        msg: other.to_string(),
+                    },
+                )
+            }
+        }
+    }
+}
+
+/// An io::Error payload that carries an errno alongside the message.
+#[derive(Debug)]
+pub struct ErrnoMsg {
+    pub errno: i32,
+    pub msg: String,
+}
+
+impl std::fmt::Display for ErrnoMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for ErrnoMsg {}
+
+/// The errno of any io::Error, including ones made from an [`ArrayError`].
+pub fn errno_of(e: &io::Error) -> i32 {
+    if let Some(n) = e.raw_os_error() {
+        return n;
+    }
+    if let Some(m) = e.get_ref().and_then(|r| r.downcast_ref::<ErrnoMsg>()) {
+        return m.errno;
+    }
+    match e.kind() {
+        io::ErrorKind::InvalidInput => libc::EINVAL,
+        io::ErrorKind::PermissionDenied => libc::EPERM,
+        io::ErrorKind::StorageFull => libc::ENOSPC,
+        _ => libc::EIO,
+    }
+}

@@ -1,0 +1,177 @@
+//! Superblock state of a running array, kept the way md keeps it.
+//!
+//! Array-wide fields (events, dev_roles, resync_offset, utime) live in one template taken
+//! from the freshest member at assembly; each member keeps its own identity fields
+//! (dev_number, device_uuid, data_offset, data_size, recovery_offset). Every update bumps
+//! `events` and rewrites the superblock of every live member, then flushes them, before the
+//! caller goes on: a crash can never leave a stale member looking fresh.
+
+use crate::array::Array;
+use crate::bitmap::BitmapState;
+use crate::error::ArrayError;
+use crate::member::Member;
+use std::time::{SystemTime, UNIX_EPOCH};
+use uraid_core::superblock::{
+    Superblock, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
+};
+use uraid_core::MemberIdx;
+
+pub struct Meta {
+    /// Array-wide state, from the freshest superblock.
+    pub(crate) template: Superblock,
+    /// Each role's own superblock (None for a missing role).
+    pub(crate) members: Vec<Option<Superblock>>,
+    /// A resync is owed (the array was not stopped cleanly) and has not run yet.
+    pub(crate) needs_resync: bool,
+    /// The internal write-intent bitmap, if the array has one.
+    pub(crate) bitmap: Option<BitmapState>,
+}
+
+impl Meta {
+    pub fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
+        let needs_resync = template.resync_offset != MAX_SECTOR;
+        Meta {
+            template,
+            members,
+            needs_resync,
+            bitmap: None,
+        }
+    }
+
+    pub fn template(&self) -> &Superblock {
+        &self.template
+    }
+
+    pub fn member_sb(&self, role: MemberIdx) -> Option<&Superblock> {
+        self.members.get(role.0).and_then(|m| m.as_ref())
+    }
+
+    pub fn events(&self) -> u64 {
+        self.template.events
+    }
+
+    pub fn needs_resync(&self) -> bool {
+        self.needs_resync
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.template.resync_offset != MAX_SECTOR
+    }
+
+    /// md: resync_offset 0 while writes may be in flight; MaxSector when clean, unless a
+    /// resync is still owed, which keeps the old position.
+    pub fn set_dirty(&mut self, dirty: bool) {
+        if dirty {
+            self.template.resync_offset = 0;
+        } else if !self.needs_resync {
+            self.template.resync_offset = MAX_SECTOR;
+        }
+    }
+
+    pub fn set_resync_done(&mut self) {
+        self.needs_resync = false;
+    }
+
+    pub fn mark_faulty(&mut self, role: MemberIdx) {
+        if let Some(sb) = self.members.get(role.0).and_then(|m| m.as_ref()) {
+            let n = sb.dev_number as usize;
+            if n < self.template.dev_roles.len() {
+                self.template.dev_roles[n] = ROLE_FAULTY;
+            }
+        }
+    }
+
+    /// Bump events and write every live member's superblock, then flush them.
+    pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
+        self.template.events += 1;
+        self.template.utime = now_secs() & ((1 << 40) - 1);
+        let mut written = 0;
+        let mut last_err = None;
+        for (i, own) in self.members.iter_mut().enumerate() {
+            let Some(own) = own else { continue };
+            let Some(dev) = a.live(MemberIdx(i)) else {
+                continue;
+            };
+            let sb = {
+                let mut sb = self.template.clone();
+                sb.dev_number = own.dev_number;
+                sb
+            };
+            let merged = Meta::merge_into(sb, own);
+            let dirty = merged.resync_offset != MAX_SECTOR;
+            if let Some(bm) = self.bitmap.as_mut() {
+                // The bitmap goes first: md must never see a dirty superblock with a
+                // bitmap that claims the array is clean.
+                if let Err(e) = bm.write(dev, &merged, merged.events, dirty) {
+                    tracing::error!("{}: bitmap write failed: {e}", dev.name());
+                }
+            }
+            match write_superblock(dev, &merged) {
+                Ok(()) => {
+                    *own = merged;
+                    written += 1;
+                }
+                Err(e) => {
+                    tracing::error!("{}: superblock write failed: {e}", dev.name());
+                    last_err = Some(e);
+                }
+            }
+        }
+        if let Some(bm) = self.bitmap.as_mut() {
+            bm.written(self.template.resync_offset != MAX_SECTOR);
+        }
+        match (written, last_err) {
+            (0, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
+        sb.device_uuid = own.device_uuid;
+        sb.data_offset = own.data_offset;
+        sb.data_size = own.data_size;
+        sb.super_offset = own.super_offset;
+        sb.recovery_offset = own.recovery_offset;
+        sb.devflags = own.devflags;
+        sb.bblog_shift = own.bblog_shift;
+        sb.bblog_size = own.bblog_size;
+        sb.bblog_offset = own.bblog_offset;
+        sb.cnt_corrected_read = own.cnt_corrected_read;
+        sb
+    }
+}
+
+pub(crate) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Read and decode the v1.2 superblock of a device.
+pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
+    let need = SB_V12_OFFSET_BYTES + SB_IO_BYTES as u64;
+    if dev.size_bytes() < need {
+        return Err(ArrayError::Assemble(format!(
+            "{}: device of {} bytes is too small to hold an md v1.2 superblock",
+            dev.name(),
+            dev.size_bytes()
+        )));
+    }
+    let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
+    dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
+    Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
+        member: dev.name(),
+        source,
+    })
+}
+
+/// Encode and write a superblock, then flush the device.
+pub fn write_superblock(dev: &dyn Member, sb: &Superblock) -> Result<(), ArrayError> {
+    let bytes = sb.encode();
+    let mut buf = crate::buf::AlignedBuf::new(bytes.len());
+    buf.copy_from_slice(&bytes);
+    dev.write_at(&buf, sb.super_offset * 512)?;
+    dev.flush()?;
+    Ok(())
+}

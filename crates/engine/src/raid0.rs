@@ -1,0 +1,55 @@
+//! raid0 IO: each piece of a request goes to exactly one member; no redundancy.
+
+use crate::array::{no_redundancy, Array, OpList};
+use crate::error::ArrayError;
+use uraid_core::geometry::Raid0;
+use uraid_core::SECTOR_BYTES;
+
+fn pieces(g: &Raid0, sector: u64, len: usize) -> Vec<(uraid_core::MemberIdx, u64, usize)> {
+    let mut out = Vec::new();
+    let mut s = sector;
+    let mut done = 0usize;
+    while done < len {
+        let m = g.map(s);
+        let n = ((m.contiguous_sectors * SECTOR_BYTES) as usize).min(len - done);
+        out.push((m.member, m.member_sector, n));
+        done += n;
+        s += (n as u64) / SECTOR_BYTES;
+    }
+    out
+}
+
+pub(crate) fn read(a: &Array, g: &Raid0, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
+    let mut ops = OpList::new();
+    let mut rest = buf;
+    for (role, msec, n) in pieces(g, sector, rest.len()) {
+        if a.live(role).is_none() {
+            return Err(no_redundancy(a, "read"));
+        }
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
+        ops.read(a, role, msec, head);
+        rest = tail;
+    }
+    if ops.run(a).is_empty() {
+        Ok(())
+    } else {
+        Err(no_redundancy(a, "read"))
+    }
+}
+
+pub(crate) fn write(a: &Array, g: &Raid0, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
+    let mut ops = OpList::new();
+    let mut off = 0;
+    for (role, msec, n) in pieces(g, sector, buf.len()) {
+        if a.live(role).is_none() {
+            return Err(no_redundancy(a, "write"));
+        }
+        ops.write(a, role, msec, &buf[off..off + n]);
+        off += n;
+    }
+    if ops.run(a).is_empty() {
+        Ok(())
+    } else {
+        Err(no_redundancy(a, "write"))
+    }
+}
