@@ -245,7 +245,8 @@ impl Request {
             .ok_or(Errno::Overflow)?;
         if end > limits.size_bytes {
             // The spec asks for ENOSPC on writes past the end.
-            return Err(if writes { Errno::NoSpc } else { Errno::Inval });
+            let stores = matches!(self.command, Command::Write | Command::WriteZeroes);
+            return Err(if stores { Errno::NoSpc } else { Errno::Inval });
         }
         let align = u64::from(limits.min_block_bytes.max(1));
         // `align` is a power of two.

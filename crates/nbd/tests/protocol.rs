@@ -1,0 +1,301 @@
+//! Protocol behaviour through a raw client: options, commands, errors, shutdown.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use common::*;
+use uraid_nbd::proto::*;
+use uraid_nbd::{MemBackend, ServerConfig};
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn go_reports_size_and_flags_and_data_roundtrips() {
+    let srv = TestServer::start(4 * MIB);
+    for structured in [false, true] {
+        let mut c = Client::connect(&srv.socket, "", structured).unwrap();
+        assert_eq!(c.size, 4 * MIB as u64);
+        let want = FLAG_HAS_FLAGS
+            | FLAG_SEND_FLUSH
+            | FLAG_SEND_FUA
+            | FLAG_SEND_TRIM
+            | FLAG_SEND_WRITE_ZEROES
+            | FLAG_CAN_MULTI_CONN
+            | if structured { FLAG_SEND_DF } else { 0 };
+        assert_eq!(c.flags, want);
+        let data = pattern(structured as u64 + 1, 10_000);
+        assert_eq!(c.write(12_345, &data), 0);
+        assert_eq!(c.read(12_345, 10_000).unwrap(), data);
+        // Zero-length read is legal and carries no data.
+        assert_eq!(c.read(0, 0).unwrap(), Vec::<u8>::new());
+        c.disconnect();
+        assert_eq!(&srv.backend.snapshot()[12_345..22_345], &data[..]);
+    }
+}
+
+#[test]
+fn pipelined_requests_get_every_reply_with_right_data() {
+    let srv = TestServer::start(8 * MIB);
+    let mut c = Client::connect(&srv.socket, "uraid", true).unwrap();
+    let mut expect = HashMap::new();
+    // 96 writes in flight (more than the worker count), then 96 reads.
+    for i in 0..96u64 {
+        let data = pattern(i, 4096 * (1 + (i as usize % 5)));
+        let cookie = c
+            .send(Command::Write, 0, i * 65536, data.len() as u32, &data)
+            .unwrap();
+        expect.insert(cookie, data);
+    }
+    let mut written = HashMap::new();
+    for _ in 0..96 {
+        let r = c.recv().unwrap();
+        assert_eq!(r.error, 0);
+        let data = expect
+            .remove(&r.cookie)
+            .expect("reply to an unknown cookie");
+        written.insert(r.cookie, data);
+    }
+    assert!(expect.is_empty());
+    let mut reads = HashMap::new();
+    for (i, (_, data)) in (0u64..).zip({
+        let mut v: Vec<_> = written.into_iter().collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    }) {
+        let cookie = c
+            .send(Command::Read, 0, i * 65536, data.len() as u32, &[])
+            .unwrap();
+        reads.insert(cookie, data);
+    }
+    for _ in 0..96 {
+        let r = c.recv().unwrap();
+        assert_eq!(r.error, 0);
+        assert_eq!(r.data, reads.remove(&r.cookie).unwrap());
+    }
+}
+
+#[test]
+fn fua_flush_trim_and_write_zeroes_reach_the_backend() {
+    let srv = TestServer::start_with(
+        MemBackend::from_vec(vec![0xee; MIB]),
+        ServerConfig::default(),
+    );
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    let r = c
+        .call(Command::Write, CMD_FLAG_FUA, 0, 512, &[1u8; 512])
+        .unwrap();
+    assert_eq!(r.error, 0);
+    assert_eq!(srv.backend.fua_count(), 1);
+    assert_eq!(c.call(Command::Flush, 0, 0, 0, &[]).unwrap().error, 0);
+    assert_eq!(srv.backend.flush_count(), 1);
+    let r = c
+        .call(
+            Command::WriteZeroes,
+            CMD_FLAG_NO_HOLE | CMD_FLAG_FUA,
+            4096,
+            8192,
+            &[],
+        )
+        .unwrap();
+    assert_eq!(r.error, 0);
+    assert_eq!(srv.backend.fua_count(), 2);
+    assert_eq!(c.call(Command::Trim, 0, 65536, 4096, &[]).unwrap().error, 0);
+    assert_eq!(srv.backend.trim_count(), 1);
+    let snap = srv.backend.snapshot();
+    assert_eq!(&snap[..512], &[1u8; 512][..]);
+    assert!(snap[512..4096].iter().all(|&b| b == 0xee));
+    assert!(snap[4096..12288].iter().all(|&b| b == 0));
+    assert!(snap[12288..65536].iter().all(|&b| b == 0xee));
+}
+
+#[test]
+fn invalid_requests_get_errors_and_leave_the_backend_alone() {
+    let srv = TestServer::start_with(
+        MemBackend::from_vec(vec![0x5a; MIB]),
+        ServerConfig::default(),
+    );
+    for structured in [false, true] {
+        let mut c = Client::connect(&srv.socket, "", structured).unwrap();
+        let size = MIB as u64;
+        let cases: Vec<(Command, u16, u64, u32, u32)> = vec![
+            (Command::Read, 0, size, 1, 22),
+            (Command::Read, 0, size - 1, 2, 22),
+            (Command::Read, 0, u64::MAX - 1, 4, 75),
+            (Command::Read, 0, 0, 64 << 20, 22),
+            (Command::Write, 0, size - 10, 20, 28),
+            (Command::Trim, 0, size, 512, 22),
+            (Command::WriteZeroes, 0, size - 1, 2, 28),
+            (Command::Unknown(77), 0, 0, 0, 22),
+            (Command::Write, CMD_FLAG_NO_HOLE, 0, 16, 22),
+            (Command::Flush, 1 << 9, 0, 0, 22),
+        ];
+        for (cmd, flags, off, len, want) in cases {
+            let payload = if cmd == Command::Write {
+                vec![0xffu8; len as usize]
+            } else {
+                Vec::new()
+            };
+            let r = c.call(cmd, flags, off, len, &payload).unwrap();
+            assert_eq!(r.error, want, "{cmd:?} flags {flags:#x} at {off} len {len}");
+            assert!(r.data.is_empty());
+        }
+        // The connection is still usable.
+        assert_eq!(c.read(0, 16).unwrap(), vec![0x5a; 16]);
+    }
+    assert!(srv.backend.snapshot().iter().all(|&b| b == 0x5a));
+    assert_eq!(srv.backend.trim_count(), 0);
+}
+
+#[test]
+fn read_only_export_refuses_writes() {
+    let srv = TestServer::start_with(
+        MemBackend::from_vec(vec![7; 65536]).with_read_only(true),
+        ServerConfig::default(),
+    );
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    assert_ne!(c.flags & FLAG_READ_ONLY, 0);
+    assert_eq!(c.flags & (FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES), 0);
+    assert_eq!(c.write(0, &[1, 2, 3]), 1);
+    assert_eq!(c.call(Command::Trim, 0, 0, 512, &[]).unwrap().error, 1);
+    assert_eq!(c.read(0, 4).unwrap(), vec![7; 4]);
+    assert!(srv.backend.snapshot().iter().all(|&b| b == 7));
+}
+
+#[test]
+fn options_list_info_unknown_and_export_name() {
+    let config = ServerConfig {
+        export_name: "md0".into(),
+        description: "test array".into(),
+        ..ServerConfig::default()
+    };
+    let srv = TestServer::start_with(MemBackend::new(MIB), config);
+    let mut s = greet(&srv.socket, FLAG_C_FIXED_NEWSTYLE).unwrap();
+
+    send_option(&mut s, OPT_LIST, &[]).unwrap();
+    let (_, rep, data) = read_option_reply(&mut s).unwrap();
+    assert_eq!(rep, REP_SERVER);
+    assert_eq!(&data[..4], &3u32.to_be_bytes());
+    assert_eq!(&data[4..], b"md0");
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ACK);
+
+    send_option(&mut s, OPT_LIST, b"x").unwrap();
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ERR_INVALID);
+
+    send_option(&mut s, 0x4242, b"whatever").unwrap();
+    assert_eq!(
+        read_option_reply(&mut s).unwrap(),
+        (0x4242, REP_ERR_UNSUP, vec![])
+    );
+    send_option(&mut s, OPT_STARTTLS, &[]).unwrap();
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ERR_UNSUP);
+
+    send_option(&mut s, OPT_INFO, &go_data("nope", &[])).unwrap();
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ERR_UNKNOWN);
+    send_option(&mut s, OPT_GO, &[0, 0, 0, 9, 1]).unwrap();
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ERR_INVALID);
+
+    send_option(
+        &mut s,
+        OPT_INFO,
+        &go_data("md0", &[INFO_NAME, INFO_DESCRIPTION]),
+    )
+    .unwrap();
+    let mut infos = HashMap::new();
+    loop {
+        let (opt, rep, data) = read_option_reply(&mut s).unwrap();
+        assert_eq!(opt, OPT_INFO);
+        if rep == REP_ACK {
+            break;
+        }
+        assert_eq!(rep, REP_INFO);
+        infos.insert(u16::from_be_bytes([data[0], data[1]]), data[2..].to_vec());
+    }
+    assert_eq!(&infos[&INFO_EXPORT][..8], &(MIB as u64).to_be_bytes());
+    assert_eq!(infos[&INFO_NAME], b"md0");
+    assert_eq!(infos[&INFO_DESCRIPTION], b"test array");
+    let bs = &infos[&INFO_BLOCK_SIZE];
+    assert_eq!(&bs[0..4], &1u32.to_be_bytes());
+    assert_eq!(&bs[4..8], &4096u32.to_be_bytes());
+    assert_eq!(&bs[8..12], &(32u32 << 20).to_be_bytes());
+
+    // Old-style entry into transmission, with the 124 zero bytes (no NO_ZEROES).
+    send_option(&mut s, OPT_EXPORT_NAME, b"md0").unwrap();
+    let reply = read_exact(&mut s, 10 + 124).unwrap();
+    assert_eq!(&reply[..8], &(MIB as u64).to_be_bytes());
+    assert!(reply[10..].iter().all(|&b| b == 0));
+    s.write_all(&encode_request(&Request {
+        flags: 0,
+        command: Command::Read,
+        cookie: 99,
+        offset: 0,
+        length: 8,
+    }))
+    .unwrap();
+    let r = read_exact(&mut s, 16 + 8).unwrap();
+    assert_eq!(&r[..16], &encode_simple_reply(99, 0));
+
+    // Unknown name with EXPORT_NAME: the server must hang up.
+    let mut s = greet(&srv.socket, FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).unwrap();
+    send_option(&mut s, OPT_EXPORT_NAME, b"other").unwrap();
+    assert!(is_closed(&mut s));
+
+    // ABORT is acknowledged, then the server closes.
+    let mut s = greet(&srv.socket, FLAG_C_FIXED_NEWSTYLE).unwrap();
+    send_option(&mut s, OPT_ABORT, &[]).unwrap();
+    assert_eq!(read_option_reply(&mut s).unwrap().1, REP_ACK);
+    assert!(is_closed(&mut s));
+}
+
+#[test]
+fn shutdown_answers_in_flight_requests_and_flushes() {
+    let srv = TestServer::start(4 * MIB);
+    let mut idle = Client::connect(&srv.socket, "", true).unwrap();
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    for i in 0..32u64 {
+        c.send(Command::Write, 0, i * 4096, 4096, &pattern(i, 4096))
+            .unwrap();
+    }
+    for _ in 0..32 {
+        assert_eq!(c.recv().unwrap().error, 0);
+    }
+    let backend = srv.backend.clone();
+    let socket = srv.socket.clone();
+    let stats = srv.stop();
+    assert_eq!(stats.connections_accepted, 2);
+    assert!(backend.flush_count() >= 1, "no final flush");
+    let snap = backend.snapshot();
+    for i in 0..32usize {
+        assert_eq!(
+            &snap[i * 4096..(i + 1) * 4096],
+            &pattern(i as u64, 4096)[..]
+        );
+    }
+    // Both connections were closed and nothing listens any more.
+    assert!(is_closed(&mut idle.stream));
+    assert!(UnixStream::connect(&socket).is_err());
+}
+
+#[test]
+fn connection_limit_refuses_extra_clients() {
+    let config = ServerConfig {
+        max_connections: 2,
+        ..ServerConfig::default()
+    };
+    let srv = TestServer::start_with(MemBackend::new(65536), config);
+    let mut a = Client::connect(&srv.socket, "", true).unwrap();
+    let _b = Client::connect(&srv.socket, "", true).unwrap();
+    let mut third = UnixStream::connect(&srv.socket).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        third.read(&mut buf).unwrap_or(0),
+        0,
+        "third client was served"
+    );
+    assert_eq!(a.write(0, b"still works"), 0);
+    drop(a);
+    let stats = srv.stop();
+    assert_eq!(stats.connections_refused, 1);
+}
