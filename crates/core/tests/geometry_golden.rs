@@ -768,3 +768,36 @@ fn personality_sizes() {
     assert_eq!(p(Level::Raid10, 0x102, 4, 1000, vec![]).max_degraded(), 2);
     assert_eq!(p(Level::Raid6, 2, 5, 85, vec![]).array_sectors(), 240);
 }
+
+#[test]
+fn raid10_unsound_layouts_collide_as_in_md() {
+    // n2 with offset copies (0x10202) on 5 disks: 125 / 2 = 62, * 5 / 2 = 155 array chunks.
+    // c 1: first 2 -> dev 2 row 0; offset copy 2 devices on, one chunk down: (2,0),(4,8),
+    //      then near copy on dev 3: (3,0),(0,8).
+    // c 2: first 4 -> dev 4: (4,0),(1,8); the near copy wraps to dev 0 one row down: (0,8),
+    //      the place c 1's offset copy already took. md does the same.
+    let r = raid10(0x10202, 5, 8, 1000);
+    assert!(!r.layout_is_sound());
+    check_raid10(
+        &r,
+        &[
+            (8, &[(2, 0), (4, 8), (3, 0), (0, 8)], 8),
+            (16, &[(4, 0), (1, 8), (0, 8), (2, 16)], 8),
+        ],
+    );
+    // The same words on a multiple of `near` disks, and everything mdadm creates, are sound.
+    assert!(raid10(0x10202, 4, 8, 1000).layout_is_sound());
+    for layout in [0x102, 0x103, 0x201, 0x301, 0x10201, 0x10301] {
+        for disks in 3..=9 {
+            assert!(
+                raid10(layout, disks, 8, 1000).layout_is_sound(),
+                "{layout:#x} {disks}"
+            );
+        }
+    }
+    // Far-set variant 1 with sets smaller than the copies puts copies on one device.
+    let r = raid10(0x20201, 3, 8, 1000);
+    assert_eq!(r.far_set_size, 1);
+    assert!(!r.layout_is_sound());
+    check_raid10(&r, &[(0, &[(0, 0), (0, 496)], 8)]);
+}

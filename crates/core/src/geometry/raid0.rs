@@ -79,7 +79,7 @@ impl Raid0 {
         // md's raid0 takes any chunk that is a whole number of logical blocks, a power of two
         // or not; mdadm only creates multiples of 4 KiB.
         let chunk = g.chunk_sectors;
-        if chunk < 8 || chunk % 8 != 0 {
+        if chunk < 8 || !chunk.is_multiple_of(8) {
             return Err(GeometryError::Invalid(format!(
                 "raid0 chunk size {chunk} sectors is not a multiple of 8 sectors (4 KiB)"
             )));

@@ -160,11 +160,29 @@ impl Raid10 {
         let last_set_size = fs + self.raid_disks % fs;
         let set = d / fs;
         let next = d + self.near_copies;
-        if self.raid_disks % fs != 0 && next > last_set_start {
+        if !self.raid_disks.is_multiple_of(fs) && next > last_set_start {
             (next - last_set_start) % last_set_size + last_set_start
         } else {
             next % fs + fs * set
         }
+    }
+
+    /// Whether md's map keeps every copy of every chunk on its own device and place.
+    ///
+    /// md runs some layout words whose map is not: far-set variant 1 when a far set is
+    /// smaller than the number of copies (md only warns); near and far copies together when
+    /// `far_set_size` does not divide `raid_disks` and there are two sets or more (md tests
+    /// the device *after* adding `near` against the last set's start, so copies from the
+    /// set before it land in the last set); and the offset layout with near copies when
+    /// `near` does not divide `raid_disks` (a near copy that wraps to the next row takes the
+    /// place of an offset copy). mdadm creates none of these: it writes only n/f/o layouts
+    /// with far-set variant 0. The map here reproduces md's, collisions included.
+    pub fn layout_is_sound(&self) -> bool {
+        let (disks, fs, near) = (self.raid_disks, self.far_set_size, self.near_copies);
+        let sets_misfit =
+            near > 1 && self.far_copies > 1 && !disks.is_multiple_of(fs) && disks / fs >= 2;
+        let offset_wraps = self.far_offset && near > 1 && !disks.is_multiple_of(near);
+        fs >= self.copies() && !sets_misfit && !offset_wraps
     }
 
     /// The distinct sets of devices that hold all copies of some chunk. The set depends

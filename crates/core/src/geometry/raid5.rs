@@ -15,7 +15,8 @@
 //! where d is the number of data disks. For raid6 the Q syndrome weighs data by its position
 //! in md's syndrome order: starting at the disk after Q and walking the disks upwards
 //! (wrapping), skipping P and Q; the k-th data chunk met gets coefficient {02}^k. For the
-//! symmetric layouts this is the logical order; for the others it is a rotation of it.
+//! symmetric layouts 2 and 3 this is the logical order; for the others (including the
+//! symmetric layouts 18 and 19, whose Q is fixed on the last disk) it is a rotation of it.
 //! The DDF layouts (8, 9, 10) are not supported.
 
 use super::{ArrayGeometry, GeometryError};
@@ -63,7 +64,10 @@ pub fn parse_layout(name: &str) -> Option<u32> {
 
 /// The mdadm name of a layout number.
 pub fn layout_name(layout: u32) -> Option<&'static str> {
-    LAYOUT_NAMES.iter().find(|(v, _)| *v == layout).map(|(_, s)| *s)
+    LAYOUT_NAMES
+        .iter()
+        .find(|(v, _)| *v == layout)
+        .map(|(_, s)| *s)
 }
 
 /// Where one array sector lives in the stripe grid.
