@@ -1,6 +1,6 @@
 //! Fixed newstyle handshake: option haggling up to the transmission phase.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::NbdError;
@@ -58,7 +58,7 @@ fn send_reply(stream: &Stream, option: u32, reply: u32, data: &[&[u8]]) -> Resul
     for d in data {
         msg.extend_from_slice(d);
     }
-    (&*stream).write_all(&msg)?;
+    stream.write_all_vectored(&[&msg])?;
     Ok(())
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn negotiate(
     greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
     greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
     greeting[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-    (&*stream).write_all(&greeting)?;
+    stream.write_all_vectored(&[&greeting])?;
 
     let mut client_flags = [0u8; 4];
     read_exact(stream, &mut client_flags)?;
@@ -142,7 +142,7 @@ pub(crate) fn negotiate(
                 if !no_zeroes {
                     reply.resize(10 + 124, 0);
                 }
-                (&*stream).write_all(&reply)?;
+                stream.write_all_vectored(&[&reply])?;
                 return Ok(negotiated);
             }
             OPT_LIST => {

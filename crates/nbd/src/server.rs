@@ -34,6 +34,9 @@ pub struct ServerConfig {
     pub buffer_budget_bytes: usize,
     /// Read timeout while negotiating (none in the transmission phase).
     pub handshake_timeout: Option<Duration>,
+    /// A client that does not take a reply within this time is dropped, so a
+    /// client that stops reading cannot hold workers (or shutdown) forever.
+    pub send_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -46,6 +49,7 @@ impl Default for ServerConfig {
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             buffer_budget_bytes: 512 * 1024 * 1024,
             handshake_timeout: Some(Duration::from_secs(30)),
+            send_timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -288,14 +292,20 @@ impl ConnCtx {
             Ok(()) => tracing::debug!("nbd: connection {} closed", self.id),
             Err(e) => tracing::debug!("nbd: connection {} ended: {e}", self.id),
         }
+        // Leave the registry before the client sees the close, so a client
+        // that reconnects at once finds the slot free.
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .streams
+            .remove(&self.id);
         self.stream.shutdown(Shutdown::Both);
-        let mut g = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        g.streams.remove(&self.id);
     }
 
     fn handshake_and_serve(&self) -> Result<(), NbdError> {
         self.stream
             .set_read_timeout(self.config.handshake_timeout)?;
+        self.stream.set_write_timeout(self.config.send_timeout)?;
         let negotiated = handshake::negotiate(&self.stream, &self.export, &self.signal.stop)?;
         self.stream.set_read_timeout(None)?;
         let limits = ExportLimits {

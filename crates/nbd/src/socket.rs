@@ -1,6 +1,6 @@
 //! Unix and TCP sockets behind one type, and a wakeup pipe for the accept loop.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -117,36 +117,69 @@ impl Stream {
         }
     }
 
-    /// Writes all of `bufs` (one `writev` in the common case).
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// One `sendmsg` of `bufs` with `MSG_NOSIGNAL`: a client that went away
+    /// gives `EPIPE`, never a `SIGPIPE` that would kill the process.
+    fn send_vectored(&self, bufs: &[&[u8]]) -> io::Result<usize> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        assert!(bufs.len() <= iov.len());
+        for (v, b) in iov.iter_mut().zip(bufs) {
+            v.iov_base = b.as_ptr() as *mut libc::c_void;
+            v.iov_len = b.len();
+        }
+        // SAFETY: msghdr is plain data; all-zero is a valid empty value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = bufs.len() as _;
+        // SAFETY: `msg` points at `bufs.len()` iovecs that describe live,
+        // readable slices for the duration of the call.
+        let n = unsafe { libc::sendmsg(self.raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Writes all of `bufs` (one `sendmsg` in the common case).
     pub(crate) fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()> {
-        let mut bufs_left: [&[u8]; 4] = [&[]; 4];
-        assert!(bufs.len() <= bufs_left.len());
-        bufs_left[..bufs.len()].copy_from_slice(bufs);
+        let mut left: [&[u8]; 4] = [&[]; 4];
+        assert!(bufs.len() <= left.len());
+        left[..bufs.len()].copy_from_slice(bufs);
         let mut first = 0;
         let n_bufs = bufs.len();
         while first < n_bufs {
-            if bufs_left[first].is_empty() {
+            if left[first].is_empty() {
                 first += 1;
                 continue;
             }
-            let slices: [IoSlice<'_>; 4] = [
-                IoSlice::new(bufs_left[first]),
-                IoSlice::new(bufs_left.get(first + 1).copied().unwrap_or(&[])),
-                IoSlice::new(bufs_left.get(first + 2).copied().unwrap_or(&[])),
-                IoSlice::new(bufs_left.get(first + 3).copied().unwrap_or(&[])),
-            ];
-            let count = (n_bufs - first).min(4);
-            let mut written = match (&*self).write_vectored(&slices[..count]) {
+            let mut written = match self.send_vectored(&left[first..n_bufs]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
             while written > 0 {
-                let take = written.min(bufs_left[first].len());
-                bufs_left[first] = &bufs_left[first][take..];
+                let take = written.min(left[first].len());
+                left[first] = &left[first][take..];
                 written -= take;
-                if bufs_left[first].is_empty() {
+                if left[first].is_empty() {
                     first += 1;
                 }
             }
@@ -161,26 +194,6 @@ impl Read for &Stream {
             Stream::Unix(s) => (&*s).read(buf),
             Stream::Tcp(s) => (&*s).read(buf),
         }
-    }
-}
-
-impl Write for &Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => (&*s).write(buf),
-            Stream::Tcp(s) => (&*s).write(buf),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => (&*s).write_vectored(bufs),
-            Stream::Tcp(s) => (&*s).write_vectored(bufs),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }
 
