@@ -665,6 +665,25 @@ impl Superblock {
         self.resync_offset == MAX_SECTOR
     }
 
+    /// Records a superblock update as md does: `events` + 1 and `utime` = now (seconds,
+    /// passed in). Call once per write of the superblock to all members.
+    ///
+    /// # Panics
+    /// If `events` would wrap: md would then take every member for stale.
+    pub fn bump_events(&mut self, utime_secs: u64) {
+        self.events = self
+            .events
+            .checked_add(1)
+            .expect("md superblock events counter wrapped");
+        self.utime = utime_secs & TIME_SECS_MASK;
+    }
+
+    /// Clean (`resync_offset = MAX_SECTOR`) or active/dirty (`resync_offset = 0`: a full
+    /// resync after a crash).
+    pub fn set_clean(&mut self, clean: bool) {
+        self.resync_offset = if clean { MAX_SECTOR } else { 0 };
+    }
+
     /// Creation time, seconds since the epoch (the low 40 bits of `ctime`).
     pub fn ctime_secs(&self) -> u64 {
         self.ctime & TIME_SECS_MASK

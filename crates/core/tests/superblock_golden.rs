@@ -358,6 +358,22 @@ fn time_packing() {
 }
 
 #[test]
+fn updates_bump_events_and_state() {
+    let mut sb = sample();
+    sb.bump_events(1_700_000_123);
+    assert_eq!(sb.events, 0x0000_0100_0000_0043);
+    assert_eq!(sb.utime_secs(), 1_700_000_123);
+    sb.set_clean(false);
+    assert_eq!(sb.resync_offset, 0);
+    assert!(!sb.is_clean());
+    sb.set_clean(true);
+    assert!(sb.is_clean());
+    let b = sb.encode();
+    assert_eq!(u64_at(&b, 200), 0x0000_0100_0000_0043);
+    assert_eq!(u64_at(&b, 192), 1_700_000_123);
+}
+
+#[test]
 fn mdadm_create_defaults() {
     // max_dev fills whole sectors: 128 roles for up to 128 devices.
     assert_eq!(max_dev_for(1), 128);

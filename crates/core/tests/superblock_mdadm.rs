@@ -54,6 +54,9 @@ impl Image {
 impl Drop for Image {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
+        if let Some(dir) = self.path.parent() {
+            let _ = fs::remove_dir(dir); // only once the last image of this run is gone
+        }
     }
 }
 
