@@ -10,7 +10,7 @@
 
 PAT=/dev/disk/0
 
-mark() { echo "@@ $*" >/dev/ttyS0; }
+mark() { echo "@@ $(cut -d" " -f1 /proc/uptime) $*" >/dev/ttyS0; }
 
 begin() {
     NAME=$1

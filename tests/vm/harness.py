@@ -180,7 +180,7 @@ def check_uraid_geometry(spec: Spec, d: dict, size: int | None) -> None:
     if d.get("raid_disks") != spec.ndisks:
         bad.append(f"raid_disks {d.get('raid_disks')!r} != {spec.ndisks}")
     if spec.level != 1:
-        want = (spec.chunk_k or 64) * 1024
+        want = spec.chunk_bytes
         if d.get("chunk_bytes") != want:
             bad.append(f"chunk_bytes {d.get('chunk_bytes')!r} != {want}")
     if spec.layout and spec.level in (5, 6, 10):
@@ -439,7 +439,7 @@ class U2L:
         if s.layout:
             a += ["--layout", s.layout]
         if s.level != 1:
-            a += ["--chunk", f"{s.chunk_k or 64}K"]
+            a += ["--chunk", f"{s.chunk_bytes // 1024}K"]
         if s.bitmap:
             a += ["--bitmap", s.bitmap]
         a += [str(p) if p else "missing" for p in self.images]
@@ -474,7 +474,7 @@ class U2L:
             bad.append(f"Layout {detail_field(detail, 'Layout')!r} != {want_layout}")
         if s.level != 1:
             chunk = detail_field(detail, "Chunk Size")
-            if chunk != f"{s.chunk_k or 64}K":
+            if chunk != f"{s.chunk_bytes // 1024}K":
                 bad.append(f"Chunk Size {chunk!r}")
         if detail_field(detail, "Raid Devices") != str(s.ndisks):
             bad.append(f"Raid Devices {detail_field(detail, 'Raid Devices')!r}")

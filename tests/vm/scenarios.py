@@ -37,7 +37,7 @@ class Spec:
     level: int
     ndisks: int
     layout: str | None = None  # mdadm's spelling; None = the level's default
-    chunk_k: int | None = None  # None = default (64K); ignored for raid1
+    chunk_k: int = 64  # 0 = the tool's default (mdadm: 512K); ignored for raid1
     sizes_mib: tuple[int, ...] = ()  # per member; empty = all the mode's default size
     bitmap: str | None = None  # "internal", "none" or None (tool default)
     # l2u: members that mdadm --fail marks faulty after the fill (then more data is written).
@@ -52,7 +52,7 @@ class Spec:
             if self.layout:
                 parts.append(SHORT.get(self.layout, self.layout))
             if self.level != 1:
-                parts.append(f"c{self.chunk_k or 64}")
+                parts.append(f"c{self.chunk_k}" if self.chunk_k else "cdefault")
             parts.append(f"n{self.ndisks}")
             if len(set(self.sizes_mib)) > 1:
                 parts.append("mixed")
@@ -67,6 +67,11 @@ class Spec:
 
     def member_sizes(self, default_mib: int) -> list[int]:
         return list(self.sizes_mib) if self.sizes_mib else [default_mib] * self.ndisks
+
+    @property
+    def chunk_bytes(self) -> int:
+        """What the array's chunk must be; 512K is mdadm's default since 3.1."""
+        return (self.chunk_k or 512) * 1024
 
     @property
     def redundant(self) -> bool:
@@ -97,6 +102,7 @@ def quick() -> list[Spec]:
         L(6, 4), L(6, 5, layout="right-asymmetric", chunk_k=512),
         L(6, 5, layout="left-symmetric-6"), L(6, 5, fail=(1,)),
         L(6, 6, fail=(0, 3), bitmap="internal"), L(6, 4, resync=True),
+        L(5, 4, chunk_k=0),
     ]
     u2l = [
         U(0, 3), U(1, 2, bitmap="internal"), U(10, 4, layout="n2"), U(10, 3, layout="f2"),
