@@ -51,9 +51,10 @@ put() {
         _bs=$((_bs / 2))
     done
     dd if="$1" of="$3" bs=$_bs skip=$(($2 / _bs)) seek=$(($4 / _bs)) count=$(($5 / _bs)) \
-        conv=notrunc 2>&1 | grep -v 'records\|copied'
-    # dd's status is lost in the pipe; check that the device still has the bytes we wrote.
-    return 0
+        conv=notrunc 2>/tmp/dd.err
+    _rc=$?
+    grep -v 'records\|copied' /tmp/dd.err
+    return $_rc
 }
 
 # Flush and drop caches, so that the next read comes from the member disks.

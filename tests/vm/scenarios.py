@@ -118,11 +118,13 @@ def quick() -> list[Spec]:
 
 
 def _full_direction(mk, direction: str) -> list[Spec]:
+    """Every layout at 64K; every chunk size on a middle disk count; edge disk counts."""
     out: list[Spec] = []
     chunks = (4, 64, 512)
     for n, c in itertools.product((2, 3, 5), chunks):
         out.append(mk(0, n, chunk_k=c))
     if direction == "l2u":
+        out.append(mk(0, 4, chunk_k=0))
         for lay in ("original", "alternate"):
             out.append(mk(0, 3, layout=lay, sizes_mib=(16, 20, 28)))
             out.append(mk(0, 4, layout=lay, sizes_mib=(16, 16, 24, 32), chunk_k=4))
@@ -131,25 +133,33 @@ def _full_direction(mk, direction: str) -> list[Spec]:
     out.append(mk(1, 2, bitmap="internal"))
     out.append(mk(1, 3, fail=(0,)))
     out.append(mk(1, 3, fail=(1, 2)))
-    for lay, n, c in itertools.product(("n2", "f2", "o2"), (2, 3, 4, 5), chunks):
-        out.append(mk(10, n, layout=lay, chunk_k=c))
+    for lay in ("n2", "f2", "o2"):
+        for n in (2, 3, 4, 5):
+            out.append(mk(10, n, layout=lay))
+        for n, c in itertools.product((3, 4), (4, 512)):
+            out.append(mk(10, n, layout=lay, chunk_k=c))
+        out.append(mk(10, 4, layout=lay, fail=(0,)))
     for lay in ("n3", "f3", "o3"):
         out.append(mk(10, 4, layout=lay))
     out.append(mk(10, 4, layout="n2", bitmap="internal"))
-    for lay in ("n2", "f2", "o2"):
-        out.append(mk(10, 4, layout=lay, fail=(0,)))
     out.append(mk(10, 4, layout="n2", fail=(0, 2)))
     for n, c in itertools.product((3, 5), chunks):
         out.append(mk(4, n, chunk_k=c))
     out.append(mk(4, 4, fail=(3,)))
-    for lay, n, c in itertools.product(RAID5_LAYOUTS, (3, 4, 6), chunks):
-        out.append(mk(5, n, layout=lay, chunk_k=c))
     for lay in RAID5_LAYOUTS:
+        for c in chunks:
+            out.append(mk(5, 4, layout=lay, chunk_k=c))
+        out.append(mk(5, 3, layout=lay))
+        out.append(mk(5, 6, layout=lay))
         out.append(mk(5, 4, layout=lay, fail=(1,)))
-        out.append(mk(5, 5, layout=lay, bitmap="internal"))
-    for lay, c in itertools.product(RAID6_LAYOUTS, chunks):
-        out.append(mk(6, 5, layout=lay, chunk_k=c))
-    for lay in ("left-symmetric", "right-asymmetric", "parity-first", "ddf-N-continue"):
+    out.append(mk(5, 5, layout="left-symmetric", bitmap="internal"))
+    out.append(mk(5, 5, layout="left-symmetric", bitmap="internal", fail=(4,)))
+    for lay in RAID6_LAYOUTS:
+        out.append(mk(6, 5, layout=lay))
+    for lay in ("left-symmetric", "right-asymmetric", "parity-first", "ddf-N-continue",
+                "left-asymmetric-6"):
+        for c in (4, 512):
+            out.append(mk(6, 5, layout=lay, chunk_k=c))
         out.append(mk(6, 4, layout=lay))
         out.append(mk(6, 7, layout=lay))
         out.append(mk(6, 6, layout=lay, fail=(1,)))
