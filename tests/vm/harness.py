@@ -191,6 +191,11 @@ def check_uraid_geometry(spec: Spec, d: dict, size: int | None) -> None:
             want_names |= {f"{RAID10_NAMES[k]}={spec.layout[1:]}", f"{RAID10_NAMES[k]}{spec.layout[1:]}"}
         if got not in want_names:
             bad.append(f"layout {d.get('layout')!r} != {spec.layout}")
+    if "degraded" in d and bool(d["degraded"]) != bool(spec.fail):
+        bad.append(f"degraded {d['degraded']!r} but {len(spec.fail)} member(s) failed")
+    for m in d.get("members") or []:
+        if isinstance(m, dict) and m.get("role") in spec.fail and m.get("state") == "active":
+            bad.append(f"failed member {m.get('role')} reported active (stale by events)")
     if size is not None and d.get("array_bytes") != size:
         bad.append(f"array_bytes {d.get('array_bytes')!r} != {size} (Linux)")
     if bad:
@@ -583,7 +588,12 @@ def main() -> int:
     biggest = max(sum(s.member_sizes(member_mib)) for s in specs)
     pattern = Pattern(-(-biggest * MiB // (64 * MiB)) * 64 * MiB)
 
-    run_dir = CACHE / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    runs = CACHE / "runs"
+    if runs.is_dir():
+        old = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
+        for p in old[:-4]:
+            shutil.rmtree(p, ignore_errors=True)
+    run_dir = runs / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     latest = CACHE / "runs" / "latest"
     latest.unlink(missing_ok=True)
