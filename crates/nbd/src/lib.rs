@@ -34,6 +34,8 @@
 mod backend;
 mod conn;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 pub mod proto;
 mod server;
