@@ -140,7 +140,8 @@ fn parse_layout(level: Level, s: &str) -> Result<u32> {
 }
 
 pub fn create(a: CreateArgs) -> Result<()> {
-    let level = Level::parse(&a.level).with_context(|| format!("unknown raid level {:?}", a.level))?;
+    let level =
+        Level::parse(&a.level).with_context(|| format!("unknown raid level {:?}", a.level))?;
     let n = a.raid_devices.unwrap_or(a.devices.len());
     if n != a.devices.len() {
         bail!(
@@ -167,7 +168,8 @@ pub fn create(a: CreateArgs) -> Result<()> {
     };
     opts.assume_clean = a.assume_clean;
     if let Some(u) = &a.uuid {
-        opts.uuid = Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
+        opts.uuid =
+            Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
     }
     let mut devs: Vec<Option<Arc<dyn Member>>> = Vec::new();
     for d in &a.devices {
@@ -184,7 +186,10 @@ pub fn create(a: CreateArgs) -> Result<()> {
     let array = uraid_engine::create(devs, &opts)?;
     array.stop()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report::detail_json(&array))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::detail_json(&array))?
+        );
     } else {
         eprintln!(
             "uraid: array {} created: {}, {} bytes",
@@ -216,7 +221,11 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
         }
     }
     if a.json {
-        let v = if out.len() == 1 { out.pop().expect("one") } else { serde_json::Value::Array(out) };
+        let v = if out.len() == 1 {
+            out.pop().expect("one")
+        } else {
+            serde_json::Value::Array(out)
+        };
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     if failed {
@@ -255,8 +264,16 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
             array.level(),
             array.raid_disks() - array.missing_roles().len(),
             array.raid_disks(),
-            if array.is_degraded() { ", degraded" } else { "" },
-            if rep.unclean && !a.resync { ", not stopped cleanly (use --resync)" } else { "" }
+            if array.is_degraded() {
+                ", degraded"
+            } else {
+                ""
+            },
+            if rep.unclean && !a.resync {
+                ", not stopped cleanly (use --resync)"
+            } else {
+                ""
+            }
         );
     }
     array.stop()?;
@@ -266,7 +283,10 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
 pub fn detail(a: DetailArgs) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report::detail_json(&array))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::detail_json(&array))?
+        );
     } else {
         print!("{}", report::detail_human(&array));
     }

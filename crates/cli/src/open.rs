@@ -32,7 +32,8 @@ pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
     } else {
         DirectMode::Auto
     };
-    let f = FileMember::open(path, mode).with_context(|| format!("cannot open member {}", path.display()))?;
+    let f = FileMember::open(path, mode)
+        .with_context(|| format!("cannot open member {}", path.display()))?;
     Ok(Arc::new(f))
 }
 

@@ -60,6 +60,25 @@ fn array_state(sb: &Superblock) -> String {
     s.into_iter().collect()
 }
 
+/// The array size one member's superblock implies (raid0 needs every member: unknown).
+fn array_bytes(sb: &Superblock) -> Option<u64> {
+    let level = Level::from_md(sb.level)?;
+    if level == Level::Raid0 {
+        return None;
+    }
+    let g = uraid_core::geometry::ArrayGeometry {
+        level,
+        layout: sb.layout,
+        chunk_sectors: u64::from(sb.chunksize),
+        raid_disks: sb.raid_disks as usize,
+        dev_sectors: sb.size,
+        member_sectors: Vec::new(),
+    };
+    uraid_core::geometry::Personality::new(&g)
+        .ok()
+        .map(|p| p.array_sectors() * 512)
+}
+
 pub fn examine_human(path: &str, sb: &Superblock) -> String {
     let level = Level::from_md(sb.level);
     let mut o = String::new();
@@ -68,13 +87,24 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     line("Version", "1.2".into());
     line("Feature Map", format!("{:#x}", sb.feature_map));
     line("Array UUID", uuid_string(&sb.set_uuid));
-    line("Name", sb.name().to_string());
+    line("Name", sb.set_name.clone());
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", level_name(sb.level));
     line("Raid Devices", sb.raid_disks.to_string());
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     line("Avail Dev Size", sectors_human(sb.data_size));
+    if let Some(bytes) = array_bytes(sb) {
+        line(
+            "Array Size",
+            format!(
+                "{} KiB ({:.2} GiB {:.2} GB)",
+                bytes / 1024,
+                bytes as f64 / (1u64 << 30) as f64,
+                bytes as f64 / 1e9
+            ),
+        );
+    }
     if sb.size > 0 {
         line("Used Dev Size", sectors_human(sb.size));
     }
@@ -88,7 +118,10 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     if let Some(b) = sb.bitmap_sector() {
         line(
             "Internal Bitmap",
-            format!("{} sectors from superblock", b as i64 - sb.super_offset as i64),
+            format!(
+                "{} sectors from superblock",
+                b as i64 - sb.super_offset as i64
+            ),
         );
     }
     o.push('\n');
@@ -110,7 +143,10 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     line("Device Role", role_string(role));
     line(
         "Array State",
-        format!("{} ('A' == active, '.' == missing, 'R' == replacing)", array_state(sb)),
+        format!(
+            "{} ('A' == active, '.' == missing, 'R' == replacing)",
+            array_state(sb)
+        ),
     );
     format!("{path}:\n{o}")
 }
@@ -123,8 +159,9 @@ pub fn examine_json(path: &str, sb: &Superblock) -> Value {
         "version": "1.2",
         "feature_map": sb.feature_map,
         "uuid": uuid_string(&sb.set_uuid),
-        "name": sb.name(),
+        "name": sb.set_name,
         "creation_time": sb.ctime_secs(),
+        "array_bytes": array_bytes(sb),
         "level": level_name(sb.level),
         "raid_disks": sb.raid_disks,
         "layout": level.map(|l| layout_name(l, sb.layout)),
@@ -206,7 +243,8 @@ pub fn detail_human(a: &Array) -> String {
     let missing = a.missing_roles().len();
     line("Active Devices", (g.raid_disks - missing).to_string());
     line("Working Devices", (g.raid_disks - missing).to_string());
-    line("Failed Devices", 
+    line(
+        "Failed Devices",
         (0..g.raid_disks)
             .filter(|&r| a.slot_state(MemberIdx(r)) == SlotState::Faulty)
             .count()
@@ -218,7 +256,7 @@ pub fn detail_human(a: &Array) -> String {
     }
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
-    line("Name", sb.name().to_string());
+    line("Name", sb.set_name.clone());
     line("UUID", uuid_string(&sb.set_uuid));
     line("Events", sb.events.to_string());
     o.push_str("\n    Number   RaidDevice State\n");
@@ -261,7 +299,7 @@ pub fn detail_json(a: &Array) -> Value {
     json!({
         "version": "1.2",
         "uuid": uuid_string(&sb.set_uuid),
-        "name": sb.name(),
+        "name": sb.set_name,
         "level": g.level.to_string(),
         "layout": layout_name(g.level, g.layout),
         "layout_number": g.layout,

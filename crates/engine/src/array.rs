@@ -195,7 +195,9 @@ impl Array {
         let mut failed = Vec::new();
         for ((op, r), role) in ops.iter().zip(results).zip(roles) {
             match &op.buf {
-                crate::io::OpBuf::Read(_) => self.stats.member_reads.fetch_add(1, Ordering::Relaxed),
+                crate::io::OpBuf::Read(_) => {
+                    self.stats.member_reads.fetch_add(1, Ordering::Relaxed)
+                }
                 crate::io::OpBuf::Write(_) => {
                     self.stats.member_writes.fetch_add(1, Ordering::Relaxed)
                 }
@@ -275,7 +277,8 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
-        if offset % SECTOR_BYTES != 0 || buf.len() as u64 % SECTOR_BYTES != 0 {
+        if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
+        {
             let (start, mut tmp) = self.covering(offset, buf.len());
             self.read_sectors(start / SECTOR_BYTES, &mut tmp)?;
             let skip = (offset - start) as usize;
@@ -292,7 +295,8 @@ impl Array {
             return Ok(());
         }
         self.ensure_dirty()?;
-        if offset % SECTOR_BYTES != 0 || buf.len() as u64 % SECTOR_BYTES != 0 {
+        if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
+        {
             // Sub-sector writes are read-modify-write of whole sectors; rare, so one lock.
             let _g = self.unaligned.lock().unwrap();
             let (start, mut tmp) = self.covering(offset, buf.len());
@@ -434,13 +438,15 @@ impl<'a> OpList<'a> {
 
     pub fn read(&mut self, a: &'a Array, role: MemberIdx, member_sector: u64, buf: &'a mut [u8]) {
         let dev = a.live(role).expect("read from a live member");
-        self.ops.push(Op::read(dev, a.member_byte(role, member_sector), buf));
+        self.ops
+            .push(Op::read(dev, a.member_byte(role, member_sector), buf));
         self.roles.push(role);
     }
 
     pub fn write(&mut self, a: &'a Array, role: MemberIdx, member_sector: u64, buf: &'a [u8]) {
         let dev = a.live(role).expect("write to a live member");
-        self.ops.push(Op::write(dev, a.member_byte(role, member_sector), buf));
+        self.ops
+            .push(Op::write(dev, a.member_byte(role, member_sector), buf));
         self.roles.push(role);
     }
 

@@ -6,7 +6,9 @@ use crate::member::Member;
 use crate::meta::{read_superblock, Meta};
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
-use uraid_core::superblock::{uuid_string, Superblock, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE};
+use uraid_core::superblock::{
+    uuid_string, Superblock, FEATURE_RAID0_LAYOUT, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+};
 use uraid_core::{Level, SECTOR_BYTES};
 
 #[derive(Clone, Debug, Default)]
@@ -86,18 +88,19 @@ pub fn assemble(
     let mut outcomes: Vec<MemberOutcome> = Vec::with_capacity(devs.len());
     let mut stale: Vec<(usize, usize)> = Vec::new(); // (dev, role)
     for (i, sb) in sbs.iter().enumerate() {
-        if array_fields(sb) != array_fields(&template) && sb.events == template.events {
-            if !opts.force {
-                return Err(ArrayError::Assemble(format!(
-                    "{} and {} have the same events count ({}) but disagree about the array \
+        if array_fields(sb) != array_fields(&template)
+            && sb.events == template.events
+            && !opts.force
+        {
+            return Err(ArrayError::Assemble(format!(
+                "{} and {} have the same events count ({}) but disagree about the array \
                      (level/layout/chunk/disks/size {:?} vs {:?}); refusing without --force",
-                    devs[i].name(),
-                    devs[fresh].name(),
-                    sb.events,
-                    array_fields(sb),
-                    array_fields(&template)
-                )));
-            }
+                devs[i].name(),
+                devs[fresh].name(),
+                sb.events,
+                array_fields(sb),
+                array_fields(&template)
+            )));
         }
         let role = template
             .dev_roles
@@ -131,6 +134,17 @@ pub fn assemble(
     // Stale members: md kicks them out; mdadm --force brings back the freshest ones when the
     // array could not start otherwise.
     stale.sort_by_key(|&(i, _)| std::cmp::Reverse(sbs[i].events));
+    if level == Level::Raid0 && slots.iter().any(|s| s.is_none()) {
+        let missing: Vec<String> = (0..raid_disks)
+            .filter(|&r| slots[r].is_none())
+            .map(|r| r.to_string())
+            .collect();
+        return Err(ArrayError::Assemble(format!(
+            "raid0 {} cannot start: it has no redundancy and role(s) {} are missing",
+            uuid_string(&uuid0),
+            missing.join(", ")
+        )));
+    }
     let geometry = geometry_from(&template, level, &slots, &sbs)?;
     let personality = uraid_core::geometry::Personality::new(&geometry)?;
     let missing = |slots: &Vec<Option<(usize, bool)>>| {
@@ -260,9 +274,15 @@ pub fn geometry_from(
     } else {
         Vec::new()
     };
+    // md treats a raid0 layout as unset unless the superblock says it was set.
+    let layout = if level == Level::Raid0 && sb.feature_map & FEATURE_RAID0_LAYOUT == 0 {
+        0
+    } else {
+        sb.layout
+    };
     Ok(ArrayGeometry {
         level,
-        layout: sb.layout,
+        layout,
         chunk_sectors: u64::from(sb.chunksize),
         raid_disks: sb.raid_disks as usize,
         dev_sectors: sb.size,

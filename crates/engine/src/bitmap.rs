@@ -38,9 +38,8 @@ impl BitmapState {
         };
         let mut buf = AlignedBuf::new(4096);
         dev.read_at(&mut buf, sector * SECTOR_BYTES)?;
-        let bms = BitmapSuper::decode(&buf).map_err(|e| {
-            ArrayError::Assemble(format!("{}: internal bitmap: {e}", dev.name()))
-        })?;
+        let bms = BitmapSuper::decode(&buf)
+            .map_err(|e| ArrayError::Assemble(format!("{}: internal bitmap: {e}", dev.name())))?;
         if bms.uuid != sb.set_uuid {
             return Err(ArrayError::Assemble(format!(
                 "{}: the internal bitmap belongs to another array",

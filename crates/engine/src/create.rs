@@ -85,7 +85,10 @@ fn hostname() -> String {
 }
 
 /// Create an array on `devs` (one per role; None = "missing") and return it running.
-pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Result<Array, ArrayError> {
+pub fn create(
+    devs: Vec<Option<Arc<dyn Member>>>,
+    opts: &CreateOptions,
+) -> Result<Array, ArrayError> {
     let err = |m: String| ArrayError::Create(m);
     let level = opts.level;
     let raid_disks = devs.len();
@@ -95,7 +98,9 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
         Level::Raid6 => 4,
     };
     if raid_disks < min {
-        return Err(err(format!("{level} needs at least {min} devices, got {raid_disks}")));
+        return Err(err(format!(
+            "{level} needs at least {min} devices, got {raid_disks}"
+        )));
     }
     let layout = opts.layout.unwrap_or_else(|| default_layout(level));
     let chunk_sectors = if level == Level::Raid1 {
@@ -120,15 +125,23 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
             }
         }
     }
-    let min_dev_sectors = present.iter().map(|d| d.size_bytes() / SECTOR_BYTES).min().expect("one");
+    let min_dev_sectors = present
+        .iter()
+        .map(|d| d.size_bytes() / SECTOR_BYTES)
+        .min()
+        .expect("one");
     let bitmap_space = default_bitmap_space_sectors(min_dev_sectors);
     let data_offset = opts.data_offset_sectors.unwrap_or_else(|| {
         default_data_offset_sectors(min_dev_sectors, chunk_sectors as u32, bitmap_space)
     });
-    let round = if level == Level::Raid1 { 128 } else { chunk_sectors };
+    let round = if level == Level::Raid1 {
+        128
+    } else {
+        chunk_sectors
+    };
     let avail = |d: &Arc<dyn Member>| -> Result<u64, ArrayError> {
         let s = d.size_bytes() / SECTOR_BYTES;
-        let usable = s.checked_sub(data_offset).unwrap_or(0) / round * round;
+        let usable = s.saturating_sub(data_offset) / round * round;
         if usable == 0 {
             return Err(err(format!(
                 "{}: device of {} bytes is too small (needs more than {} KiB for metadata and one chunk)",
@@ -162,7 +175,11 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
         for d in devs.iter() {
             match d {
                 Some(d) => v.push(avail(d)?),
-                None => return Err(err("raid0 has no redundancy: no member can be missing".into())),
+                None => {
+                    return Err(err(
+                        "raid0 has no redundancy: no member can be missing".into()
+                    ))
+                }
             }
         }
         v
@@ -172,7 +189,11 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
     let multizone = level == Level::Raid0 && member_sectors.iter().any(|&s| s != member_sectors[0]);
     // Multi-zone raid0 needs an explicit layout for Linux to start it; md's alternate
     // layout is the one recommended for new arrays.
-    let layout = if multizone && opts.layout.is_none() { 2 } else { layout };
+    let layout = if multizone && opts.layout.is_none() {
+        2
+    } else {
+        layout
+    };
     let geometry = ArrayGeometry {
         level,
         layout,
@@ -206,7 +227,9 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
     let sync_size = if level == Level::Raid0 { 0 } else { size };
     let bitmap = if opts.bitmap {
         if level == Level::Raid0 {
-            return Err(err("raid0 has no redundancy, so it cannot have a bitmap".into()));
+            return Err(err(
+                "raid0 has no redundancy, so it cannot have a bitmap".into()
+            ));
         }
         let chunk = bm::default_chunk_bytes(sync_size, bitmap_space)
             .ok_or_else(|| err("no room for an internal bitmap".into()))?;
@@ -282,7 +305,14 @@ pub fn create(devs: Vec<Option<Arc<dyn Member>>>, opts: &CreateOptions) -> Resul
     let slots = devs
         .iter()
         .zip(&sbs)
-        .map(|(d, sb)| Slot::new(d.clone(), sb.as_ref().map(|s| s.data_offset * SECTOR_BYTES).unwrap_or(0)))
+        .map(|(d, sb)| {
+            Slot::new(
+                d.clone(),
+                sb.as_ref()
+                    .map(|s| s.data_offset * SECTOR_BYTES)
+                    .unwrap_or(0),
+            )
+        })
         .collect();
     let mut meta = Meta::new(template, sbs);
     if let Some(bms) = bitmap {

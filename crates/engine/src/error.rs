@@ -11,7 +11,9 @@ pub enum ArrayError {
     Io(#[from] io::Error),
     #[error("array cannot serve this request: {0}")]
     Failed(String),
-    #[error("request at byte {offset} of {len} bytes is beyond the end of the array ({size} bytes)")]
+    #[error(
+        "request at byte {offset} of {len} bytes is beyond the end of the array ({size} bytes)"
+    )]
     OutOfRange { offset: u64, len: u64, size: u64 },
     #[error("{0}")]
     Geometry(#[from] GeometryError),

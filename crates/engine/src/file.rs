@@ -122,9 +122,9 @@ impl FileMember {
 }
 
 pub(crate) fn is_aligned(addr: usize, offset: u64, len: usize) -> bool {
-    addr % DIRECT_ALIGN == 0
-        && offset % DIRECT_ALIGN as u64 == 0
-        && len % DIRECT_ALIGN == 0
+    addr.is_multiple_of(DIRECT_ALIGN)
+        && offset.is_multiple_of(DIRECT_ALIGN as u64)
+        && len.is_multiple_of(DIRECT_ALIGN)
         && len > 0
 }
 

@@ -120,7 +120,11 @@ fn run_uring(ops: &mut [Op<'_>], results: &mut [Option<io::Result<()>>]) -> io::
                     OpBuf::Read(b) => (b.as_mut_ptr(), b.len(), false),
                     OpBuf::Write(b) => (b.as_ptr() as *mut u8, b.len(), true),
                 };
-                if op.offset.checked_add(len as u64).is_none_or(|e| e > file.size_bytes()) {
+                if op
+                    .offset
+                    .checked_add(len as u64)
+                    .is_none_or(|e| e > file.size_bytes())
+                {
                     // Let the synchronous path produce the range error.
                     continue;
                 }

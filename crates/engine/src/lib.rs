@@ -15,6 +15,7 @@ pub mod bitmap;
 pub mod buf;
 pub mod create;
 pub mod error;
+pub mod fault;
 pub mod file;
 pub mod io;
 pub mod member;

@@ -160,10 +160,19 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
     }
     let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
     dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
-    Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
+    let sb = Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
         member: dev.name(),
         source,
-    })
+    })?;
+    // md rejects a superblock that does not say where it is: a copy found elsewhere.
+    if sb.super_offset != SB_V12_OFFSET_BYTES / 512 {
+        return Err(ArrayError::Assemble(format!(
+            "{}: superblock found at sector 8 says it lives at sector {} (not a v1.2 member)",
+            dev.name(),
+            sb.super_offset
+        )));
+    }
+    Ok(sb)
 }
 
 /// Encode and write a superblock, then flush the device.

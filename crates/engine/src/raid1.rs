@@ -6,7 +6,9 @@ use crate::mirror::{self, bytes, RESYNC_STEP_SECTORS};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 fn copies(a: &Array, sector: u64) -> mirror::Copies {
-    (0..a.raid_disks()).map(|i| (MemberIdx(i), sector)).collect()
+    (0..a.raid_disks())
+        .map(|i| (MemberIdx(i), sector))
+        .collect()
 }
 
 pub(crate) fn read(a: &Array, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {

@@ -38,7 +38,10 @@ fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
 }
 
 /// Up to `raid_disks` retries: each one follows a newly failed member.
-fn retrying(a: &Array, mut f: impl FnMut() -> Result<Outcome, ArrayError>) -> Result<(), ArrayError> {
+fn retrying(
+    a: &Array,
+    mut f: impl FnMut() -> Result<Outcome, ArrayError>,
+) -> Result<(), ArrayError> {
     for _ in 0..=a.raid_disks() {
         match f()? {
             Outcome::Done => return Ok(()),
@@ -67,7 +70,12 @@ pub(crate) fn read(
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
         let role = g.stripe_map(loc.stripe).data[loc.data_index];
         if a.live(role).is_some() {
-            ops.read(a, role, g.member_sector(loc.stripe, loc.offset_sectors), head);
+            ops.read(
+                a,
+                role,
+                g.member_sector(loc.stripe, loc.offset_sectors),
+                head,
+            );
         } else {
             degraded.push((s, off, n));
         }
@@ -104,8 +112,17 @@ fn read_degraded(
         // It came back to life? No: members never do. But a retry may find it live if it was
         // only missing from the fast path's view; read it directly.
         let mut ops = OpList::new();
-        ops.read(a, role, g.member_sector(loc.stripe, loc.offset_sectors), out);
-        return Ok(if ops.run(a).is_empty() { Outcome::Done } else { Outcome::Retry });
+        ops.read(
+            a,
+            role,
+            g.member_sector(loc.stripe, loc.offset_sectors),
+            out,
+        );
+        return Ok(if ops.run(a).is_empty() {
+            Outcome::Done
+        } else {
+            Outcome::Retry
+        });
     }
     let mut rows = match Rows::load(a, g, &map, loc.stripe, lo, hi, |_| true)? {
         Some(r) => r,
@@ -163,7 +180,12 @@ impl Rows {
     }
 
     /// Rebuild every block of the stripe's roles that is not loaded (missing members).
-    fn reconstruct(&mut self, a: &Array, g: &ParityGeometry, map: &StripeMap) -> Result<(), ArrayError> {
+    fn reconstruct(
+        &mut self,
+        a: &Array,
+        g: &ParityGeometry,
+        map: &StripeMap,
+    ) -> Result<(), ArrayError> {
         let roles = stripe_roles(map);
         let lost: Vec<MemberIdx> = roles
             .iter()
@@ -203,8 +225,11 @@ impl Rows {
             .iter()
             .map(|r| order.iter().position(|x| x == r).expect("role in stripe"))
             .collect();
-        let mut refs: Vec<Option<&mut [u8]>> =
-            self.bufs.iter_mut().map(|b| b.as_mut().map(|b| &mut b[..])).collect();
+        let mut refs: Vec<Option<&mut [u8]>> = self
+            .bufs
+            .iter_mut()
+            .map(|b| b.as_mut().map(|b| &mut b[..]))
+            .collect();
         let mut blocks: Vec<&mut [u8]> = order
             .iter()
             .map(|r| refs[r.0].take().expect("block present"))
@@ -216,7 +241,13 @@ impl Rows {
 }
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
-fn gen_parity(g: &ParityGeometry, map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
+fn gen_parity(
+    g: &ParityGeometry,
+    map: &StripeMap,
+    data: &[&[u8]],
+    p: &mut [u8],
+    q: Option<&mut [u8]>,
+) {
     match q {
         None => uraid_parity::xor_gen(p, data),
         Some(q) => {
@@ -287,11 +318,29 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
-    let lo = pieces.iter().flatten().map(|p| p.start).min().expect("a piece");
-    let hi = pieces.iter().flatten().map(|p| p.end()).max().expect("a piece");
-    let covers = |i: usize| pieces[i].as_ref().is_some_and(|p| p.start == lo && p.end() == hi);
+    let lo = pieces
+        .iter()
+        .flatten()
+        .map(|p| p.start)
+        .min()
+        .expect("a piece");
+    let hi = pieces
+        .iter()
+        .flatten()
+        .map(|p| p.end())
+        .max()
+        .expect("a piece");
+    let covers = |i: usize| {
+        pieces[i]
+            .as_ref()
+            .is_some_and(|p| p.start == lo && p.end() == hi)
+    };
     let roles = stripe_roles(&map);
-    let missing: Vec<MemberIdx> = roles.iter().copied().filter(|r| a.live(*r).is_none()).collect();
+    let missing: Vec<MemberIdx> = roles
+        .iter()
+        .copied()
+        .filter(|r| a.live(*r).is_none())
+        .collect();
     if missing.len() > g.parity_disks() {
         return Err(no_redundancy(a, "write"));
     }
@@ -304,7 +353,10 @@ fn write_stripe(
     let rcw_reads = (0..dd).filter(|&i| !covers(i)).count();
     let rmw_reads = touched + g.parity_disks();
     if full {
-        let srcs: Vec<&[u8]> = pieces.iter().map(|p| p.as_ref().expect("full").data).collect();
+        let srcs: Vec<&[u8]> = pieces
+            .iter()
+            .map(|p| p.as_ref().expect("full").data)
+            .collect();
         gen_parity(g, &map, &srcs, &mut p, q.as_deref_mut());
     } else if missing.is_empty() && rmw_reads < rcw_reads {
         // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
@@ -316,7 +368,12 @@ fn write_stripe(
         let mut ops = OpList::new();
         for (i, b) in old.iter_mut().enumerate() {
             if let (Some(b), Some(pc)) = (b, &pieces[i]) {
-                ops.read(a, map.data[i], g.member_sector(stripe, sectors(pc.start)), b);
+                ops.read(
+                    a,
+                    map.data[i],
+                    g.member_sector(stripe, sectors(pc.start)),
+                    b,
+                );
             }
         }
         ops.read(a, map.p, msec_lo, &mut p);
@@ -333,7 +390,11 @@ fn write_stripe(
                 match q.as_deref_mut() {
                     None => uraid_parity::xor_acc(&mut p[range], &[&b[..]]),
                     Some(q) => {
-                        let slot = map.syndrome_order.iter().position(|&x| x == i).expect("slot");
+                        let slot = map
+                            .syndrome_order
+                            .iter()
+                            .position(|&x| x == i)
+                            .expect("slot");
                         uraid_parity::update_pq(slot, b, &mut p[range.clone()], &mut q[range]);
                     }
                 }
@@ -385,7 +446,12 @@ fn write_stripe(
     for (i, pc) in pieces.iter().enumerate() {
         if let Some(pc) = pc {
             if a.live(map.data[i]).is_some() {
-                ops.write(a, map.data[i], g.member_sector(stripe, sectors(pc.start)), pc.data);
+                ops.write(
+                    a,
+                    map.data[i],
+                    g.member_sector(stripe, sectors(pc.start)),
+                    pc.data,
+                );
             }
         }
     }

@@ -1,0 +1,193 @@
+//! Shared helpers for engine tests: array configurations and a byte model.
+
+#![allow(dead_code)]
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use uraid_core::geometry::raid5::*;
+use uraid_core::Level;
+use uraid_engine::{CreateOptions, MemMember, Member};
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub level: Level,
+    pub layout: Option<u32>,
+    pub disks: usize,
+    pub chunk_sectors: u64,
+    /// Member sizes in bytes (equal, except for multi-zone raid0).
+    pub member_bytes: Vec<u64>,
+}
+
+/// Every level and layout, with small members so that tests stay fast.
+pub fn all_configs() -> Vec<Config> {
+    let mut v = Vec::new();
+    let mb = 1u64 << 20;
+    let eq = |n: usize, size: u64| vec![size; n];
+    for disks in [2, 3, 4] {
+        v.push(Config {
+            level: Level::Raid0,
+            layout: None,
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for lay in [1, 2] {
+        v.push(Config {
+            level: Level::Raid0,
+            layout: Some(lay),
+            disks: 3,
+            chunk_sectors: 16,
+            member_bytes: vec![2 * mb, 2 * mb + 256 * 1024, 3 * mb],
+        });
+    }
+    for disks in [1, 2, 3] {
+        v.push(Config {
+            level: Level::Raid1,
+            layout: None,
+            disks,
+            chunk_sectors: 0,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for (layout, disks) in [
+        (0x102, 2),
+        (0x102, 3),
+        (0x102, 4),
+        (0x102, 5),
+        (0x103, 3),
+        (0x103, 4),
+        (0x201, 2),
+        (0x201, 3),
+        (0x201, 4),
+        (0x201, 5),
+        (0x301, 3),
+        (0x10201, 2),
+        (0x10201, 3),
+        (0x10201, 4),
+        (0x10301, 4),
+        (0x202, 4),
+    ] {
+        v.push(Config {
+            level: Level::Raid10,
+            layout: Some(layout),
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for disks in [3, 4] {
+        v.push(Config {
+            level: Level::Raid4,
+            layout: None,
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for layout in [
+        ALGORITHM_LEFT_ASYMMETRIC,
+        ALGORITHM_RIGHT_ASYMMETRIC,
+        ALGORITHM_LEFT_SYMMETRIC,
+        ALGORITHM_RIGHT_SYMMETRIC,
+        ALGORITHM_PARITY_0,
+        ALGORITHM_PARITY_N,
+    ] {
+        for disks in [2, 3, 5] {
+            v.push(Config {
+                level: Level::Raid5,
+                layout: Some(layout),
+                disks,
+                chunk_sectors: 8,
+                member_bytes: eq(disks, 2 * mb),
+            });
+        }
+    }
+    for layout in [
+        ALGORITHM_LEFT_ASYMMETRIC,
+        ALGORITHM_RIGHT_ASYMMETRIC,
+        ALGORITHM_LEFT_SYMMETRIC,
+        ALGORITHM_RIGHT_SYMMETRIC,
+        ALGORITHM_PARITY_0,
+        ALGORITHM_PARITY_N,
+        ALGORITHM_LEFT_ASYMMETRIC_6,
+        ALGORITHM_RIGHT_ASYMMETRIC_6,
+        ALGORITHM_LEFT_SYMMETRIC_6,
+        ALGORITHM_RIGHT_SYMMETRIC_6,
+        ALGORITHM_PARITY_0_6,
+    ] {
+        for disks in [4, 6] {
+            v.push(Config {
+                level: Level::Raid6,
+                layout: Some(layout),
+                disks,
+                chunk_sectors: 8,
+                member_bytes: eq(disks, 2 * mb),
+            });
+        }
+    }
+    // Larger chunks on the parity levels.
+    v.push(Config {
+        level: Level::Raid5,
+        layout: None,
+        disks: 4,
+        chunk_sectors: 128,
+        member_bytes: eq(4, 3 * mb),
+    });
+    v.push(Config {
+        level: Level::Raid6,
+        layout: None,
+        disks: 5,
+        chunk_sectors: 64,
+        member_bytes: eq(5, 3 * mb),
+    });
+    v
+}
+
+pub fn mem_members(cfg: &Config, tag: &str) -> Vec<Arc<MemMember>> {
+    cfg.member_bytes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| Arc::new(MemMember::new(format!("{tag}-mem{i}"), b)))
+        .collect()
+}
+
+pub fn create_opts(cfg: &Config) -> CreateOptions {
+    let mut o = CreateOptions::new(cfg.level);
+    o.layout = cfg.layout;
+    if cfg.chunk_sectors > 0 {
+        o.chunk_sectors = Some(cfg.chunk_sectors);
+    }
+    o.assume_clean = true; // memory members start zeroed: consistent
+    o.data_offset_sectors = Some(64);
+    o
+}
+
+pub fn as_members(m: &[Arc<MemMember>]) -> Vec<Option<Arc<dyn Member>>> {
+    m.iter()
+        .map(|m| Some(m.clone() as Arc<dyn Member>))
+        .collect()
+}
+
+/// A random write: (offset, data). Mostly sector aligned, sometimes not.
+pub fn random_write(rng: &mut StdRng, size: u64, max_len: u64) -> (u64, Vec<u8>) {
+    let aligned = rng.gen_bool(0.85);
+    let len = if aligned {
+        rng.gen_range(1..=max_len / 512).max(1) * 512
+    } else {
+        rng.gen_range(1..=max_len)
+    }
+    .min(size);
+    let mut off = rng.gen_range(0..=size - len);
+    if aligned {
+        off = off / 512 * 512;
+    }
+    let mut data = vec![0u8; len as usize];
+    rng.fill(&mut data[..]);
+    (off, data)
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
