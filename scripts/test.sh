@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command: formatting, lints, every crate's tests, then Linux md interop in a VM.
+#   scripts/test.sh          quick mode (CI)
+#   scripts/test.sh --full   long property/simulator runs and every VM scenario
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+full=0
+[ "${1:-}" = "--full" ] && full=1
+[ $full = 1 ] && export URAID_FULL=1
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace --no-fail-fast
+echo "== Linux md interoperability (VM)"
+cargo build -p uraid
+if [ $full = 1 ]; then
+    tests/vm/run.sh --full
+else
+    tests/vm/run.sh
+fi
+echo "== all tests passed"
