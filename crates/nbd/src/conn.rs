@@ -75,9 +75,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A worker's data buffer; its capacity is charged to the budget.
+/// A worker's data buffer. Buffers up to [`RETAINED_BUFFER_BYTES`] are kept
+/// between requests and not charged (they are bounded by connections x
+/// workers); larger ones are charged to the budget for one request only, so
+/// a worker never holds budget while it waits for anything but its own
+/// request, and the budget cannot deadlock.
 struct WorkBuf<'a> {
     data: Vec<u8>,
+    charged: usize,
     budget: &'a BufferBudget,
 }
 
@@ -85,21 +90,27 @@ impl<'a> WorkBuf<'a> {
     fn new(budget: &'a BufferBudget) -> Self {
         WorkBuf {
             data: Vec::new(),
+            charged: 0,
             budget,
         }
     }
 
     fn get(&mut self, len: usize) -> &mut [u8] {
         if len > self.data.len() {
-            self.budget.acquire(len - self.data.len());
+            if len > RETAINED_BUFFER_BYTES {
+                self.budget.acquire(len - self.charged);
+                self.charged = len;
+            }
             self.data.resize(len, 0);
         }
         &mut self.data[..len]
     }
 
+    /// Ends a request: gives a large buffer back.
     fn shrink(&mut self) {
-        if self.data.len() > RETAINED_BUFFER_BYTES {
-            self.budget.release(self.data.len());
+        if self.charged > 0 {
+            self.budget.release(self.charged);
+            self.charged = 0;
             self.data = Vec::new();
         }
     }
@@ -107,7 +118,7 @@ impl<'a> WorkBuf<'a> {
 
 impl Drop for WorkBuf<'_> {
     fn drop(&mut self) {
-        self.budget.release(self.data.len());
+        self.budget.release(self.charged);
     }
 }
 
@@ -168,6 +179,8 @@ impl Input {
 pub(crate) struct ConnConfig {
     pub limits: ExportLimits,
     pub max_workers: usize,
+    /// Limit on a stalled large write payload (replies use the socket's send timeout).
+    pub io_timeout: Option<std::time::Duration>,
 }
 
 struct Shared<'a> {
@@ -313,8 +326,18 @@ fn next_request(sh: &Shared<'_>, buf: &mut WorkBuf<'_>) -> Next {
         return Next::Stop;
     }
     if payload > 0 {
+        // A large payload holds budget while it arrives: bound how long a
+        // stalled client may keep it. (Small ones are not worth two syscalls.)
+        let large = payload as usize > RETAINED_BUFFER_BYTES && sh.config.io_timeout.is_some();
+        if large {
+            let _ = sh.stream.set_read_timeout(sh.config.io_timeout);
+        }
         let data = buf.get(payload as usize);
-        if let Err(e) = input.read_payload(sh.stream, data) {
+        let result = input.read_payload(sh.stream, data);
+        if large {
+            let _ = sh.stream.set_read_timeout(None);
+        }
+        if let Err(e) = result {
             input.closed = true;
             fail(sh, e, Shutdown::Read);
             return Next::Stop;
@@ -416,12 +439,14 @@ mod tests {
             let mut a = WorkBuf::new(&budget);
             a.get(100);
             a.get(50);
-            assert_eq!(budget.available(), (1 << 20) - 100);
+            assert_eq!(budget.available(), 1 << 20);
             a.get(RETAINED_BUFFER_BYTES + 1);
             assert_eq!(budget.available(), (1 << 20) - RETAINED_BUFFER_BYTES - 1);
+            a.get(RETAINED_BUFFER_BYTES + 100);
+            assert_eq!(budget.available(), (1 << 20) - RETAINED_BUFFER_BYTES - 100);
             a.shrink();
             assert_eq!(budget.available(), 1 << 20);
-            a.get(10);
+            a.get(RETAINED_BUFFER_BYTES * 2);
         }
         assert_eq!(budget.available(), 1 << 20);
     }

@@ -55,6 +55,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
             let config = ConnConfig {
                 limits,
                 max_workers: 2,
+                io_timeout: None,
             };
             let _ = conn::serve(&stream, &backend, &budget, config);
         }

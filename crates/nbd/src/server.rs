@@ -30,13 +30,16 @@ pub struct ServerConfig {
     pub workers_per_connection: usize,
     /// Largest READ/WRITE payload; a longer write drops the connection.
     pub max_payload_bytes: u32,
-    /// Payload buffer memory shared by all connections.
+    /// Memory for payloads above 256 KiB, shared by all connections; smaller
+    /// buffers are kept per worker, so the server's buffer memory is at most
+    /// this plus `max_connections` x (64 KiB + `workers_per_connection` x 256 KiB).
     pub buffer_budget_bytes: usize,
     /// Read timeout while negotiating (none in the transmission phase).
     pub handshake_timeout: Option<Duration>,
-    /// A client that does not take a reply within this time is dropped, so a
-    /// client that stops reading cannot hold workers (or shutdown) forever.
-    pub send_timeout: Option<Duration>,
+    /// A client that does not take a reply, or stalls in the middle of a
+    /// large write payload, for this long is dropped: it cannot hold workers,
+    /// buffer memory or shutdown forever. (Idle clients are never dropped.)
+    pub io_timeout: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -49,7 +52,7 @@ impl Default for ServerConfig {
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             buffer_budget_bytes: 512 * 1024 * 1024,
             handshake_timeout: Some(Duration::from_secs(30)),
-            send_timeout: Some(Duration::from_secs(60)),
+            io_timeout: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -305,7 +308,7 @@ impl ConnCtx {
     fn handshake_and_serve(&self) -> Result<(), NbdError> {
         self.stream
             .set_read_timeout(self.config.handshake_timeout)?;
-        self.stream.set_write_timeout(self.config.send_timeout)?;
+        self.stream.set_write_timeout(self.config.io_timeout)?;
         let negotiated = handshake::negotiate(&self.stream, &self.export, &self.signal.stop)?;
         self.stream.set_read_timeout(None)?;
         let limits = ExportLimits {
@@ -322,6 +325,7 @@ impl ConnCtx {
             ConnConfig {
                 limits,
                 max_workers: self.config.workers_per_connection,
+                io_timeout: self.config.io_timeout,
             },
         )
     }

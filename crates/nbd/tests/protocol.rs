@@ -299,3 +299,77 @@ fn connection_limit_refuses_extra_clients() {
     let stats = srv.stop();
     assert_eq!(stats.connections_refused, 1);
 }
+
+#[test]
+fn parallel_connections_share_one_export() {
+    let srv = TestServer::start(8 * MIB);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let path = srv.socket.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&path, "", t % 2 == 0).unwrap();
+                let base = t * 2 * MIB as u64;
+                for i in 0..16u64 {
+                    let data = pattern(t * 100 + i, 64 * 1024);
+                    c.send(Command::Write, 0, base + i * 65536, 65536, &data)
+                        .unwrap();
+                }
+                for _ in 0..16 {
+                    assert_eq!(c.recv().unwrap().error, 0);
+                }
+                assert_eq!(c.call(Command::Flush, 0, 0, 0, &[]).unwrap().error, 0);
+                c.disconnect();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Another connection sees every write (CAN_MULTI_CONN).
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    for t in 0..4u64 {
+        for i in 0..16u64 {
+            let got = c.read(t * 2 * MIB as u64 + i * 65536, 65536).unwrap();
+            assert_eq!(got, pattern(t * 100 + i, 64 * 1024), "conn {t} block {i}");
+        }
+    }
+}
+
+#[test]
+fn large_writes_under_a_tight_buffer_budget_all_complete() {
+    // Budget for exactly one maximal payload, shared by three busy connections.
+    let config = ServerConfig {
+        max_payload_bytes: MIB as u32,
+        buffer_budget_bytes: MIB,
+        ..ServerConfig::default()
+    };
+    let srv = TestServer::start_with(MemBackend::new(8 * MIB), config);
+    let threads: Vec<_> = (0..3u64)
+        .map(|t| {
+            let path = srv.socket.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(&path, "", true).unwrap();
+                for round in 0..2u64 {
+                    let off = t * 2 * MIB as u64 + round * MIB as u64;
+                    let data = pattern(t * 10 + round, MIB);
+                    // Write and read back pipelined; both need a large buffer.
+                    c.send(Command::Write, 0, off, MIB as u32, &data).unwrap();
+                    assert_eq!(c.recv().unwrap().error, 0);
+                    assert_eq!(c.read(off, MIB as u32).unwrap(), data);
+                }
+                // Over the payload limit: refused before any buffer is taken.
+                assert_eq!(c.read(0, MIB as u32 + 1), Err(22));
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let snap = srv.backend.snapshot();
+    for t in 0..3usize {
+        for round in 0..2usize {
+            let off = t * 2 * MIB + round * MIB;
+            assert!(snap[off..off + MIB] == pattern(t as u64 * 10 + round as u64, MIB)[..]);
+        }
+    }
+}
