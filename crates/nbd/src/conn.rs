@@ -367,21 +367,24 @@ fn execute(
     let result = match req.command {
         Command::Read => {
             let data = buf.get(len);
-            match backend.read(req.offset, data) {
+            match guarded(|| backend.read(req.offset, data)) {
                 Ok(()) => return send_read(sh, req, data),
                 Err(e) => Err(e),
             }
         }
-        Command::Write => backend.write(req.offset, &buf.get(len)[..], req.fua()),
-        Command::Flush => backend.flush(),
-        Command::Trim => backend.trim(req.offset, len as u64).and_then(|()| {
+        Command::Write => {
+            let data = &buf.get(len)[..];
+            guarded(|| backend.write(req.offset, data, req.fua()))
+        }
+        Command::Flush => guarded(|| backend.flush()),
+        Command::Trim => guarded(|| {
+            backend.trim(req.offset, len as u64)?;
             if req.fua() {
-                backend.flush()
-            } else {
-                Ok(())
+                backend.flush()?;
             }
+            Ok(())
         }),
-        Command::WriteZeroes => backend.write_zeroes(req.offset, len as u64, req.fua()),
+        Command::WriteZeroes => guarded(|| backend.write_zeroes(req.offset, len as u64, req.fua())),
         Command::Disc | Command::Unknown(_) => unreachable!("filtered by next_request/validate"),
     };
     match result {
@@ -390,6 +393,18 @@ fn execute(
             let errno = errno_of(&e);
             let msg = e.to_string();
             send_error(sh, req, errno, &msg, scratch)
+        }
+    }
+}
+
+/// Runs a backend call; a panic in the backend becomes `EIO` for this
+/// request instead of taking the connection (or the server) down.
+fn guarded(call: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::error!("nbd: backend panicked; answering EIO");
+            Err(io::Error::from_raw_os_error(libc::EIO))
         }
     }
 }

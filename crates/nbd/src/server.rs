@@ -291,18 +291,26 @@ struct ConnCtx {
 
 impl ConnCtx {
     fn run(self) {
+        // Leaves the registry and closes even if something below panics.
+        struct Release<'a>(&'a ConnCtx);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                // Leave the registry before the client sees the close, so a
+                // client that reconnects at once finds the slot free.
+                self.0
+                    .live
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .streams
+                    .remove(&self.0.id);
+                self.0.stream.shutdown(Shutdown::Both);
+            }
+        }
+        let _release = Release(&self);
         match self.handshake_and_serve() {
             Ok(()) => tracing::debug!("nbd: connection {} closed", self.id),
             Err(e) => tracing::debug!("nbd: connection {} ended: {e}", self.id),
         }
-        // Leave the registry before the client sees the close, so a client
-        // that reconnects at once finds the slot free.
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .streams
-            .remove(&self.id);
-        self.stream.shutdown(Shutdown::Both);
     }
 
     fn handshake_and_serve(&self) -> Result<(), NbdError> {

@@ -373,3 +373,63 @@ fn large_writes_under_a_tight_buffer_budget_all_complete() {
         }
     }
 }
+
+/// Panics on reads at offset 0, otherwise a MemBackend.
+struct PanickyBackend(MemBackend);
+
+impl uraid_nbd::Backend for PanickyBackend {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        assert_ne!(offset, 0, "deliberate backend panic");
+        self.0.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> std::io::Result<()> {
+        if offset == 4096 {
+            return Err(std::io::Error::from_raw_os_error(libc_enospc()));
+        }
+        self.0.write(offset, buf, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Err(std::io::Error::other("flush failed"))
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.trim(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> std::io::Result<()> {
+        self.0.write_zeroes(offset, len, fua)
+    }
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
+
+#[test]
+fn backend_errors_and_panics_become_nbd_errors() {
+    use std::sync::Arc;
+    use uraid_nbd::{Backend, Listener, Server};
+    let dir = TempDir::new("panicky");
+    let path = dir.path("s.sock");
+    let listener = Listener::bind_unix(&path).unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(PanickyBackend(MemBackend::new(MIB)));
+    let running = Server::new(ServerConfig::default())
+        .unwrap()
+        .spawn(listener, backend)
+        .unwrap();
+    for structured in [true, false] {
+        let mut c = Client::connect(&path, "", structured).unwrap();
+        assert_eq!(c.read(0, 512), Err(5), "panic must read as EIO");
+        assert_eq!(c.write(4096, &[1; 512]), 28);
+        assert_eq!(c.call(Command::Flush, 0, 0, 0, &[]).unwrap().error, 5);
+        // The connection survives all of it.
+        assert_eq!(c.write(8192, &[9; 512]), 0);
+        assert_eq!(c.read(8192, 512).unwrap(), vec![9; 512]);
+    }
+    // The final flush fails, and serve says so.
+    assert!(matches!(
+        running.shutdown(),
+        Err(uraid_nbd::NbdError::FinalFlush(_))
+    ));
+}
