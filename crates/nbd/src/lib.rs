@@ -9,6 +9,33 @@
 //! Layout: [`proto`] is the pure wire format (fuzzed), `handshake` the option
 //! haggling, `conn` the transmission phase, `server` the accept loop.
 //!
+//! # Design
+//!
+//! - A thread per connection, plus up to `workers_per_connection` worker
+//!   threads started on demand. Workers take turns reading the socket
+//!   (leader/followers): the one holding the input lock parses one request and
+//!   its payload from a 64 KiB buffer, releases the lock, calls the backend and
+//!   writes the reply with one `sendmsg`. No hand-off queue, no per-request
+//!   allocation; replies go out in completion order.
+//! - Every request is checked ([`proto::Request::validate`]) before the
+//!   backend sees it: in range, aligned to [`Backend::min_block_size`], payload
+//!   at most `max_payload_bytes` (32 MiB), flags valid for the command.
+//! - Backend errors map to NBD errors with [`errno_of`]; a backend panic is
+//!   answered with `EIO`.
+//! - With structured replies, reads answer with one `OFFSET_DATA` chunk and
+//!   errors with an `ERROR` chunk carrying a message.
+//!
+//! # Limits (see [`ServerConfig`])
+//!
+//! Connections, requests in flight per connection (= workers), payload size,
+//! buffer memory (a budget shared by all connections for payloads above
+//! 256 KiB), option data (16 KiB) and options per handshake (256). A client
+//! that breaks the protocol (bad magic, unknown client flags, oversized option
+//! or write payload) is disconnected; an invalid request gets an error reply.
+//! A handshake that stalls, a client that does not read its replies, or one
+//! that stalls inside a large write payload is dropped after a timeout; an
+//! idle client in the transmission phase is not.
+//!
 //! # Example
 //!
 //! ```no_run
