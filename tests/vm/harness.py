@@ -216,6 +216,7 @@ class Boot:
         self.pattern = pattern
         self.disks: list[Path] = []  # scsi id = index + 1
         self.job: list[str] = []
+        self.guest_bins: list[Path] = []  # host binaries to run in the guest, from /share/bin
         self.budget_s = 60.0
         self.console = ""
         self.timed_out = False
@@ -228,7 +229,9 @@ class Boot:
     def boot(self, timeout_scale: float) -> None:
         shutil.copy(HERE / "guest-lib.sh", self.share / "lib.sh")
         (self.share / "ndisks").write_text(f"{len(self.disks) + 1}\n")
-        script = ["set -u", ". /share/lib.sh", f"PB={self.pattern.half}", WRITE_REGIONS_SH]
+        self._copy_guest_bins()
+        script = ["export PATH=/share/bin:$PATH LD_LIBRARY_PATH=/share/lib",
+                  ". /share/lib.sh", f"PB={self.pattern.half}", WRITE_REGIONS_SH, "set -u"]
         (self.share / "job.sh").write_text("\n".join(script + self.job) + "\n")
         cmd = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048",
                "-nographic", "-no-reboot", "-nic", "none",
@@ -258,6 +261,20 @@ class Boot:
         if self.timed_out:
             self.console += f"\n[harness] qemu killed after {timeout}s\n"
         (self.dir / "qemu-cmd.txt").write_text(" ".join(cmd) + "\n")
+
+    def _copy_guest_bins(self) -> None:
+        """Binaries that change between runs (uraid) travel in the share, not the initramfs,
+        with whatever libraries ldd lists that the base initramfs lacks."""
+        if not self.guest_bins:
+            return
+        (self.share / "bin").mkdir(exist_ok=True)
+        (self.share / "lib").mkdir(exist_ok=True)
+        for b in self.guest_bins:
+            shutil.copy(b, self.share / "bin" / b.name)
+            ldd = subprocess.run(["ldd", str(b)], capture_output=True, text=True).stdout
+            for lib in re.findall(r"(/\S+\.so[\S]*)", ldd):
+                if not (CACHE / "root" / lib.lstrip("/")).exists():
+                    shutil.copy(lib, self.share / "lib" / Path(lib).name)
 
     def finished(self) -> bool:
         return "@@VM done" in self.console
@@ -552,6 +569,28 @@ def split_batches(specs: list[Spec], member_mib: int) -> list[list[Spec]]:
     return batches
 
 
+def run_script(args) -> int:
+    """Boot once with the given disks and run one script: a building block for other suites
+    (the ublk/NBD export tests) that need a real Linux next to uraid."""
+    run_dir = CACHE / "runs" / time.strftime("script-%Y%m%d-%H%M%S")
+    boot = Boot(run_dir, "vm", Pattern(64 * MiB))
+    for d in args.disk:
+        boot.add_disk(Path(d).resolve())
+    uraid = find_uraid(args.uraid)
+    if uraid:
+        boot.guest_bins.append(uraid)
+    boot.job.append(Path(args.script).read_text())
+    boot.budget_s = args.boot_timeout
+    boot.boot(1.0)
+    print((boot.share / "out" / "job.log").read_text(errors="replace")
+          if (boot.share / "out" / "job.log").exists() else "", end="")
+    if not boot.finished():
+        print(f"{boot.vm_problem()}\n{boot.console_tail()}", file=sys.stderr)
+        return 124
+    rc = (boot.share / "out" / "job.rc").read_text().strip()
+    return int(rc) if rc.isdigit() else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -564,7 +603,14 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep images of passing scenarios")
     ap.add_argument("--timeout-scale", type=float, default=1.0,
                     help="multiply the VM timeouts (slow or busy machines)")
+    ap.add_argument("--script", help="instead of the scenarios: run this shell script in the "
+                    "VM (disks are /dev/disk/1.., uraid is in PATH), print its output, exit "
+                    "with its status")
+    ap.add_argument("--disk", action="append", default=[], help="with --script: attach IMG")
+    ap.add_argument("--boot-timeout", type=int, default=600, help="with --script: seconds")
     args = ap.parse_args()
+    if args.script:
+        return run_script(args)
 
     specs = scenarios.full() if args.full else scenarios.quick()
     if args.only:
