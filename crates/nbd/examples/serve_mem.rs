@@ -10,7 +10,7 @@ fn main() -> Result<(), uraid_nbd::NbdError> {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "/tmp/uraid-nbd.sock".into());
     let size_mib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
-    let workers: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let workers: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(16);
     let backend = Arc::new(MemBackend::new(size_mib << 20));
     let listener = Listener::bind_unix(&path)?;
     let server = Server::new(ServerConfig {

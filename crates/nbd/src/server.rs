@@ -48,7 +48,7 @@ impl Default for ServerConfig {
             export_name: "uraid".to_string(),
             description: String::new(),
             max_connections: 64,
-            workers_per_connection: 8,
+            workers_per_connection: 16,
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             buffer_budget_bytes: 512 * 1024 * 1024,
             handshake_timeout: Some(Duration::from_secs(30)),
