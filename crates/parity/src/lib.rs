@@ -132,10 +132,25 @@ fn choose() -> Parity {
 }
 
 /// The parity functions bound to one [`Implementation`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Parity {
     imp: Implementation,
+    k: &'static Kernels,
 }
+
+impl std::fmt::Debug for Parity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Parity").field(&self.imp).finish()
+    }
+}
+
+impl PartialEq for Parity {
+    fn eq(&self, other: &Self) -> bool {
+        self.imp == other.imp
+    }
+}
+
+impl Eq for Parity {}
 
 fn check_len(len: usize, other: usize) {
     assert_eq!(len, other, "parity buffers must have equal lengths");
@@ -144,7 +159,7 @@ fn check_len(len: usize, other: usize) {
 impl Parity {
     /// `None` if this CPU cannot run `imp`.
     pub fn new(imp: Implementation) -> Option<Parity> {
-        imp.is_available().then_some(Parity { imp })
+        imp.kernels().map(|k| Parity { imp, k })
     }
 
     /// The implementation the free functions use (chosen once per process).
@@ -156,19 +171,16 @@ impl Parity {
         self.imp
     }
 
-    fn k(&self) -> &'static Kernels {
-        self.imp.kernels().expect("checked in Parity::new")
-    }
-
     /// See [`xor_gen`].
     pub fn xor_gen(&self, dst: &mut [u8], srcs: &[&[u8]]) {
         assert!(!srcs.is_empty(), "xor_gen needs at least one source");
         for s in srcs {
             check_len(dst.len(), s.len());
         }
-        let rest = Ptrs::new(srcs[1..].iter().map(|s| s.as_ptr()));
-        // SAFETY: every pointer names a live slice of dst.len() bytes; dst is exclusive.
-        unsafe { self.xor_raw(dst.as_mut_ptr(), srcs[0].as_ptr(), &rest, dst.len()) }
+        with_ptrs(srcs[1..].iter().map(|s| s.as_ptr()), |rest| {
+            // SAFETY: every pointer names a live slice of dst.len() bytes; dst is exclusive.
+            unsafe { self.xor_raw(dst.as_mut_ptr(), srcs[0].as_ptr(), rest, dst.len()) }
+        })
     }
 
     /// See [`xor_acc`].
@@ -179,15 +191,18 @@ impl Parity {
         if srcs.is_empty() {
             return;
         }
-        let rest = Ptrs::new(srcs.iter().map(|s| s.as_ptr()));
         let d = dst.as_mut_ptr();
-        // SAFETY: as in xor_gen; dst is read and written at the same offsets only.
-        unsafe { self.xor_raw(d, d, &rest, dst.len()) }
+        with_ptrs(srcs.iter().map(|s| s.as_ptr()), |rest| {
+            // SAFETY: as in xor_gen; dst is read and written at the same offsets only.
+            unsafe { self.xor_raw(d, d, rest, dst.len()) }
+        })
     }
 
     unsafe fn xor_raw(&self, dst: *mut u8, first: *const u8, rest: &[*const u8], len: usize) {
-        let done = (self.k().xor)(dst, first, rest, 0, len);
-        (kernels::byte::KERNELS.xor)(dst, first, rest, done, len);
+        let done = (self.k.xor)(dst, first, rest, 0, len);
+        if done < len {
+            (kernels::byte::KERNELS.xor)(dst, first, rest, done, len);
+        }
     }
 
     /// See [`gen_pq`].
@@ -197,18 +212,21 @@ impl Parity {
         for d in data {
             check_len(p.len(), d.len());
         }
-        let ptrs = Ptrs::new(data.iter().map(|d| d.as_ptr()));
         let job = Job::Pq {
             p: p.as_mut_ptr(),
             q: q.as_mut_ptr(),
         };
-        // SAFETY: all blocks have p.len() bytes; p and q are exclusive and not in `data`.
-        unsafe { self.syndrome_raw(&ptrs, &job, p.len()) }
+        with_ptrs(data.iter().map(|d| d.as_ptr()), |ptrs| {
+            // SAFETY: all blocks have p.len() bytes; p and q are exclusive and not in `data`.
+            unsafe { self.syndrome_raw(ptrs, &job, p.len()) }
+        })
     }
 
     unsafe fn syndrome_raw(&self, data: &[*const u8], job: &Job, len: usize) {
-        let done = (self.k().syndrome)(data, job, 0, len);
-        (kernels::byte::KERNELS.syndrome)(data, job, done, len);
+        let done = (self.k.syndrome)(data, job, 0, len);
+        if done < len {
+            (kernels::byte::KERNELS.syndrome)(data, job, done, len);
+        }
     }
 
     /// See [`update_pq`].
@@ -228,8 +246,10 @@ impl Parity {
 
     unsafe fn update_raw(&self, slot: usize, delta: &[u8], p: *mut u8, q: &mut [u8]) {
         let (c, d, q, len) = (gf::exp2(slot), delta.as_ptr(), q.as_mut_ptr(), q.len());
-        let done = (self.k().update)(c, d, p, q, 0, len);
-        (kernels::byte::KERNELS.update)(c, d, p, q, done, len);
+        let done = (self.k.update)(c, d, p, q, 0, len);
+        if done < len {
+            (kernels::byte::KERNELS.update)(c, d, p, q, done, len);
+        }
     }
 
     /// See [`recover`].
@@ -246,65 +266,71 @@ impl Parity {
         for b in blocks.iter() {
             check_len(len, b.len());
         }
-        let bp = PtrsMut::new(blocks.iter_mut().map(|b| b.as_mut_ptr()));
-        let data = Ptrs::new((0..ndata).map(|k| match lost.contains(&Some(k)) {
-            true => std::ptr::null(),
-            false => bp[k] as *const u8,
-        }));
-        let (p, q) = (bp[pi], bp[qi]);
-        // SAFETY: every pointer names a distinct live block of `len` bytes; lost data slots
-        // are null in `data`, so a block is never read and written by different streams.
-        unsafe {
-            match lost {
-                [None, _] => {}
-                [Some(x), None] if x == pi => {
-                    let all = Ptrs::new((0..ndata).map(|k| bp[k] as *const u8));
-                    self.xor_raw(p, all[0], &all[1..], len);
-                }
-                [Some(x), None] if x == qi => {
-                    self.syndrome_raw(&data, &Job::Q { q }, len);
-                }
-                [Some(x), None] => {
-                    let rest = Ptrs::new(data.iter().copied().filter(|d| !d.is_null()));
-                    self.xor_raw(bp[x], p, &rest, len);
-                }
-                [Some(x), Some(y)] if x == pi && y == qi => {
-                    self.syndrome_raw(&data, &Job::Pq { p, q }, len);
-                }
-                [Some(x), Some(y)] if y == qi => {
-                    let job = Job::DataQ {
-                        x: bp[x],
-                        p,
-                        q,
-                        gx: gf::exp2(x),
-                    };
-                    self.syndrome_raw(&data, &job, len);
-                }
-                [Some(x), Some(y)] if y == pi => {
-                    let job = Job::DataP {
-                        x: bp[x],
-                        p,
-                        q,
-                        inv_gx: gf::inv(gf::exp2(x)),
-                    };
-                    self.syndrome_raw(&data, &job, len);
-                }
-                [Some(x), Some(y)] => {
-                    // Dx = A*(P^Pxy) ^ B*(Q^Qxy), A = g^(y-x)/(g^(y-x)+1), B = g^-x/(g^(y-x)+1).
-                    let gyx = gf::exp2(y - x);
-                    let denom = gf::inv(gyx ^ 1);
-                    let job = Job::DataData {
-                        x: bp[x],
-                        y: bp[y],
-                        p,
-                        q,
-                        a: gf::mul(gyx, denom),
-                        b: gf::mul(gf::inv(gf::exp2(x)), denom),
-                    };
-                    self.syndrome_raw(&data, &job, len);
+        let (p, q) = (blocks[pi].as_mut_ptr(), blocks[qi].as_mut_ptr());
+        let lost_ptr = |blocks: &mut [&mut [u8]], i: Option<usize>| match i {
+            Some(i) if i < ndata => blocks[i].as_mut_ptr(),
+            _ => std::ptr::null_mut(),
+        };
+        let (xp, yp) = (lost_ptr(blocks, lost[0]), lost_ptr(blocks, lost[1]));
+        let is_lost = |k: usize| lost.contains(&Some(k));
+        let job = match lost {
+            [None, _] => return,
+            [Some(x), None] if x == pi => {
+                // P alone: the XOR of all data.
+                with_ptrs(blocks[1..ndata].iter().map(|b| b.as_ptr()), |rest| {
+                    // SAFETY: distinct live blocks of `len` bytes; P is not among them.
+                    unsafe { self.xor_raw(p, blocks[0].as_ptr(), rest, len) }
+                });
+                return;
+            }
+            [Some(_), None] if xp.is_null() => Job::Q { q },
+            [Some(_), None] => {
+                // One data block: P and the other data.
+                let rest = (0..ndata)
+                    .filter(|&k| !is_lost(k))
+                    .map(|k| blocks[k].as_ptr());
+                with_ptrs(rest, |rest| {
+                    // SAFETY: distinct live blocks of `len` bytes; the lost one is not read.
+                    unsafe { self.xor_raw(xp, p, rest, len) }
+                });
+                return;
+            }
+            [Some(_), Some(_)] if xp.is_null() => Job::Pq { p, q },
+            [Some(x), Some(y)] if y == qi => Job::DataQ {
+                x: xp,
+                p,
+                q,
+                gx: gf::exp2(x),
+            },
+            [Some(x), Some(y)] if y == pi => Job::DataP {
+                x: xp,
+                p,
+                q,
+                inv_gx: gf::inv(gf::exp2(x)),
+            },
+            [Some(x), Some(y)] => {
+                // Dx = A*(P^Pxy) ^ B*(Q^Qxy), A = g^(y-x)/(g^(y-x)+1), B = g^-x/(g^(y-x)+1).
+                let gyx = gf::exp2(y - x);
+                let denom = gf::inv(gyx ^ 1);
+                Job::DataData {
+                    x: xp,
+                    y: yp,
+                    p,
+                    q,
+                    a: gf::mul(gyx, denom),
+                    b: gf::mul(gf::inv(gf::exp2(x)), denom),
                 }
             }
-        }
+        };
+        let data = (0..ndata).map(|k| match is_lost(k) {
+            true => std::ptr::null(),
+            false => blocks[k].as_ptr(),
+        });
+        with_ptrs(data, |data| {
+            // SAFETY: every pointer names a distinct live block of `len` bytes; lost data
+            // slots are null in `data`, so no block is both read and written.
+            unsafe { self.syndrome_raw(data, &job, len) }
+        })
     }
 }
 
@@ -331,55 +357,21 @@ fn sort_lost(lost: &[usize], n: usize) -> [Option<usize>; 2] {
 
 const STACK_PTRS: usize = 32;
 
-/// A pointer list that stays on the stack for ordinary stripe widths: the hot calls
-/// (4 KiB blocks) should not pay for an allocation.
-enum PtrList<T: Copy> {
-    Stack([T; STACK_PTRS], usize),
-    Heap(Vec<T>),
-}
-
-impl<T: Copy> PtrList<T> {
-    fn collect(null: T, it: impl Iterator<Item = T>) -> Self {
-        let mut a = [null; STACK_PTRS];
-        let mut n = 0;
-        let mut it = it.peekable();
-        while let Some(&x) = it.peek() {
-            if n == STACK_PTRS {
-                let mut v = a.to_vec();
-                v.extend(it);
-                return PtrList::Heap(v);
-            }
-            a[n] = x;
-            n += 1;
-            it.next();
-        }
-        PtrList::Stack(a, n)
-    }
-}
-
-impl<T: Copy> std::ops::Deref for PtrList<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        match self {
-            PtrList::Stack(a, n) => &a[..*n],
-            PtrList::Heap(v) => v,
+/// Run `f` on the pointers from `it`, kept on the stack for ordinary stripe widths: the hot
+/// calls (4 KiB blocks) should not pay for an allocation.
+#[inline(always)]
+fn with_ptrs<R>(it: impl Iterator<Item = *const u8>, f: impl FnOnce(&[*const u8]) -> R) -> R {
+    let mut a = [std::ptr::null(); STACK_PTRS];
+    let mut it = it;
+    for (n, slot) in a.iter_mut().enumerate() {
+        match it.next() {
+            Some(x) => *slot = x,
+            None => return f(&a[..n]),
         }
     }
-}
-
-type Ptrs = PtrList<*const u8>;
-type PtrsMut = PtrList<*mut u8>;
-
-impl Ptrs {
-    fn new(it: impl Iterator<Item = *const u8>) -> Self {
-        Self::collect(std::ptr::null(), it)
-    }
-}
-
-impl PtrsMut {
-    fn new(it: impl Iterator<Item = *mut u8>) -> Self {
-        Self::collect(std::ptr::null_mut(), it)
-    }
+    let mut v = a.to_vec();
+    v.extend(it);
+    f(&v)
 }
 
 /// XOR all `srcs` into `dst` (dst = srcs[0] ^ srcs[1] ^ ...). `srcs` must not be empty.

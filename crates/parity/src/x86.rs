@@ -38,6 +38,10 @@ impl Vector for Avx2 {
         Avx2(_mm256_xor_si256(_mm256_add_epi8(q.0, q.0), red))
     }
     #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+    #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {
         let (lo, hi) = gf::nibble_tables(c);
         (
@@ -120,6 +124,10 @@ impl Vector for Avx512 {
         Avx512(xor3_512(d, red, v.0))
     }
     #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+    #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {
         let (lo, hi) = gf::nibble_tables(c);
         (
@@ -140,6 +148,7 @@ impl Vector for Avx512 {
 }
 
 const MUL2_MATRIX: u64 = gf::affine_matrix(2);
+const MUL4_MATRIX: u64 = gf::affine_matrix(4);
 
 #[derive(Clone, Copy)]
 pub(crate) struct Gfni(__m512i);
@@ -171,6 +180,19 @@ impl Vector for Gfni {
     unsafe fn mul2(q: Self) -> Self {
         let m = _mm512_set1_epi64(MUL2_MATRIX as i64);
         Gfni(_mm512_gf2p8affine_epi64_epi8::<0>(q.0, m))
+    }
+    #[inline(always)]
+    unsafe fn horner2(q: Self, hi: Self, lo: Self) -> Self {
+        // Two independent multiplies instead of a chain of two: fewer ops, shorter latency.
+        let m4 = _mm512_set1_epi64(MUL4_MATRIX as i64);
+        let m2 = _mm512_set1_epi64(MUL2_MATRIX as i64);
+        let q4 = _mm512_gf2p8affine_epi64_epi8::<0>(q.0, m4);
+        let h2 = _mm512_gf2p8affine_epi64_epi8::<0>(hi.0, m2);
+        Gfni(xor3_512(q4, h2, lo.0))
+    }
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
     }
     #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {
