@@ -285,3 +285,35 @@ fn scalar_recover_agrees_with_fast_paths() {
         }
     }
 }
+
+/// More blocks than the front end keeps on the stack (it falls back to the heap).
+#[test]
+fn wide_stripes() {
+    let mut rng = Rng(0x71de);
+    let n = 40;
+    let len = 64 * 4 + 9;
+    let mut b = Blocks::new(&mut rng, n + 2, len);
+    let mut want_x = vec![0u8; len];
+    scalar::xor_gen(&mut want_x, &b.all()[..n]);
+    let (mut wp, mut wq) = (vec![0u8; len], vec![0u8; len]);
+    scalar::gen_pq(&b.all()[..n], &mut wp, &mut wq);
+    for par in impls() {
+        let mut x = vec![0u8; len];
+        par.xor_gen(&mut x, &b.all()[..n]);
+        assert_eq!(x, want_x, "{}", par.implementation());
+        let (mut p, mut q) = (vec![0u8; len], vec![0u8; len]);
+        par.gen_pq(&b.all()[..n], &mut p, &mut q);
+        assert_eq!((&p, &q), (&wp, &wq), "{}", par.implementation());
+    }
+    {
+        let mut views = b.all_mut();
+        views[n].copy_from_slice(&wp);
+        views[n + 1].copy_from_slice(&wq);
+    }
+    let want: Vec<Vec<u8>> = b.all().iter().map(|s| s.to_vec()).collect();
+    for par in impls() {
+        for lost in [vec![3], vec![n], vec![0, 39], vec![5, n], vec![7, n + 1], vec![n, n + 1]] {
+            check_recover(&par, &mut b, &want, &lost, &mut rng).unwrap();
+        }
+    }
+}
