@@ -25,6 +25,8 @@ pub enum NbdError {
     Protocol(#[from] ProtocolError),
     #[error("client closed the connection")]
     Disconnected,
+    #[error("client did not finish the handshake in time")]
+    HandshakeTimeout,
     #[error("client sent unknown flags {flags:#x} in the handshake")]
     ClientFlags { flags: u32 },
     #[error("client sent option {option} with {len} bytes of data (limit {limit})")]

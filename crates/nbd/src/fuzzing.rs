@@ -44,7 +44,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
             let _ = r.read_to_end(&mut out);
             out
         });
-        if let Ok(negotiated) = handshake::negotiate(&stream, &export, &stop) {
+        if let Ok(negotiated) = handshake::negotiate(&stream, &export, &stop, None) {
             let limits = ExportLimits {
                 size_bytes: export.size_bytes,
                 read_only: false,

@@ -1,7 +1,8 @@
 //! Fixed newstyle handshake: option haggling up to the transmission phase.
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::NbdError;
 use crate::proto::*;
@@ -62,19 +63,63 @@ fn send_reply(stream: &Stream, option: u32, reply: u32, data: &[&[u8]]) -> Resul
     Ok(())
 }
 
-fn read_exact(stream: &Stream, buf: &mut [u8]) -> Result<(), NbdError> {
-    (&*stream).read_exact(buf).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            NbdError::Disconnected
-        } else {
-            NbdError::Io(e)
+/// Reads client bytes before an overall deadline, so a client trickling
+/// bytes cannot hold a connection slot in the handshake for long.
+struct Reader<'a> {
+    stream: &'a Stream,
+    deadline: Option<Instant>,
+}
+
+impl Reader<'_> {
+    fn read_exact(&self, mut buf: &mut [u8]) -> Result<(), NbdError> {
+        while !buf.is_empty() {
+            if let Some(deadline) = self.deadline {
+                let left = deadline
+                    .checked_duration_since(Instant::now())
+                    .filter(|d| !d.is_zero())
+                    .ok_or(NbdError::HandshakeTimeout)?;
+                self.stream.set_read_timeout(Some(left))?;
+            }
+            match (&*self.stream).read(buf) {
+                Ok(0) => return Err(NbdError::Disconnected),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(NbdError::HandshakeTimeout)
+                }
+                Err(e) => return Err(NbdError::Io(e)),
+            }
         }
-    })
+        Ok(())
+    }
 }
 
 /// Runs the handshake; `Ok` means the transmission phase starts now.
 pub(crate) fn negotiate(
     stream: &Stream,
+    export: &ExportInfo,
+    shutting_down: &AtomicBool,
+    timeout: Option<Duration>,
+) -> Result<Negotiated, NbdError> {
+    let reader = Reader {
+        stream,
+        deadline: timeout.map(|t| Instant::now() + t),
+    };
+    let negotiated = haggle(stream, &reader, export, shutting_down)?;
+    if timeout.is_some() {
+        stream.set_read_timeout(None)?;
+    }
+    Ok(negotiated)
+}
+
+fn haggle(
+    stream: &Stream,
+    reader: &Reader<'_>,
     export: &ExportInfo,
     shutting_down: &AtomicBool,
 ) -> Result<Negotiated, NbdError> {
@@ -85,7 +130,7 @@ pub(crate) fn negotiate(
     stream.write_all_vectored(&[&greeting])?;
 
     let mut client_flags = [0u8; 4];
-    read_exact(stream, &mut client_flags)?;
+    reader.read_exact(&mut client_flags)?;
     let client_flags = u32::from_be_bytes(client_flags);
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Err(NbdError::ClientFlags {
@@ -100,7 +145,7 @@ pub(crate) fn negotiate(
     let mut data = Vec::new();
     for _ in 0..MAX_OPTIONS {
         let mut header = [0u8; OPTION_HEADER_BYTES];
-        read_exact(stream, &mut header)?;
+        reader.read_exact(&mut header)?;
         let OptionHeader { option, length } = parse_option_header(&header)?;
         if length > MAX_OPTION_DATA_BYTES {
             return Err(NbdError::OptionTooLong {
@@ -110,7 +155,7 @@ pub(crate) fn negotiate(
             });
         }
         data.resize(length as usize, 0);
-        read_exact(stream, &mut data)?;
+        reader.read_exact(&mut data)?;
 
         if option == OPT_ABORT {
             // The client may already have gone; the ACK is a courtesy.

@@ -34,7 +34,7 @@ pub struct ServerConfig {
     /// buffers are kept per worker, so the server's buffer memory is at most
     /// this plus `max_connections` x (64 KiB + `workers_per_connection` x 256 KiB).
     pub buffer_budget_bytes: usize,
-    /// Read timeout while negotiating (none in the transmission phase).
+    /// Time a client has to complete the handshake (none in the transmission phase).
     pub handshake_timeout: Option<Duration>,
     /// A client that does not take a reply, or stalls in the middle of a
     /// large write payload, for this long is dropped: it cannot hold workers,
@@ -314,11 +314,13 @@ impl ConnCtx {
     }
 
     fn handshake_and_serve(&self) -> Result<(), NbdError> {
-        self.stream
-            .set_read_timeout(self.config.handshake_timeout)?;
         self.stream.set_write_timeout(self.config.io_timeout)?;
-        let negotiated = handshake::negotiate(&self.stream, &self.export, &self.signal.stop)?;
-        self.stream.set_read_timeout(None)?;
+        let negotiated = handshake::negotiate(
+            &self.stream,
+            &self.export,
+            &self.signal.stop,
+            self.config.handshake_timeout,
+        )?;
         let limits = ExportLimits {
             size_bytes: self.export.size_bytes,
             read_only: self.export.read_only,

@@ -433,3 +433,34 @@ fn backend_errors_and_panics_become_nbd_errors() {
         Err(uraid_nbd::NbdError::FinalFlush(_))
     ));
 }
+
+#[test]
+fn stalled_or_trickling_handshakes_are_dropped() {
+    let config = ServerConfig {
+        handshake_timeout: Some(std::time::Duration::from_millis(1000)),
+        ..ServerConfig::default()
+    };
+    let srv = TestServer::start_with(MemBackend::new(65536), config);
+    // Says nothing after the greeting.
+    let mut stalled = UnixStream::connect(&srv.socket).unwrap();
+    read_exact(&mut stalled, 18).unwrap();
+    // Sends a valid option one byte at a time, never finishing in time.
+    let mut trickle = greet(&srv.socket, FLAG_C_FIXED_NEWSTYLE).unwrap();
+    let mut opt = Vec::new();
+    opt.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    opt.extend_from_slice(&OPT_LIST.to_be_bytes());
+    opt.extend_from_slice(&64u32.to_be_bytes());
+    opt.extend_from_slice(&[0u8; 64]);
+    for b in opt {
+        if trickle.write_all(&[b]).is_err() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(is_closed(&mut stalled));
+    assert!(is_closed(&mut trickle));
+    // A prompt client is unaffected, and may then idle as long as it likes.
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    assert_eq!(c.write(0, b"idle is fine"), 0);
+}
