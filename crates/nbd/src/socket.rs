@@ -20,12 +20,19 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// Listens on a Unix socket at `path` (an existing socket file there is replaced).
+    /// Listens on a Unix socket at `path`. A stale socket file left there by a
+    /// dead server is replaced; one that a live server answers on is not.
     pub fn bind_unix(path: impl AsRef<Path>) -> Result<Listener, NbdError> {
         let path = path.as_ref().to_path_buf();
         if let Ok(meta) = std::fs::symlink_metadata(&path) {
             use std::os::unix::fs::FileTypeExt;
             if meta.file_type().is_socket() {
+                if UnixStream::connect(&path).is_ok() {
+                    return Err(NbdError::BindUnix {
+                        path,
+                        source: io::ErrorKind::AddrInUse.into(),
+                    });
+                }
                 let _ = std::fs::remove_file(&path);
             }
         }

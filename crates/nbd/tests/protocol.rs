@@ -464,3 +464,23 @@ fn stalled_or_trickling_handshakes_are_dropped() {
     std::thread::sleep(std::time::Duration::from_millis(1200));
     assert_eq!(c.write(0, b"idle is fine"), 0);
 }
+
+#[test]
+fn unix_bind_replaces_stale_sockets_but_not_live_ones() {
+    let srv = TestServer::start(65536);
+    assert!(matches!(
+        uraid_nbd::Listener::bind_unix(&srv.socket),
+        Err(uraid_nbd::NbdError::BindUnix { .. })
+    ));
+    // The live server still works.
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    assert_eq!(c.write(0, b"x"), 0);
+    // A stale socket file (nobody listening) is replaced.
+    let dir = TempDir::new("stale");
+    let path = dir.path("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let l = uraid_nbd::Listener::bind_unix(&path).unwrap();
+    drop(l);
+    assert!(!path.exists(), "socket file left behind");
+}
