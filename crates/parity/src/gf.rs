@@ -23,7 +23,7 @@ const fn build_tables() -> ([u8; 256], [u8; 512]) {
 }
 
 const TABLES: ([u8; 256], [u8; 512]) = build_tables();
-/// log base {02}; LOG[0] is meaningless.
+/// log base {02}; `LOG[0]` is meaningless.
 pub const LOG: [u8; 256] = TABLES.0;
 /// {02}^i for i in 0..510.
 pub const EXP: [u8; 512] = TABLES.1;

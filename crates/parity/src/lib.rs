@@ -24,7 +24,31 @@
 //! | `Gfni` | avx512f, avx512bw, gfni | `gf2p8affineqb` | `gf2p8affineqb` |
 //!
 //! Every pass reads each source once: recovery of two data blocks computes the partial
-//! syndromes of the survivors and solves for both lost blocks in the same loop.
+//! syndromes of the survivors and solves for both lost blocks in the same loop. Whole
+//! vectors go through the SIMD loops, a ragged tail byte by byte. Measurements against
+//! ISA-L and the command to repeat them: `docs/PERFORMANCE.md` (Parity) and the
+//! `parity-bench` binary.
+//!
+//! ```
+//! use uraid_parity::{gen_pq, recover, Implementation, Parity};
+//!
+//! let data = [[1u8; 4096], [2u8; 4096], [3u8; 4096]];
+//! let (mut p, mut q) = (vec![0u8; 4096], vec![0u8; 4096]);
+//! gen_pq(&[&data[0], &data[1], &data[2]], &mut p, &mut q);
+//!
+//! // Lose data blocks 0 and 2 and rebuild them in place.
+//! let mut blocks: Vec<Vec<u8>> = vec![vec![0; 4096], data[1].to_vec(), vec![0; 4096], p, q];
+//! let mut views: Vec<&mut [u8]> = blocks.iter_mut().map(|b| b.as_mut_slice()).collect();
+//! recover(&mut views, &[0, 2]);
+//! assert_eq!(blocks[0], data[0]);
+//! assert_eq!(blocks[2], data[2]);
+//!
+//! // Any implementation the CPU has can be called directly.
+//! let scalar = Parity::new(Implementation::Scalar).unwrap();
+//! let mut x = vec![0u8; 4096];
+//! scalar.xor_gen(&mut x, &[&data[0], &data[1]]);
+//! assert_eq!(x[0], 1 ^ 2);
+//! ```
 
 use std::sync::OnceLock;
 
@@ -374,12 +398,12 @@ fn with_ptrs<R>(it: impl Iterator<Item = *const u8>, f: impl FnOnce(&[*const u8]
     f(&v)
 }
 
-/// XOR all `srcs` into `dst` (dst = srcs[0] ^ srcs[1] ^ ...). `srcs` must not be empty.
+/// XOR all `srcs` into `dst` (`dst = srcs[0] ^ srcs[1] ^ ...`). `srcs` must not be empty.
 pub fn xor_gen(dst: &mut [u8], srcs: &[&[u8]]) {
     Parity::active().xor_gen(dst, srcs)
 }
 
-/// XOR each of `srcs` into `dst` (dst ^= srcs[0] ^ srcs[1] ^ ...).
+/// XOR each of `srcs` into `dst` (`dst ^= srcs[0] ^ srcs[1] ^ ...`).
 pub fn xor_acc(dst: &mut [u8], srcs: &[&[u8]]) {
     Parity::active().xor_acc(dst, srcs)
 }

@@ -146,7 +146,8 @@ impl Timer {
                     f();
                     n += 1;
                 }
-                (n * 4).max(1)
+                // At least 16 calls, so that the first (cold) call of a sample weighs little.
+                (n * 4).max(16)
             })
             .collect();
         let mut rates = vec![Vec::new(); fs.len()];
