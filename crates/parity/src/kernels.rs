@@ -359,6 +359,23 @@ unsafe fn update_loop<V: Vector, const WITH_P: bool>(
 ) -> usize {
     let w = V::BYTES;
     let mut off = start;
+    while off + UNROLL * w <= len {
+        let mut d = [V::zero(); UNROLL];
+        for (j, d) in d.iter_mut().enumerate() {
+            *d = V::load(delta.add(off + j * w));
+        }
+        if WITH_P {
+            for (j, d) in d.iter().enumerate() {
+                let at = p.add(off + j * w);
+                V::store(at, V::xor(V::load(at), *d));
+            }
+        }
+        for (j, d) in d.iter().enumerate() {
+            let at = q.add(off + j * w);
+            V::store(at, V::xor(V::load(at), V::mul(*d, m)));
+        }
+        off += UNROLL * w;
+    }
     while off + w <= len {
         let d = V::load(delta.add(off));
         if WITH_P {

@@ -312,7 +312,14 @@ fn wide_stripes() {
     }
     let want: Vec<Vec<u8>> = b.all().iter().map(|s| s.to_vec()).collect();
     for par in impls() {
-        for lost in [vec![3], vec![n], vec![0, 39], vec![5, n], vec![7, n + 1], vec![n, n + 1]] {
+        for lost in [
+            vec![3],
+            vec![n],
+            vec![0, 39],
+            vec![5, n],
+            vec![7, n + 1],
+            vec![n, n + 1],
+        ] {
             check_recover(&par, &mut b, &want, &lost, &mut rng).unwrap();
         }
     }

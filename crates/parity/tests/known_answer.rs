@@ -110,3 +110,38 @@ fn implementation_names_round_trip() {
         assert_eq!(Parity::new(imp).is_some(), avail.contains(&imp));
     }
 }
+
+// The length and argument checks guard data, so they hold on every path and in release.
+
+#[test]
+#[should_panic(expected = "equal lengths")]
+fn gen_pq_rejects_unequal_lengths() {
+    let best = *available().last().unwrap();
+    let (a, b) = ([0u8; 128], [0u8; 127]);
+    let (mut p, mut q) = ([0u8; 128], [0u8; 128]);
+    Parity::new(best).unwrap().gen_pq(&[&a, &b], &mut p, &mut q);
+}
+
+#[test]
+#[should_panic(expected = "equal lengths")]
+fn xor_gen_rejects_unequal_lengths() {
+    let best = *available().last().unwrap();
+    let mut d = [0u8; 64];
+    Parity::new(best).unwrap().xor_gen(&mut d, &[&[0u8; 65]]);
+}
+
+#[test]
+#[should_panic(expected = "two losses at most")]
+fn recover_rejects_three_losses() {
+    let mut b = [[0u8; 64]; 5];
+    let mut v: Vec<&mut [u8]> = b.iter_mut().map(|x| x.as_mut_slice()).collect();
+    uraid_parity::recover(&mut v, &[0, 1, 2]);
+}
+
+#[test]
+#[should_panic(expected = "bad lost set")]
+fn recover_rejects_out_of_range() {
+    let mut b = [[0u8; 64]; 4];
+    let mut v: Vec<&mut [u8]> = b.iter_mut().map(|x| x.as_mut_slice()).collect();
+    uraid_parity::recover(&mut v, &[4]);
+}
