@@ -196,14 +196,6 @@ fn state_words(a: &Array) -> String {
     w.join(", ")
 }
 
-fn slot_state_str(s: SlotState) -> &'static str {
-    match s {
-        SlotState::Active => "active sync",
-        SlotState::Faulty => "faulty",
-        SlotState::Missing => "removed",
-    }
-}
-
 pub fn detail_human(a: &Array) -> String {
     let meta = a.meta();
     let sb = meta.template().clone();
@@ -229,10 +221,11 @@ pub fn detail_human(a: &Array) -> String {
     line("Raid Devices", g.raid_disks.to_string());
     line(
         "Total Devices",
-        (0..g.raid_disks)
+        ((0..g.raid_disks)
             .filter(|&r| a.slot_state(MemberIdx(r)) != SlotState::Missing)
             .count()
-            .to_string(),
+            + a.spares().len())
+        .to_string(),
     );
     line("Persistence", "Superblock is persistent".into());
     if sb.bitmap_sector().is_some() {
@@ -242,7 +235,10 @@ pub fn detail_human(a: &Array) -> String {
     line("State", state_words(a));
     let missing = a.missing_roles().len();
     line("Active Devices", (g.raid_disks - missing).to_string());
-    line("Working Devices", (g.raid_disks - missing).to_string());
+    line(
+        "Working Devices",
+        (g.raid_disks - missing + a.recovering_roles().len() + a.spares().len()).to_string(),
+    );
     line(
         "Failed Devices",
         (0..g.raid_disks)
@@ -264,16 +260,20 @@ pub fn detail_human(a: &Array) -> String {
         let st = a.slot_state(MemberIdx(r));
         let name = a
             .slot(MemberIdx(r))
-            .dev
-            .as_ref()
-            .map(|d| d.name())
+            .device_name()
             .unwrap_or_else(|| "-".into());
         o.push_str(&format!(
             "    {:>6}   {:>10} {:<16} {}\n",
             r,
             r,
-            slot_state_str(st),
+            st.describe(),
             if st == SlotState::Missing { "" } else { &name }
+        ));
+    }
+    for s in a.spares() {
+        o.push_str(&format!(
+            "    {:>6}   {:>10} {:<16} {}\n",
+            "-", "-", "spare", s
         ));
     }
     o
@@ -291,8 +291,16 @@ pub fn detail_json(a: &Array) -> Value {
             let st = a.slot_state(MemberIdx(r));
             json!({
                 "role": r,
-                "state": match st { SlotState::Active => "active", SlotState::Faulty => "faulty", SlotState::Missing => "missing" },
-                "device": a.slot(MemberIdx(r)).dev.as_ref().map(|d| d.name()),
+                "state": match st {
+                    SlotState::InSync => "active",
+                    SlotState::Recovering => "rebuilding",
+                    SlotState::Faulty => "faulty",
+                    SlotState::Missing => "missing",
+                },
+                "device": a.slot(MemberIdx(r)).device_name(),
+                "recovery_percent": (st == SlotState::Recovering).then(|| {
+                    a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / a.total_units().max(1) as f64
+                }),
             })
         })
         .collect();
@@ -313,5 +321,6 @@ pub fn detail_json(a: &Array) -> Value {
         "resync_pending": needs_resync,
         "bitmap": sb.bitmap_sector().is_some(),
         "members": members,
+        "spares": a.spares(),
     })
 }

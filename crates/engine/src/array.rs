@@ -8,9 +8,10 @@
 
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::io::{execute, Op};
+use crate::io::{execute, Op, OpBuf};
 use crate::member::Member;
 use crate::meta::Meta;
+pub use crate::slot::{Slot, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,31 +21,6 @@ use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 /// Number of lock buckets that serialise writes to the same stripe (parity levels) or
 /// region (mirrors).
 const LOCK_BUCKETS: usize = 1024;
-/// Mirror write-lock region size in sectors (64 KiB).
-const MIRROR_REGION_SECTORS: u64 = 128;
-
-/// One role of the array.
-pub struct Slot {
-    /// The device filling this role, if any.
-    pub dev: Option<Arc<dyn Member>>,
-    /// Byte offset of the data area on the device (md's data_offset).
-    pub data_offset_bytes: u64,
-    failed: AtomicBool,
-}
-
-impl Slot {
-    pub fn new(dev: Option<Arc<dyn Member>>, data_offset_bytes: u64) -> Slot {
-        Slot {
-            dev,
-            data_offset_bytes,
-            failed: AtomicBool::new(false),
-        }
-    }
-
-    pub fn is_failed(&self) -> bool {
-        self.failed.load(Ordering::Acquire)
-    }
-}
 
 /// Counters, for `detail` and tests.
 #[derive(Default)]
@@ -52,6 +28,26 @@ pub struct Stats {
     pub member_reads: AtomicU64,
     pub member_writes: AtomicU64,
     pub degraded_reads: AtomicU64,
+    pub corrected_reads: AtomicU64,
+}
+
+/// md fails a member after this many corrected read errors (max_corr_read_errors).
+pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
+
+/// Member IOs that failed in one batch.
+#[derive(Default, Debug)]
+pub(crate) struct Failures {
+    pub reads: Vec<MemberIdx>,
+    /// Indices (in submission order) of the reads that failed.
+    pub read_ops: Vec<usize>,
+    /// Already failed (marked faulty) by the time the caller sees them.
+    pub writes: Vec<MemberIdx>,
+}
+
+impl Failures {
+    pub fn is_empty(&self) -> bool {
+        self.reads.is_empty() && self.writes.is_empty()
+    }
 }
 
 pub struct Array {
@@ -64,14 +60,9 @@ pub struct Array {
     unaligned: Mutex<()>,
     array_bytes: u64,
     pub stats: Stats,
-}
-
-/// State of a role, for reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    Active,
-    Faulty,
-    Missing,
+    pub(crate) events: crate::events::EventBus,
+    /// Serialises member changes (add, remove, spare activation, recovery completion).
+    pub(crate) reconfig: Mutex<()>,
 }
 
 impl Array {
@@ -94,6 +85,8 @@ impl Array {
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
+            events: crate::events::EventBus::default(),
+            reconfig: Mutex::new(()),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -135,21 +128,18 @@ impl Array {
     }
 
     pub fn slot_state(&self, role: MemberIdx) -> SlotState {
-        let s = &self.slots[role.0];
-        match (&s.dev, s.is_failed()) {
-            (None, _) => SlotState::Missing,
-            (Some(_), true) => SlotState::Faulty,
-            (Some(_), false) => SlotState::Active,
-        }
+        self.slots[role.0].state()
     }
 
-    /// The device of a role if it is present and not failed.
-    pub(crate) fn live(&self, role: MemberIdx) -> Option<&dyn Member> {
-        let s = &self.slots[role.0];
-        match &s.dev {
-            Some(d) if !s.is_failed() => Some(d.as_ref()),
-            _ => None,
-        }
+    /// The device of a role if it is fully in sync.
+    pub(crate) fn live(&self, role: MemberIdx) -> Option<Arc<dyn Member>> {
+        self.slots[role.0].in_sync()
+    }
+
+    /// The device of a role if it holds valid data for recovery unit `unit` (see
+    /// [`Slot`]: a recovering member is valid below its cursor).
+    pub(crate) fn usable(&self, role: MemberIdx, unit: u64) -> Option<Arc<dyn Member>> {
+        self.slots[role.0].usable(unit)
     }
 
     /// Roles without a working device.
@@ -179,62 +169,106 @@ impl Array {
         self.locks[h as usize % LOCK_BUCKETS].lock().unwrap()
     }
 
-    pub(crate) fn lock_mirror_region(&self, sector: u64) -> MutexGuard<'_, ()> {
-        self.lock_bucket(sector / MIRROR_REGION_SECTORS)
-    }
-
     /// Byte offset on a member of a member sector (relative to the data area).
     pub(crate) fn member_byte(&self, role: MemberIdx, member_sector: u64) -> u64 {
-        self.slots[role.0].data_offset_bytes + member_sector * SECTOR_BYTES
+        self.slots[role.0].data_offset_bytes() + member_sector * SECTOR_BYTES
     }
 
-    /// Run member IOs; failures are reported per role.
-    pub(crate) fn run_ops(&self, ops: &mut [Op<'_>], roles: &[MemberIdx]) -> Vec<MemberIdx> {
+    /// Run member IOs. A failed write fails its member at once (md does the same: the
+    /// member no longer holds what the array says it holds). Failed reads are returned so
+    /// the caller can answer from redundancy and repair the block.
+    pub(crate) fn run_ops(&self, ops: &mut [Op<'_>], roles: &[MemberIdx]) -> Failures {
         debug_assert_eq!(ops.len(), roles.len());
         let results = execute(ops);
-        let mut failed = Vec::new();
-        for ((op, r), role) in ops.iter().zip(results).zip(roles) {
-            match &op.buf {
-                crate::io::OpBuf::Read(_) => {
-                    self.stats.member_reads.fetch_add(1, Ordering::Relaxed)
-                }
-                crate::io::OpBuf::Write(_) => {
-                    self.stats.member_writes.fetch_add(1, Ordering::Relaxed)
-                }
-            };
+        let mut f = Failures::default();
+        for (i, ((op, r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
+            let is_read = matches!(op.buf, crate::io::OpBuf::Read(_));
+            if is_read {
+                self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
+            }
             if let Err(e) = r {
-                self.member_error(*role, &e);
-                if !failed.contains(role) {
-                    failed.push(*role);
+                if is_read {
+                    tracing::debug!("member {role}: read error at {}: {e}", op.offset);
+                    f.read_ops.push(i);
+                    if !f.reads.contains(role) {
+                        f.reads.push(*role);
+                    }
+                } else {
+                    self.member_error(*role, &e);
+                    if !f.writes.contains(role) {
+                        f.writes.push(*role);
+                    }
                 }
             }
         }
-        failed
+        f
     }
 
-    /// A member IO failed: mark it faulty and record that in the other members' superblocks
-    /// before any request that saw the failure completes.
+    /// A member failed: mark it faulty and record that in the other members' superblocks
+    /// before any request that saw the failure completes (md holds such completions until
+    /// the metadata is durable). A spare, if there is one, takes the role.
     pub(crate) fn member_error(&self, role: MemberIdx, err: &io::Error) {
         let slot = &self.slots[role.0];
-        if slot.failed.swap(true, Ordering::AcqRel) {
+        let prev = slot.state();
+        if !matches!(prev, SlotState::InSync | SlotState::Recovering)
+            || !slot.transition(prev, SlotState::Faulty)
+        {
             return;
         }
-        let name = slot.dev.as_ref().map(|d| d.name()).unwrap_or_default();
+        let name = slot.device_name().unwrap_or_default();
         tracing::warn!("member {role} ({name}) failed: {err}; marking it faulty");
+        self.events
+            .emit(crate::events::Event::Fail { role, device: name });
         let mut meta = self.meta();
         meta.mark_faulty(role);
         if let Err(e) = meta.write_all(self) {
             tracing::error!("could not record the failure of member {role}: {e}");
         }
+        drop(meta);
+        if self.is_degraded() {
+            self.events.emit(crate::events::Event::DegradedArray);
+        }
+        if let Err(e) = self.activate_spare() {
+            tracing::error!("could not activate a spare: {e}");
+        }
+    }
+
+    /// A member read failed but redundancy answered: write the good data back. A member
+    /// whose rewrite fails, or that keeps failing, is failed (md's max_corr_read_errors).
+    pub(crate) fn repair_read(&self, role: MemberIdx, member_sector: u64, good: &[u8]) {
+        let slot = &self.slots[role.0];
+        let Some(dev) = slot.device() else { return };
+        let off = self.member_byte(role, member_sector);
+        match dev.write_at(good, off) {
+            Ok(()) => {
+                let n = slot.corrected_reads.fetch_add(1, Ordering::AcqRel) + 1;
+                self.stats.corrected_reads.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    "member {role}: read error at sector {member_sector} corrected ({n} so far)"
+                );
+                if n > MAX_CORRECTED_READ_ERRORS {
+                    self.member_error(role, &io::Error::other("too many read errors"));
+                }
+            }
+            Err(e) => self.member_error(role, &e),
+        }
     }
 
     /// Mark a member faulty on request (`uraid fail`).
     pub fn fail_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
-        if self.live(role).is_none() {
+        if role.0 >= self.slots.len() {
+            return Err(ArrayError::Failed(format!("there is no member {role}")));
+        }
+        let state = self.slot_state(role);
+        if !matches!(state, SlotState::InSync | SlotState::Recovering) {
             return Err(ArrayError::Failed(format!("member {role} is not active")));
         }
         let mut missing = self.missing_roles();
-        missing.push(role);
+        if !missing.contains(&role) {
+            missing.push(role);
+        }
         if !self.personality.survives(&missing) {
             return Err(ArrayError::Failed(format!(
                 "failing member {role} would leave {} without its data",
@@ -357,13 +391,16 @@ impl Array {
     pub fn flush(&self) -> Result<(), ArrayError> {
         let mut first_err = None;
         for (i, s) in self.slots.iter().enumerate() {
-            if let Some(d) = self.live(MemberIdx(i)) {
+            let dev = match s.state() {
+                SlotState::InSync | SlotState::Recovering => s.device(),
+                _ => None,
+            };
+            if let Some(d) = dev {
                 if let Err(e) = d.flush() {
                     self.member_error(MemberIdx(i), &e);
                     first_err.get_or_insert(e);
                 }
             }
-            let _ = s;
         }
         if !self.is_running() {
             return Err(ArrayError::Failed(format!(
@@ -391,25 +428,6 @@ impl Array {
     pub fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Acquire)
     }
-
-    /// Recompute redundancy (parity, or copies from the first live mirror) over the whole
-    /// array: md's resync after an unclean shutdown. Returns the number of stripes or
-    /// regions found inconsistent.
-    pub fn resync(&self) -> Result<u64, ArrayError> {
-        if self.is_degraded() {
-            return Err(ArrayError::Failed(
-                "cannot resync a degraded array: there is no redundancy to restore".into(),
-            ));
-        }
-        let mismatches = match &self.personality {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => crate::raid1::resync(self)?,
-            Personality::Raid10(g) => crate::raid10::resync(self, g)?,
-            Personality::Parity(g) => crate::raid5::resync(self, g)?,
-        };
-        self.meta().set_resync_done();
-        Ok(mismatches)
-    }
 }
 
 impl Drop for Array {
@@ -424,38 +442,64 @@ impl Drop for Array {
 
 /// Helper for level modules: one op per (role, member sector, buffer).
 pub(crate) struct OpList<'a> {
-    pub ops: Vec<Op<'a>>,
-    pub roles: Vec<MemberIdx>,
+    devs: Vec<Arc<dyn Member>>,
+    pending: Vec<(u64, OpBuf<'a>)>,
+    roles: Vec<MemberIdx>,
 }
 
 impl<'a> OpList<'a> {
     pub fn new() -> OpList<'a> {
         OpList {
-            ops: Vec::new(),
+            devs: Vec::new(),
+            pending: Vec::new(),
             roles: Vec::new(),
         }
     }
 
-    pub fn read(&mut self, a: &'a Array, role: MemberIdx, member_sector: u64, buf: &'a mut [u8]) {
-        let dev = a.live(role).expect("read from a live member");
-        self.ops
-            .push(Op::read(dev, a.member_byte(role, member_sector), buf));
+    pub fn read(
+        &mut self,
+        a: &Array,
+        dev: Arc<dyn Member>,
+        role: MemberIdx,
+        member_sector: u64,
+        buf: &'a mut [u8],
+    ) {
+        self.devs.push(dev);
+        self.pending
+            .push((a.member_byte(role, member_sector), OpBuf::Read(buf)));
         self.roles.push(role);
     }
 
-    pub fn write(&mut self, a: &'a Array, role: MemberIdx, member_sector: u64, buf: &'a [u8]) {
-        let dev = a.live(role).expect("write to a live member");
-        self.ops
-            .push(Op::write(dev, a.member_byte(role, member_sector), buf));
+    pub fn write(
+        &mut self,
+        a: &Array,
+        dev: Arc<dyn Member>,
+        role: MemberIdx,
+        member_sector: u64,
+        buf: &'a [u8],
+    ) {
+        self.devs.push(dev);
+        self.pending
+            .push((a.member_byte(role, member_sector), OpBuf::Write(buf)));
         self.roles.push(role);
     }
 
-    /// Run all; returns the roles that failed (already marked faulty).
-    pub fn run(mut self, a: &Array) -> Vec<MemberIdx> {
-        if self.ops.is_empty() {
-            return Vec::new();
+    /// Run all; write failures have failed their members, read failures are returned.
+    pub fn run(self, a: &Array) -> Failures {
+        if self.pending.is_empty() {
+            return Failures::default();
         }
-        a.run_ops(&mut self.ops, &self.roles)
+        let mut ops: Vec<Op<'_>> = self
+            .pending
+            .into_iter()
+            .zip(&self.devs)
+            .map(|((offset, buf), dev)| Op {
+                member: dev.as_ref(),
+                offset,
+                buf,
+            })
+            .collect();
+        a.run_ops(&mut ops, &self.roles)
     }
 }
 

@@ -4,10 +4,12 @@ use crate::array::{Array, Slot};
 use crate::error::ArrayError;
 use crate::member::Member;
 use crate::meta::{read_superblock, Meta};
+use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
-    uuid_string, Superblock, FEATURE_RAID0_LAYOUT, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+    uuid_string, Superblock, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET, MAX_SECTOR,
+    ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -201,6 +203,7 @@ pub fn assemble(
     }
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
     let mut array_slots = Vec::with_capacity(raid_disks);
+    let mut recovering: Vec<(usize, u64)> = Vec::new(); // (role, recovery_offset)
     let mut template = template;
     for (r, s) in slots.iter().enumerate() {
         match s {
@@ -213,6 +216,10 @@ pub fn assemble(
                     Some(devs[*i].clone()),
                     sb.data_offset * SECTOR_BYTES,
                 ));
+                if sb.feature_map & FEATURE_RECOVERY_OFFSET != 0 && sb.recovery_offset != MAX_SECTOR
+                {
+                    recovering.push((r, sb.recovery_offset));
+                }
                 members_sb[r] = Some(sb);
             }
             None => array_slots.push(Slot::new(None, 0)),
@@ -247,7 +254,22 @@ pub fn assemble(
     if let Some((i, _)) = slots.iter().flatten().next() {
         meta.bitmap = crate::bitmap::BitmapState::load(devs[*i].as_ref(), &sbs[*i])?;
     }
+    for (i, o) in report.members.iter().enumerate() {
+        if o.outcome == MemberOutcome::Spare {
+            meta.spares.push((devs[i].clone(), sbs[i].clone()));
+        }
+    }
+    // A member that was being rebuilt resumes where its recovery_offset says.
+    for &(r, _) in &recovering {
+        array_slots[r].set_state(SlotState::Recovering);
+    }
     let array = Array::new(geometry, array_slots, meta)?;
+    for (r, off) in recovering {
+        let cursor = array.cursor_for_offset(off);
+        array
+            .slot(uraid_core::MemberIdx(r))
+            .set_recovery_cursor(cursor);
+    }
     Ok((array, report))
 }
 

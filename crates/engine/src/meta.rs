@@ -10,9 +10,11 @@ use crate::array::Array;
 use crate::bitmap::BitmapState;
 use crate::error::ArrayError;
 use crate::member::Member;
+use crate::slot::SlotState;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
-    Superblock, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
+    Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
 };
 use uraid_core::MemberIdx;
 
@@ -25,6 +27,8 @@ pub struct Meta {
     pub(crate) needs_resync: bool,
     /// The internal write-intent bitmap, if the array has one.
     pub(crate) bitmap: Option<BitmapState>,
+    /// Spare devices with their superblocks.
+    pub(crate) spares: Vec<(Arc<dyn Member>, Superblock)>,
 }
 
 impl Meta {
@@ -35,6 +39,7 @@ impl Meta {
             members,
             needs_resync,
             bitmap: None,
+            spares: Vec::new(),
         }
     }
 
@@ -81,34 +86,54 @@ impl Meta {
         }
     }
 
-    /// Bump events and write every live member's superblock, then flush them.
+    /// Bump events and write the superblock of every member that holds data (in sync or
+    /// recovering) and of every spare, then flush them.
     pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
         self.template.events += 1;
         self.template.utime = now_secs() & ((1 << 40) - 1);
-        let mut written = 0;
-        let mut last_err = None;
+        let dirty = self.template.resync_offset != MAX_SECTOR;
+        let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<usize>)> = Vec::new();
         for (i, own) in self.members.iter_mut().enumerate() {
             let Some(own) = own else { continue };
-            let Some(dev) = a.live(MemberIdx(i)) else {
-                continue;
+            let slot = a.slot(MemberIdx(i));
+            let dev = match slot.state() {
+                SlotState::InSync => {
+                    own.feature_map &= !FEATURE_RECOVERY_OFFSET;
+                    slot.device()
+                }
+                SlotState::Recovering => {
+                    own.feature_map |= FEATURE_RECOVERY_OFFSET;
+                    own.recovery_offset = a.recovery_offset_sectors(slot.recovery_cursor());
+                    slot.device()
+                }
+                _ => None,
             };
-            let sb = {
+            if let Some(dev) = dev {
                 let mut sb = self.template.clone();
                 sb.dev_number = own.dev_number;
-                sb
-            };
-            let merged = Meta::merge_into(sb, own);
-            let dirty = merged.resync_offset != MAX_SECTOR;
+                targets.push((dev, Meta::merge_into(sb, own), Some(i)));
+            }
+        }
+        for (dev, own) in &self.spares {
+            let mut sb = self.template.clone();
+            sb.dev_number = own.dev_number;
+            targets.push((dev.clone(), Meta::merge_into(sb, own), None));
+        }
+        let mut written = 0;
+        let mut last_err = None;
+        for (dev, merged, role) in targets {
             if let Some(bm) = self.bitmap.as_mut() {
                 // The bitmap goes first: md must never see a dirty superblock with a
                 // bitmap that claims the array is clean.
-                if let Err(e) = bm.write(dev, &merged, merged.events, dirty) {
+                if let Err(e) = bm.write(dev.as_ref(), &merged, merged.events, dirty) {
                     tracing::error!("{}: bitmap write failed: {e}", dev.name());
                 }
             }
-            match write_superblock(dev, &merged) {
+            match write_superblock(dev.as_ref(), &merged) {
                 Ok(()) => {
-                    *own = merged;
+                    if let Some(i) = role {
+                        self.members[i] = Some(merged);
+                    }
                     written += 1;
                 }
                 Err(e) => {
@@ -118,7 +143,7 @@ impl Meta {
             }
         }
         if let Some(bm) = self.bitmap.as_mut() {
-            bm.written(self.template.resync_offset != MAX_SECTOR);
+            bm.written(dirty);
         }
         match (written, last_err) {
             (0, Some(e)) => Err(e),
@@ -127,6 +152,8 @@ impl Meta {
     }
 
     fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
+        sb.feature_map = (sb.feature_map & !FEATURE_RECOVERY_OFFSET)
+            | (own.feature_map & FEATURE_RECOVERY_OFFSET);
         sb.device_uuid = own.device_uuid;
         sb.data_offset = own.data_offset;
         sb.data_size = own.data_size;

@@ -1,5 +1,6 @@
-//! Shared IO for the mirrored levels (raid1, raid10): read one live copy, write every live
-//! copy. The level modules say where the copies of a sector are.
+//! Shared IO for the mirrored levels (raid1, raid10): read one valid copy, write every
+//! valid copy. The level modules say where the copies of a piece are and which recovery
+//! unit the piece belongs to (see [`crate::slot`]).
 
 use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
@@ -10,39 +11,58 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 /// Copies of one contiguous piece: (role, member sector) for each copy.
 pub(crate) type Copies = Vec<(MemberIdx, u64)>;
 
-/// Read `buf` (one piece, contiguous on every copy) from a live copy, trying the others on
-/// error. `hint` spreads reads over the copies (sequential reads stay on one member).
+/// Read `buf` (one piece, contiguous on every copy) from a valid copy, trying the others on
+/// error; a copy that failed to read gets the good data written back. `hint` spreads reads
+/// over the copies (sequential reads stay on one member).
 pub(crate) fn read_piece(
     a: &Array,
     copies: &Copies,
+    unit: u64,
     hint: usize,
     buf: &mut [u8],
 ) -> Result<(), ArrayError> {
     let n = copies.len();
+    let mut bad: Vec<(MemberIdx, u64)> = Vec::new();
     for attempt in 0..n {
         let (role, msec) = copies[(hint + attempt) % n];
-        if a.live(role).is_none() {
+        let Some(dev) = a.usable(role, unit) else {
             continue;
-        }
+        };
         let mut ops = OpList::new();
-        ops.read(a, role, msec, buf);
+        ops.read(a, dev, role, msec, buf);
         if ops.run(a).is_empty() {
-            if attempt > 0 {
+            if !bad.is_empty() {
                 a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
+                for (r, m) in bad {
+                    a.repair_read(r, m, buf);
+                }
             }
             return Ok(());
         }
+        bad.push((role, msec));
+    }
+    // No copy could be read: the copies that erred are not trustworthy any more.
+    for (r, _) in bad {
+        a.member_error(
+            r,
+            &std::io::Error::other("read error with no copy left to repair from"),
+        );
     }
     Err(no_redundancy(a, "read"))
 }
 
-/// Write one piece to every live copy. Succeeds while at least one copy took the data.
-pub(crate) fn write_piece(a: &Array, copies: &Copies, buf: &[u8]) -> Result<(), ArrayError> {
+/// Write one piece to every valid copy. Succeeds while at least one copy took the data.
+pub(crate) fn write_piece(
+    a: &Array,
+    copies: &Copies,
+    unit: u64,
+    buf: &[u8],
+) -> Result<(), ArrayError> {
     let mut ops = OpList::new();
     let mut live = 0;
     for &(role, msec) in copies {
-        if a.live(role).is_some() {
-            ops.write(a, role, msec, buf);
+        if let Some(dev) = a.usable(role, unit) {
+            ops.write(a, dev, role, msec, buf);
             live += 1;
         }
     }
@@ -50,36 +70,67 @@ pub(crate) fn write_piece(a: &Array, copies: &Copies, buf: &[u8]) -> Result<(), 
         return Err(no_redundancy(a, "write"));
     }
     let failed = ops.run(a);
-    if failed.len() == live {
+    if failed.writes.len() == live {
         return Err(no_redundancy(a, "write"));
     }
     Ok(())
 }
 
-/// Make all copies of a piece equal to the first live copy; returns whether they differed.
-pub(crate) fn resync_piece(a: &Array, copies: &Copies, len: usize) -> Result<bool, ArrayError> {
-    let live: Vec<(MemberIdx, u64)> = copies
+/// What to do with copies that differ.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SyncMode {
+    /// Count mismatches only (md's check).
+    Check,
+    /// Make every copy equal to the first readable one (resync, repair).
+    Repair,
+}
+
+/// Compare (and in repair mode rewrite) the valid copies of a piece; also writes the piece to
+/// `targets` (recovering members). Returns whether the copies differed.
+pub(crate) fn sync_piece(
+    a: &Array,
+    copies: &Copies,
+    unit: u64,
+    len: usize,
+    mode: SyncMode,
+    targets: &[MemberIdx],
+) -> Result<bool, ArrayError> {
+    let valid: Vec<(MemberIdx, u64)> = copies
         .iter()
         .copied()
-        .filter(|(r, _)| a.live(*r).is_some())
+        .filter(|(r, _)| a.usable(*r, unit).is_some())
         .collect();
-    if live.len() < 2 {
-        return Ok(false);
-    }
-    let mut bufs: Vec<AlignedBuf> = live.iter().map(|_| AlignedBuf::new(len)).collect();
+    let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
     let mut ops = OpList::new();
-    for ((role, msec), b) in live.iter().zip(bufs.iter_mut()) {
-        ops.read(a, *role, *msec, b);
+    for ((role, msec), b) in valid.iter().zip(bufs.iter_mut()) {
+        ops.read(a, a.usable(*role, unit).expect("usable"), *role, *msec, b);
     }
-    if !ops.run(a).is_empty() {
-        return Err(ArrayError::Failed("read error during resync".into()));
+    let failed = ops.run(a);
+    let good: Vec<usize> = (0..valid.len())
+        .filter(|&i| !failed.reads.contains(&valid[i].0))
+        .collect();
+    let Some(&src) = good.first() else {
+        return Err(no_redundancy(a, "sync"));
+    };
+    // Unreadable copies get the good data back (read-error repair).
+    for &(role, msec) in valid.iter().filter(|(r, _)| failed.reads.contains(r)) {
+        a.repair_read(role, msec, &bufs[src]);
     }
-    let mut differ = false;
+    let differ = good.iter().any(|&i| bufs[i][..] != bufs[src][..]);
     let mut ops = OpList::new();
-    for (i, (role, msec)) in live.iter().enumerate().skip(1) {
-        if bufs[i][..] != bufs[0][..] {
-            differ = true;
-            ops.write(a, *role, *msec, &bufs[0]);
+    if differ && mode == SyncMode::Repair {
+        for &i in &good[1..] {
+            if bufs[i][..] != bufs[src][..] {
+                let (role, msec) = valid[i];
+                if let Some(dev) = a.usable(role, unit) {
+                    ops.write(a, dev, role, msec, &bufs[src]);
+                }
+            }
+        }
+    }
+    for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
+        if let Some(dev) = a.slot(role).device() {
+            ops.write(a, dev, role, msec, &bufs[src]);
         }
     }
     ops.run(a);

@@ -23,13 +23,13 @@ pub(crate) fn read(a: &Array, g: &Raid0, sector: u64, buf: &mut [u8]) -> Result<
     let mut ops = OpList::new();
     let mut rest = buf;
     for (role, msec, n) in pieces(g, sector, rest.len()) {
-        if a.live(role).is_none() {
-            return Err(no_redundancy(a, "read"));
-        }
+        let dev = a.live(role).ok_or_else(|| no_redundancy(a, "read"))?;
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-        ops.read(a, role, msec, head);
+        ops.read(a, dev, role, msec, head);
         rest = tail;
     }
+    // raid0 has nothing to answer a read error from: the caller gets EIO, the member stays
+    // (md's raid0 does not fail members either).
     if ops.run(a).is_empty() {
         Ok(())
     } else {
@@ -41,10 +41,8 @@ pub(crate) fn write(a: &Array, g: &Raid0, sector: u64, buf: &[u8]) -> Result<(),
     let mut ops = OpList::new();
     let mut off = 0;
     for (role, msec, n) in pieces(g, sector, buf.len()) {
-        if a.live(role).is_none() {
-            return Err(no_redundancy(a, "write"));
-        }
-        ops.write(a, role, msec, &buf[off..off + n]);
+        let dev = a.live(role).ok_or_else(|| no_redundancy(a, "write"))?;
+        ops.write(a, dev, role, msec, &buf[off..off + n]);
         off += n;
     }
     if ops.run(a).is_empty() {

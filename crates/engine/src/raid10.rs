@@ -1,10 +1,11 @@
-//! raid10 IO: md's near/far/offset copies, one piece per chunk.
+//! raid10 IO: md's near/far/offset copies, one piece per chunk. The recovery unit is the
+//! array chunk: a recovering member holds valid copies of every chunk below its cursor.
 
 use crate::array::Array;
 use crate::error::ArrayError;
-use crate::mirror::{self, bytes};
+use crate::mirror::{self, bytes, SyncMode};
 use uraid_core::geometry::Raid10;
-use uraid_core::SECTOR_BYTES;
+use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 fn for_pieces(
     g: &Raid10,
@@ -26,31 +27,54 @@ fn for_pieces(
 
 pub(crate) fn read(a: &Array, g: &Raid10, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
     let hint = (sector >> 11) as usize;
-    for_pieces(g, sector, buf.len(), |_, copies, off, n| {
-        mirror::read_piece(a, &copies, hint, &mut buf[off..off + n])
+    for_pieces(g, sector, buf.len(), |s, copies, off, n| {
+        mirror::read_piece(
+            a,
+            &copies,
+            s / g.chunk_sectors,
+            hint,
+            &mut buf[off..off + n],
+        )
     })
 }
 
 pub(crate) fn write(a: &Array, g: &Raid10, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
     for_pieces(g, sector, buf.len(), |s, copies, off, n| {
         // Pieces never cross a chunk, so locking the chunk serialises overlapping writes.
-        let _g = a.lock_bucket(s / g.chunk_sectors);
-        mirror::write_piece(a, &copies, &buf[off..off + n])
+        let chunk = s / g.chunk_sectors;
+        let _g = a.lock_bucket(chunk);
+        mirror::write_piece(a, &copies, chunk, &buf[off..off + n])
     })
 }
 
-pub(crate) fn resync(a: &Array, g: &Raid10) -> Result<u64, ArrayError> {
+/// Sync whole chunks from array sector `start` (chunk aligned), at most `max` sectors;
+/// returns (sectors done, mismatched sectors).
+pub(crate) fn sync_range(
+    a: &Array,
+    g: &Raid10,
+    start: u64,
+    max: u64,
+    mode: SyncMode,
+    targets: &[MemberIdx],
+) -> Result<(u64, u64), ArrayError> {
     let total = g.array_sectors();
+    let end = (start + max.max(g.chunk_sectors)).min(total);
     let mut mismatches = 0;
-    let mut s = 0;
-    while s < total {
+    let mut s = start;
+    while s < end {
         let m = g.map(s);
         let n = m.contiguous_sectors.min(total - s);
-        let _g = a.lock_bucket(s / g.chunk_sectors);
-        if mirror::resync_piece(a, &m.copies, bytes(n))? {
-            mismatches += 1;
+        let chunk = s / g.chunk_sectors;
+        let _g = a.lock_bucket(chunk);
+        if mirror::sync_piece(a, &m.copies, chunk, bytes(n), mode, targets)? {
+            mismatches += n;
         }
         s += n;
+        if s % g.chunk_sectors == 0 {
+            for t in targets {
+                a.slot(*t).set_recovery_cursor(s / g.chunk_sectors);
+            }
+        }
     }
-    Ok(mismatches)
+    Ok((s - start, mismatches))
 }

@@ -1,8 +1,9 @@
-//! raid4/5/6 IO over chunk-high stripes.
+//! raid4/5/6 IO over chunk-high stripes. The recovery unit is the stripe.
 //!
 //! Per stripe, under the stripe's lock:
 //! - reads go straight to the data members; a piece on a missing member is rebuilt from the
-//!   rest of its rows (XOR for one loss, P and Q for two);
+//!   rest of its rows (XOR for one loss, P and Q for two); a piece whose read fails is
+//!   rebuilt the same way and written back to the member (read-error repair);
 //! - writes are full-stripe (no reads), read-modify-write (old data and parity) or
 //!   reconstruct-write (the untouched data), whichever reads fewer member blocks, as md
 //!   counts them; a degraded stripe always reconstructs, rebuilding missing blocks first.
@@ -12,14 +13,15 @@
 use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::mirror::SyncMode;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
 enum Outcome {
     Done,
-    /// A member failed while reading; the stripe must be redone with the new missing set.
-    Retry,
+    /// Reads failed on these members: redo the stripe treating them as missing.
+    Retry(Vec<MemberIdx>),
 }
 
 fn chunk_bytes(g: &ParityGeometry) -> usize {
@@ -37,18 +39,44 @@ fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
     v
 }
 
-/// Up to `raid_disks` retries: each one follows a newly failed member.
+/// Roles of the stripe that cannot be read for it: missing, faulty, recovering above their
+/// cursor, or excluded after a read error.
+fn lost_roles(a: &Array, map: &StripeMap, stripe: u64, exclude: &[MemberIdx]) -> Vec<MemberIdx> {
+    stripe_roles(map)
+        .into_iter()
+        .filter(|r| exclude.contains(r) || a.usable(*r, stripe).is_none())
+        .collect()
+}
+
+/// Run a stripe operation, retrying with members whose reads failed treated as missing;
+/// afterwards the blocks of those members are repaired by the operation itself (`f` gets the
+/// exclude list). If too many members fail, the failed ones are failed for good.
 fn retrying(
     a: &Array,
-    mut f: impl FnMut() -> Result<Outcome, ArrayError>,
+    map: &StripeMap,
+    stripe: u64,
+    g: &ParityGeometry,
+    mut f: impl FnMut(&[MemberIdx]) -> Result<Outcome, ArrayError>,
 ) -> Result<(), ArrayError> {
-    for _ in 0..=a.raid_disks() {
-        match f()? {
+    let mut exclude: Vec<MemberIdx> = Vec::new();
+    loop {
+        match f(&exclude)? {
             Outcome::Done => return Ok(()),
-            Outcome::Retry => continue,
+            Outcome::Retry(more) => {
+                for r in more {
+                    if !exclude.contains(&r) {
+                        exclude.push(r);
+                    }
+                }
+                if lost_roles(a, map, stripe, &exclude).len() > g.parity_disks() {
+                    for r in &exclude {
+                        a.member_error(*r, &std::io::Error::other("unrecoverable read error"));
+                    }
+                    return Err(no_redundancy(a, "read"));
+                }
+            }
         }
     }
-    Err(no_redundancy(a, "stripe"))
 }
 
 pub(crate) fn read(
@@ -58,78 +86,97 @@ pub(crate) fn read(
     buf: &mut [u8],
 ) -> Result<(), ArrayError> {
     let cb = chunk_bytes(g);
-    let mut degraded: Vec<(u64, usize, usize)> = Vec::new(); // (sector, buf offset, len)
-    let mut ops = OpList::new();
-    let mut rest = &mut buf[..];
-    let mut s = sector;
-    let mut off = 0usize;
-    while !rest.is_empty() {
-        let loc = g.locate(s);
-        let in_chunk = (loc.offset_sectors * SECTOR_BYTES) as usize;
-        let n = (cb - in_chunk).min(rest.len());
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-        let role = g.stripe_map(loc.stripe).data[loc.data_index];
-        if a.live(role).is_some() {
-            ops.read(
-                a,
-                role,
-                g.member_sector(loc.stripe, loc.offset_sectors),
-                head,
-            );
-        } else {
-            degraded.push((s, off, n));
+    // (sector, buf offset, len, (role, op index) when read directly)
+    let mut pieces: Vec<(u64, usize, usize, Option<(MemberIdx, usize)>)> = Vec::new();
+    let mut nops = 0usize;
+    let failed = {
+        let mut ops = OpList::new();
+        let mut rest = &mut buf[..];
+        let mut s = sector;
+        let mut off = 0usize;
+        while !rest.is_empty() {
+            let loc = g.locate(s);
+            let in_chunk = (loc.offset_sectors * SECTOR_BYTES) as usize;
+            let n = (cb - in_chunk).min(rest.len());
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
+            let role = g.stripe_map(loc.stripe).data[loc.data_index];
+            match a.usable(role, loc.stripe) {
+                Some(dev) => {
+                    ops.read(
+                        a,
+                        dev,
+                        role,
+                        g.member_sector(loc.stripe, loc.offset_sectors),
+                        head,
+                    );
+                    pieces.push((s, off, n, Some((role, nops))));
+                    nops += 1;
+                }
+                None => pieces.push((s, off, n, None)),
+            }
+            rest = tail;
+            off += n;
+            s += sectors(n);
         }
-        rest = tail;
-        off += n;
-        s += sectors(n);
-    }
-    if !ops.run(a).is_empty() {
-        // Some member failed under us: do it again, degraded where needed.
-        return read(a, g, sector, buf);
-    }
-    for (s, off, n) in degraded {
+        ops.run(a)
+    };
+    for (s, off, n, direct) in pieces {
+        let needs = match direct {
+            None => true,
+            Some((_, i)) => failed.read_ops.contains(&i),
+        };
+        if !needs {
+            continue;
+        }
         a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
         let loc = g.locate(s);
+        let map = g.stripe_map(loc.stripe);
         let piece = &mut buf[off..off + n];
         let _lock = a.lock_bucket(loc.stripe);
-        retrying(a, || read_degraded(a, g, s, piece))?;
+        let first_exclude: Vec<MemberIdx> = direct.map(|(r, _)| r).into_iter().collect();
+        retrying(a, &map, loc.stripe, g, |exclude| {
+            let mut ex = exclude.to_vec();
+            ex.extend(
+                first_exclude
+                    .iter()
+                    .copied()
+                    .filter(|r| !exclude.contains(r)),
+            );
+            read_degraded(a, g, &map, s, piece, &ex)
+        })?;
     }
     Ok(())
 }
 
+/// Rebuild one piece from the rest of its stripe rows, and write it back to its member if
+/// the member is there but its read failed (`exclude`).
 fn read_degraded(
     a: &Array,
     g: &ParityGeometry,
+    map: &StripeMap,
     sector: u64,
     out: &mut [u8],
+    exclude: &[MemberIdx],
 ) -> Result<Outcome, ArrayError> {
     let loc = g.locate(sector);
-    let map = g.stripe_map(loc.stripe);
     let lo = (loc.offset_sectors * SECTOR_BYTES) as usize;
     let hi = lo + out.len();
     let role = map.data[loc.data_index];
-    if let Some(_dev) = a.live(role) {
-        // It came back to life? No: members never do. But a retry may find it live if it was
-        // only missing from the fast path's view; read it directly.
-        let mut ops = OpList::new();
-        ops.read(
-            a,
-            role,
-            g.member_sector(loc.stripe, loc.offset_sectors),
-            out,
-        );
-        return Ok(if ops.run(a).is_empty() {
-            Outcome::Done
-        } else {
-            Outcome::Retry
-        });
-    }
-    let mut rows = match Rows::load(a, g, &map, loc.stripe, lo, hi, |_| true)? {
-        Some(r) => r,
-        None => return Ok(Outcome::Retry),
+    let mut rows = match Rows::load(a, g, map, loc.stripe, lo, hi, exclude, |_| true) {
+        Ok(r) => r,
+        Err(failed) => return Ok(Outcome::Retry(failed)),
     };
-    rows.reconstruct(a, g, &map)?;
+    rows.reconstruct(a, g, map)?;
     out.copy_from_slice(rows.get(role));
+    for r in exclude {
+        if a.usable(*r, loc.stripe).is_some() {
+            a.repair_read(
+                *r,
+                g.member_sector(loc.stripe, loc.offset_sectors),
+                rows.get(*r),
+            );
+        }
+    }
     Ok(Outcome::Done)
 }
 
@@ -140,8 +187,9 @@ struct Rows {
 }
 
 impl Rows {
-    /// Read rows [lo, hi) of every live role in the stripe for which `want` says yes.
-    /// Returns None when a member failed during the read.
+    /// Read rows [lo, hi) of every usable, non-excluded role for which `want` says yes.
+    /// Err holds the roles whose reads failed.
+    #[allow(clippy::too_many_arguments)]
     fn load(
         a: &Array,
         g: &ParityGeometry,
@@ -149,26 +197,34 @@ impl Rows {
         stripe: u64,
         lo: usize,
         hi: usize,
+        exclude: &[MemberIdx],
         want: impl Fn(MemberIdx) -> bool,
-    ) -> Result<Option<Rows>, ArrayError> {
+    ) -> Result<Rows, Vec<MemberIdx>> {
         let len = hi - lo;
         let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
+        let mut devs: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
+            (0..a.raid_disks()).map(|_| None).collect();
         for role in stripe_roles(map) {
-            if a.live(role).is_some() && want(role) {
+            if exclude.contains(&role) || !want(role) {
+                continue;
+            }
+            if let Some(dev) = a.usable(role, stripe) {
                 bufs[role.0] = Some(AlignedBuf::new(len));
+                devs[role.0] = Some(dev);
             }
         }
         let msec = g.member_sector(stripe, sectors(lo));
         let mut ops = OpList::new();
         for (i, b) in bufs.iter_mut().enumerate() {
-            if let Some(b) = b {
-                ops.read(a, MemberIdx(i), msec, b);
+            if let (Some(b), Some(dev)) = (b, devs[i].take()) {
+                ops.read(a, dev, MemberIdx(i), msec, b);
             }
         }
-        if !ops.run(a).is_empty() {
-            return Ok(None);
+        let failed = ops.run(a);
+        if !failed.reads.is_empty() {
+            return Err(failed.reads);
         }
-        Ok(Some(Rows { bufs, len }))
+        Ok(Rows { bufs, len })
     }
 
     fn get(&self, role: MemberIdx) -> &[u8] {
@@ -179,7 +235,7 @@ impl Rows {
         self.bufs[role.0].as_mut().expect("block loaded")
     }
 
-    /// Rebuild every block of the stripe's roles that is not loaded (missing members).
+    /// Rebuild every block of the stripe's roles that is not loaded.
     fn reconstruct(
         &mut self,
         a: &Array,
@@ -214,13 +270,7 @@ impl Rows {
             return Ok(());
         }
         // raid6: blocks in syndrome order, then P, then Q.
-        let ndata = map.data.len();
-        let order: Vec<MemberIdx> = map
-            .syndrome_order
-            .iter()
-            .map(|&i| map.data[i])
-            .chain([map.p, map.q.expect("raid6 has Q")])
-            .collect();
+        let order = syndrome_roles(map);
         let lost_idx: Vec<usize> = lost
             .iter()
             .map(|r| order.iter().position(|x| x == r).expect("role in stripe"))
@@ -234,20 +284,22 @@ impl Rows {
             .iter()
             .map(|r| refs[r.0].take().expect("block present"))
             .collect();
-        debug_assert_eq!(blocks.len(), ndata + 2);
         uraid_parity::recover(&mut blocks, &lost_idx);
         Ok(())
     }
 }
 
+/// raid6 roles in syndrome order, then P, then Q.
+fn syndrome_roles(map: &StripeMap) -> Vec<MemberIdx> {
+    map.syndrome_order
+        .iter()
+        .map(|&i| map.data[i])
+        .chain([map.p, map.q.expect("raid6 has Q")])
+        .collect()
+}
+
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
-fn gen_parity(
-    g: &ParityGeometry,
-    map: &StripeMap,
-    data: &[&[u8]],
-    p: &mut [u8],
-    q: Option<&mut [u8]>,
-) {
+fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     match q {
         None => uraid_parity::xor_gen(p, data),
         Some(q) => {
@@ -255,7 +307,6 @@ fn gen_parity(
             uraid_parity::gen_pq(&ordered, p, q);
         }
     }
-    let _ = g;
 }
 
 pub(crate) fn write(
@@ -272,8 +323,11 @@ pub(crate) fn write(
         let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
         {
+            let map = g.stripe_map(loc.stripe);
             let _lock = a.lock_bucket(loc.stripe);
-            retrying(a, || write_stripe(a, g, loc.stripe, s, data))?;
+            retrying(a, &map, loc.stripe, g, |exclude| {
+                write_stripe(a, g, &map, loc.stripe, s, data, exclude)
+            })?;
         }
         off += n;
         s += sectors(n);
@@ -296,11 +350,12 @@ impl Piece<'_> {
 fn write_stripe(
     a: &Array,
     g: &ParityGeometry,
+    map: &StripeMap,
     stripe: u64,
     sector: u64,
     data: &[u8],
+    exclude: &[MemberIdx],
 ) -> Result<Outcome, ArrayError> {
-    let map = g.stripe_map(stripe);
     let cb = chunk_bytes(g);
     let dd = g.data_disks();
     let first = g.locate(sector);
@@ -335,13 +390,8 @@ fn write_stripe(
             .as_ref()
             .is_some_and(|p| p.start == lo && p.end() == hi)
     };
-    let roles = stripe_roles(&map);
-    let missing: Vec<MemberIdx> = roles
-        .iter()
-        .copied()
-        .filter(|r| a.live(*r).is_none())
-        .collect();
-    if missing.len() > g.parity_disks() {
+    let lost = lost_roles(a, map, stripe, exclude);
+    if lost.len() > g.parity_disks() {
         return Err(no_redundancy(a, "write"));
     }
     let raid6 = g.level == Level::Raid6;
@@ -357,31 +407,37 @@ fn write_stripe(
             .iter()
             .map(|p| p.as_ref().expect("full").data)
             .collect();
-        gen_parity(g, &map, &srcs, &mut p, q.as_deref_mut());
-    } else if missing.is_empty() && rmw_reads < rcw_reads {
+        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+    } else if lost.is_empty() && rmw_reads < rcw_reads {
         // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
         let mut old: Vec<Option<AlignedBuf>> = pieces
             .iter()
             .map(|pc| pc.as_ref().map(|pc| AlignedBuf::new(pc.data.len())))
             .collect();
         let msec_lo = g.member_sector(stripe, sectors(lo));
-        let mut ops = OpList::new();
-        for (i, b) in old.iter_mut().enumerate() {
-            if let (Some(b), Some(pc)) = (b, &pieces[i]) {
-                ops.read(
-                    a,
-                    map.data[i],
-                    g.member_sector(stripe, sectors(pc.start)),
-                    b,
-                );
+        let failed = {
+            let mut ops = OpList::new();
+            for (i, b) in old.iter_mut().enumerate() {
+                if let (Some(b), Some(pc)) = (b, &pieces[i]) {
+                    let r = map.data[i];
+                    let dev = a.usable(r, stripe).expect("usable");
+                    ops.read(a, dev, r, g.member_sector(stripe, sectors(pc.start)), b);
+                }
             }
-        }
-        ops.read(a, map.p, msec_lo, &mut p);
-        if let Some(q) = q.as_deref_mut() {
-            ops.read(a, map.q.expect("Q"), msec_lo, q);
-        }
-        if !ops.run(a).is_empty() {
-            return Ok(Outcome::Retry);
+            ops.read(
+                a,
+                a.usable(map.p, stripe).expect("P"),
+                map.p,
+                msec_lo,
+                &mut p,
+            );
+            if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
+                ops.read(a, a.usable(qr, stripe).expect("Q"), qr, msec_lo, q);
+            }
+            ops.run(a)
+        };
+        if !failed.reads.is_empty() {
+            return Ok(Outcome::Retry(failed.reads));
         }
         for (i, b) in old.iter_mut().enumerate() {
             if let (Some(b), Some(pc)) = (b, &pieces[i]) {
@@ -401,31 +457,28 @@ fn write_stripe(
             }
         }
     } else {
-        // Reconstruct-write: read what the write does not cover (and, when degraded,
-        // whatever is needed to rebuild missing blocks), then compute parity afresh.
+        // Reconstruct-write: read what the write does not cover (and, when a lost chunk is
+        // not fully rewritten, everything needed to rebuild it), then compute parity afresh.
         let lost_uncovered = map
             .data
             .iter()
             .enumerate()
-            .any(|(i, r)| a.live(*r).is_none() && !covers(i));
+            .any(|(i, r)| lost.contains(r) && !covers(i));
         let want = |r: MemberIdx| {
-            if lost_uncovered {
-                true
-            } else {
-                match map.data.iter().position(|&d| d == r) {
-                    Some(i) => !covers(i),
-                    None => false,
-                }
-            }
+            lost_uncovered
+                || map
+                    .data
+                    .iter()
+                    .position(|&d| d == r)
+                    .is_some_and(|i| !covers(i))
         };
-        let mut rows = match Rows::load(a, g, &map, stripe, lo, hi, want)? {
-            Some(r) => r,
-            None => return Ok(Outcome::Retry),
+        let mut rows = match Rows::load(a, g, map, stripe, lo, hi, exclude, want) {
+            Ok(r) => r,
+            Err(failed) => return Ok(Outcome::Retry(failed)),
         };
         if lost_uncovered {
-            rows.reconstruct(a, g, &map)?;
+            rows.reconstruct(a, g, map)?;
         }
-        // Overlay the new data on the old rows.
         let mut cols: Vec<AlignedBuf> = Vec::with_capacity(dd);
         for (i, r) in map.data.iter().enumerate() {
             let mut b = AlignedBuf::new(hi - lo);
@@ -438,76 +491,226 @@ fn write_stripe(
             cols.push(b);
         }
         let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
-        gen_parity(g, &map, &srcs, &mut p, q.as_deref_mut());
+        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
     }
 
+    // Excluded members (read errors) still take writes: writing is how a bad sector heals.
     let msec_lo = g.member_sector(stripe, sectors(lo));
     let mut ops = OpList::new();
     for (i, pc) in pieces.iter().enumerate() {
         if let Some(pc) = pc {
-            if a.live(map.data[i]).is_some() {
+            let r = map.data[i];
+            if let Some(dev) = a.usable(r, stripe) {
                 ops.write(
                     a,
-                    map.data[i],
+                    dev,
+                    r,
                     g.member_sector(stripe, sectors(pc.start)),
                     pc.data,
                 );
             }
         }
     }
-    if a.live(map.p).is_some() {
-        ops.write(a, map.p, msec_lo, &p);
+    if let Some(dev) = a.usable(map.p, stripe) {
+        ops.write(a, dev, map.p, msec_lo, &p);
     }
     if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
-        if a.live(qr).is_some() {
-            ops.write(a, qr, msec_lo, q);
+        if let Some(dev) = a.usable(qr, stripe) {
+            ops.write(a, dev, qr, msec_lo, q);
         }
     }
     ops.run(a);
     // A failed write leaves the stripe consistent on the survivors; it only matters if
     // the array lost more than it tolerates.
-    let now_missing = roles.iter().filter(|r| a.live(**r).is_none()).count();
-    if now_missing > g.parity_disks() {
+    if lost_roles(a, map, stripe, &[]).len() > g.parity_disks() {
         return Err(no_redundancy(a, "write"));
     }
     Ok(Outcome::Done)
 }
 
-/// Rows per resync step inside a chunk.
-const RESYNC_ROWS_BYTES: usize = 64 * 1024;
+/// Rows per sync step inside a chunk.
+const SYNC_ROWS_BYTES: usize = 64 * 1024;
+/// md compares and counts in pages.
+const PAGE: usize = 4096;
 
-/// Recompute parity for every stripe; returns how many row groups had wrong parity.
-pub(crate) fn resync(a: &Array, g: &ParityGeometry) -> Result<u64, ArrayError> {
+/// Sync stripes from `start`, at most `max` stripes: resync/check/repair compare parity with
+/// the data (counting mismatched sectors as md's mismatch_cnt), recovery rebuilds the
+/// `targets`' blocks. Returns (stripes done, mismatched sectors).
+pub(crate) fn sync_range(
+    a: &Array,
+    g: &ParityGeometry,
+    start: u64,
+    max: u64,
+    mode: SyncMode,
+    targets: &[MemberIdx],
+) -> Result<(u64, u64), ArrayError> {
     let cb = chunk_bytes(g);
-    let mut mismatches = 0;
-    for stripe in 0..g.stripes() {
+    let end = (start + max.max(1)).min(g.stripes());
+    let mut mismatches = 0u64;
+    for stripe in start..end {
         let map = g.stripe_map(stripe);
         let _lock = a.lock_bucket(stripe);
         let mut lo = 0;
         while lo < cb {
-            let hi = (lo + RESYNC_ROWS_BYTES).min(cb);
-            let rows = Rows::load(a, g, &map, stripe, lo, hi, |_| true)?
-                .ok_or_else(|| ArrayError::Failed("read error during resync".into()))?;
-            let srcs: Vec<&[u8]> = map.data.iter().map(|r| rows.get(*r)).collect();
-            let mut p = AlignedBuf::new(hi - lo);
-            let mut q = map.q.map(|_| AlignedBuf::new(hi - lo));
-            gen_parity(g, &map, &srcs, &mut p, q.as_deref_mut());
+            let hi = (lo + SYNC_ROWS_BYTES).min(cb);
+            let mut exclude: Vec<MemberIdx> = Vec::new();
+            let mut rows = loop {
+                match Rows::load(a, g, &map, stripe, lo, hi, &exclude, |_| true) {
+                    Ok(r) => break r,
+                    Err(failed) => {
+                        exclude.extend(failed);
+                        if lost_roles(a, &map, stripe, &exclude).len() > g.parity_disks() {
+                            for r in &exclude {
+                                a.member_error(
+                                    *r,
+                                    &std::io::Error::other("read error during sync"),
+                                );
+                            }
+                            return Err(no_redundancy(a, "sync"));
+                        }
+                    }
+                }
+            };
+            let lost = lost_roles(a, &map, stripe, &exclude);
+            let msec = g.member_sector(stripe, sectors(lo));
             let mut ops = OpList::new();
-            let mut bad = false;
-            if rows.get(map.p) != &p[..] {
-                ops.write(a, map.p, g.member_sector(stripe, sectors(lo)), &p);
-                bad = true;
+            let mut writes: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+            if !lost.is_empty() {
+                // Rebuild what is missing (recovery targets, read errors).
+                rows.reconstruct(a, g, &map)?;
+                for r in &lost {
+                    let is_target = targets.contains(r);
+                    if is_target || exclude.contains(r) {
+                        let mut b = AlignedBuf::new(hi - lo);
+                        b.copy_from_slice(rows.get(*r));
+                        writes.push((*r, b));
+                    }
+                }
+            } else {
+                mismatches += compare_rows(&mut rows, &map, hi - lo, mode, &mut writes);
             }
-            if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
-                if rows.get(qr) != q {
-                    ops.write(a, qr, g.member_sector(stripe, sectors(lo)), q);
-                    bad = true;
+            for (r, b) in &writes {
+                let dev = if targets.contains(r) {
+                    a.slot(*r).device()
+                } else {
+                    a.usable(*r, stripe)
+                };
+                if let Some(dev) = dev {
+                    ops.write(a, dev, *r, msec, b);
                 }
             }
             ops.run(a);
-            mismatches += bad as u64;
+            for r in &exclude {
+                if !targets.contains(r) {
+                    a.slot(*r).corrected_reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             lo = hi;
         }
+        for t in targets {
+            a.slot(*t).set_recovery_cursor(stripe + 1);
+        }
     }
-    Ok(mismatches)
+    Ok((end - start, mismatches))
+}
+
+/// Check parity of complete rows page by page; in repair mode queue fixed blocks in
+/// `writes`. For raid6, a page where both P and Q disagree in a way that one data block
+/// explains gets that data block fixed (md only does this offline, in raid6check).
+fn compare_rows(
+    rows: &mut Rows,
+    map: &StripeMap,
+    len: usize,
+    mode: SyncMode,
+    writes: &mut Vec<(MemberIdx, AlignedBuf)>,
+) -> u64 {
+    let data: Vec<&[u8]> = map.data.iter().map(|r| rows.get(*r)).collect();
+    let mut p = AlignedBuf::new(len);
+    let mut q = map.q.map(|_| AlignedBuf::new(len));
+    gen_parity(map, &data, &mut p, q.as_deref_mut());
+    let mut mismatched = 0u64;
+    let mut fix: Vec<(MemberIdx, usize, Vec<u8>)> = Vec::new(); // (role, page offset, bytes)
+    for off in (0..len).step_by(PAGE) {
+        let end = (off + PAGE).min(len);
+        let p_bad = rows.get(map.p)[off..end] != p[off..end];
+        let q_bad = match (map.q, &q) {
+            (Some(qr), Some(q)) => rows.get(qr)[off..end] != q[off..end],
+            _ => false,
+        };
+        if !p_bad && !q_bad {
+            continue;
+        }
+        mismatched += ((end - off) / 512) as u64;
+        if mode != SyncMode::Repair {
+            continue;
+        }
+        match (map.q, &q) {
+            (Some(qr), Some(qq)) if p_bad && q_bad => {
+                let dp: Vec<u8> = rows.get(map.p)[off..end]
+                    .iter()
+                    .zip(&p[off..end])
+                    .map(|(a, b)| a ^ b)
+                    .collect();
+                let dq: Vec<u8> = rows.get(qr)[off..end]
+                    .iter()
+                    .zip(&qq[off..end])
+                    .map(|(a, b)| a ^ b)
+                    .collect();
+                match locate_bad_data(&dp, &dq, map.data.len()) {
+                    Some(slot) => {
+                        let r = map.data[map.syndrome_order[slot]];
+                        let fixed: Vec<u8> = rows.get(r)[off..end]
+                            .iter()
+                            .zip(&dp)
+                            .map(|(a, b)| a ^ b)
+                            .collect();
+                        fix.push((r, off, fixed));
+                    }
+                    None => {
+                        fix.push((map.p, off, p[off..end].to_vec()));
+                        fix.push((qr, off, qq[off..end].to_vec()));
+                    }
+                }
+            }
+            (Some(qr), Some(qq)) if q_bad => fix.push((qr, off, qq[off..end].to_vec())),
+            _ => fix.push((map.p, off, p[off..end].to_vec())),
+        }
+    }
+    if !fix.is_empty() {
+        let mut touched: Vec<MemberIdx> = Vec::new();
+        for (r, off, bytes) in fix {
+            rows.get_mut(r)[off..off + bytes.len()].copy_from_slice(&bytes);
+            if !touched.contains(&r) {
+                touched.push(r);
+            }
+        }
+        for r in touched {
+            let mut b = AlignedBuf::new(len);
+            b.copy_from_slice(rows.get(r));
+            writes.push((r, b));
+        }
+    }
+    mismatched
+}
+
+/// raid6: given P and Q deltas of one page, the syndrome slot z of a single bad data block
+/// explains them iff dq = {02}^z * dp at every byte (and both are zero together).
+pub fn locate_bad_data(dp: &[u8], dq: &[u8], ndata: usize) -> Option<usize> {
+    use uraid_parity::gf;
+    let mut z: Option<usize> = None;
+    for (&p, &q) in dp.iter().zip(dq) {
+        match (p, q) {
+            (0, 0) => continue,
+            (0, _) | (_, 0) => return None,
+            (p, q) => {
+                let k = (gf::LOG[q as usize] as usize + 255 - gf::LOG[p as usize] as usize) % 255;
+                match z {
+                    None => z = Some(k),
+                    Some(prev) if prev != k => return None,
+                    _ => {}
+                }
+            }
+        }
+    }
+    z.filter(|&k| k < ndata)
 }

@@ -1,0 +1,93 @@
+//! Array events in md's (mdadm --monitor's) vocabulary, delivered to subscribers.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use uraid_core::MemberIdx;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A member failed and was marked faulty.
+    Fail {
+        role: MemberIdx,
+        device: String,
+    },
+    /// The array runs with members missing.
+    DegradedArray,
+    /// A spare was added to the array.
+    SpareAdded {
+        device: String,
+    },
+    /// A spare took the role of a missing member and recovery begins.
+    SpareActive {
+        role: MemberIdx,
+        device: String,
+    },
+    /// Recovery (or resync) started.
+    RebuildStarted {
+        role: Option<MemberIdx>,
+    },
+    /// Recovery passed NN percent (20, 40, 60, 80), as mdadm's RebuildNN.
+    Rebuild {
+        percent: u32,
+    },
+    RebuildFinished {
+        role: Option<MemberIdx>,
+    },
+    /// A member was removed from the array.
+    DeviceRemoved {
+        device: String,
+    },
+    /// A scrub (check or repair) finished with this many mismatched sectors.
+    CheckFinished {
+        mismatch_sectors: u64,
+    },
+}
+
+impl Event {
+    /// mdadm's event name.
+    pub fn name(&self) -> String {
+        match self {
+            Event::Fail { .. } => "Fail".into(),
+            Event::DegradedArray => "DegradedArray".into(),
+            Event::SpareAdded { .. } => "SpareAdded".into(),
+            Event::SpareActive { .. } => "SpareActive".into(),
+            Event::RebuildStarted { .. } => "RebuildStarted".into(),
+            Event::Rebuild { percent } => format!("Rebuild{percent}"),
+            Event::RebuildFinished { .. } => "RebuildFinished".into(),
+            Event::DeviceRemoved { .. } => "DeviceDisappeared".into(),
+            Event::CheckFinished { .. } => "CheckFinished".into(),
+        }
+    }
+
+    /// The member device the event is about, if any (mdadm passes it to the program).
+    pub fn device(&self) -> Option<&str> {
+        match self {
+            Event::Fail { device, .. }
+            | Event::SpareAdded { device }
+            | Event::SpareActive { device, .. }
+            | Event::DeviceRemoved { device } => Some(device),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct EventBus {
+    subs: Mutex<Vec<Sender<Event>>>,
+}
+
+impl EventBus {
+    pub fn subscribe(&self) -> Receiver<Event> {
+        let (tx, rx) = channel();
+        self.subs.lock().unwrap().push(tx);
+        rx
+    }
+
+    pub fn emit(&self, e: Event) {
+        tracing::info!("event {}", e.name());
+        self.subs
+            .lock()
+            .unwrap()
+            .retain(|s| s.send(e.clone()).is_ok());
+    }
+}

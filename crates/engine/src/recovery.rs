@@ -1,0 +1,512 @@
+//! Member lifecycle and long-running sync work: add (spare or re-add), remove, spare
+//! activation, recovery onto a new member, resync, check and repair.
+//!
+//! All sync work goes through one driver, [`Array::sync_step`], which hands a range of
+//! recovery units (stripes for raid4/5/6, sectors for raid1, array chunks for raid10) to the
+//! level's `sync_range`. A recovering member's cursor advances under the unit's lock, so IO
+//! sees it valid exactly where it has been rebuilt.
+
+use crate::array::Array;
+use crate::error::ArrayError;
+use crate::events::Event;
+use crate::member::Member;
+use crate::meta::read_superblock;
+use crate::mirror::SyncMode;
+use crate::slot::SlotState;
+use std::sync::Arc;
+use uraid_core::geometry::Personality;
+use uraid_core::superblock::{
+    Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
+};
+use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+
+/// What a sync pass does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Recompute redundancy everywhere (after an unclean stop).
+    Resync,
+    /// Count mismatches, change nothing (md's check).
+    Check,
+    /// Count and fix mismatches (md's repair).
+    Repair,
+    /// Rebuild recovering members.
+    Recovery,
+}
+
+impl SyncKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncKind::Resync => "resync",
+            SyncKind::Check => "check",
+            SyncKind::Repair => "repair",
+            SyncKind::Recovery => "recovery",
+        }
+    }
+}
+
+/// Where a sync pass stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncProgress {
+    pub kind: SyncKind,
+    pub done_units: u64,
+    pub total_units: u64,
+    /// Bytes of array data one unit covers (for speed reports).
+    pub unit_bytes: u64,
+    pub mismatch_sectors: u64,
+}
+
+impl SyncProgress {
+    pub fn percent(&self) -> f64 {
+        if self.total_units == 0 {
+            100.0
+        } else {
+            self.done_units as f64 * 100.0 / self.total_units as f64
+        }
+    }
+}
+
+/// What `add_member` did with a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddOutcome {
+    /// It took a missing role and recovery started.
+    Recovering(MemberIdx),
+    /// No role is missing: it waits as a spare.
+    Spare,
+}
+
+impl Array {
+    /// Recovery units in the whole array.
+    pub fn total_units(&self) -> u64 {
+        match self.personality() {
+            Personality::Raid0(_) => 0,
+            Personality::Raid1(r) => r.array_sectors(),
+            Personality::Raid10(r) => r.array_sectors() / r.chunk_sectors,
+            Personality::Parity(g) => g.stripes(),
+        }
+    }
+
+    /// Array bytes per recovery unit.
+    pub fn unit_bytes(&self) -> u64 {
+        match self.personality() {
+            Personality::Raid0(_) => 0,
+            Personality::Raid1(_) => SECTOR_BYTES,
+            Personality::Raid10(r) => r.chunk_sectors * SECTOR_BYTES,
+            Personality::Parity(g) => g.stripe_data_sectors() * SECTOR_BYTES,
+        }
+    }
+
+    /// md's recovery_offset (member sectors below which a recovering member is valid) for
+    /// a cursor in recovery units; conservative where the layout is not monotonic.
+    pub(crate) fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        match self.personality() {
+            Personality::Raid0(_) => 0,
+            Personality::Raid1(_) => cursor,
+            Personality::Parity(g) => cursor * g.chunk_sectors,
+            Personality::Raid10(r) if r.far_copies == 1 => {
+                cursor * r.near_copies as u64 / r.raid_disks as u64 * r.chunk_sectors
+            }
+            // far/offset copies land out of order: claim nothing until done.
+            Personality::Raid10(_) => 0,
+        }
+    }
+
+    /// The recovery cursor for md's recovery_offset (the inverse, rounded down).
+    pub(crate) fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
+        match self.personality() {
+            Personality::Raid0(_) => 0,
+            Personality::Raid1(_) => offset_sectors,
+            Personality::Parity(g) => offset_sectors / g.chunk_sectors,
+            Personality::Raid10(r) if r.far_copies == 1 => {
+                offset_sectors / r.chunk_sectors * r.raid_disks as u64 / r.near_copies as u64
+            }
+            Personality::Raid10(_) => 0,
+        }
+    }
+
+    pub fn recovering_roles(&self) -> Vec<MemberIdx> {
+        (0..self.raid_disks())
+            .map(MemberIdx)
+            .filter(|&r| self.slot_state(r) == SlotState::Recovering)
+            .collect()
+    }
+
+    pub(crate) fn any_recovering(&self) -> bool {
+        (0..self.raid_disks()).any(|r| self.slot_state(MemberIdx(r)) == SlotState::Recovering)
+    }
+
+    /// One step of a sync pass: units [start, start + max). Returns (units done, mismatched
+    /// sectors).
+    pub fn sync_step(
+        &self,
+        kind: SyncKind,
+        start: u64,
+        max: u64,
+    ) -> Result<(u64, u64), ArrayError> {
+        let targets = if kind == SyncKind::Recovery {
+            self.recovering_roles()
+        } else {
+            Vec::new()
+        };
+        let mode = match kind {
+            SyncKind::Check => SyncMode::Check,
+            _ => SyncMode::Repair,
+        };
+        match self.personality() {
+            Personality::Raid0(_) => Ok((0, 0)),
+            Personality::Raid1(_) => crate::raid1::sync_range(self, start, max, mode, &targets),
+            Personality::Raid10(r) => {
+                let (sectors, mism) = crate::raid10::sync_range(
+                    self,
+                    r,
+                    start * r.chunk_sectors,
+                    max * r.chunk_sectors,
+                    mode,
+                    &targets,
+                )?;
+                Ok((sectors.div_ceil(r.chunk_sectors), mism))
+            }
+            Personality::Parity(g) => crate::raid5::sync_range(self, g, start, max, mode, &targets),
+        }
+    }
+
+    /// Run a whole sync pass, calling `progress` after each step (it may sleep to limit
+    /// speed). Returns the mismatched sectors found (resync/check/repair).
+    pub fn run_sync(
+        &self,
+        kind: SyncKind,
+        mut progress: impl FnMut(&SyncProgress),
+    ) -> Result<u64, ArrayError> {
+        if matches!(kind, SyncKind::Resync | SyncKind::Check | SyncKind::Repair)
+            && self.is_degraded()
+        {
+            return Err(ArrayError::Failed(format!(
+                "cannot {} a degraded array: there is no redundancy to compare",
+                kind.name()
+            )));
+        }
+        let total = self.total_units();
+        let start = if kind == SyncKind::Recovery {
+            let roles = self.recovering_roles();
+            if roles.is_empty() {
+                return Ok(0);
+            }
+            self.events.emit(Event::RebuildStarted {
+                role: roles.first().copied(),
+            });
+            roles
+                .iter()
+                .map(|r| self.slot(*r).recovery_cursor())
+                .min()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        // About 4 MiB of array data per step, so progress and throttling stay responsive.
+        let step = ((4u64 << 20) / self.unit_bytes().max(1)).max(1);
+        let mut p = SyncProgress {
+            kind,
+            done_units: start,
+            total_units: total,
+            unit_bytes: self.unit_bytes(),
+            mismatch_sectors: 0,
+        };
+        let mut last_pct = (p.percent() / 20.0) as u32;
+        let mut last_persist = start;
+        while p.done_units < total {
+            if kind == SyncKind::Recovery && self.recovering_roles().is_empty() {
+                // The target failed: recovery is over, without success.
+                return Err(ArrayError::Failed("recovery target failed".into()));
+            }
+            let (n, m) = self.sync_step(kind, p.done_units, step)?;
+            p.done_units += n.max(1);
+            p.mismatch_sectors += m;
+            progress(&p);
+            let pct = (p.percent() / 20.0) as u32;
+            if kind == SyncKind::Recovery && pct > last_pct && pct < 5 {
+                self.events.emit(Event::Rebuild { percent: pct * 20 });
+                last_pct = pct;
+            }
+            // Persist the recovery position now and then, so a restart resumes near it.
+            if kind == SyncKind::Recovery && p.done_units - last_persist >= total / 64 + 1 {
+                let mut meta = self.meta();
+                meta.write_all(self)?;
+                last_persist = p.done_units;
+            }
+        }
+        match kind {
+            SyncKind::Recovery => self.finish_recovery()?,
+            SyncKind::Resync | SyncKind::Repair => self.meta().set_resync_done(),
+            SyncKind::Check => {}
+        }
+        if matches!(kind, SyncKind::Check | SyncKind::Repair) {
+            self.events.emit(Event::CheckFinished {
+                mismatch_sectors: p.mismatch_sectors,
+            });
+        }
+        Ok(p.mismatch_sectors)
+    }
+
+    /// Recompute redundancy over the whole array (md's resync after an unclean shutdown).
+    /// Returns the mismatched sectors found and rewritten.
+    pub fn resync(&self) -> Result<u64, ArrayError> {
+        self.run_sync(SyncKind::Resync, |_| {})
+    }
+
+    /// md's check: count mismatched sectors, change nothing.
+    pub fn check(&self) -> Result<u64, ArrayError> {
+        self.run_sync(SyncKind::Check, |_| {})
+    }
+
+    /// md's repair: count and fix mismatched sectors.
+    pub fn repair(&self) -> Result<u64, ArrayError> {
+        self.run_sync(SyncKind::Repair, |_| {})
+    }
+
+    fn finish_recovery(&self) -> Result<(), ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        let done: Vec<MemberIdx> = self
+            .recovering_roles()
+            .into_iter()
+            .filter(|r| self.slot(*r).recovery_cursor() >= self.total_units())
+            .collect();
+        if done.is_empty() {
+            return Ok(());
+        }
+        for r in &done {
+            self.slot(*r)
+                .transition(SlotState::Recovering, SlotState::InSync);
+        }
+        let mut meta = self.meta();
+        for r in &done {
+            if let Some(sb) = meta.members[r.0].as_mut() {
+                sb.feature_map &= !FEATURE_RECOVERY_OFFSET;
+                sb.recovery_offset = MAX_SECTOR;
+            }
+        }
+        meta.write_all(self)?;
+        drop(meta);
+        for r in done {
+            self.events.emit(Event::RebuildFinished { role: Some(r) });
+            let device = self.slot(r).device_name().unwrap_or_default();
+            self.events.emit(Event::SpareActive { role: r, device });
+        }
+        Ok(())
+    }
+
+    /// Add a device: it takes a missing role (and recovery must then run, see
+    /// [`Array::run_sync`] with [`SyncKind::Recovery`]) or waits as a spare. A device that
+    /// was a member of this array before is re-added in its old role if that role is free.
+    pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
+        if self.level() == Level::Raid0 {
+            return Err(ArrayError::Failed(
+                "raid0 has no redundancy: members cannot be added".into(),
+            ));
+        }
+        let _g = self.reconfig.lock().unwrap();
+        let name = dev.name();
+        for r in 0..self.raid_disks() {
+            if self.slot(MemberIdx(r)).device_name().as_deref() == Some(name.as_str()) {
+                if self.slot_state(MemberIdx(r)) == SlotState::Faulty {
+                    return Err(ArrayError::Failed(format!(
+                        "{name} is still in the array as a faulty member: remove it first"
+                    )));
+                }
+                return Err(ArrayError::Failed(format!(
+                    "{name} is already a member (role {r})"
+                )));
+            }
+        }
+        let mut meta = self.meta();
+        if meta.spares.iter().any(|(d, _)| d.name() == name) {
+            return Err(ArrayError::Failed(format!("{name} is already a spare")));
+        }
+        let tmpl_member = meta
+            .members
+            .iter()
+            .flatten()
+            .next()
+            .cloned()
+            .ok_or_else(|| {
+                ArrayError::Failed("no member superblock to copy the layout from".into())
+            })?;
+        let data_offset = tmpl_member.data_offset;
+        let need = (data_offset + self.geometry().dev_sectors) * SECTOR_BYTES;
+        if dev.size_bytes() < need {
+            return Err(ArrayError::Failed(format!(
+                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data)",
+                dev.size_bytes(),
+                data_offset,
+                self.geometry().dev_sectors
+            )));
+        }
+        // An old member of this array comes back in its old role if it is free.
+        let old = read_superblock(dev.as_ref())
+            .ok()
+            .filter(|sb| sb.set_uuid == meta.template.set_uuid);
+        let used: Vec<u32> = meta
+            .members
+            .iter()
+            .flatten()
+            .map(|s| s.dev_number)
+            .chain(meta.spares.iter().map(|(_, s)| s.dev_number))
+            .collect();
+        let free_role = |want: Option<usize>| -> Option<usize> {
+            if let Some(w) = want.filter(|&w| w < self.raid_disks()) {
+                if matches!(
+                    self.slot_state(MemberIdx(w)),
+                    SlotState::Missing | SlotState::Faulty
+                ) {
+                    return Some(w);
+                }
+            }
+            (0..self.raid_disks()).find(|&r| {
+                matches!(
+                    self.slot_state(MemberIdx(r)),
+                    SlotState::Missing | SlotState::Faulty
+                )
+            })
+        };
+        let old_role = old
+            .as_ref()
+            .and_then(|sb| sb.dev_roles.get(sb.dev_number as usize).copied())
+            .map(usize::from);
+        let dev_number = match &old {
+            Some(sb) if !used.contains(&sb.dev_number) => sb.dev_number,
+            _ => (0u32..).find(|n| !used.contains(n)).expect("a free number"),
+        };
+        if dev_number as usize >= meta.template.dev_roles.len() {
+            return Err(ArrayError::Failed(
+                "no free device number in the superblock".into(),
+            ));
+        }
+        let mut sb: Superblock = meta.template.clone();
+        sb.dev_number = dev_number;
+        sb.device_uuid = old
+            .as_ref()
+            .map(|o| o.device_uuid)
+            .unwrap_or_else(crate::create::random_uuid);
+        sb.data_offset = data_offset;
+        sb.data_size = dev.size_bytes() / SECTOR_BYTES - data_offset;
+        sb.super_offset = tmpl_member.super_offset;
+        sb.bblog_offset = tmpl_member.bblog_offset;
+        sb.bblog_size = tmpl_member.bblog_size;
+        sb.bblog_shift = tmpl_member.bblog_shift;
+        sb.devflags = 0;
+        sb.cnt_corrected_read = 0;
+        let outcome = match free_role(old_role) {
+            Some(role) => {
+                sb.feature_map |= FEATURE_RECOVERY_OFFSET;
+                sb.recovery_offset = 0;
+                meta.template.dev_roles[dev_number as usize] = role as u16;
+                meta.members[role] = Some(sb);
+                let slot = self.slot(MemberIdx(role));
+                slot.set_recovery_cursor(0);
+                slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
+                slot.set_state(SlotState::Recovering);
+                AddOutcome::Recovering(MemberIdx(role))
+            }
+            None => {
+                meta.template.dev_roles[dev_number as usize] = ROLE_SPARE;
+                meta.spares.push((dev.clone(), sb));
+                AddOutcome::Spare
+            }
+        };
+        meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::SpareAdded {
+            device: name.clone(),
+        });
+        if let AddOutcome::Recovering(role) = outcome {
+            self.events.emit(Event::RebuildStarted { role: Some(role) });
+        }
+        Ok(outcome)
+    }
+
+    /// Give a missing or faulty role to a spare, if there is one.
+    pub fn activate_spare(&self) -> Result<Option<MemberIdx>, ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        let Some(role) = (0..self.raid_disks())
+            .map(MemberIdx)
+            .find(|&r| matches!(self.slot_state(r), SlotState::Missing | SlotState::Faulty))
+        else {
+            return Ok(None);
+        };
+        let mut meta = self.meta();
+        let Some((dev, mut sb)) = meta.spares.pop() else {
+            return Ok(None);
+        };
+        sb.feature_map |= FEATURE_RECOVERY_OFFSET;
+        sb.recovery_offset = 0;
+        meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;
+        let data_offset = sb.data_offset;
+        meta.members[role.0] = Some(sb);
+        let slot = self.slot(role);
+        slot.set_recovery_cursor(0);
+        slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
+        slot.set_state(SlotState::Recovering);
+        meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::RebuildStarted { role: Some(role) });
+        Ok(Some(role))
+    }
+
+    /// Remove a faulty member (or a spare, by device name) from the array, as mdadm --remove.
+    pub fn remove_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        if role.0 >= self.raid_disks() {
+            return Err(ArrayError::Failed(format!("there is no member {role}")));
+        }
+        match self.slot_state(role) {
+            SlotState::Faulty => {}
+            SlotState::Missing => {
+                return Err(ArrayError::Failed(format!("role {role} is already empty")))
+            }
+            _ => {
+                return Err(ArrayError::Failed(format!(
+                    "member {role} is active: fail it first (uraid fail), as mdadm requires"
+                )))
+            }
+        }
+        let slot = self.slot(role);
+        let device = slot.device_name().unwrap_or_default();
+        slot.set_device(None, 0);
+        slot.set_state(SlotState::Missing);
+        let mut meta = self.meta();
+        if let Some(sb) = meta.members[role.0].take() {
+            meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
+        }
+        meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::DeviceRemoved { device });
+        Ok(())
+    }
+
+    /// Remove a spare by device name.
+    pub fn remove_spare(&self, name: &str) -> Result<(), ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        let mut meta = self.meta();
+        let Some(i) = meta.spares.iter().position(|(d, _)| d.name() == name) else {
+            return Err(ArrayError::Failed(format!(
+                "{name} is not a spare of this array"
+            )));
+        };
+        let (_, sb) = meta.spares.remove(i);
+        meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
+        meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::DeviceRemoved {
+            device: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Names of spare devices.
+    pub fn spares(&self) -> Vec<String> {
+        self.meta().spares.iter().map(|(d, _)| d.name()).collect()
+    }
+
+    /// Subscribe to the array's events.
+    pub fn subscribe(&self) -> std::sync::mpsc::Receiver<Event> {
+        self.events.subscribe()
+    }
+}

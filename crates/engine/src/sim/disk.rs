@@ -1,0 +1,628 @@
+//! Simulated member disks and the virtual world they live in.
+//!
+//! A [`SimDisk`] keeps its contents in memory and follows a schedule of [`FaultRule`]s that
+//! fire at chosen IO numbers and byte ranges: read or write errors (transient or
+//! persistent), stalls that advance the virtual clock, and disappearance (every IO fails
+//! until [`SimDisk::come_back`]). Silent corruption and stale images are applied directly
+//! by the simulator. All disks of one run share a [`SimWorld`]: the clock, a global IO
+//! sequence (for power cuts) and the counts of faults that actually fired.
+//!
+//! Nothing here reads real time or depends on thread scheduling: the engine drives the
+//! disks synchronously from one thread, so the same workload gives the same IO sequence.
+
+use crate::member::Member;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Virtual time in nanoseconds: advanced by IO costs and stalls, never by the real clock.
+#[derive(Debug, Default)]
+pub struct SimClock {
+    now_ns: AtomicU64,
+}
+
+impl SimClock {
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns.load(Ordering::Relaxed)
+    }
+
+    pub fn advance(&self, ns: u64) {
+        self.now_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+/// Cost model of one member IO: a fixed latency plus transfer at a fixed bandwidth.
+const IO_LATENCY_NS: u64 = 20_000;
+const NS_PER_KIB: u64 = 1_000; // ~1 GB/s
+
+/// Every kind of fault the simulator injects, for the counts in the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    ReadError,
+    WriteError,
+    FlushError,
+    Stall,
+    Disappear,
+    ComeBack,
+    StaleImage,
+    SilentCorruption,
+    PowerCut,
+    MissingAtAssemble,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::ReadError,
+        FaultKind::WriteError,
+        FaultKind::FlushError,
+        FaultKind::Stall,
+        FaultKind::Disappear,
+        FaultKind::ComeBack,
+        FaultKind::StaleImage,
+        FaultKind::SilentCorruption,
+        FaultKind::PowerCut,
+        FaultKind::MissingAtAssemble,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::ReadError => "read-error",
+            FaultKind::WriteError => "write-error",
+            FaultKind::FlushError => "flush-error",
+            FaultKind::Stall => "stall",
+            FaultKind::Disappear => "disappear",
+            FaultKind::ComeBack => "come-back",
+            FaultKind::StaleImage => "stale-image",
+            FaultKind::SilentCorruption => "silent-corruption",
+            FaultKind::PowerCut => "power-cut",
+            FaultKind::MissingAtAssemble => "missing-at-assemble",
+        }
+    }
+
+    fn index(self) -> usize {
+        FaultKind::ALL
+            .iter()
+            .position(|&k| k == self)
+            .expect("listed")
+    }
+}
+
+/// How many faults of each kind fired.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts([u64; FaultKind::ALL.len()]);
+
+impl FaultCounts {
+    pub fn add(&mut self, kind: FaultKind, n: u64) {
+        self.0[kind.index()] += n;
+    }
+
+    pub fn get(&self, kind: FaultKind) -> u64 {
+        self.0[kind.index()]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    pub fn merge(&mut self, other: &FaultCounts) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+}
+
+impl fmt::Display for FaultCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for k in FaultKind::ALL {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{} {}", k.name(), self.get(k))?;
+        }
+        Ok(())
+    }
+}
+
+/// Shared state of one simulated run: clock, power, global IO sequence, fault counts and
+/// a short trace of fault events for failure reports.
+#[derive(Debug)]
+pub struct SimWorld {
+    pub clock: SimClock,
+    io_seq: AtomicU64,
+    powered: AtomicBool,
+    /// Power goes out when the global IO sequence reaches this number.
+    power_cut_at: AtomicU64,
+    counts: Mutex<FaultCounts>,
+    trace: Mutex<Vec<String>>,
+}
+
+/// Trace lines kept for a failure report (the most recent ones).
+const TRACE_KEEP: usize = 400;
+
+impl Default for SimWorld {
+    fn default() -> SimWorld {
+        SimWorld {
+            clock: SimClock::default(),
+            io_seq: AtomicU64::new(0),
+            powered: AtomicBool::new(true),
+            power_cut_at: AtomicU64::new(u64::MAX),
+            counts: Mutex::new(FaultCounts::default()),
+            trace: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl SimWorld {
+    pub fn new() -> Arc<SimWorld> {
+        Arc::new(SimWorld::default())
+    }
+
+    /// Member IOs issued so far, over all disks.
+    pub fn io_seq(&self) -> u64 {
+        self.io_seq.load(Ordering::Relaxed)
+    }
+
+    /// Cut the power when the global IO sequence reaches `seq`: that IO and every later
+    /// one fails on every disk until [`SimWorld::power_on`].
+    pub fn arm_power_cut(&self, seq: u64) {
+        self.power_cut_at.store(seq, Ordering::Relaxed);
+    }
+
+    /// Cut the power now (between two IOs) if it is still on.
+    pub fn cut_power(&self) {
+        if self.powered.swap(false, Ordering::Relaxed) {
+            self.count(FaultKind::PowerCut);
+            self.note("power cut".into());
+        }
+        self.power_cut_at.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    pub fn power_on(&self) {
+        self.powered.store(true, Ordering::Relaxed);
+        self.power_cut_at.store(u64::MAX, Ordering::Relaxed);
+        self.note("power on".into());
+    }
+
+    pub fn is_powered(&self) -> bool {
+        self.powered.load(Ordering::Relaxed)
+    }
+
+    pub fn count(&self, kind: FaultKind) {
+        self.counts.lock().unwrap().add(kind, 1);
+    }
+
+    pub fn counts(&self) -> FaultCounts {
+        self.counts.lock().unwrap().clone()
+    }
+
+    /// Record an event with the virtual time and global IO number.
+    pub fn note(&self, what: String) {
+        let line = format!(
+            "t={}us io#{} {what}",
+            self.clock.now_ns() / 1000,
+            self.io_seq()
+        );
+        let mut t = self.trace.lock().unwrap();
+        if t.len() == TRACE_KEEP {
+            t.remove(0);
+        }
+        t.push(line);
+    }
+
+    pub fn trace(&self) -> Vec<String> {
+        self.trace.lock().unwrap().clone()
+    }
+
+    /// Take the next global IO number; the power goes out here if a cut is armed.
+    fn next_io(&self) -> bool {
+        let seq = self.io_seq.fetch_add(1, Ordering::Relaxed);
+        if seq >= self.power_cut_at.load(Ordering::Relaxed) {
+            self.cut_power();
+        }
+        self.is_powered()
+    }
+}
+
+/// Kind of one member IO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoKind {
+    Read,
+    Write,
+    Flush,
+}
+
+/// Which IOs a rule applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpFilter {
+    Read,
+    Write,
+    Any,
+}
+
+impl OpFilter {
+    fn matches(self, k: IoKind) -> bool {
+        matches!(
+            (self, k),
+            (OpFilter::Any, _) | (OpFilter::Read, IoKind::Read) | (OpFilter::Write, IoKind::Write)
+        )
+    }
+}
+
+/// What a rule does when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// The IO fails with EIO (nothing is transferred).
+    Error,
+    /// The IO completes after `ns` of extra virtual time.
+    Stall { ns: u64 },
+    /// The disk vanishes: this and every later IO fails until it comes back.
+    Disappear,
+}
+
+/// One scheduled fault of one disk.
+#[derive(Clone, Debug)]
+pub struct FaultRule {
+    pub effect: Effect,
+    pub ops: OpFilter,
+    /// The rule is armed from this disk IO number on (reads, writes and flushes count).
+    pub from_io: u64,
+    /// Only IO overlapping this byte range `[start, end)` fires it; flushes have no range
+    /// and fire only range-less rules.
+    pub range: Option<(u64, u64)>,
+    /// How many more times it fires; None: persistent (a bad spot that stays bad).
+    pub times: Option<u32>,
+}
+
+impl FaultRule {
+    fn hits(&self, io_no: u64, kind: IoKind, offset: u64, len: u64) -> bool {
+        if io_no < self.from_io || !self.ops.matches(kind) || self.times == Some(0) {
+            return false;
+        }
+        match (self.range, kind) {
+            (None, _) => true,
+            (Some(_), IoKind::Flush) => false,
+            (Some((s, e)), _) => offset < e && offset + len > s,
+        }
+    }
+}
+
+struct DiskState {
+    data: Vec<u8>,
+    /// IOs seen by this disk (the clock of its fault schedule).
+    ios: u64,
+    gone: bool,
+    rules: Vec<FaultRule>,
+}
+
+/// A simulated member disk.
+pub struct SimDisk {
+    name: String,
+    world: Arc<SimWorld>,
+    st: Mutex<DiskState>,
+}
+
+impl SimDisk {
+    pub fn new(name: impl Into<String>, size_bytes: u64, world: Arc<SimWorld>) -> SimDisk {
+        SimDisk {
+            name: name.into(),
+            world,
+            st: Mutex::new(DiskState {
+                data: vec![0; size_bytes as usize],
+                ios: 0,
+                gone: false,
+                rules: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn add_rule(&self, rule: FaultRule) {
+        self.world.note(format!("{}: armed {rule:?}", self.name));
+        self.st.lock().unwrap().rules.push(rule);
+    }
+
+    /// Drop every scheduled rule (the disk was replaced or repaired).
+    pub fn clear_rules(&self) {
+        self.st.lock().unwrap().rules.clear();
+    }
+
+    /// Rules that have not fired their last time yet.
+    pub fn pending_rules(&self) -> usize {
+        let st = self.st.lock().unwrap();
+        st.rules.iter().filter(|r| r.times != Some(0)).count()
+    }
+
+    /// Error or disappearance rules that can still fire (stalls are no faults).
+    pub fn pending_faults(&self) -> usize {
+        let st = self.st.lock().unwrap();
+        st.rules
+            .iter()
+            .filter(|r| r.times != Some(0) && !matches!(r.effect, Effect::Stall { .. }))
+            .count()
+    }
+
+    /// IOs this disk has seen.
+    pub fn ios(&self) -> u64 {
+        self.st.lock().unwrap().ios
+    }
+
+    pub fn is_gone(&self) -> bool {
+        self.st.lock().unwrap().gone
+    }
+
+    /// Pull the disk now.
+    pub fn disappear(&self) {
+        let mut st = self.st.lock().unwrap();
+        if !st.gone {
+            st.gone = true;
+            self.world.count(FaultKind::Disappear);
+            self.world.note(format!("{}: disappears", self.name));
+        }
+    }
+
+    /// Plug the disk back in, with whatever it held when it went away.
+    pub fn come_back(&self) {
+        let mut st = self.st.lock().unwrap();
+        if st.gone {
+            st.gone = false;
+            self.world.count(FaultKind::ComeBack);
+            self.world.note(format!("{}: comes back", self.name));
+        }
+    }
+
+    /// Flip bytes in `[offset, offset + len)` without any error: bit rot.
+    pub fn corrupt(&self, offset: u64, len: u64, rng: &mut super::SimRng) {
+        let mut st = self.st.lock().unwrap();
+        let s = offset as usize;
+        let e = (offset + len) as usize;
+        assert!(
+            e <= st.data.len(),
+            "corruption beyond the end of {}",
+            self.name
+        );
+        // At least one byte really changes: flip a chosen byte with a non-zero mask, and
+        // some others at random.
+        let first = s + rng.index(e - s);
+        st.data[first] ^= rng.range(1, 256) as u8;
+        for _ in 0..rng.range(0, 8) {
+            let i = s + rng.index(e - s);
+            st.data[i] ^= rng.range(1, 256) as u8;
+        }
+        self.world.count(FaultKind::SilentCorruption);
+        self.world.note(format!(
+            "{}: silent corruption in {offset}+{len}",
+            self.name
+        ));
+    }
+
+    /// A copy of the whole contents.
+    pub fn image(&self) -> Vec<u8> {
+        self.st.lock().unwrap().data.clone()
+    }
+
+    /// Replace the contents with an older image (a disk from the drawer).
+    pub fn restore_image(&self, image: &[u8]) {
+        let mut st = self.st.lock().unwrap();
+        assert_eq!(image.len(), st.data.len(), "image of another size");
+        st.data.copy_from_slice(image);
+        self.world.count(FaultKind::StaleImage);
+        self.world
+            .note(format!("{}: replaced by a stale image", self.name));
+    }
+
+    /// Direct access for tests and the simulator's checks, bypassing faults.
+    pub fn peek(&self, offset: u64, buf: &mut [u8]) {
+        let st = self.st.lock().unwrap();
+        buf.copy_from_slice(&st.data[offset as usize..offset as usize + buf.len()]);
+    }
+
+    /// Account one IO against the clock and the fault schedule; Err if it fails.
+    fn io(&self, st: &mut DiskState, kind: IoKind, offset: u64, len: u64) -> io::Result<()> {
+        let io_no = st.ios;
+        st.ios += 1;
+        self.world
+            .clock
+            .advance(IO_LATENCY_NS + len.div_ceil(1024) * NS_PER_KIB);
+        if !self.world.next_io() {
+            return Err(self.eio(kind, offset, "no power"));
+        }
+        if st.gone {
+            return Err(self.eio(kind, offset, "device is gone"));
+        }
+        let mut fail = None;
+        for rule in st.rules.iter_mut() {
+            if !rule.hits(io_no, kind, offset, len) {
+                continue;
+            }
+            if let Some(t) = rule.times.as_mut() {
+                *t -= 1;
+            }
+            match rule.effect {
+                Effect::Stall { ns } => {
+                    self.world.clock.advance(ns);
+                    self.world.count(FaultKind::Stall);
+                    self.world.note(format!(
+                        "{}: {kind:?} at {offset}+{len} stalls {}us",
+                        self.name,
+                        ns / 1000
+                    ));
+                }
+                Effect::Error => {
+                    fail.get_or_insert("injected error");
+                }
+                Effect::Disappear => {
+                    st.gone = true;
+                    self.world.count(FaultKind::Disappear);
+                    fail = Some("device disappeared");
+                }
+            }
+        }
+        match fail {
+            None => Ok(()),
+            Some(why) => {
+                if why == "injected error" {
+                    self.world.count(match kind {
+                        IoKind::Read => FaultKind::ReadError,
+                        IoKind::Write => FaultKind::WriteError,
+                        IoKind::Flush => FaultKind::FlushError,
+                    });
+                }
+                Err(self.eio(kind, offset, why))
+            }
+        }
+    }
+
+    fn eio(&self, kind: IoKind, offset: u64, why: &str) -> io::Error {
+        self.world
+            .note(format!("{}: {kind:?} at {offset} fails: {why}", self.name));
+        io::Error::from_raw_os_error(libc::EIO)
+    }
+
+    fn check_range(&self, st: &DiskState, offset: u64, len: usize) -> io::Result<usize> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= st.data.len() as u64 => Ok(offset as usize),
+            _ => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{}: access {offset}+{len} beyond the end", self.name),
+            )),
+        }
+    }
+}
+
+impl Member for SimDisk {
+    fn size_bytes(&self) -> u64 {
+        self.st.lock().unwrap().data.len() as u64
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        let s = self.check_range(&st, offset, buf.len())?;
+        self.io(&mut st, IoKind::Read, offset, buf.len() as u64)?;
+        buf.copy_from_slice(&st.data[s..s + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        let s = self.check_range(&st, offset, buf.len())?;
+        self.io(&mut st, IoKind::Write, offset, buf.len() as u64)?;
+        st.data[s..s + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        let mut st = self.st.lock().unwrap();
+        self.io(&mut st, IoKind::Flush, 0, 0)
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::SimRng;
+
+    fn disk() -> (Arc<SimWorld>, SimDisk) {
+        let w = SimWorld::new();
+        let d = SimDisk::new("d0", 64 * 1024, w.clone());
+        (w, d)
+    }
+
+    #[test]
+    fn transient_error_fires_once_at_its_io_then_data_flows() {
+        let (w, d) = disk();
+        d.write_at(&[7u8; 512], 4096).unwrap();
+        d.add_rule(FaultRule {
+            effect: Effect::Error,
+            ops: OpFilter::Read,
+            from_io: 2,
+            range: None,
+            times: Some(1),
+        });
+        let mut b = [0u8; 512];
+        d.read_at(&mut b, 4096).unwrap(); // io 1
+        assert!(d.read_at(&mut b, 4096).is_err()); // io 2
+        b.fill(0);
+        d.read_at(&mut b, 4096).unwrap();
+        assert_eq!(b, [7u8; 512]);
+        assert_eq!(w.counts().get(FaultKind::ReadError), 1);
+    }
+
+    #[test]
+    fn persistent_bad_range_fails_only_overlapping_io_and_keeps_old_bytes() {
+        let (_w, d) = disk();
+        d.add_rule(FaultRule {
+            effect: Effect::Error,
+            ops: OpFilter::Write,
+            from_io: 0,
+            range: Some((8192, 8704)),
+            times: None,
+        });
+        for _ in 0..3 {
+            assert!(d.write_at(&[1u8; 1024], 7680).is_err());
+        }
+        d.write_at(&[2u8; 512], 8704).unwrap();
+        let mut b = [9u8; 1024];
+        d.read_at(&mut b, 7680).unwrap();
+        assert_eq!(b, [0u8; 1024], "a failed write must not land");
+    }
+
+    #[test]
+    fn disappear_fails_everything_until_come_back_with_old_contents() {
+        let (w, d) = disk();
+        d.write_at(&[3u8; 512], 0).unwrap();
+        d.add_rule(FaultRule {
+            effect: Effect::Disappear,
+            ops: OpFilter::Any,
+            from_io: 1,
+            range: None,
+            times: Some(1),
+        });
+        assert!(d.write_at(&[4u8; 512], 0).is_err());
+        assert!(d.flush().is_err());
+        let mut b = [0u8; 512];
+        assert!(d.read_at(&mut b, 0).is_err());
+        d.come_back();
+        d.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, [3u8; 512]);
+        assert_eq!(w.counts().get(FaultKind::Disappear), 1);
+        assert_eq!(w.counts().get(FaultKind::ComeBack), 1);
+    }
+
+    #[test]
+    fn stall_advances_virtual_time_only() {
+        let (w, d) = disk();
+        d.add_rule(FaultRule {
+            effect: Effect::Stall { ns: 5_000_000_000 },
+            ops: OpFilter::Any,
+            from_io: 0,
+            range: None,
+            times: Some(1),
+        });
+        let before = w.clock.now_ns();
+        d.write_at(&[1u8; 512], 0).unwrap();
+        assert!(w.clock.now_ns() - before >= 5_000_000_000);
+    }
+
+    #[test]
+    fn corruption_changes_bytes_silently_and_power_cut_stops_all_io() {
+        let (w, d) = disk();
+        let mut rng = SimRng::new(3);
+        d.corrupt(1024, 512, &mut rng);
+        let mut b = [0u8; 512];
+        d.read_at(&mut b, 1024).unwrap();
+        assert_ne!(b, [0u8; 512]);
+        w.arm_power_cut(w.io_seq() + 1);
+        d.read_at(&mut b, 0).unwrap();
+        assert!(d.read_at(&mut b, 0).is_err());
+        assert!(d.write_at(&b, 0).is_err());
+        w.power_on();
+        d.read_at(&mut b, 0).unwrap();
+        assert_eq!(w.counts().get(FaultKind::PowerCut), 1);
+    }
+}

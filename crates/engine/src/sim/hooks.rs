@@ -1,0 +1,47 @@
+//! The engine's member lifecycle (spares, add, remove, recovery, check/repair) behind the
+//! simulator's [`Lifecycle`] hooks. Kept in one place so that the simulator core does not
+//! change when these APIs do.
+
+use super::run::Lifecycle;
+use crate::array::Array;
+use crate::error::ArrayError;
+use crate::member::Member;
+use crate::recovery::{AddOutcome, SyncKind};
+use std::sync::Arc;
+use uraid_core::MemberIdx;
+
+/// The engine's own lifecycle features.
+pub struct EngineLifecycle;
+
+impl Lifecycle for EngineLifecycle {
+    fn scrub(&self, array: &Array, repair: bool) -> Option<Result<u64, ArrayError>> {
+        Some(if repair {
+            array.repair()
+        } else {
+            array.check()
+        })
+    }
+
+    fn add_member(
+        &self,
+        array: &Array,
+        disk: Arc<dyn Member>,
+    ) -> Option<Result<Option<MemberIdx>, ArrayError>> {
+        Some(array.add_member(disk).map(|o| match o {
+            AddOutcome::Recovering(r) => Some(r),
+            AddOutcome::Spare => None,
+        }))
+    }
+
+    fn remove_member(&self, array: &Array, role: MemberIdx) -> Option<Result<(), ArrayError>> {
+        Some(array.remove_member(role))
+    }
+
+    fn recover(&self, array: &Array) -> Option<Result<(), ArrayError>> {
+        Some(array.run_sync(SyncKind::Recovery, |_| {}).map(|_| ()))
+    }
+
+    fn spares(&self, array: &Array) -> Vec<String> {
+        array.spares()
+    }
+}
