@@ -865,7 +865,8 @@ impl<'h> Simulator<'h> {
                 }
             }
             let old = self.disks[self.role_disk[role.0]].clone();
-            let disk = if !old.is_gone() && self.fr.chance(50) {
+            let old_is_spare = self.spares.contains(&self.role_disk[role.0]);
+            let disk = if !old.is_gone() && !old_is_spare && self.fr.chance(50) {
                 // The old disk, repaired, comes back (md's re-add).
                 old.clear_rules();
                 old
@@ -1001,6 +1002,11 @@ impl<'h> Simulator<'h> {
         for r in 0..self.cfg.disks {
             let d = self.role_disk[r];
             let disk = self.disks[d].clone();
+            if give.contains(&d) || self.spares.contains(&d) {
+                // An empty role still names its last disk, which may have moved on.
+                expect_out.insert(r);
+                continue;
+            }
             if engine_missing.contains(&r) {
                 expect_out.insert(r);
                 if disk.is_gone() {
@@ -1036,7 +1042,7 @@ impl<'h> Simulator<'h> {
         }
         let spares: Vec<usize> = self.spares.clone();
         for d in spares {
-            if !self.fr.chance(20) {
+            if !self.fr.chance(20) && !give.contains(&d) {
                 give.push(d);
             }
         }
@@ -1046,7 +1052,7 @@ impl<'h> Simulator<'h> {
         let detached: Vec<usize> = (0..self.disks.len())
             .filter(|d| !self.role_disk.contains(d) && !self.spares.contains(d))
             .filter(|d| self.opts.strict || self.ever_member.contains(d))
-            .filter(|&d| !self.disks[d].is_gone())
+            .filter(|&d| !self.disks[d].is_gone() && !give.contains(&d))
             .collect();
         if !detached.is_empty() && self.fr.chance(30) {
             give.push(*self.fr.pick(&detached));
@@ -1288,7 +1294,8 @@ impl<'h> Simulator<'h> {
             }
         };
         self.array = Some(b);
-        if self.cfg.level != Level::Raid0 {
+        {
+            // raid0 too: it clears the unclean mark (there is nothing to compare).
             self.stats.resyncs += 1;
             let n = self
                 .array()
