@@ -63,6 +63,7 @@ pub struct Array {
     pub(crate) events: crate::events::EventBus,
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
+    has_bitmap: bool,
 }
 
 impl Array {
@@ -74,6 +75,7 @@ impl Array {
     ) -> Result<Array, ArrayError> {
         let personality = Personality::new(&geometry)?;
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
+        let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
         let a = Array {
             geometry,
@@ -87,6 +89,7 @@ impl Array {
             stats: Stats::default(),
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
+            has_bitmap,
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -357,7 +360,92 @@ impl Array {
         }
     }
 
+    /// Where the bitmap counts a write of array sectors [sector, sector+sectors): array
+    /// sectors for raid1/raid10, whole chunk rows of member sectors for raid4/5/6.
+    fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
+        match &self.personality {
+            Personality::Parity(g) => {
+                let a = g.locate(sector).stripe;
+                let b = g.locate(sector + sectors - 1).stripe;
+                (a * g.chunk_sectors, (b - a + 1) * g.chunk_sectors)
+            }
+            _ => (sector, sectors),
+        }
+    }
+
+    pub fn has_bitmap(&self) -> bool {
+        self.has_bitmap
+    }
+
+    /// Whether the bitmap says [start, start+sectors) (bitmap positions) saw no write that
+    /// could be unsynced. Without a bitmap nothing is known to be clean.
+    pub(crate) fn bitmap_clean(&self, start: u64, sectors: u64) -> bool {
+        let meta = self.meta();
+        meta.bitmap
+            .as_ref()
+            .is_some_and(|b| !b.is_dirty(start, sectors))
+    }
+
+    /// One pass of md's bitmap daemon: flush the members, then clear the bits of chunks
+    /// that stayed idle since the previous pass and write the bitmap. Call it every
+    /// `daemon_sleep` seconds while the array runs.
+    pub fn bitmap_daemon(&self) -> Result<(), ArrayError> {
+        if !self.has_bitmap {
+            return Ok(());
+        }
+        self.flush()?;
+        let degraded = self.is_degraded() || self.any_recovering();
+        let mut meta = self.meta();
+        let events = meta.events();
+        let changed = meta
+            .bitmap
+            .as_mut()
+            .is_some_and(|b| b.daemon_pass(degraded, events));
+        if changed {
+            meta.write_bitmap(self)?;
+        }
+        Ok(())
+    }
+
+    /// Seconds between bitmap daemon passes (md's daemon_sleep), if there is a bitmap.
+    pub fn bitmap_daemon_sleep_secs(&self) -> Option<u32> {
+        self.meta()
+            .bitmap
+            .as_ref()
+            .map(|b| b.sb.daemon_sleep.max(1))
+    }
+
+    /// Dirty bitmap chunks and all chunks, if there is a bitmap.
+    pub fn bitmap_dirty_chunks(&self) -> Option<(u64, u64)> {
+        self.meta()
+            .bitmap
+            .as_ref()
+            .map(|b| (b.dirty_chunks(), b.chunks()))
+    }
+
     fn write_sectors(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
+        if !self.has_bitmap {
+            return self.write_mapped(sector, buf);
+        }
+        let (bstart, blen) = self.bitmap_range(sector, buf.len() as u64 / SECTOR_BYTES);
+        {
+            let mut meta = self.meta();
+            let newly = meta
+                .bitmap
+                .as_mut()
+                .is_some_and(|b| b.start_write(bstart, blen));
+            if newly {
+                meta.write_bitmap(self)?;
+            }
+        }
+        let r = self.write_mapped(sector, buf);
+        if let Some(b) = self.meta().bitmap.as_mut() {
+            b.end_write(bstart, blen);
+        }
+        r
+    }
+
+    fn write_mapped(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
         match &self.personality {
             Personality::Raid0(g) => crate::raid0::write(self, g, sector, buf),
             Personality::Raid1(_) => crate::raid1::write(self, sector, buf),
@@ -415,8 +503,18 @@ impl Array {
     /// resync_offset = MaxSector unless a resync is still owed.
     pub fn stop(&self) -> Result<(), ArrayError> {
         self.flush()?;
+        let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
         if self.dirty.load(Ordering::Acquire) || meta.is_dirty() {
+            // Everything written is durable now: the bits can go (not while degraded:
+            // they are what a returning member will be recovered from).
+            let events = meta.events() + 1;
+            let needs_resync = meta.needs_resync();
+            if let Some(b) = meta.bitmap.as_mut() {
+                if !needs_resync {
+                    b.clear_idle(degraded, events);
+                }
+            }
             meta.set_dirty(false);
             meta.write_all(self)?;
             self.dirty.store(false, Ordering::Release);

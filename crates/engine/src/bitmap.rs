@@ -1,7 +1,16 @@
-//! The internal write-intent bitmap, kept conservatively: while the array is dirty every
-//! chunk is marked dirty, and a clean stop clears them all. This is always safe (an unclean
-//! stop makes Linux md or uraid resync the whole array, never too little); per-chunk
-//! tracking that resyncs only written regions builds on this.
+//! The internal write-intent bitmap, kept the way md keeps it.
+//!
+//! One bit per bitmap chunk of the sync range (member sectors for raid1/4/5/6, array sectors
+//! for raid10). Before a write reaches any member, the bits of its chunks are set and the
+//! bitmap is written and flushed on every member; a count of writes in flight per chunk
+//! goes down when they complete. The daemon (every `daemon_sleep` seconds, and at a clean
+//! stop) flushes the members and clears bits whose chunks saw no writes for a whole pass.
+//! Bits are never cleared while the array is degraded, so a member that comes back can be
+//! brought up to date from the bits alone (md's re-add), as long as its events are not older
+//! than `events_cleared`.
+//!
+//! After an unclean stop only chunks whose bit is set need a resync. A bitmap whose events
+//! are behind the superblock's is stale: every bit is taken as set.
 
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
@@ -14,16 +23,26 @@ pub struct BitmapState {
     pub sb: BitmapSuper,
     /// Sectors from the superblock to the bitmap (md's bitmap_offset).
     pub offset_sectors: i64,
-    /// Whether the bits on disk are all set.
-    bits_dirty: Option<bool>,
+    /// In-memory bits (the on-disk layout: bit i of byte i/8).
+    bits: Vec<u8>,
+    /// Writes in flight per chunk.
+    counts: Vec<u32>,
+    /// Chunks found idle by the previous daemon pass.
+    idle: Vec<bool>,
+    /// The bits changed since they were last written.
+    changed: bool,
 }
 
 impl BitmapState {
     pub fn new(sb: BitmapSuper, offset_sectors: i64) -> BitmapState {
+        let chunks = sb.chunks() as usize;
         BitmapState {
+            bits: vec![0u8; sb.bits_bytes() as usize],
+            counts: vec![0; chunks],
+            idle: vec![false; chunks],
             sb,
             offset_sectors,
-            bits_dirty: None,
+            changed: true,
         }
     }
 
@@ -31,14 +50,15 @@ impl BitmapState {
         ((member_sb.super_offset as i64 + self.offset_sectors) as u64) * SECTOR_BYTES
     }
 
-    /// Read the bitmap of a member whose superblock has FEATURE_BITMAP_OFFSET.
+    /// Read the bitmap of a member whose superblock has FEATURE_BITMAP_OFFSET. A bitmap
+    /// older than the superblock is stale: all its bits are set.
     pub fn load(dev: &dyn Member, sb: &Superblock) -> Result<Option<BitmapState>, ArrayError> {
         let Some(sector) = sb.bitmap_sector() else {
             return Ok(None);
         };
-        let mut buf = AlignedBuf::new(4096);
-        dev.read_at(&mut buf, sector * SECTOR_BYTES)?;
-        let bms = BitmapSuper::decode(&buf)
+        let mut head = AlignedBuf::new(4096);
+        dev.read_at(&mut head, sector * SECTOR_BYTES)?;
+        let bms = BitmapSuper::decode(&head)
             .map_err(|e| ArrayError::Assemble(format!("{}: internal bitmap: {e}", dev.name())))?;
         if bms.uuid != sb.set_uuid {
             return Err(ArrayError::Assemble(format!(
@@ -46,43 +66,147 @@ impl BitmapState {
                 dev.name()
             )));
         }
-        Ok(Some(BitmapState::new(bms, i64::from(sb.bitmap_offset))))
+        let mut st = BitmapState::new(bms, i64::from(sb.bitmap_offset));
+        let mut area = AlignedBuf::new(st.sb.space_bytes() as usize);
+        dev.read_at(&mut area, sector * SECTOR_BYTES)?;
+        let n = st.bits.len();
+        st.bits
+            .copy_from_slice(&area[bm::BITMAP_SUPER_BYTES..bm::BITMAP_SUPER_BYTES + n]);
+        if st.sb.events < sb.events {
+            tracing::warn!(
+                "bitmap events {} < superblock events {}: bitmap is stale, full resync",
+                st.sb.events,
+                sb.events
+            );
+            st.set_all();
+        }
+        st.changed = false;
+        Ok(Some(st))
     }
 
-    /// Write the bitmap superblock (events in step with the array) and, when the dirty
-    /// state changed, the bits.
+    pub fn chunk_sectors(&self) -> u64 {
+        self.sb.chunk_sectors()
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.counts.len() as u64
+    }
+
+    fn chunk_range(&self, start_sector: u64, sectors: u64) -> std::ops::Range<u64> {
+        let cs = self.chunk_sectors();
+        let first = start_sector / cs;
+        let last = (start_sector + sectors.max(1) - 1) / cs;
+        first.min(self.chunks())..(last + 1).min(self.chunks())
+    }
+
+    pub fn set_all(&mut self) {
+        for c in 0..self.chunks() {
+            bm::set_dirty(&mut self.bits, c, true);
+        }
+        self.changed = true;
+    }
+
+    /// Whether any chunk touching [start, start+sectors) is dirty.
+    pub fn is_dirty(&self, start_sector: u64, sectors: u64) -> bool {
+        self.chunk_range(start_sector, sectors)
+            .any(|c| bm::is_dirty(&self.bits, c))
+    }
+
+    pub fn dirty_chunks(&self) -> u64 {
+        bm::count_dirty(&self.bits, self.chunks())
+    }
+
+    /// A write to [start, start+sectors) is about to start. Returns whether bits were newly
+    /// set (then the bitmap must reach the members before the data does).
+    pub fn start_write(&mut self, start_sector: u64, sectors: u64) -> bool {
+        let mut newly = false;
+        for c in self.chunk_range(start_sector, sectors) {
+            self.counts[c as usize] += 1;
+            self.idle[c as usize] = false;
+            if !bm::is_dirty(&self.bits, c) {
+                bm::set_dirty(&mut self.bits, c, true);
+                newly = true;
+            }
+        }
+        self.changed |= newly;
+        newly
+    }
+
+    pub fn end_write(&mut self, start_sector: u64, sectors: u64) {
+        for c in self.chunk_range(start_sector, sectors) {
+            let n = &mut self.counts[c as usize];
+            debug_assert!(*n > 0, "bitmap end_write without start_write");
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// One daemon pass (the members must have been flushed first): clear bits of chunks that
+    /// were idle for the whole previous pass; never while degraded. Returns whether any bit
+    /// was cleared.
+    pub fn daemon_pass(&mut self, degraded: bool, events: u64) -> bool {
+        if degraded {
+            return false;
+        }
+        let mut cleared = false;
+        for c in 0..self.chunks() {
+            let i = c as usize;
+            if !bm::is_dirty(&self.bits, c) || self.counts[i] > 0 {
+                self.idle[i] = false;
+                continue;
+            }
+            if self.idle[i] {
+                bm::set_dirty(&mut self.bits, c, false);
+                self.idle[i] = false;
+                cleared = true;
+            } else {
+                self.idle[i] = true;
+            }
+        }
+        if cleared {
+            self.sb.events_cleared = events;
+            self.changed = true;
+        }
+        cleared
+    }
+
+    /// Clear every idle bit now (clean stop, finished resync); never while degraded.
+    pub fn clear_idle(&mut self, degraded: bool, events: u64) {
+        if degraded {
+            return;
+        }
+        for c in 0..self.chunks() {
+            if self.counts[c as usize] == 0 && bm::is_dirty(&self.bits, c) {
+                bm::set_dirty(&mut self.bits, c, false);
+                self.changed = true;
+            }
+        }
+        self.sb.events_cleared = events;
+    }
+
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// Write the bitmap superblock (events in step with the array) and the bits.
     pub fn write(
-        &mut self,
+        &self,
         dev: &dyn Member,
         member_sb: &Superblock,
         events: u64,
-        dirty: bool,
     ) -> Result<(), ArrayError> {
-        self.sb.events = events;
-        if !dirty {
-            self.sb.events_cleared = events;
-        }
-        let with_bits = self.bits_dirty != Some(dirty);
-        let len = if with_bits {
-            self.sb.space_bytes() as usize
-        } else {
-            4096
-        };
-        let mut buf = AlignedBuf::new(len);
-        if with_bits {
-            let fill = if dirty { 0xff } else { 0 };
-            buf[bm::BITMAP_SUPER_BYTES..].fill(fill);
-        } else {
-            // Keep the bits that share the first block with the superblock.
-            dev.read_at(&mut buf, self.area_offset(member_sb))?;
-        }
-        buf[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&self.sb.encode());
+        let mut sb = self.sb.clone();
+        sb.events = events;
+        let mut buf = AlignedBuf::new(self.sb.space_bytes() as usize);
+        buf[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&sb.encode());
+        buf[bm::BITMAP_SUPER_BYTES..bm::BITMAP_SUPER_BYTES + self.bits.len()]
+            .copy_from_slice(&self.bits);
         dev.write_at(&buf, self.area_offset(member_sb))?;
         Ok(())
     }
 
-    /// Called after all members were written.
-    pub fn written(&mut self, dirty: bool) {
-        self.bits_dirty = Some(dirty);
+    /// Called after the bitmap was written on every member.
+    pub fn written(&mut self, events: u64) {
+        self.sb.events = events;
+        self.changed = false;
     }
 }

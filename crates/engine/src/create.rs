@@ -28,6 +28,8 @@ pub struct CreateOptions {
     /// Array name ("host:name" is mdadm's convention; a name without ':' gets the host).
     pub name: String,
     pub bitmap: bool,
+    /// Bitmap chunk in bytes (mdadm's --bitmap-chunk); None picks mdadm's default.
+    pub bitmap_chunk_bytes: Option<u32>,
     /// Skip the initial sync: the caller promises the members are consistent.
     pub assume_clean: bool,
     pub uuid: Option<[u8; 16]>,
@@ -43,6 +45,7 @@ impl CreateOptions {
             size_sectors: None,
             name: "uraid".into(),
             bitmap: false,
+            bitmap_chunk_bytes: None,
             assume_clean: false,
             uuid: None,
             data_offset_sectors: None,
@@ -224,15 +227,28 @@ pub fn create(
     };
     let mut name = name;
     name.truncate(32);
-    let sync_size = if level == Level::Raid0 { 0 } else { size };
+    // md's bitmap covers member sectors, except for raid10 where it covers the array.
+    let sync_size = match level {
+        Level::Raid0 => 0,
+        Level::Raid10 => personality.array_sectors(),
+        _ => size,
+    };
     let bitmap = if opts.bitmap {
         if level == Level::Raid0 {
             return Err(err(
                 "raid0 has no redundancy, so it cannot have a bitmap".into()
             ));
         }
-        let chunk = bm::default_chunk_bytes(sync_size, bitmap_space)
-            .ok_or_else(|| err("no room for an internal bitmap".into()))?;
+        let chunk = match opts.bitmap_chunk_bytes {
+            Some(c) if c < 512 || !c.is_power_of_two() => {
+                return Err(err(format!(
+                    "bitmap chunk {c} is not a power of two of at least 512 bytes"
+                )))
+            }
+            Some(c) => c,
+            None => bm::default_chunk_bytes(sync_size, bitmap_space)
+                .ok_or_else(|| err("no room for an internal bitmap".into()))?,
+        };
         let bms = BitmapSuper::new(uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
             .map_err(|e| err(format!("bitmap: {e}")))?;
         if 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {

@@ -86,6 +86,42 @@ impl Meta {
         }
     }
 
+    /// Write only the bitmap (bits and superblock, same events) on every member holding
+    /// data, and flush: a write must not reach the members before its bits do.
+    pub fn write_bitmap(&mut self, a: &Array) -> Result<(), ArrayError> {
+        let Some(bm) = self.bitmap.as_ref() else {
+            return Ok(());
+        };
+        let events = self.template.events;
+        let mut written = 0;
+        let mut last_err = None;
+        for (i, own) in self.members.iter().enumerate() {
+            let Some(own) = own else { continue };
+            let slot = a.slot(MemberIdx(i));
+            if !matches!(slot.state(), SlotState::InSync | SlotState::Recovering) {
+                continue;
+            }
+            let Some(dev) = slot.device() else { continue };
+            let r = bm
+                .write(dev.as_ref(), own, events)
+                .and_then(|()| dev.flush().map_err(Into::into));
+            match r {
+                Ok(()) => written += 1,
+                Err(e) => {
+                    tracing::error!("{}: bitmap write failed: {e}", dev.name());
+                    last_err = Some(e);
+                }
+            }
+        }
+        if let Some(bm) = self.bitmap.as_mut() {
+            bm.written(events);
+        }
+        match (written, last_err) {
+            (0, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
     pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
@@ -122,10 +158,10 @@ impl Meta {
         let mut written = 0;
         let mut last_err = None;
         for (dev, merged, role) in targets {
-            if let Some(bm) = self.bitmap.as_mut() {
-                // The bitmap goes first: md must never see a dirty superblock with a
-                // bitmap that claims the array is clean.
-                if let Err(e) = bm.write(dev.as_ref(), &merged, merged.events, dirty) {
+            if let Some(bm) = self.bitmap.as_ref() {
+                // The bitmap goes first and carries the same events: md takes a bitmap
+                // whose events are behind the superblock's as stale.
+                if let Err(e) = bm.write(dev.as_ref(), &merged, merged.events) {
                     tracing::error!("{}: bitmap write failed: {e}", dev.name());
                 }
             }
@@ -142,9 +178,11 @@ impl Meta {
                 }
             }
         }
+        let events = self.template.events;
         if let Some(bm) = self.bitmap.as_mut() {
-            bm.written(dirty);
+            bm.written(events);
         }
+        let _ = dirty;
         match (written, last_err) {
             (0, Some(e)) => Err(e),
             _ => Ok(()),

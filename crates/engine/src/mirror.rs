@@ -137,6 +137,15 @@ pub(crate) fn sync_piece(
     Ok(differ)
 }
 
+/// What a level's sync_range is asked to do.
+pub(crate) struct SyncCtx<'a> {
+    pub mode: SyncMode,
+    /// Recovering members to rebuild.
+    pub targets: &'a [MemberIdx],
+    /// Skip ranges whose bitmap chunks are clean (bitmap-guided resync and re-add).
+    pub skip_clean: bool,
+}
+
 /// Sectors per resync step.
 pub(crate) const RESYNC_STEP_SECTORS: u64 = 2048;
 

@@ -3,7 +3,7 @@
 
 use crate::array::Array;
 use crate::error::ArrayError;
-use crate::mirror::{self, bytes, SyncMode, RESYNC_STEP_SECTORS};
+use crate::mirror::{self, bytes, SyncCtx, RESYNC_STEP_SECTORS};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 /// Mirror write-lock region, in sectors: pieces never cross one.
@@ -62,8 +62,7 @@ pub(crate) fn sync_range(
     a: &Array,
     start: u64,
     max: u64,
-    mode: SyncMode,
-    targets: &[MemberIdx],
+    ctx: &SyncCtx,
 ) -> Result<(u64, u64), ArrayError> {
     let total = a.personality().array_sectors();
     let end = (start + max).min(total);
@@ -74,10 +73,20 @@ pub(crate) fn sync_range(
             .min(REGION_SECTORS - s % REGION_SECTORS)
             .min(end - s);
         let _g = a.lock_bucket(s / REGION_SECTORS);
-        if mirror::sync_piece(a, &copies(a, s), unit(s, bytes(n)), bytes(n), mode, targets)? {
+        let skip = ctx.skip_clean && a.bitmap_clean(s, n);
+        if !skip
+            && mirror::sync_piece(
+                a,
+                &copies(a, s),
+                unit(s, bytes(n)),
+                bytes(n),
+                ctx.mode,
+                ctx.targets,
+            )?
+        {
             mismatches += n;
         }
-        for t in targets {
+        for t in ctx.targets {
             a.slot(*t).set_recovery_cursor(s + n);
         }
         s += n;

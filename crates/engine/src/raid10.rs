@@ -3,9 +3,9 @@
 
 use crate::array::Array;
 use crate::error::ArrayError;
-use crate::mirror::{self, bytes, SyncMode};
+use crate::mirror::{self, bytes, SyncCtx};
 use uraid_core::geometry::Raid10;
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use uraid_core::SECTOR_BYTES;
 
 fn for_pieces(
     g: &Raid10,
@@ -54,8 +54,7 @@ pub(crate) fn sync_range(
     g: &Raid10,
     start: u64,
     max: u64,
-    mode: SyncMode,
-    targets: &[MemberIdx],
+    ctx: &SyncCtx,
 ) -> Result<(u64, u64), ArrayError> {
     let total = g.array_sectors();
     let end = (start + max.max(g.chunk_sectors)).min(total);
@@ -66,12 +65,13 @@ pub(crate) fn sync_range(
         let n = m.contiguous_sectors.min(total - s);
         let chunk = s / g.chunk_sectors;
         let _g = a.lock_bucket(chunk);
-        if mirror::sync_piece(a, &m.copies, chunk, bytes(n), mode, targets)? {
+        let skip = ctx.skip_clean && a.bitmap_clean(s, n);
+        if !skip && mirror::sync_piece(a, &m.copies, chunk, bytes(n), ctx.mode, ctx.targets)? {
             mismatches += n;
         }
         s += n;
         if s % g.chunk_sectors == 0 {
-            for t in targets {
+            for t in ctx.targets {
                 a.slot(*t).set_recovery_cursor(s / g.chunk_sectors);
             }
         }

@@ -13,7 +13,7 @@
 use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::mirror::SyncMode;
+use crate::mirror::{SyncCtx, SyncMode};
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
@@ -59,7 +59,9 @@ fn retrying(
     mut f: impl FnMut(&[MemberIdx]) -> Result<Outcome, ArrayError>,
 ) -> Result<(), ArrayError> {
     let mut exclude: Vec<MemberIdx> = Vec::new();
-    loop {
+    // Each retry follows a member that failed meanwhile, so a few are enough; the bound
+    // only guards against a bug turning into a hang.
+    for _ in 0..4 * a.raid_disks() + 4 {
         match f(&exclude)? {
             Outcome::Done => return Ok(()),
             Outcome::Retry(more) => {
@@ -77,6 +79,9 @@ fn retrying(
             }
         }
     }
+    Err(ArrayError::Failed(format!(
+        "stripe {stripe}: members kept changing state; giving up"
+    )))
 }
 
 pub(crate) fn read(
@@ -420,19 +425,23 @@ fn write_stripe(
             for (i, b) in old.iter_mut().enumerate() {
                 if let (Some(b), Some(pc)) = (b, &pieces[i]) {
                     let r = map.data[i];
-                    let dev = a.usable(r, stripe).expect("usable");
+                    // A member may fail between the check above and here (another
+                    // request saw it): then redo the stripe with the new lost set.
+                    let Some(dev) = a.usable(r, stripe) else {
+                        return Ok(Outcome::Retry(Vec::new()));
+                    };
                     ops.read(a, dev, r, g.member_sector(stripe, sectors(pc.start)), b);
                 }
             }
-            ops.read(
-                a,
-                a.usable(map.p, stripe).expect("P"),
-                map.p,
-                msec_lo,
-                &mut p,
-            );
+            let Some(pdev) = a.usable(map.p, stripe) else {
+                return Ok(Outcome::Retry(Vec::new()));
+            };
+            ops.read(a, pdev, map.p, msec_lo, &mut p);
             if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
-                ops.read(a, a.usable(qr, stripe).expect("Q"), qr, msec_lo, q);
+                let Some(qdev) = a.usable(qr, stripe) else {
+                    return Ok(Outcome::Retry(Vec::new()));
+                };
+                ops.read(a, qdev, qr, msec_lo, q);
             }
             ops.run(a)
         };
@@ -478,6 +487,14 @@ fn write_stripe(
         };
         if lost_uncovered {
             rows.reconstruct(a, g, map)?;
+        } else if map
+            .data
+            .iter()
+            .enumerate()
+            .any(|(i, r)| !covers(i) && rows.bufs[r.0].is_none())
+        {
+            // A member failed after `lost` was taken: redo with the new set.
+            return Ok(Outcome::Retry(Vec::new()));
         }
         let mut cols: Vec<AlignedBuf> = Vec::with_capacity(dd);
         for (i, r) in map.data.iter().enumerate() {
@@ -541,16 +558,22 @@ pub(crate) fn sync_range(
     g: &ParityGeometry,
     start: u64,
     max: u64,
-    mode: SyncMode,
-    targets: &[MemberIdx],
+    ctx: &SyncCtx,
 ) -> Result<(u64, u64), ArrayError> {
+    let (mode, targets) = (ctx.mode, ctx.targets);
     let cb = chunk_bytes(g);
     let end = (start + max.max(1)).min(g.stripes());
     let mut mismatches = 0u64;
     for stripe in start..end {
         let map = g.stripe_map(stripe);
         let _lock = a.lock_bucket(stripe);
-        let mut lo = 0;
+        // The bitmap counts member sectors for the parity levels.
+        let mut lo = if ctx.skip_clean && a.bitmap_clean(stripe * g.chunk_sectors, g.chunk_sectors)
+        {
+            cb
+        } else {
+            0
+        };
         while lo < cb {
             let hi = (lo + SYNC_ROWS_BYTES).min(cb);
             let mut exclude: Vec<MemberIdx> = Vec::new();

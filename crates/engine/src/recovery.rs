@@ -11,7 +11,7 @@ use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
 use crate::meta::read_superblock;
-use crate::mirror::SyncMode;
+use crate::mirror::{SyncCtx, SyncMode};
 use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::Personality;
@@ -151,21 +151,34 @@ impl Array {
             SyncKind::Check => SyncMode::Check,
             _ => SyncMode::Repair,
         };
+        // A resync after an unclean stop, and the recovery of re-added members, only need
+        // the chunks the bitmap marks; check and repair read everything.
+        let skip_clean = match kind {
+            SyncKind::Resync => self.has_bitmap(),
+            SyncKind::Recovery => {
+                !targets.is_empty() && targets.iter().all(|t| self.slot(*t).bitmap_recovery())
+            }
+            _ => false,
+        };
+        let ctx = SyncCtx {
+            mode,
+            targets: &targets,
+            skip_clean,
+        };
         match self.personality() {
             Personality::Raid0(_) => Ok((0, 0)),
-            Personality::Raid1(_) => crate::raid1::sync_range(self, start, max, mode, &targets),
+            Personality::Raid1(_) => crate::raid1::sync_range(self, start, max, &ctx),
             Personality::Raid10(r) => {
                 let (sectors, mism) = crate::raid10::sync_range(
                     self,
                     r,
                     start * r.chunk_sectors,
                     max * r.chunk_sectors,
-                    mode,
-                    &targets,
+                    &ctx,
                 )?;
                 Ok((sectors.div_ceil(r.chunk_sectors), mism))
             }
-            Personality::Parity(g) => crate::raid5::sync_range(self, g, start, max, mode, &targets),
+            Personality::Parity(g) => crate::raid5::sync_range(self, g, start, max, &ctx),
         }
     }
 
@@ -235,7 +248,20 @@ impl Array {
         }
         match kind {
             SyncKind::Recovery => self.finish_recovery()?,
-            SyncKind::Resync | SyncKind::Repair => self.meta().set_resync_done(),
+            SyncKind::Resync | SyncKind::Repair => {
+                let degraded = self.is_degraded() || self.any_recovering();
+                let mut meta = self.meta();
+                meta.set_resync_done();
+                let events = meta.events();
+                if let Some(b) = meta.bitmap.as_mut() {
+                    b.clear_idle(degraded, events);
+                }
+                if !self.is_dirty() {
+                    // Nothing is being written: the array is clean on disk now.
+                    meta.set_dirty(false);
+                }
+                meta.write_all(self)?;
+            }
             SyncKind::Check => {}
         }
         if matches!(kind, SyncKind::Check | SyncKind::Repair) {
@@ -393,8 +419,21 @@ impl Array {
         sb.bblog_shift = tmpl_member.bblog_shift;
         sb.devflags = 0;
         sb.cnt_corrected_read = 0;
+        // md's re-add: an old member whose events are not older than the bitmap's last
+        // clearing missed only writes the bitmap still marks.
+        let bitmap_readd = |role: usize| {
+            old.as_ref().is_some_and(|o| {
+                old_role == Some(role)
+                    && meta
+                        .bitmap
+                        .as_ref()
+                        .is_some_and(|b| o.events >= b.sb.events_cleared)
+            })
+        };
         let outcome = match free_role(old_role) {
             Some(role) => {
+                self.slot(MemberIdx(role))
+                    .set_bitmap_recovery(bitmap_readd(role));
                 sb.feature_map |= FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = 0;
                 meta.template.dev_roles[dev_number as usize] = role as u16;
@@ -442,6 +481,7 @@ impl Array {
         meta.members[role.0] = Some(sb);
         let slot = self.slot(role);
         slot.set_recovery_cursor(0);
+        slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
         slot.set_state(SlotState::Recovering);
         meta.write_all(self)?;

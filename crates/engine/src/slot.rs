@@ -8,7 +8,7 @@
 //! - `Faulty`: failed; kept until removed so that reports can name it.
 
 use crate::member::Member;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +56,8 @@ pub struct Slot {
     recovery_cursor: AtomicU64,
     /// Read errors corrected by rewriting from redundancy (md's corrected read count).
     pub corrected_reads: AtomicU32,
+    /// A re-added member: only chunks the bitmap marks need rebuilding.
+    bitmap_recovery: AtomicBool,
 }
 
 impl Slot {
@@ -71,6 +73,7 @@ impl Slot {
             state: AtomicU8::new(state.as_u8()),
             recovery_cursor: AtomicU64::new(0),
             corrected_reads: AtomicU32::new(0),
+            bitmap_recovery: AtomicBool::new(false),
         }
     }
 
@@ -118,6 +121,14 @@ impl Slot {
 
     pub(crate) fn set_recovery_cursor(&self, unit: u64) {
         self.recovery_cursor.store(unit, Ordering::Release);
+    }
+
+    pub fn bitmap_recovery(&self) -> bool {
+        self.bitmap_recovery.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_bitmap_recovery(&self, on: bool) {
+        self.bitmap_recovery.store(on, Ordering::Release);
     }
 
     /// The device, if it holds valid data for recovery unit `unit`.
