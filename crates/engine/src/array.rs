@@ -25,6 +25,8 @@ const LOCK_BUCKETS: usize = 1024;
 /// Counters, for `detail` and tests.
 #[derive(Default)]
 pub struct Stats {
+    /// Requests from the array's users (reads, writes), for sync throttling.
+    pub requests: AtomicU64,
     pub member_reads: AtomicU64,
     pub member_writes: AtomicU64,
     pub degraded_reads: AtomicU64,
@@ -311,6 +313,7 @@ impl Array {
     /// Read `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
         self.check_range(offset, buf.len() as u64)?;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
@@ -328,6 +331,7 @@ impl Array {
     /// Write `buf` at `offset`.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ArrayError> {
         self.check_range(offset, buf.len() as u64)?;
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }

@@ -36,5 +36,5 @@ pub use create::{create, CreateOptions};
 pub use error::ArrayError;
 pub use events::Event;
 pub use member::{MemMember, Member};
-pub use recovery::{AddOutcome, SyncKind, SyncProgress};
+pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 pub use slot::SlotState;

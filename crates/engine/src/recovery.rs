@@ -550,3 +550,80 @@ impl Array {
         self.events.subscribe()
     }
 }
+
+/// md's sync_speed_min / sync_speed_max, in KiB/s of array data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncLimits {
+    /// Speed kept even while the array is busy with other IO.
+    pub min_kib_s: u64,
+    /// Speed never exceeded.
+    pub max_kib_s: u64,
+}
+
+impl Default for SyncLimits {
+    /// md's defaults: 1000 and 200000 KiB/s.
+    fn default() -> SyncLimits {
+        SyncLimits {
+            min_kib_s: 1000,
+            max_kib_s: 200_000,
+        }
+    }
+}
+
+/// Paces a sync pass as md does: at most `max` always, and down to `min` while other IO
+/// is going on (the pass backs off for the array's users).
+pub struct Throttle {
+    limits: SyncLimits,
+    started: std::time::Instant,
+    last: std::time::Instant,
+    start_units: Option<u64>,
+    last_requests: u64,
+    /// Bytes that count as done "for free" so that the pace restarts after a busy spell.
+    credit_bytes: f64,
+}
+
+impl Throttle {
+    pub fn new(limits: SyncLimits) -> Throttle {
+        let now = std::time::Instant::now();
+        Throttle {
+            limits,
+            started: now,
+            last: now,
+            start_units: None,
+            last_requests: 0,
+            credit_bytes: 0.0,
+        }
+    }
+
+    /// Call after each step; sleeps as needed. Returns the current speed in bytes/s.
+    pub fn pace(&mut self, a: &Array, p: &SyncProgress) -> f64 {
+        let start = *self.start_units.get_or_insert(p.done_units);
+        let done = (p.done_units - start) as f64 * p.unit_bytes as f64;
+        let requests = a.stats.requests.load(std::sync::atomic::Ordering::Relaxed);
+        let busy = requests != self.last_requests;
+        self.last_requests = requests;
+        let speed_kib = if busy {
+            self.limits.min_kib_s
+        } else {
+            self.limits.max_kib_s
+        }
+        .max(1) as f64;
+        let now = std::time::Instant::now();
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let want = (done - self.credit_bytes) / (speed_kib * 1024.0);
+        if want > elapsed {
+            let nap = (want - elapsed).min(1.0);
+            std::thread::sleep(std::time::Duration::from_secs_f64(nap));
+        } else if elapsed - want > 1.0 {
+            // Far behind the target (slow members): do not burst later to catch up.
+            self.credit_bytes = done - elapsed * speed_kib * 1024.0;
+        }
+        self.last = std::time::Instant::now();
+        let total = self
+            .last
+            .duration_since(self.started)
+            .as_secs_f64()
+            .max(1e-6);
+        done / total
+    }
+}

@@ -1249,9 +1249,11 @@ impl<'h> Simulator<'h> {
         let r = self.array().write(off, &data);
         let cut_during = !self.world.is_powered();
         self.world.cut_power();
-        match (&r, cut_during) {
-            (Ok(()), false) => self.model.write_ok(off, &data),
-            _ => self.model.write_uncertain(off, &data),
+        // Every member IO after the cut fails, so a write the engine acknowledged is on
+        // enough members to come back whole; a failed one may have landed anywhere.
+        match &r {
+            Ok(()) => self.model.write_ok(off, &data),
+            Err(_) => self.model.write_uncertain(off, &data),
         }
         self.world.note(format!(
             "write {off}+{len} in the power cut: {:?}, cut during it: {cut_during}",
