@@ -343,6 +343,14 @@ impl SimDisk {
             .count()
     }
 
+    /// Whether any error or disappearance rule was ever scheduled on this disk.
+    pub fn ever_faulted(&self) -> bool {
+        let st = self.st.lock().unwrap();
+        st.rules
+            .iter()
+            .any(|r| !matches!(r.effect, Effect::Stall { .. }))
+    }
+
     /// IOs this disk has seen.
     pub fn ios(&self) -> u64 {
         self.st.lock().unwrap().ios

@@ -1071,7 +1071,7 @@ impl<'h> Simulator<'h> {
                 let failing: Vec<usize> = give
                     .iter()
                     .copied()
-                    .filter(|&d| self.disks[d].pending_faults() > 0)
+                    .filter(|&d| self.disks[d].ever_faulted())
                     .collect();
                 if failing.is_empty() {
                     return Err(format!("assembly within budget failed: {e}"));
