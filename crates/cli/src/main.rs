@@ -1,5 +1,6 @@
 //! `uraid`: the command line. Subcommands follow mdadm's vocabulary.
 
+mod bench;
 mod commands;
 mod open;
 mod report;
@@ -44,6 +45,8 @@ enum Cmd {
     Write(commands::WriteArgs),
     /// Recompute parity or mirror copies over the whole array (resync/repair).
     Resync(commands::ResyncArgs),
+    /// Load generator: IOPS, latency and overhead of an array over memory or file members.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Cmd::Read(a) => commands::read(a),
         Cmd::Write(a) => commands::write(a),
         Cmd::Resync(a) => commands::resync(a),
+        Cmd::Bench(a) => bench::bench(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
