@@ -2,9 +2,13 @@
 
 mod bench;
 mod commands;
+mod control;
+mod demo;
 mod open;
 mod report;
+mod serve;
 mod timefmt;
+mod ublk;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -47,6 +51,18 @@ enum Cmd {
     Resync(commands::ResyncArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
     Bench(bench::BenchArgs),
+    /// Serve an array over NBD (and ublk) until stopped; manage it with fail/remove/add/stop.
+    Serve(serve::ServeArgs),
+    /// Mark a member of a served array faulty (mdadm --fail).
+    Fail(control::MemberCmdArgs),
+    /// Take a faulty member out of a served array (mdadm --remove).
+    Remove(control::MemberCmdArgs),
+    /// Add a spare or re-add a member to a served array (mdadm --add).
+    Add(control::AddArgs),
+    /// Stop a served array: flush, mark clean, exit (mdadm --stop).
+    Stop(control::StopArgs),
+    /// Create (or reuse) a demo array on sparse files and serve it over NBD.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,12 +71,18 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Create(a) => commands::create(a),
         Cmd::Examine(a) => commands::examine(a),
-        Cmd::Assemble(a) => commands::assemble(a),
-        Cmd::Detail(a) => commands::detail(a),
-        Cmd::Read(a) => commands::read(a),
-        Cmd::Write(a) => commands::write(a),
-        Cmd::Resync(a) => commands::resync(a),
+        Cmd::Assemble(a) => control::guard(&a.devices).and_then(|_l| commands::assemble(a)),
+        Cmd::Detail(a) => control::detail(a),
+        Cmd::Read(a) => control::guard(&a.devices).and_then(|_l| commands::read(a)),
+        Cmd::Write(a) => control::guard(&a.devices).and_then(|_l| commands::write(a)),
+        Cmd::Resync(a) => control::guard(&a.devices).and_then(|_l| commands::resync(a)),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::Serve(a) => serve::serve(a),
+        Cmd::Fail(a) => control::fail(a),
+        Cmd::Remove(a) => control::remove(a),
+        Cmd::Add(a) => control::add(a),
+        Cmd::Stop(a) => control::stop(a),
+        Cmd::Demo(a) => demo::demo(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,756 @@
+//! Live management of a served array: member locks, the control socket and its commands.
+//!
+//! - `uraid serve` takes an exclusive `flock` on every member, so no second uraid process
+//!   opens them while the array runs; other commands that would assemble the array refuse
+//!   and point to the control socket ([`guard`]).
+//! - The control socket speaks one JSON object per line each way:
+//!   `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}` (a role or a member path),
+//!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`, `{"cmd":"stop"}`.
+//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
+//! - Finding a running array from its member paths: each server writes
+//!   `<run dir>/<uuid>.json` (its pid, control path and canonical member paths) beside its
+//!   socket `<run dir>/<uuid>.sock` (a symlink when `--control` put it elsewhere).
+
+use crate::serve::{Event, ServeInfo};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uraid_core::MemberIdx;
+use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
+
+/// Longest request line accepted on the control socket.
+const MAX_REQUEST_BYTES: u64 = 64 * 1024;
+/// Control connections handled at once.
+const MAX_CONTROL_CONNECTIONS: usize = 16;
+
+/// Where servers keep their sockets and index files: `$URAID_RUN_DIR`, else `/run/uraid`
+/// for root, else `$XDG_RUNTIME_DIR/uraid` or `/tmp/uraid-<uid>`.
+pub fn run_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("URAID_RUN_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/uraid");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("uraid"),
+        None => PathBuf::from(format!("/tmp/uraid-{uid}")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Member locks
+
+/// Exclusive advisory locks on member files, held while an array is open.
+pub struct MemberLocks(#[allow(dead_code)] Vec<File>);
+
+impl MemberLocks {
+    pub fn push(&mut self, f: File) {
+        self.0.push(f);
+    }
+}
+
+/// Locks one member; `Ok(None)` when another process holds it.
+fn try_lock(path: &Path) -> Result<Option<File>> {
+    let f = File::open(path).with_context(|| format!("cannot open member {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(Some(f));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(None);
+    }
+    Err(e).with_context(|| format!("cannot lock member {}", path.display()))
+}
+
+/// Locks every member, or says which one a running server holds.
+pub fn lock_members(paths: &[PathBuf]) -> Result<MemberLocks> {
+    let mut locks = MemberLocks(Vec::new());
+    for p in paths {
+        match try_lock(p)? {
+            Some(f) => locks.push(f),
+            None => bail!("{}", in_use_message(p)),
+        }
+    }
+    Ok(locks)
+}
+
+fn in_use_message(p: &Path) -> String {
+    match find_server(std::slice::from_ref(&p.to_path_buf())) {
+        Some(s) => format!(
+            "{} is a member of an array served by uraid (pid {}); manage it through its \
+             control socket: uraid detail|fail|remove|add|stop --control {}",
+            p.display(),
+            s.pid,
+            s.control.display()
+        ),
+        None => format!(
+            "{} is locked by another process (a running `uraid serve`?); stop it first or \
+             use its control socket (uraid ... --control PATH)",
+            p.display()
+        ),
+    }
+}
+
+/// For commands that assemble an array themselves: lock its members for the duration, or
+/// refuse when a server holds them.
+pub fn guard(paths: &[PathBuf]) -> Result<MemberLocks> {
+    lock_members(paths)
+}
+
+// ---------------------------------------------------------------------------------------
+// Finding a running server
+
+/// A running server, as its index file describes it.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub pid: u32,
+    pub control: PathBuf,
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 || errno() == libc::EPERM)
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The running server one of whose members is among `paths`.
+pub fn find_server(paths: &[PathBuf]) -> Option<Found> {
+    let wanted: Vec<PathBuf> = paths.iter().map(|p| canonical(p)).collect();
+    let dir = std::fs::read_dir(run_dir()).ok()?;
+    for e in dir.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+        let members: Vec<PathBuf> = v["members"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.as_str().map(PathBuf::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !members.iter().any(|m| wanted.contains(m)) {
+            continue;
+        }
+        if !pid_alive(pid) {
+            continue;
+        }
+        if let Some(c) = v["control"].as_str() {
+            return Some(Found {
+                pid,
+                control: PathBuf::from(c),
+            });
+        }
+    }
+    None
+}
+
+/// The control socket to talk to: `--control`, else the server holding these members.
+fn resolve(control: &Option<PathBuf>, members: &[PathBuf]) -> Result<PathBuf> {
+    if let Some(c) = control {
+        return Ok(c.clone());
+    }
+    if members.is_empty() {
+        bail!("give --control PATH or a member path of the running array");
+    }
+    match find_server(members) {
+        Some(f) => Ok(f.control),
+        None => bail!(
+            "no running uraid serve holds {} (looked in {}); give --control PATH",
+            members
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            run_dir().display()
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The server side
+
+/// The control socket of a running array.
+pub struct ControlServer {
+    path: PathBuf,
+    index: PathBuf,
+    link: Option<PathBuf>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Ctx {
+    array: Arc<Array>,
+    info: Mutex<ServeInfo>,
+    events: Mutex<mpsc::Sender<Event>>,
+    active: AtomicUsize,
+    /// Locks on devices added while serving.
+    extra_locks: Mutex<Vec<File>>,
+    recovery_running: Arc<AtomicBool>,
+    progress: Arc<Mutex<Option<SyncProgress>>>,
+}
+
+impl ControlServer {
+    pub fn start(
+        uuid: &str,
+        path: PathBuf,
+        array: Arc<Array>,
+        info: ServeInfo,
+        events: mpsc::Sender<Event>,
+    ) -> Result<ControlServer> {
+        let dir = run_dir();
+        std::fs::create_dir_all(&dir).with_context(|| {
+            format!(
+                "cannot create {} (set URAID_RUN_DIR or run as root)",
+                dir.display()
+            )
+        })?;
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+        }
+        if path.exists() {
+            if UnixStream::connect(&path).is_ok() {
+                bail!(
+                    "{} is in use by another running server; pick another --control path",
+                    path.display()
+                );
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        let listener = UnixListener::bind(&path)
+            .with_context(|| format!("cannot listen on {}", path.display()))?;
+        // Failing members is for the owner only.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+
+        let default_path = dir.join(format!("{uuid}.sock"));
+        let mut link = None;
+        if canonical(&path) != canonical(&default_path) {
+            let _ = std::fs::remove_file(&default_path);
+            match std::os::unix::fs::symlink(canonical(&path), &default_path) {
+                Ok(()) => link = Some(default_path),
+                Err(e) => tracing::warn!("cannot link {}: {e}", default_path.display()),
+            }
+        }
+        let index = dir.join(format!("{uuid}.json"));
+        let tmp = dir.join(format!(".{uuid}.json.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&info.to_json())?)?;
+        std::fs::rename(&tmp, &index)?;
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = Arc::new(Ctx {
+            array,
+            info: Mutex::new(info),
+            events: Mutex::new(events),
+            active: AtomicUsize::new(0),
+            extra_locks: Mutex::new(Vec::new()),
+            recovery_running: Arc::new(AtomicBool::new(false)),
+            progress: Arc::new(Mutex::new(None)),
+        });
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || accept_loop(listener, ctx, stop2))?;
+        Ok(ControlServer {
+            path,
+            index,
+            link,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops accepting and removes the socket, its link and the index file.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = UnixStream::connect(&self.path);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.index);
+        if let Some(l) = &self.link {
+            let _ = std::fs::remove_file(l);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>) {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(conn) = conn else { continue };
+        if ctx.active.load(Ordering::SeqCst) >= MAX_CONTROL_CONNECTIONS {
+            let mut c = conn;
+            let _ = writeln!(
+                c,
+                "{}",
+                json!({"ok": false, "error": "too many control connections"})
+            );
+            continue;
+        }
+        ctx.active.fetch_add(1, Ordering::SeqCst);
+        let ctx2 = ctx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("control-conn".into())
+            .spawn(move || {
+                handle_conn(conn, &ctx2);
+                ctx2.active.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            ctx.active.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn handle_conn(conn: UnixStream, ctx: &Ctx) {
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(10)));
+    let Ok(wconn) = conn.try_clone() else { return };
+    let mut w = wconn;
+    let mut r = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        match r.by_ref().take(MAX_REQUEST_BYTES).read_line(&mut line) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        if !line.ends_with('\n') && line.len() as u64 >= MAX_REQUEST_BYTES {
+            let _ = writeln!(w, "{}", json!({"ok": false, "error": "request too long"}));
+            return;
+        }
+        let (reply, written) = match serde_json::from_str::<Value>(line.trim()) {
+            Ok(req) => handle_request(&req, ctx),
+            Err(e) => (
+                json!({"ok": false, "error": format!("bad request: {e}")}),
+                None,
+            ),
+        };
+        let ok = writeln!(w, "{reply}").is_ok();
+        if let Some(done) = written {
+            let _ = done.send(());
+            return;
+        }
+        if !ok {
+            return;
+        }
+    }
+}
+
+fn fail_reply(msg: impl std::fmt::Display) -> Value {
+    json!({"ok": false, "error": msg.to_string()})
+}
+
+/// One request; for `stop`, also the channel that tells the main thread the reply is out.
+fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
+    let a = &ctx.array;
+    let cmd = req["cmd"].as_str().unwrap_or("");
+    let detail = || {
+        let info = ctx.info.lock().unwrap_or_else(|e| e.into_inner());
+        let mut d = crate::report::detail_json(a);
+        d["serve"] = info.to_json();
+        if let Some(p) = *ctx.progress.lock().unwrap_or_else(|e| e.into_inner()) {
+            d["sync"] = json!({
+                "kind": p.kind.name(),
+                "done_units": p.done_units,
+                "total_units": p.total_units,
+                "percent": p.percent(),
+            });
+        }
+        d
+    };
+    match cmd {
+        "ping" => (json!({"ok": true}), None),
+        "detail" => (
+            json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a)}),
+            None,
+        ),
+        "fail" => match member_role(a, &req["member"]) {
+            Ok(role) => match a.fail_member(role) {
+                Ok(()) => {
+                    let name = device_name(a, role);
+                    eprintln!("uraid: member {role} ({name}) marked faulty by request");
+                    // md puts a waiting spare to work at once.
+                    match a.activate_spare() {
+                        Ok(Some(r)) => {
+                            eprintln!("uraid: a spare takes role {r}; recovery started");
+                            start_recovery(ctx);
+                        }
+                        Ok(None) => {}
+                        Err(e) => eprintln!("uraid: could not activate a spare: {e}"),
+                    }
+                    (
+                        json!({"ok": true, "role": role.0, "device": name, "detail": detail()}),
+                        None,
+                    )
+                }
+                Err(e) => (fail_reply(e), None),
+            },
+            Err(e) => (fail_reply(e), None),
+        },
+        "remove" => match member_role(a, &req["member"]) {
+            Ok(role) => match engine_remove(ctx, role) {
+                Ok(()) => (
+                    json!({"ok": true, "role": role.0, "detail": detail()}),
+                    None,
+                ),
+                Err(e) => (fail_reply(e), None),
+            },
+            Err(e) => (fail_reply(e), None),
+        },
+        "add" => match req["device"].as_str() {
+            Some(dev) => match engine_add(ctx, Path::new(dev)) {
+                Ok(v) => (json!({"ok": true, "added": v, "detail": detail()}), None),
+                Err(e) => (fail_reply(e), None),
+            },
+            None => (fail_reply("add needs \"device\""), None),
+        },
+        "stop" => {
+            let (rtx, rrx) = mpsc::channel();
+            let (wtx, wrx) = mpsc::channel();
+            let sent = ctx
+                .events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .send(Event::Stop {
+                    reply: rtx,
+                    written: wrx,
+                });
+            if sent.is_err() {
+                return (fail_reply("the server is already stopping"), None);
+            }
+            match rrx.recv() {
+                Ok(Ok(d)) => (
+                    json!({"ok": true, "pid": std::process::id(), "detail": d}),
+                    Some(wtx),
+                ),
+                Ok(Err(e)) => (fail_reply(e), Some(wtx)),
+                Err(_) => (fail_reply("the server is already stopping"), None),
+            }
+        }
+        other => (fail_reply(format!("unknown command {other:?}")), None),
+    }
+}
+
+fn device_name(a: &Array, role: MemberIdx) -> String {
+    a.slot(role).device_name().unwrap_or_default()
+}
+
+/// A role number or the path of a member device.
+fn member_role(a: &Array, v: &Value) -> Result<MemberIdx> {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => bail!("give a member: a role number or a member path"),
+    };
+    if let Ok(r) = s.parse::<usize>() {
+        if r >= a.raid_disks() {
+            bail!(
+                "role {r} does not exist: the array has {} roles",
+                a.raid_disks()
+            );
+        }
+        return Ok(MemberIdx(r));
+    }
+    let want = canonical(Path::new(&s));
+    for r in 0..a.raid_disks() {
+        let role = MemberIdx(r);
+        if a.slot_state(role) == SlotState::Missing {
+            continue;
+        }
+        let name = device_name(a, role);
+        if name == s || canonical(Path::new(&name)) == want {
+            return Ok(role);
+        }
+    }
+    bail!("{s} is not a member of this array")
+}
+
+/// `mdadm --remove`: take a faulty member out of its role.
+fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
+    let name = device_name(&ctx.array, role);
+    ctx.array.remove_member(role)?;
+    eprintln!("uraid: member {role} ({name}) removed");
+    Ok(())
+}
+
+/// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
+/// background, or waits as a spare.
+fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
+    // A member this server was started with (failed, removed, now re-added) is locked
+    // already, by us.
+    let ours = ctx
+        .info
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .members
+        .contains(&canonical(path));
+    let lock = if ours {
+        None
+    } else {
+        Some(try_lock(path)?.ok_or_else(|| anyhow::anyhow!("{}", in_use_message(path)))?)
+    };
+    let dev = crate::open::open_member(path)?;
+    let outcome = ctx.array.add_member(dev)?;
+    if let Some(lock) = lock {
+        ctx.extra_locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(lock);
+    }
+    Ok(match outcome {
+        AddOutcome::Recovering(role) => {
+            eprintln!(
+                "uraid: {} added as member {role}; recovery started",
+                path.display()
+            );
+            start_recovery(ctx);
+            json!({"role": role.0, "state": "recovering"})
+        }
+        AddOutcome::Spare => {
+            eprintln!("uraid: {} added as a spare", path.display());
+            json!({"state": "spare"})
+        }
+    })
+}
+
+/// Rebuilds recovering members on a background thread (one at a time), recording progress
+/// for `detail`.
+fn start_recovery(ctx: &Ctx) {
+    if ctx.recovery_running.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let array = ctx.array.clone();
+    let progress = ctx.progress.clone();
+    let running = ctx.recovery_running.clone();
+    let spawned = std::thread::Builder::new()
+        .name("recovery".into())
+        .spawn(move || {
+            loop {
+                let r = array.run_sync(SyncKind::Recovery, |p| {
+                    *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
+                });
+                match r {
+                    Ok(_) => eprintln!("uraid: recovery finished"),
+                    Err(e) => eprintln!("uraid: recovery stopped: {e}"),
+                }
+                *progress.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                if array.recovering_roles().is_empty() {
+                    break;
+                }
+            }
+            running.store(false, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        ctx.recovery_running.store(false, Ordering::SeqCst);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The client side
+
+/// One request, one reply.
+pub fn request(control: &Path, req: &Value) -> Result<Value> {
+    let mut s = UnixStream::connect(control).with_context(|| {
+        format!(
+            "cannot reach the control socket {} (is `uraid serve` running?)",
+            control.display()
+        )
+    })?;
+    writeln!(s, "{req}")?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .take(64 << 20)
+        .read_line(&mut line)
+        .context("reading the control reply")?;
+    if line.is_empty() {
+        bail!("the server closed the control connection without a reply");
+    }
+    let v: Value = serde_json::from_str(line.trim()).context("bad control reply")?;
+    if v["ok"].as_bool() != Some(true) {
+        bail!("{}", v["error"].as_str().unwrap_or("request failed"));
+    }
+    Ok(v)
+}
+
+#[derive(Args)]
+pub struct MemberCmdArgs {
+    /// Control socket of the running array (default: found from the member path).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Print the array's state afterwards as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Role number or member device path.
+    pub member: String,
+}
+
+#[derive(Args)]
+pub struct AddArgs {
+    /// Control socket of the running array.
+    #[arg(long, value_name = "PATH", required_unless_present = "array")]
+    pub control: Option<PathBuf>,
+    /// Any member path of the running array (instead of --control).
+    #[arg(long, value_name = "MEMBER")]
+    pub array: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Device or file to add.
+    pub device: PathBuf,
+}
+
+#[derive(Args)]
+pub struct StopArgs {
+    /// Control socket of the running array.
+    #[arg(long, value_name = "PATH", required_unless_present = "devices")]
+    pub control: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Member paths of the running array (instead of --control).
+    pub devices: Vec<PathBuf>,
+}
+
+fn member_target(a: &MemberCmdArgs) -> Result<(PathBuf, Value)> {
+    let is_role = a.member.parse::<usize>().is_ok();
+    let members: Vec<PathBuf> = if is_role {
+        Vec::new()
+    } else {
+        vec![PathBuf::from(&a.member)]
+    };
+    if is_role && a.control.is_none() {
+        bail!("with a role number, give --control PATH (or name the member by its path)");
+    }
+    let control = resolve(&a.control, &members)?;
+    let member = if is_role {
+        Value::String(a.member.clone())
+    } else {
+        Value::String(canonical(Path::new(&a.member)).display().to_string())
+    };
+    Ok((control, member))
+}
+
+fn print_result(v: &Value, json_out: bool, what: &str) -> Result<()> {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v["detail"])?);
+    } else {
+        eprintln!("uraid: {what}");
+    }
+    Ok(())
+}
+
+pub fn fail(a: MemberCmdArgs) -> Result<()> {
+    let (control, member) = member_target(&a)?;
+    let v = request(&control, &json!({"cmd": "fail", "member": member}))?;
+    print_result(
+        &v,
+        a.json,
+        &format!(
+            "member {} ({}) marked faulty",
+            v["role"],
+            v["device"].as_str().unwrap_or("")
+        ),
+    )
+}
+
+pub fn remove(a: MemberCmdArgs) -> Result<()> {
+    let (control, member) = member_target(&a)?;
+    let v = request(&control, &json!({"cmd": "remove", "member": member}))?;
+    print_result(&v, a.json, &format!("member {} removed", v["role"]))
+}
+
+pub fn add(a: AddArgs) -> Result<()> {
+    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
+    let control = resolve(&a.control, &members)?;
+    let dev = canonical(&a.device);
+    if !dev.exists() {
+        bail!("{}: no such file or device", a.device.display());
+    }
+    let v = request(
+        &control,
+        &json!({"cmd": "add", "device": dev.display().to_string()}),
+    )?;
+    print_result(
+        &v,
+        a.json,
+        &format!("{} added: {}", dev.display(), v["added"]),
+    )
+}
+
+pub fn stop(a: StopArgs) -> Result<()> {
+    let control = resolve(&a.control, &a.devices)?;
+    let v = request(&control, &json!({"cmd": "stop"}))?;
+    // The reply comes once the array is clean; wait for the process to let go of the
+    // members too, so the next command can open them.
+    if let Some(pid) = v["pid"].as_u64() {
+        for _ in 0..200 {
+            if !pid_alive(pid as u32) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+    print_result(
+        &v,
+        a.json,
+        &format!(
+            "array {} stopped, superblocks marked {}",
+            v["detail"]["uuid"].as_str().unwrap_or("?"),
+            v["detail"]["state"].as_str().unwrap_or("?")
+        ),
+    )
+}
+
+/// `uraid detail`: through the control socket when a server holds the members, else by
+/// assembling them here (under the member locks).
+pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
+    if let Some(found) = find_server(&a.devices) {
+        let v = request(&found.control, &json!({"cmd": "detail"}))?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&v["detail"])?);
+        } else {
+            print!("{}", v["human"].as_str().unwrap_or(""));
+            println!(
+                "\n  Served by pid {} (control {})",
+                found.pid,
+                found.control.display()
+            );
+        }
+        return Ok(());
+    }
+    let _locks = guard(&a.devices)?;
+    crate::commands::detail(a)
+}

@@ -1,0 +1,501 @@
+//! `uraid serve`: one assembled array exported as a block device over NBD (and ublk), managed
+//! while it runs through a control socket (see [`crate::control`]).
+//!
+//! Lifecycle: lock every member (flock, so no second uraid process writes them), assemble,
+//! start the exports and the control socket, then wait for SIGTERM/SIGINT or `uraid stop`.
+//! Stopping: no new clients, in-flight requests answered, exports torn down, then
+//! `Array::stop` flushes and marks every superblock clean, as md does at `mdadm --stop`.
+
+use crate::control::{self, ControlServer, MemberLocks};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use uraid_core::superblock::uuid_string;
+use uraid_engine::Array;
+use uraid_nbd::{Backend, Listener, Server, ServerConfig};
+
+/// NBD's registered port.
+pub const NBD_DEFAULT_PORT: u16 = 10809;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Where NBD clients connect: `unix:PATH`, `tcp:HOST:PORT` or `tcp:PORT`
+    /// (default tcp:127.0.0.1:10809; other hosts only when given here).
+    #[arg(long, value_name = "ADDR")]
+    pub nbd: Option<String>,
+    /// Export only through ublk (no NBD listener).
+    #[arg(long, requires = "ublk")]
+    pub no_nbd: bool,
+    /// Also export the array as /dev/ublkbN (Linux 6.0+ with the ublk driver).
+    #[arg(long)]
+    pub ublk: bool,
+    /// NBD export name (default: the array's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Control socket path (default /run/uraid/<array-uuid>.sock).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Start even with stale members or disagreeing superblocks.
+    #[arg(short, long)]
+    pub force: bool,
+    /// Member devices or files.
+    #[arg(required = true)]
+    pub devices: Vec<PathBuf>,
+}
+
+/// Where the NBD listener goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NbdAddr {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl NbdAddr {
+    pub fn parse(s: &str) -> Result<NbdAddr> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                bail!("--nbd unix: needs a path");
+            }
+            return Ok(NbdAddr::Unix(PathBuf::from(p)));
+        }
+        let rest = s.strip_prefix("tcp:").unwrap_or(s);
+        if let Ok(port) = rest.parse::<u16>() {
+            return Ok(NbdAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
+        }
+        let addr = rest
+            .to_socket_addrs()
+            .with_context(|| format!("bad NBD address {s:?} (unix:PATH or tcp:HOST:PORT)"))?
+            .next()
+            .with_context(|| format!("{s:?} resolves to no address"))?;
+        Ok(NbdAddr::Tcp(addr))
+    }
+
+    pub fn default_tcp() -> NbdAddr {
+        NbdAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], NBD_DEFAULT_PORT)))
+    }
+}
+
+/// The array as an NBD export.
+pub struct ArrayBackend {
+    pub array: Arc<Array>,
+}
+
+fn io_err(e: uraid_engine::ArrayError, what: &str, offset: u64) -> io::Error {
+    let errno = e.errno();
+    tracing::warn!("{what} at byte {offset} failed: {e}");
+    io::Error::from_raw_os_error(errno)
+}
+
+impl Backend for ArrayBackend {
+    fn size_bytes(&self) -> u64 {
+        self.array.size_bytes()
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.array
+            .read(offset, buf)
+            .map_err(|e| io_err(e, "read", offset))
+    }
+
+    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
+        self.array
+            .write(offset, buf)
+            .map_err(|e| io_err(e, "write", offset))?;
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.array.flush().map_err(|e| io_err(e, "flush", 0))
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.array
+            .discard(offset, len)
+            .map_err(|e| io_err(e, "trim", offset))
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
+        self.array
+            .write_zeroes(offset, len)
+            .map_err(|e| io_err(e, "write_zeroes", offset))?;
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn block_size(&self) -> u32 {
+        4096
+    }
+}
+
+/// Why the main thread wakes up.
+pub enum Event {
+    /// SIGTERM or SIGINT.
+    Signal(i32),
+    /// `uraid stop`: the reply goes back once the array is clean; `written` says the
+    /// requester has it, so the process does not exit under it.
+    Stop {
+        reply: mpsc::Sender<std::result::Result<serde_json::Value, String>>,
+        written: mpsc::Receiver<()>,
+    },
+}
+
+/// How to serve, for `serve` and `demo`.
+pub struct ServeOptions {
+    pub nbd: Option<NbdAddr>,
+    /// With the default TCP address taken, pick a free port instead of failing (demo).
+    pub nbd_any_port: bool,
+    pub ublk: bool,
+    pub export_name: String,
+    pub control: Option<PathBuf>,
+}
+
+/// What a running server tells `uraid detail`.
+#[derive(Clone, Debug, Default)]
+pub struct ServeInfo {
+    pub pid: u32,
+    pub nbd_uri: Option<String>,
+    pub ublk_dev: Option<String>,
+    pub control: PathBuf,
+    pub members: Vec<PathBuf>,
+}
+
+impl ServeInfo {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "pid": self.pid,
+            "nbd": self.nbd_uri,
+            "ublk": self.ublk_dev,
+            "control": self.control,
+            "members": self.members,
+        })
+    }
+}
+
+pub fn serve(a: ServeArgs) -> Result<()> {
+    init_logging();
+    let locks = control::lock_members(&a.devices)?;
+    let (array, rep) = crate::commands::open_array(&a.devices, a.force)?;
+    if rep.unclean {
+        eprintln!(
+            "uraid: warning: the array was not stopped cleanly; parity/mirrors may disagree \
+             (stop it and run `uraid resync` to repair)"
+        );
+    }
+    // md names are "host:name"; clients want the name.
+    let export_name = a.name.clone().unwrap_or_else(|| {
+        let full = array.meta().template().set_name.clone();
+        full.rsplit(':').next().unwrap_or("").to_string()
+    });
+    let nbd = if a.no_nbd {
+        None
+    } else {
+        Some(match &a.nbd {
+            Some(s) => NbdAddr::parse(s)?,
+            None => NbdAddr::default_tcp(),
+        })
+    };
+    run(
+        array,
+        &a.devices,
+        locks,
+        ServeOptions {
+            nbd,
+            nbd_any_port: false,
+            ublk: a.ublk,
+            export_name,
+            control: a.control.clone(),
+        },
+    )
+}
+
+/// Serves `array` until a signal or `uraid stop`, then stops it cleanly.
+pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptions) -> Result<()> {
+    let array = Arc::new(array);
+    let uuid = uuid_string(&array.meta().template().set_uuid);
+    let (tx, rx) = mpsc::channel::<Event>();
+    let signals = watch_signals(tx.clone())?;
+
+    // NBD.
+    let mut nbd_running = None;
+    let mut info = ServeInfo {
+        pid: std::process::id(),
+        ..ServeInfo::default()
+    };
+    if let Some(addr) = &opts.nbd {
+        let listener = bind(addr, opts.nbd_any_port)?;
+        let uri = nbd_uri(&listener, &opts.export_name);
+        let server = Server::new(ServerConfig {
+            export_name: opts.export_name.clone(),
+            description: format!("uraid {} array {uuid}", array.level()),
+            ..ServerConfig::default()
+        })?;
+        let backend: Arc<dyn Backend> = Arc::new(ArrayBackend {
+            array: array.clone(),
+        });
+        nbd_running = Some(server.spawn(listener, backend)?);
+        info.nbd_uri = Some(uri);
+    }
+
+    // ublk.
+    let mut ublk = None;
+    if opts.ublk {
+        match crate::ublk::UblkExport::start(array.clone()) {
+            Ok(u) => {
+                info.ublk_dev = Some(u.bdev_path());
+                ublk = Some(u);
+            }
+            Err(e) => {
+                if let Some(n) = nbd_running.take() {
+                    let _ = n.shutdown();
+                }
+                array.stop().ok();
+                return Err(e);
+            }
+        }
+    }
+
+    // Control socket.
+    info.members = paths
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let control_path = opts
+        .control
+        .clone()
+        .unwrap_or_else(|| control::run_dir().join(format!("{uuid}.sock")));
+    info.control = control_path.clone();
+    let ctl =
+        match ControlServer::start(&uuid, control_path, array.clone(), info.clone(), tx.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(n) = nbd_running.take() {
+                    let _ = n.shutdown();
+                }
+                if let Some(u) = ublk.take() {
+                    let _ = u.stop();
+                }
+                array.stop().ok();
+                return Err(e);
+            }
+        };
+
+    print_banner(&array, &info, &opts.export_name);
+
+    // Wait.
+    let stop_reply = loop {
+        match rx.recv() {
+            Ok(Event::Signal(sig)) => {
+                eprintln!("uraid: signal {sig}: stopping");
+                break None;
+            }
+            Ok(Event::Stop { reply, written }) => {
+                eprintln!("uraid: stop requested through the control socket");
+                break Some((reply, written));
+            }
+            Err(_) => break None,
+        }
+    };
+
+    // Tear down: clients first, so every acknowledged write is in the array before it is
+    // marked clean.
+    let mut errors = Vec::new();
+    if let Some(n) = nbd_running.take() {
+        if let Err(e) = n.shutdown() {
+            errors.push(format!("nbd: {e}"));
+        }
+    }
+    if let Some(u) = ublk.take() {
+        if let Err(e) = u.stop() {
+            errors.push(format!("ublk: {e:#}"));
+        }
+    }
+    let stopped = array.stop();
+    if let Err(e) = &stopped {
+        errors.push(format!("stopping the array: {e}"));
+    }
+    let detail = crate::report::detail_json(&array);
+    if let Some((reply, written)) = stop_reply {
+        let r = if errors.is_empty() {
+            Ok(detail)
+        } else {
+            Err(errors.join("; "))
+        };
+        if reply.send(r).is_ok() {
+            let _ = written.recv_timeout(std::time::Duration::from_secs(5));
+        }
+    }
+    ctl.shutdown();
+    drop(signals);
+    drop(locks);
+    if !errors.is_empty() {
+        bail!("{}", errors.join("; "));
+    }
+    eprintln!("uraid: array {uuid} stopped cleanly");
+    Ok(())
+}
+
+fn bind(addr: &NbdAddr, any_port: bool) -> Result<Listener> {
+    match addr {
+        NbdAddr::Unix(p) => Ok(Listener::bind_unix(p)?),
+        NbdAddr::Tcp(a) => match Listener::bind_tcp(*a) {
+            Ok(l) => Ok(l),
+            Err(e) if any_port => {
+                let mut other = *a;
+                other.set_port(0);
+                let l = Listener::bind_tcp(other)?;
+                eprintln!(
+                    "uraid: {a} is taken ({e}); using port {} instead",
+                    l.tcp_addr().map(|x| x.port()).unwrap_or(0)
+                );
+                Ok(l)
+            }
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
+fn nbd_uri(l: &Listener, name: &str) -> String {
+    match l {
+        Listener::Unix { path, .. } => format!("nbd+unix:///{name}?socket={}", path.display()),
+        Listener::Tcp(_) => {
+            let a = l.tcp_addr().expect("tcp listener has an address");
+            let host = match a {
+                SocketAddr::V6(v) => format!("[{}]", v.ip()),
+                SocketAddr::V4(v) => v.ip().to_string(),
+            };
+            if a.port() == NBD_DEFAULT_PORT {
+                format!("nbd://{host}/{name}")
+            } else {
+                format!("nbd://{host}:{}/{name}", a.port())
+            }
+        }
+    }
+}
+
+fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
+    let uuid = uuid_string(&array.meta().template().set_uuid);
+    let mut o = String::new();
+    o.push_str(&format!(
+        "uraid: serving {} array {uuid}: {} bytes, {} of {} members{}\n",
+        array.level(),
+        array.size_bytes(),
+        array.raid_disks() - array.missing_roles().len(),
+        array.raid_disks(),
+        if array.is_degraded() {
+            " (degraded)"
+        } else {
+            ""
+        }
+    ));
+    if let Some(uri) = &info.nbd_uri {
+        o.push_str(&format!("nbd: {uri}\n"));
+        o.push_str("  connect with:\n");
+        o.push_str(&format!("    nbdinfo '{uri}'\n"));
+        o.push_str(&format!("    qemu-io -f raw '{uri}' -c 'read -v 0 512'\n"));
+        o.push_str(&format!("    qemu-img convert -O raw '{uri}' copy.img\n"));
+        if let Some(rest) = uri.strip_prefix("nbd://") {
+            let hostport = rest.split('/').next().unwrap_or("");
+            let (host, port) = match hostport.rsplit_once(':') {
+                Some((h, p)) if !h.ends_with(']') || hostport.starts_with('[') => {
+                    (h.to_string(), p.to_string())
+                }
+                _ => (hostport.to_string(), NBD_DEFAULT_PORT.to_string()),
+            };
+            o.push_str(&format!(
+                "    nbd-client {host} {port} /dev/nbd0 -N {name}   (kernel NBD client)\n"
+            ));
+        } else if let Some(sock) = uri.split("socket=").nth(1) {
+            o.push_str(&format!(
+                "    nbd-client -unix {sock} /dev/nbd0 -N {name}   (kernel NBD client)\n"
+            ));
+        }
+    }
+    if let Some(dev) = &info.ublk_dev {
+        o.push_str(&format!("ublk: {dev}\n"));
+    }
+    o.push_str(&format!("control: {}\n", info.control.display()));
+    o.push_str(&format!(
+        "  manage with: uraid detail|fail|remove|add|stop --control {}\n",
+        info.control.display()
+    ));
+    o.push_str("  stop with Ctrl-C, SIGTERM or `uraid stop`\n");
+    print!("{o}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// SIGTERM and SIGINT become [`Event::Signal`].
+fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .context("installing signal handlers")?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(Event::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(handle)
+}
+
+/// Warnings from the engine (a member failed) and the servers go to stderr.
+pub fn init_logging() {
+    let level = match std::env::var("URAID_LOG").as_deref() {
+        Ok("debug") => tracing::Level::DEBUG,
+        Ok("trace") => tracing::Level::TRACE,
+        Ok("warn") => tracing::Level::WARN,
+        Ok("error") => tracing::Level::ERROR,
+        _ => tracing::Level::INFO,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_addresses() {
+        assert_eq!(
+            NbdAddr::parse("unix:/tmp/x.sock").unwrap(),
+            NbdAddr::Unix("/tmp/x.sock".into())
+        );
+        assert_eq!(
+            NbdAddr::parse("tcp:127.0.0.1:1234").unwrap(),
+            NbdAddr::Tcp("127.0.0.1:1234".parse().unwrap())
+        );
+        assert_eq!(
+            NbdAddr::parse("tcp:4321").unwrap(),
+            NbdAddr::Tcp("127.0.0.1:4321".parse().unwrap())
+        );
+        assert_eq!(
+            NbdAddr::parse("0.0.0.0:10809").unwrap(),
+            NbdAddr::Tcp("0.0.0.0:10809".parse().unwrap())
+        );
+        assert!(NbdAddr::parse("unix:").is_err());
+        assert!(NbdAddr::parse("tcp:nohost").is_err());
+        assert_eq!(
+            NbdAddr::default_tcp(),
+            NbdAddr::Tcp("127.0.0.1:10809".parse().unwrap())
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! Live management of a served array: detail/fail/remove/add/stop through the control
+//! socket, member locks, a member failed under fio without the client seeing an error,
+//! a hostile client, the demo command and the no-ublk message.
+
+mod serve_common;
+
+use serve_common::*;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn member_state(detail: &serde_json::Value, role: usize) -> String {
+    detail["members"][role]["state"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Waits (bounded) until `f` holds on the served array's detail.
+fn wait_detail(srv: &Served, member: &std::path::Path, f: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let d = srv.detail(member);
+        if f(&d) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// raid6: two members fail while fio runs randrw with verify; fio must see no error, and
+/// its data must verify again after a restart on the remaining members.
+#[test]
+fn members_fail_under_fio() {
+    if !have("fio", "members_fail_under_fio") {
+        return;
+    }
+    let dir = Dir::new("failio");
+    let members = create_array(&dir, "6", 5, 24, &[]);
+    let mut srv = Served::start(&dir, &members, &[]);
+    let fio = ChildGuard(Some(
+        Command::new("fio")
+            .args(fio_args(&srv.uri(), 32, 11))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let mut fio = fio;
+    // Once fio has written (the array turned dirty), fail one member by path and one by role.
+    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    ok(srv.cmd().arg("fail").arg(&members[1]));
+    let during = fio.still_running();
+    ok(srv
+        .cmd()
+        .args(["fail", "--control"])
+        .arg(&srv.control)
+        .arg("3"));
+    let d = srv.detail(&members[0]);
+    assert_eq!(d["degraded"], true);
+    assert_eq!(member_state(&d, 1), "faulty");
+    assert_eq!(member_state(&d, 3), "faulty");
+    // A third failure is beyond raid6 and is refused.
+    let third = srv.cmd().arg("fail").arg(&members[0]).output().unwrap();
+    assert!(!third.status.success());
+    let out = fio.wait_output();
+    fio_check(&out);
+    if !during {
+        eprintln!("note: fio finished before the first failure");
+    }
+    ok(srv.cmd().arg("stop").arg(&members[2]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    let live = [members[0].clone(), members[2].clone(), members[4].clone()];
+    assert!(member_states(&live).iter().all(|s| s == "clean"));
+    // Restart with every path given: the failed members are stale and left out.
+    let srv = Served::start(&dir, &members, &[]);
+    assert_eq!(srv.detail(&members[0])["degraded"], true);
+    let out = Command::new("fio")
+        .args(fio_args(&srv.uri(), 32, 11))
+        .arg("--verify_only=1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "verify after restart: {}",
+        stdout(&out)
+    );
+}
+
+/// While served, other uraid commands must not open the members for writing; detail asks
+/// the server.
+#[test]
+fn served_members_are_locked() {
+    let dir = Dir::new("locks");
+    let members = create_array(&dir, "5", 3, 8, &[]);
+    let mut srv = Served::start(&dir, &members, &[]);
+    for sub in ["read", "write", "resync", "assemble"] {
+        let mut c = srv.cmd();
+        c.arg(sub).args(&members);
+        if sub == "write" {
+            c.stdin(Stdio::null());
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sub} ran on a served array");
+        assert!(err.contains("control"), "{sub}: {err}");
+    }
+    // detail, human and JSON, through the server.
+    let human = stdout(&ok(srv.cmd().arg("detail").args(&members)));
+    assert!(human.contains("Served by pid"), "{human}");
+    assert!(human.contains("raid5"), "{human}");
+    let d = srv.detail(&members[2]);
+    assert_eq!(d["serve"]["pid"].as_u64(), Some(srv.pid() as u64));
+    assert_eq!(d["raid_disks"], 3);
+    // The default socket name (<uuid>.sock) links to the --control path.
+    let uuid = d["uuid"].as_str().unwrap();
+    let link = srv.run_dir.join(format!("{uuid}.sock"));
+    assert!(UnixStream::connect(&link).is_ok());
+    // A second server on the same members is refused.
+    let second = srv
+        .cmd()
+        .args(["serve", "--nbd", "unix:/nonexistent/x.sock"])
+        .args(&members)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    ok(srv.cmd().arg("stop").arg("--control").arg(&srv.control));
+    assert!(srv.wait().success());
+    // Everything is released: the index and sockets are gone, and commands work again.
+    assert!(!link.exists() && !srv.control.exists());
+    ok(uraid()
+        .arg("read")
+        .arg("--length")
+        .arg("4096")
+        .args(&members));
+}
+
+/// fail, remove, add: the re-added member is rebuilt while served, and then holds the data
+/// on its own (read back with another member left out).
+#[test]
+fn remove_and_add_rebuilds() {
+    if !have("nbdcopy", "remove_and_add_rebuilds") {
+        return;
+    }
+    let dir = Dir::new("readd");
+    let members = create_array(&dir, "5", 4, 12, &[]);
+    let mut srv = Served::start(&dir, &members, &[]);
+    let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
+    let image = pattern(size, 5);
+    let src = dir.path("in.img");
+    std::fs::write(&src, &image).unwrap();
+    ok(Command::new("nbdcopy").arg(&src).arg(srv.uri()));
+
+    // remove refuses an active member, as mdadm does.
+    let r = srv.cmd().arg("remove").arg(&members[1]).output().unwrap();
+    assert!(!r.status.success());
+    ok(srv.cmd().arg("fail").arg(&members[1]));
+    ok(srv.cmd().arg("remove").arg(&members[1]));
+    assert_eq!(member_state(&srv.detail(&members[0]), 1), "missing");
+    ok(srv
+        .cmd()
+        .arg("add")
+        .arg("--array")
+        .arg(&members[0])
+        .arg(&members[1]));
+    wait_detail(&srv, &members[0], |d| d["degraded"] == false);
+    ok(srv.cmd().arg("stop").arg(&members[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    // Leave out member 0: member 1's rebuilt data is now needed everywhere.
+    let back = dir.path("back.img");
+    ok(uraid().arg("read").arg("-o").arg(&back).args(&members[1..]));
+    assert!(
+        std::fs::read(&back).unwrap() == image,
+        "rebuilt member is wrong"
+    );
+}
+
+/// Garbage on the NBD socket drops that client only; data and other clients are unharmed.
+#[test]
+fn hostile_client() {
+    if !have("qemu-io", "hostile_client") {
+        return;
+    }
+    let dir = Dir::new("hostile");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let srv = Served::start(&dir, &members, &[]);
+    let uri = srv.uri();
+    ok(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(&uri)
+        .args(["-c", "write -P 0x77 0 65536"]));
+    for junk in [
+        pattern(4096, 9),
+        // The client half of a handshake, then an oversized option.
+        [
+            &0u32.to_be_bytes()[..],
+            b"IHAVEOPT",
+            &[0, 0, 0, 7, 0xff, 0xff, 0xff, 0xff],
+        ]
+        .concat(),
+    ] {
+        let mut s = UnixStream::connect(&srv.sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut greeting = [0u8; 18];
+        s.read_exact(&mut greeting).unwrap();
+        assert_eq!(&greeting[..8], b"NBDMAGIC");
+        let _ = s.write_all(&junk);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+    let out = ok(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(&uri)
+        .args(["-c", "read -P 0x77 0 65536"]));
+    assert!(!stdout(&out).contains("verification failed"));
+    assert_eq!(srv.detail(&members[0])["degraded"], false);
+}
+
+/// `uraid demo` makes an array, serves it, stops on Ctrl-C, and reuses it the next time.
+#[test]
+fn demo_serves_and_reuses() {
+    if !have("nbdinfo", "demo_serves_and_reuses") {
+        return;
+    }
+    let dir = Dir::new("demo");
+    let demo_dir = dir.path("demo");
+    let control = demo_dir.join("control.sock");
+    let sock = dir.path("demo.sock");
+    let args = vec![
+        "demo".to_string(),
+        "--dir".into(),
+        demo_dir.display().to_string(),
+        "--size".into(),
+        "16M".into(),
+        "--nbd".into(),
+        format!("unix:{}", sock.display()),
+    ];
+    let mut srv = Served::spawn(&dir, args.clone(), &[], sock.clone(), control.clone());
+    srv.name = "demo".into();
+    let d = srv.detail(&demo_dir.join("member0.img"));
+    assert_eq!(d["level"], "raid5");
+    assert_eq!(d["raid_disks"], 4);
+    assert_eq!(nbd_size(&srv.uri()), d["array_bytes"].as_u64().unwrap());
+    let uuid = d["uuid"].as_str().unwrap().to_string();
+    let st = srv.signal_and_wait(libc::SIGINT);
+    assert!(st.success(), "{}", srv.stderr());
+    let mut again = Served::spawn(&dir, args, &[], sock, control);
+    assert!(again.stderr().contains("reusing"), "{}", again.stderr());
+    assert_eq!(again.detail(&demo_dir.join("member1.img"))["uuid"], uuid);
+    ok(again.cmd().arg("stop").arg("--control").arg(&again.control));
+    assert!(again.wait().success());
+}
+
+/// Without the ublk driver, `--ublk` fails with a message that says so and leaves the
+/// array clean and unlocked.
+#[test]
+fn ublk_missing_driver_message() {
+    if std::path::Path::new("/dev/ublk-control").exists() {
+        eprintln!("SKIP ublk_missing_driver_message: this kernel has ublk");
+        return;
+    }
+    let dir = Dir::new("noublk");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let out = uraid()
+        .env("URAID_RUN_DIR", dir.run_dir())
+        .args(["serve", "--ublk", "--no-nbd"])
+        .args(&members)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("CONFIG_BLK_DEV_UBLK") && err.contains("--nbd"),
+        "{err}"
+    );
+    assert!(member_states(&members).iter().all(|s| s == "clean"));
+    ok(uraid()
+        .arg("read")
+        .arg("--length")
+        .arg("512")
+        .args(&members));
+}
