@@ -291,18 +291,16 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     print_banner(&array, &info, &opts.export_name);
 
     // Wait.
-    let stop_reply = loop {
-        match rx.recv() {
-            Ok(Event::Signal(sig)) => {
-                eprintln!("uraid: signal {sig}: stopping");
-                break None;
-            }
-            Ok(Event::Stop { reply, written }) => {
-                eprintln!("uraid: stop requested through the control socket");
-                break Some((reply, written));
-            }
-            Err(_) => break None,
+    let stop_reply = match rx.recv() {
+        Ok(Event::Signal(sig)) => {
+            eprintln!("uraid: signal {sig}: stopping");
+            None
         }
+        Ok(Event::Stop { reply, written }) => {
+            eprintln!("uraid: stop requested through the control socket");
+            Some((reply, written))
+        }
+        Err(_) => None,
     };
 
     // Tear down: clients first, so every acknowledged write is in the array before it is

@@ -308,6 +308,8 @@ pub fn fio_args(uri: &str, size_mib: u64, seed: u64) -> Vec<String> {
         "--do_verify=1".into(),
         "--verify_fatal=1".into(),
         format!("--randseed={seed}"),
+        // No verify-state files left in the working directory.
+        "--verify_state_save=0".into(),
         "--output-format=json".into(),
     ]
 }
