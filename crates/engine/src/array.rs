@@ -22,6 +22,24 @@ use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 /// region (mirrors).
 const LOCK_BUCKETS: usize = 1024;
 
+/// Run-time knobs of the write path (md's sysfs tunables of the same names).
+pub struct Tuning {
+    /// Write runs of full stripes in one pass, with merged member IOs.
+    pub batching: AtomicBool,
+    /// md's rmw_level: 0 = never read-modify-write (always reconstruct-write), 1 = when it
+    /// reads fewer blocks (md's default), 2 = also when it reads as many.
+    pub rmw_level: std::sync::atomic::AtomicU8,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            batching: AtomicBool::new(true),
+            rmw_level: std::sync::atomic::AtomicU8::new(1),
+        }
+    }
+}
+
 /// Counters, for `detail` and tests.
 #[derive(Default)]
 pub struct Stats {
@@ -62,6 +80,7 @@ pub struct Array {
     unaligned: Mutex<()>,
     array_bytes: u64,
     pub stats: Stats,
+    pub tuning: Tuning,
     pub(crate) events: crate::events::EventBus,
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
@@ -89,6 +108,7 @@ impl Array {
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
+            tuning: Tuning::default(),
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,
@@ -168,10 +188,24 @@ impl Array {
         self.meta.lock().unwrap()
     }
 
-    pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
+    fn bucket_of(key: u64) -> usize {
         // Fibonacci hashing spreads neighbouring stripes over buckets.
-        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
-        self.locks[h as usize % LOCK_BUCKETS].lock().unwrap()
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % LOCK_BUCKETS
+    }
+
+    pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
+        self.locks[Self::bucket_of(key)].lock().unwrap()
+    }
+
+    /// Lock the buckets of several keys, in bucket order so that two multi-lockers cannot
+    /// deadlock (single-key lockers hold one bucket and wait for nothing else).
+    pub(crate) fn lock_buckets(&self, keys: impl Iterator<Item = u64>) -> Vec<MutexGuard<'_, ()>> {
+        let mut b: Vec<usize> = keys.map(Self::bucket_of).collect();
+        b.sort_unstable();
+        b.dedup();
+        b.into_iter()
+            .map(|i| self.locks[i].lock().unwrap())
+            .collect()
     }
 
     /// Byte offset on a member of a member sector (relative to the data area).

@@ -9,6 +9,7 @@ use crate::member::Member;
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
+use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// One member IO.
@@ -102,6 +103,74 @@ pub fn execute(ops: &mut [Op<'_>]) -> Vec<io::Result<()>> {
     results.into_iter().map(|r| r.expect("result")).collect()
 }
 
+/// Largest merged IO, and most pieces in one merged IO.
+const MERGE_MAX_BYTES: usize = 8 << 20;
+const MERGE_MAX_IOVECS: usize = 256;
+
+/// One submission: ops `first..` of `order` merged into one (vectored) IO.
+struct Group {
+    ops: Vec<usize>,
+    fd: RawFd,
+    offset: u64,
+    len: usize,
+    write: bool,
+}
+
+fn op_parts(op: &mut Op<'_>) -> (*mut u8, usize, bool) {
+    match &mut op.buf {
+        OpBuf::Read(b) => (b.as_mut_ptr(), b.len(), false),
+        OpBuf::Write(b) => (b.as_ptr() as *mut u8, b.len(), true),
+    }
+}
+
+/// Merge ops on the same descriptor whose ranges touch into one readv/writev, so that a
+/// request's pieces on one member (consecutive chunks, batched stripes) become one large IO.
+fn plan_groups(ops: &mut [Op<'_>]) -> Vec<Group> {
+    let mut cand: Vec<(RawFd, bool, u64, usize, usize)> = Vec::new(); // fd, write, off, len, idx
+    for (i, op) in ops.iter_mut().enumerate() {
+        let Some(file) = op.member.as_file() else {
+            continue;
+        };
+        let size = file.size_bytes();
+        let offset = op.offset;
+        let (ptr, len, write) = op_parts(op);
+        if len == 0 || offset.checked_add(len as u64).is_none_or(|e| e > size) {
+            continue; // the synchronous path reports the range error
+        }
+        cand.push((
+            file.fd_for(ptr as usize, offset, len),
+            write,
+            offset,
+            len,
+            i,
+        ));
+    }
+    cand.sort_by_key(|c| (c.0, c.1, c.2));
+    let mut groups: Vec<Group> = Vec::new();
+    for (fd, write, offset, len, i) in cand {
+        if let Some(g) = groups.last_mut() {
+            if g.fd == fd
+                && g.write == write
+                && g.offset + g.len as u64 == offset
+                && g.len + len <= MERGE_MAX_BYTES
+                && g.ops.len() < MERGE_MAX_IOVECS
+            {
+                g.ops.push(i);
+                g.len += len;
+                continue;
+            }
+        }
+        groups.push(Group {
+            ops: vec![i],
+            fd,
+            offset,
+            len,
+            write,
+        });
+    }
+    groups
+}
+
 fn run_uring(ops: &mut [Op<'_>], results: &mut [Option<io::Result<()>>]) -> io::Result<()> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -109,46 +178,64 @@ fn run_uring(ops: &mut [Op<'_>], results: &mut [Option<io::Result<()>>]) -> io::
             *slot = Some(IoUring::new(RING_ENTRIES)?);
         }
         let ring = slot.as_mut().expect("ring");
-        let idx: Vec<usize> = (0..ops.len())
-            .filter(|&i| ops[i].member.as_file().is_some())
+        let groups = plan_groups(ops);
+        // iovec arrays must stay put until their IO completes.
+        let iovecs: Vec<Vec<libc::iovec>> = groups
+            .iter()
+            .map(|g| {
+                if g.ops.len() < 2 {
+                    return Vec::new();
+                }
+                g.ops
+                    .iter()
+                    .map(|&i| {
+                        let (ptr, len, _) = op_parts(&mut ops[i]);
+                        libc::iovec {
+                            iov_base: ptr as *mut libc::c_void,
+                            iov_len: len,
+                        }
+                    })
+                    .collect()
+            })
             .collect();
-        for chunk in idx.chunks(RING_ENTRIES as usize) {
-            for &i in chunk {
-                let op = &mut ops[i];
-                let file = op.member.as_file().expect("file member");
-                let (ptr, len, write) = match &mut op.buf {
-                    OpBuf::Read(b) => (b.as_mut_ptr(), b.len(), false),
-                    OpBuf::Write(b) => (b.as_ptr() as *mut u8, b.len(), true),
-                };
-                if op
-                    .offset
-                    .checked_add(len as u64)
-                    .is_none_or(|e| e > file.size_bytes())
-                {
-                    // Let the synchronous path produce the range error.
-                    continue;
-                }
-                let fd = types::Fd(file.fd_for(ptr as usize, op.offset, len));
-                let entry = if write {
-                    opcode::Write::new(fd, ptr, len as u32)
-                        .offset(op.offset)
-                        .build()
+        let all: Vec<usize> = (0..groups.len()).collect();
+        for chunk in all.chunks(RING_ENTRIES as usize) {
+            for &gi in chunk {
+                let g = &groups[gi];
+                let fd = types::Fd(g.fd);
+                let entry = if g.ops.len() == 1 {
+                    let (ptr, len, _) = op_parts(&mut ops[g.ops[0]]);
+                    if g.write {
+                        opcode::Write::new(fd, ptr, len as u32)
+                            .offset(g.offset)
+                            .build()
+                    } else {
+                        opcode::Read::new(fd, ptr, len as u32)
+                            .offset(g.offset)
+                            .build()
+                    }
                 } else {
-                    opcode::Read::new(fd, ptr, len as u32)
-                        .offset(op.offset)
-                        .build()
+                    let iov = &iovecs[gi];
+                    if g.write {
+                        opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                            .offset(g.offset)
+                            .build()
+                    } else {
+                        opcode::Readv::new(fd, iov.as_ptr(), iov.len() as u32)
+                            .offset(g.offset)
+                            .build()
+                    }
                 }
-                .user_data(i as u64);
-                // SAFETY: the buffer outlives the submission: we wait for every completion
-                // below before returning, and the ring is never shared across threads.
+                .user_data(gi as u64);
+                // SAFETY: buffers and iovecs outlive the submission: we wait for every
+                // completion below before returning, and the ring is never shared.
                 unsafe {
                     ring.submission()
                         .push(&entry)
                         .map_err(|_| io::Error::other("submission queue full"))?;
                 }
-                results[i] = Some(Ok(())); // placeholder until completion
             }
-            let submitted = chunk.iter().filter(|&&i| results[i].is_some()).count();
+            let submitted = chunk.len();
             let mut done = 0;
             while done < submitted {
                 match ring.submit_and_wait(submitted - done) {
@@ -162,20 +249,19 @@ fn run_uring(ops: &mut [Op<'_>], results: &mut [Option<io::Result<()>>]) -> io::
                     }
                 }
                 for cqe in ring.completion() {
-                    let i = cqe.user_data() as usize;
+                    let g = &groups[cqe.user_data() as usize];
                     let res = cqe.result();
-                    let want = match &ops[i].buf {
-                        OpBuf::Read(b) => b.len(),
-                        OpBuf::Write(b) => b.len(),
-                    };
-                    results[i] = if res < 0 {
-                        Some(Err(io::Error::from_raw_os_error(-res)))
-                    } else if (res as usize) < want {
-                        // Short transfer: finish it synchronously.
-                        None
-                    } else {
-                        Some(Ok(()))
-                    };
+                    for &i in &g.ops {
+                        results[i] = if res < 0 && g.ops.len() == 1 {
+                            Some(Err(io::Error::from_raw_os_error(-res)))
+                        } else if res < 0 || (res as usize) < g.len {
+                            // A merged IO failed, or a transfer came up short: redo each
+                            // piece on its own so every error lands on its own piece.
+                            None
+                        } else {
+                            Some(Ok(()))
+                        };
+                    }
                     done += 1;
                 }
             }

@@ -19,6 +19,7 @@ pub mod events;
 pub mod fault;
 pub mod file;
 pub mod io;
+pub mod journal;
 pub mod member;
 pub mod meta;
 pub mod mirror;

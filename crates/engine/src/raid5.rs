@@ -322,8 +322,24 @@ pub(crate) fn write(
 ) -> Result<(), ArrayError> {
     let mut s = sector;
     let mut off = 0usize;
+    let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
     while off < buf.len() {
         let loc = g.locate(s);
+        // A run of whole stripes goes out in one pass (md's full-stripe batching).
+        let whole = (buf.len() - off) / stripe_bytes;
+        if whole >= 2
+            && loc.data_index == 0
+            && loc.offset_sectors == 0
+            && a.tuning.batching.load(Ordering::Relaxed)
+        {
+            let n = whole.min(MAX_BATCH_STRIPES);
+            let data = &buf[off..off + n * stripe_bytes];
+            if write_full_stripes(a, g, loc.stripe, n, data)? {
+                off += n * stripe_bytes;
+                s += sectors(n * stripe_bytes);
+                continue;
+            }
+        }
         let next_stripe = g.array_sector(loc.stripe + 1, 0);
         let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
@@ -338,6 +354,74 @@ pub(crate) fn write(
         s += sectors(n);
     }
     Ok(())
+}
+
+/// Most stripes written in one batch.
+const MAX_BATCH_STRIPES: usize = 64;
+
+/// Write `n` whole stripes from `first` in one pass: parity from the new data, every member
+/// write submitted together (the IO layer merges each member's adjacent pieces into one).
+/// Returns false, having done nothing, when a stripe has lost members: those go one by one.
+fn write_full_stripes(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    n: usize,
+    data: &[u8],
+) -> Result<bool, ArrayError> {
+    let _locks = a.lock_buckets(first..first + n as u64);
+    let maps: Vec<StripeMap> = (first..first + n as u64).map(|s| g.stripe_map(s)).collect();
+    if maps
+        .iter()
+        .zip(first..)
+        .any(|(m, s)| !lost_roles(a, m, s, &[]).is_empty())
+    {
+        return Ok(false);
+    }
+    let cb = chunk_bytes(g);
+    let stripe_bytes = cb * g.data_disks();
+    let mut parity: Vec<(AlignedBuf, Option<AlignedBuf>)> = Vec::with_capacity(n);
+    for (k, map) in maps.iter().enumerate() {
+        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
+        let srcs: Vec<&[u8]> = sd.chunks(cb).collect();
+        let mut p = AlignedBuf::new(cb);
+        let mut q = map.q.map(|_| AlignedBuf::new(cb));
+        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+        parity.push((p, q));
+    }
+    let mut ops = OpList::new();
+    for (k, (map, (p, q))) in maps.iter().zip(&parity).enumerate() {
+        let stripe = first + k as u64;
+        let msec = g.member_sector(stripe, 0);
+        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
+        for (i, chunk) in sd.chunks(cb).enumerate() {
+            let r = map.data[i];
+            match a.usable(r, stripe) {
+                Some(dev) => ops.write(a, dev, r, msec, chunk),
+                None => return Ok(false),
+            }
+        }
+        match a.usable(map.p, stripe) {
+            Some(dev) => ops.write(a, dev, map.p, msec, p),
+            None => return Ok(false),
+        }
+        if let (Some(qr), Some(q)) = (map.q, q) {
+            match a.usable(qr, stripe) {
+                Some(dev) => ops.write(a, dev, qr, msec, q),
+                None => return Ok(false),
+            }
+        }
+    }
+    ops.run(a);
+    // Failed writes failed their members; the stripes stay consistent on the survivors.
+    if maps
+        .iter()
+        .zip(first..)
+        .any(|(m, s)| lost_roles(a, m, s, &[]).len() > g.parity_disks())
+    {
+        return Err(no_redundancy(a, "write"));
+    }
+    Ok(true)
 }
 
 /// What one request writes into one data chunk: byte range in the chunk and the new bytes.
@@ -413,7 +497,13 @@ fn write_stripe(
             .map(|p| p.as_ref().expect("full").data)
             .collect();
         gen_parity(map, &srcs, &mut p, q.as_deref_mut());
-    } else if lost.is_empty() && rmw_reads < rcw_reads {
+    } else if lost.is_empty()
+        && match a.tuning.rmw_level.load(Ordering::Relaxed) {
+            0 => false,
+            1 => rmw_reads < rcw_reads,
+            _ => rmw_reads <= rcw_reads,
+        }
+    {
         // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
         let mut old: Vec<Option<AlignedBuf>> = pieces
             .iter()

@@ -7,7 +7,7 @@
 //! - [`model`]: the bytes every read must return (old-or-new after failed writes);
 //! - [`layout`]: where data lives, asked of the level's geometry;
 //! - [`config`]: a configuration and [`Mode`] for each seed;
-//! - [`run`]: the [`Simulator`] itself, with [`Lifecycle`] hooks for spares, rebuild and
+//! - [`mod@run`]: the [`Simulator`] itself, with [`Lifecycle`] hooks for spares, rebuild and
 //!   scrub; [`hooks`] maps them to the engine.
 //!
 //! Determinism: one thread drives the engine, disks keep no real time, every collection

@@ -114,6 +114,8 @@ pub struct RunStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
     pub step: u64,
+    /// A short name for the kind of deviation, for counting.
+    pub kind: &'static str,
     pub what: String,
 }
 
@@ -216,8 +218,6 @@ pub struct Simulator<'h> {
     role_disk: Vec<usize>,
     /// Disks waiting as spares.
     spares: Vec<usize>,
-    /// Disks that have held a role at some time.
-    ever_member: BTreeSet<usize>,
     /// A finding left the array in a state md would not reach: the run ends there.
     ended: bool,
     array: Option<Array>,
@@ -283,7 +283,6 @@ impl<'h> Simulator<'h> {
             world,
             role_disk: (0..cfg.disks).collect(),
             spares: Vec::new(),
-            ever_member: (0..cfg.disks).collect(),
             ended: false,
             saved_images: vec![None; cfg.disks],
             disks,
@@ -322,13 +321,14 @@ impl<'h> Simulator<'h> {
         &self.disks[self.role_disk[role]]
     }
 
-    fn finding(&mut self, what: String) -> Res {
-        self.world.note(format!("FINDING: {what}"));
+    fn finding(&mut self, kind: &'static str, what: String) -> Res {
+        self.world.note(format!("FINDING ({kind}): {what}"));
         if self.opts.strict {
-            return Err(what);
+            return Err(format!("{kind}: {what}"));
         }
         self.findings.push(Finding {
             step: self.stats.steps,
+            kind,
             what,
         });
         Ok(())
@@ -831,7 +831,6 @@ impl<'h> Simulator<'h> {
                 .and_then(|n| Self::disk_index(&n))
             {
                 self.role_disk[r] = i;
-                self.ever_member.insert(i);
             }
         }
         self.spares = self
@@ -988,11 +987,14 @@ impl<'h> Simulator<'h> {
         for r in 0..self.cfg.disks {
             if self.disk(r).is_gone() && !engine_missing.contains(&r) {
                 // Only a superblock write can have seen it go: the stop's own update.
-                self.finding(format!(
-                    "member {r} vanished during the superblock update of a clean stop and \
+                self.finding(
+                    "superblock-write-error-ignored",
+                    format!(
+                        "member {r} vanished during the superblock update of a clean stop and \
                      the engine kept it active: a superblock write error does not fail the \
                      member (md fails it)"
-                ))?;
+                    ),
+                )?;
                 engine_missing.insert(r);
             }
         }
@@ -1047,11 +1049,12 @@ impl<'h> Simulator<'h> {
             }
         }
         // Disks that left the array (replaced members) may be offered by mistake.
-        // Not old spares unless strict: the engine takes a stale spare whose device number
-        // was given to a new spare (see the report's findings).
+        // Only when strict: the engine takes an old disk as a spare when its device number
+        // was given to a new spare, and two devices then claim one role
+        // (tests/sim_regressions.rs).
         let detached: Vec<usize> = (0..self.disks.len())
             .filter(|d| !self.role_disk.contains(d) && !self.spares.contains(d))
-            .filter(|d| self.opts.strict || self.ever_member.contains(d))
+            .filter(|_| self.opts.strict)
             .filter(|&d| !self.disks[d].is_gone() && !give.contains(&d))
             .collect();
         if !detached.is_empty() && self.fr.chance(30) {
@@ -1163,12 +1166,15 @@ impl<'h> Simulator<'h> {
                 && !expect_out.contains(&r)
                 && events[d] < newest
             {
-                self.finding(format!(
-                    "member {r} was active until the stop but its superblock is behind \
+                self.finding(
+                    "superblock-write-error-ignored",
+                    format!(
+                        "member {r} was active until the stop but its superblock is behind \
                      (events {:?} < {newest:?}), so assembly left it out: a superblock \
                      write failed without failing the member",
-                    events[d]
-                ))?;
+                        events[d]
+                    ),
+                )?;
                 continue;
             }
             if !active && given && b.slot_state(MemberIdx(r)) == SlotState::Recovering {
@@ -1249,12 +1255,23 @@ impl<'h> Simulator<'h> {
         let r = self.array().write(off, &data);
         let cut_during = !self.world.is_powered();
         self.world.cut_power();
-        // Every member IO after the cut fails, so a write the engine acknowledged is on
-        // enough members to come back whole; a failed one may have landed anywhere.
-        match &r {
-            Ok(()) => self.model.write_ok(off, &data),
-            Err(_) => self.model.write_uncertain(off, &data),
-        }
+        // A write acknowledged before the cut must come back whole. One acknowledged while
+        // the cut failed members whose failure could not be recorded anywhere is checked
+        // after recovery (md would not have acknowledged it).
+        let acked_in_cut = match (&r, cut_during) {
+            (Ok(()), false) => {
+                self.model.write_ok(off, &data);
+                false
+            }
+            (Ok(()), true) => {
+                self.model.write_uncertain(off, &data);
+                true
+            }
+            (Err(_), _) => {
+                self.model.write_uncertain(off, &data);
+                false
+            }
+        };
         self.world.note(format!(
             "write {off}+{len} in the power cut: {:?}, cut during it: {cut_during}",
             r.as_ref().map_err(|e| e.to_string())
@@ -1279,10 +1296,13 @@ impl<'h> Simulator<'h> {
                     Ok((b, _)) => format!("left out members {:?}", b.missing_roles()),
                     Err(e) => format!("failed: {e}"),
                 };
-                self.finding(format!(
-                    "after a power cut during a superblock update, assembly {what} (events \
+                self.finding(
+                    "events-off-by-one-refused",
+                    format!(
+                        "after a power cut during a superblock update, assembly {what} (events \
                      {events:?}); md and mdadm accept members one event behind"
-                ))?;
+                    ),
+                )?;
                 let (b, rep) = assemble(list, &devs(true))
                     .map_err(|e| format!("forced assembly after a power cut failed: {e}"))?;
                 if b.is_degraded() {
@@ -1303,6 +1323,10 @@ impl<'h> Simulator<'h> {
                 .array()
                 .resync()
                 .map_err(|e| format!("resync after the power cut failed: {e}"))?;
+            self.world.note(format!(
+                "after the power cut: unclean {}, resync found {n} mismatched sectors",
+                rep.unclean
+            ));
             if !rep.unclean && n > 0 {
                 return Err(format!(
                     "assembly said the array was clean after the power cut, but resync \
@@ -1321,6 +1345,24 @@ impl<'h> Simulator<'h> {
                 .check(s, &buf)
                 .map_err(|e| format!("after the power cut: {e}"))?;
             self.model.settle(s, &buf);
+        }
+        if acked_in_cut {
+            let mut got = vec![0u8; data.len()];
+            self.array()
+                .read(off, &mut got)
+                .map_err(|e| format!("read after the power cut failed: {e}"))?;
+            if got != data {
+                let first = got.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0);
+                self.finding(
+                    "acked-write-lost-in-power-cut",
+                    format!(
+                        "a write acknowledged during a power cut ({off}+{len}) was lost from \
+                     byte {} on: it was acknowledged although the member failures it saw \
+                     could not be recorded in any superblock",
+                        off + first as u64
+                    ),
+                )?;
+            }
         }
         if self.cfg.level != Level::Raid0 {
             match self.array().resync() {

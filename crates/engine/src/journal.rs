@@ -1,0 +1,619 @@
+//! The raid5/6 journal device in write-through mode (md's raid5-cache).
+//!
+//! Write-through closes the write hole: before a stripe's member writes begin, its new data
+//! and parity are appended to the journal and flushed. After a crash, replay on assembly
+//! rewrites every complete row found after `journal_tail`, so parity matches data again
+//! whatever subset of the member writes landed.
+//!
+//! The hook API, for the raid5 write path and assembly:
+//! - [`Journal::format`] (create) / [`Journal::load`] (assemble) over the journal member;
+//! - [`Journal::replay`] once on assembly, before any write; persist the tail it returns;
+//! - per stripe write, under the stripe lock: [`Journal::append_stripe`] before the member
+//!   writes, [`Journal::stripe_written`] with its ticket after them (even if they failed:
+//!   the array records member failures itself).
+//!
+//! The journal never overwrites a record whose member writes may not be durable: when the
+//! ring is full it asks its [`JournalHost`] to flush the members and to record the new
+//! `journal_tail` in the journal device's superblock, then reuses the space behind it.
+//! The tail always points at a valid meta block: the oldest record still in flight, or
+//! else the newest record (replaying that one again is harmless).
+
+use crate::array::Array;
+use crate::member::Member;
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use thiserror::Error;
+use uraid_core::geometry::ParityGeometry;
+use uraid_core::journal::{
+    self as fmt, LogLayout, LogRing, LogSeed, MetaBlock, Payload, Scan, ScanEnd, ScanStart,
+    BLOCK_BYTES, BLOCK_SECTORS, SEQ_JUMP_AFTER_RECOVERY,
+};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+#[derive(Debug, Error)]
+pub enum JournalError {
+    #[error("journal {dev}: {source}")]
+    Io { dev: String, source: io::Error },
+    #[error("journal {dev}: no valid meta block at journal_tail {tail_sectors}: {source}")]
+    NoLog {
+        dev: String,
+        tail_sectors: u64,
+        source: fmt::JournalError,
+    },
+    #[error("journal {dev}: data area of {sectors} sectors is too small")]
+    TooSmall { dev: String, sectors: u64 },
+    #[error("journal {dev}: {need_sectors} sectors do not fit in the ring ({free_sectors} free after reclaim)")]
+    Full {
+        dev: String,
+        need_sectors: u64,
+        free_sectors: u64,
+    },
+    #[error("journal: {0}")]
+    BadWrite(&'static str),
+    #[error("journal: array members: {0}")]
+    Members(io::Error),
+}
+
+impl From<JournalError> for io::Error {
+    fn from(e: JournalError) -> io::Error {
+        match e {
+            JournalError::Io { source, .. } | JournalError::Members(source) => source,
+            other => io::Error::other(other.to_string()),
+        }
+    }
+}
+
+/// Where the journal lives on its member: md's data area of the journal device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalArea {
+    pub data_offset_bytes: u64,
+    /// The journal superblock's `data_size`.
+    pub size_sectors: u64,
+}
+
+/// What the journal needs from the array to reclaim space.
+pub trait JournalHost {
+    /// Make every completed member write durable (flush all members).
+    fn flush_members(&self) -> io::Result<()>;
+    /// Record `journal_tail` (the journal superblock's `recovery_offset`) durably.
+    fn set_journal_tail(&self, tail_sectors: u64) -> io::Result<()>;
+}
+
+/// Where replay writes rows: the array's members.
+pub trait ReplayTarget {
+    /// Write one 4 KiB block at `member_sector` (relative to the data area) of `role`; a
+    /// missing member is skipped (Ok).
+    fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()>;
+    fn flush(&self) -> io::Result<()>;
+}
+
+impl ReplayTarget for Array {
+    fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
+        match self.live(role) {
+            Some(dev) => dev.write_at(page, self.member_byte(role, member_sector)),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        for r in 0..self.raid_disks() {
+            if let Some(dev) = self.live(MemberIdx(r)) {
+                dev.flush()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Plain member devices and their data offsets (tests, tools).
+pub struct MemberSet {
+    pub devs: Vec<Option<Arc<dyn Member>>>,
+    pub data_offset_bytes: Vec<u64>,
+}
+
+impl ReplayTarget for MemberSet {
+    fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
+        match &self.devs[role.0] {
+            Some(dev) => dev.write_at(
+                page,
+                self.data_offset_bytes[role.0] + member_sector * SECTOR_BYTES,
+            ),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.devs.iter().flatten().try_for_each(|d| d.flush())
+    }
+}
+
+/// One md stripe (a 4 KiB row) of a write: its new data pages and its parity.
+#[derive(Clone, Debug)]
+pub struct RowWrite<'a> {
+    /// Member sector of the row (md's `sh->sector`), a multiple of 8.
+    pub stripe_sector: u64,
+    /// (array sector, 4 KiB page) of every data page the write changes in this row.
+    pub data: Vec<(u64, &'a [u8])>,
+    /// P, then Q for raid6; 4 KiB each.
+    pub parity: Vec<&'a [u8]>,
+}
+
+/// The rows of one chunk-high stripe write, for [`Journal::append_stripe`].
+///
+/// `pieces[i]` is the byte range written in logical data chunk `i` (start in the chunk,
+/// new bytes); `p`/`q` hold parity for chunk bytes `[lo, hi)`, the union of the pieces.
+/// Every start and length must be a multiple of 4 KiB: the journal logs whole pages, so a
+/// sub-page write must be widened to pages (with the old bytes) first, as md does.
+pub fn rows_for_stripe<'a>(
+    g: &ParityGeometry,
+    stripe: u64,
+    pieces: &[Option<(usize, &'a [u8])>],
+    p: &'a [u8],
+    q: Option<&'a [u8]>,
+) -> Result<Vec<RowWrite<'a>>, JournalError> {
+    let page = BLOCK_BYTES;
+    let lo = pieces.iter().flatten().map(|(s, _)| *s).min();
+    let hi = pieces.iter().flatten().map(|(s, d)| s + d.len()).max();
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Ok(Vec::new());
+    };
+    let aligned = pieces
+        .iter()
+        .flatten()
+        .all(|(s, d)| s % page == 0 && d.len() % page == 0);
+    if !aligned {
+        return Err(JournalError::BadWrite(
+            "a stripe write is not in whole pages",
+        ));
+    }
+    if p.len() != hi - lo || q.is_some_and(|q| q.len() != hi - lo) {
+        return Err(JournalError::BadWrite("parity does not cover the write"));
+    }
+    if pieces.len() != g.data_disks() || (q.is_some() != (g.parity_disks() == 2)) {
+        return Err(JournalError::BadWrite("pieces do not match the geometry"));
+    }
+    let mut rows = Vec::new();
+    for row in (lo..hi).step_by(page) {
+        let row_sectors = (row / page) as u64 * BLOCK_SECTORS;
+        let mut data = Vec::new();
+        for (i, pc) in pieces.iter().enumerate() {
+            if let Some((s, d)) = pc {
+                if (*s..s + d.len()).contains(&row) {
+                    let loc = g.array_sector(stripe, i) + row_sectors;
+                    data.push((loc, &d[row - s..row - s + page]));
+                }
+            }
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let mut parity = vec![&p[row - lo..row - lo + page]];
+        if let Some(q) = q {
+            parity.push(&q[row - lo..row - lo + page]);
+        }
+        rows.push(RowWrite {
+            stripe_sector: g.member_sector(stripe, row_sectors),
+            data,
+            parity,
+        });
+    }
+    Ok(rows)
+}
+
+/// A logged stripe whose member writes are under way; give it back to
+/// [`Journal::stripe_written`].
+#[derive(Debug)]
+#[must_use = "a ticket pins its journal space until stripe_written"]
+pub struct LogTicket {
+    first_seq: u64,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Rows rewritten to the members.
+    pub stripes: usize,
+    /// Rows with data but no parity: a write-back log, not replayed here.
+    pub data_only: usize,
+    pub meta_blocks: u64,
+    /// The new `journal_tail`: the caller records it in the journal superblock.
+    pub tail_sectors: u64,
+    pub why_stopped: ScanEnd,
+}
+
+struct LogState {
+    /// Where the next record goes, and its seq.
+    head: u64,
+    seq: u64,
+    /// journal_tail as last recorded, and the seq of the meta block there.
+    tail: u64,
+    tail_seq: u64,
+    /// Records whose member writes are in flight: seq -> position.
+    inflight: BTreeMap<u64, u64>,
+    /// The newest record written (position, seq).
+    newest: Option<(u64, u64)>,
+}
+
+/// A journal member in md's raid5-cache format.
+pub struct Journal {
+    dev: Arc<dyn Member>,
+    area: JournalArea,
+    ring: LogRing,
+    seed: LogSeed,
+    state: Mutex<LogState>,
+}
+
+impl Journal {
+    fn new(
+        dev: Arc<dyn Member>,
+        area: JournalArea,
+        set_uuid: &[u8; 16],
+    ) -> Result<(Journal, LogRing), JournalError> {
+        let ring = LogRing::new(area.size_sectors).ok_or_else(|| JournalError::TooSmall {
+            dev: dev.name(),
+            sectors: area.size_sectors,
+        })?;
+        let j = Journal {
+            dev,
+            area,
+            ring,
+            seed: LogSeed::from_uuid(set_uuid),
+            state: Mutex::new(LogState {
+                head: 0,
+                seq: 0,
+                tail: 0,
+                tail_seq: 0,
+                inflight: BTreeMap::new(),
+                newest: None,
+            }),
+        };
+        Ok((j, ring))
+    }
+
+    /// A new, empty journal (create, or md's reaction to no log at the tail): an empty meta
+    /// block at sector 0 with `seq` (md picks it at random). The tail is 0.
+    pub fn format(
+        dev: Arc<dyn Member>,
+        area: JournalArea,
+        set_uuid: &[u8; 16],
+        seq: u64,
+    ) -> Result<Journal, JournalError> {
+        let (j, ring) = Journal::new(dev, area, set_uuid)?;
+        j.write_empty(0, seq)?;
+        j.flush_log()?;
+        let mut st = j.state.lock().unwrap();
+        st.head = ring.add(0, BLOCK_SECTORS);
+        st.seq = seq.wrapping_add(1);
+        st.tail = 0;
+        st.tail_seq = seq;
+        st.newest = Some((0, seq));
+        drop(st);
+        Ok(j)
+    }
+
+    /// Open an existing journal at `tail_sectors` (the superblock's journal_tail). Call
+    /// [`Journal::replay`] before appending.
+    pub fn load(
+        dev: Arc<dyn Member>,
+        area: JournalArea,
+        set_uuid: &[u8; 16],
+        tail_sectors: u64,
+    ) -> Result<Journal, JournalError> {
+        let (j, ring) = Journal::new(dev, area, set_uuid)?;
+        let no_log = |source| JournalError::NoLog {
+            dev: j.dev.name(),
+            tail_sectors,
+            source,
+        };
+        if !ring.is_block(tail_sectors) {
+            return Err(no_log(fmt::JournalError::BadPayload {
+                offset: 0,
+                why: "journal_tail is not a block of the data area",
+            }));
+        }
+        let mut b = vec![0u8; BLOCK_BYTES];
+        j.read_block(tail_sectors, &mut b)?;
+        let mb = MetaBlock::decode(&b, j.seed).map_err(no_log)?;
+        if mb.position_sectors != tail_sectors {
+            return Err(no_log(fmt::JournalError::BadPayload {
+                offset: 24,
+                why: "meta block at journal_tail names another position",
+            }));
+        }
+        let mut st = j.state.lock().unwrap();
+        // Until replay, appending is not allowed: head == tail marks "not replayed".
+        st.head = tail_sectors;
+        st.seq = mb.seq;
+        st.tail = tail_sectors;
+        st.tail_seq = mb.seq;
+        drop(st);
+        Ok(j)
+    }
+
+    pub fn tail_sectors(&self) -> u64 {
+        self.state.lock().unwrap().tail
+    }
+
+    pub fn ring(&self) -> LogRing {
+        self.ring
+    }
+
+    fn byte(&self, pos: u64) -> u64 {
+        self.area.data_offset_bytes + pos * SECTOR_BYTES
+    }
+
+    fn io_err(&self, source: io::Error) -> JournalError {
+        JournalError::Io {
+            dev: self.dev.name(),
+            source,
+        }
+    }
+
+    fn read_block(&self, pos: u64, buf: &mut [u8]) -> Result<(), JournalError> {
+        self.dev
+            .read_at(buf, self.byte(pos))
+            .map_err(|e| self.io_err(e))
+    }
+
+    fn write_block(&self, pos: u64, buf: &[u8]) -> Result<(), JournalError> {
+        assert!(self.ring.is_block(pos) && buf.len() == BLOCK_BYTES);
+        self.dev
+            .write_at(buf, self.byte(pos))
+            .map_err(|e| self.io_err(e))
+    }
+
+    fn flush_log(&self) -> Result<(), JournalError> {
+        self.dev.flush().map_err(|e| self.io_err(e))
+    }
+
+    fn write_empty(&self, pos: u64, seq: u64) -> Result<(), JournalError> {
+        let mb = MetaBlock {
+            seq,
+            position_sectors: pos,
+            payloads: Vec::new(),
+        };
+        let b = mb.encode(self.seed).expect("an empty meta block fits");
+        self.write_block(pos, &b)
+    }
+
+    /// Scan the log from the tail without changing anything.
+    pub fn scan(&self, layout: &dyn LogLayout) -> Result<Scan, JournalError> {
+        let st = self.state.lock().unwrap();
+        let start = ScanStart {
+            tail_sectors: st.tail,
+            seq: st.tail_seq,
+        };
+        drop(st);
+        fmt::scan(&self.ring, self.seed, layout, start, |pos, buf| {
+            self.read_block(pos, buf)
+        })
+    }
+
+    /// Recovery on assembly: rewrite every complete row found after the tail to the members,
+    /// flush them, then start a new log after the last valid record, with the seq jumped as
+    /// md does. Returns the new tail, which the caller records as journal_tail.
+    ///
+    /// A crash during replay is safe: the old tail and log stay valid until the new empty
+    /// meta block is written, and replaying the same rows twice writes the same bytes.
+    pub fn replay(
+        &self,
+        g: &ParityGeometry,
+        target: &dyn ReplayTarget,
+    ) -> Result<ReplayReport, JournalError> {
+        let scan = {
+            let st = self.state.lock().unwrap();
+            assert_eq!(st.head, st.tail, "replay runs once, right after load");
+            let start = ScanStart {
+                tail_sectors: st.tail,
+                seq: st.seq,
+            };
+            drop(st);
+            fmt::scan(&self.ring, self.seed, g, start, |pos, buf| {
+                self.read_block(pos, buf)
+            })?
+        };
+        let mut page = vec![0u8; BLOCK_BYTES];
+        for s in &scan.stripes {
+            let stripe = s.stripe_sector / g.chunk_sectors;
+            let row = s.stripe_sector % g.chunk_sectors;
+            let map = g.stripe_map(stripe);
+            for d in &s.data {
+                let loc = g.locate(d.location_sectors);
+                assert!(
+                    loc.stripe == stripe && loc.offset_sectors == row,
+                    "scan mapped it"
+                );
+                self.read_page(d, &mut page)?;
+                target
+                    .write_block(map.data[loc.data_index], s.stripe_sector, &page)
+                    .map_err(JournalError::Members)?;
+            }
+            let roles = [Some(map.p), map.q];
+            for (p, role) in s.parity.iter().zip(roles.iter().flatten()) {
+                self.read_page(p, &mut page)?;
+                target
+                    .write_block(*role, s.stripe_sector, &page)
+                    .map_err(JournalError::Members)?;
+            }
+        }
+        target.flush().map_err(JournalError::Members)?;
+        let end = scan.end;
+        let seq = end.seq.wrapping_add(SEQ_JUMP_AFTER_RECOVERY);
+        self.write_empty(end.tail_sectors, seq)?;
+        self.flush_log()?;
+        let mut st = self.state.lock().unwrap();
+        st.tail = end.tail_sectors;
+        st.tail_seq = seq;
+        st.head = self.ring.add(end.tail_sectors, BLOCK_SECTORS);
+        st.seq = seq.wrapping_add(1);
+        st.newest = Some((end.tail_sectors, seq));
+        drop(st);
+        Ok(ReplayReport {
+            stripes: scan.stripes.len(),
+            data_only: scan.data_only.len(),
+            meta_blocks: scan.meta_blocks,
+            tail_sectors: end.tail_sectors,
+            why_stopped: scan.why,
+        })
+    }
+
+    fn read_page(&self, p: &fmt::LoggedPage, buf: &mut [u8]) -> Result<(), JournalError> {
+        self.read_block(p.log_sectors, buf)?;
+        // The scan verified it; nothing writes the log during replay.
+        assert_eq!(
+            self.seed.page_checksum(buf),
+            p.checksum,
+            "journal page changed"
+        );
+        Ok(())
+    }
+
+    /// Log the rows of one stripe write and flush the journal (write-through). Returns once
+    /// the rows are durable; the caller then writes the members and hands the ticket to
+    /// [`Journal::stripe_written`].
+    pub fn append_stripe(
+        &self,
+        rows: &[RowWrite<'_>],
+        host: &dyn JournalHost,
+    ) -> Result<LogTicket, JournalError> {
+        let parity_pages = rows.first().map_or(0, |r| r.parity.len());
+        for r in rows {
+            let pages_ok = r
+                .data
+                .iter()
+                .all(|(loc, d)| d.len() == BLOCK_BYTES && loc % 8 == 0)
+                && r.parity.iter().all(|p| p.len() == BLOCK_BYTES);
+            if !pages_ok || r.data.is_empty() || r.parity.len() != parity_pages || parity_pages == 0
+            {
+                return Err(JournalError::BadWrite(
+                    "a row is not whole pages of data and parity",
+                ));
+            }
+            if r.stripe_sector % BLOCK_SECTORS != 0 {
+                return Err(JournalError::BadWrite("a row does not start on a page"));
+            }
+        }
+        // Pack rows into meta blocks; a row never spans two records (md keeps a stripe's
+        // payloads in one io_unit).
+        let mut records: Vec<(MetaBlock, Vec<&[u8]>)> = Vec::new();
+        let mut cur: Vec<Payload> = Vec::new();
+        let mut cur_pages: Vec<&[u8]> = Vec::new();
+        let mut cur_bytes = fmt::META_HEADER_BYTES;
+        for r in rows {
+            let mut payloads: Vec<Payload> = r
+                .data
+                .iter()
+                .map(|(loc, d)| Payload::Data {
+                    flags: 0,
+                    location_sectors: *loc,
+                    checksums: vec![self.seed.page_checksum(d)],
+                })
+                .collect();
+            payloads.push(Payload::Parity {
+                flags: 0,
+                location_sectors: r.stripe_sector,
+                checksums: r
+                    .parity
+                    .iter()
+                    .map(|p| self.seed.page_checksum(p))
+                    .collect(),
+            });
+            let bytes: usize = payloads.iter().map(Payload::encoded_bytes).sum();
+            if cur_bytes + bytes > BLOCK_BYTES && !cur.is_empty() {
+                records.push((
+                    meta(std::mem::take(&mut cur)),
+                    std::mem::take(&mut cur_pages),
+                ));
+                cur_bytes = fmt::META_HEADER_BYTES;
+            }
+            if cur_bytes + bytes > BLOCK_BYTES {
+                return Err(JournalError::BadWrite("a row does not fit one meta block"));
+            }
+            cur_bytes += bytes;
+            cur.extend(payloads);
+            cur_pages.extend(r.data.iter().map(|(_, d)| *d));
+            cur_pages.extend(r.parity.iter().copied());
+        }
+        if !cur.is_empty() {
+            records.push((meta(cur), cur_pages));
+        }
+        fn meta(payloads: Vec<Payload>) -> MetaBlock {
+            MetaBlock {
+                seq: 0,
+                position_sectors: 0,
+                payloads,
+            }
+        }
+        let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
+
+        let mut st = self.state.lock().unwrap();
+        assert_ne!(st.head, st.tail, "append before replay");
+        if !self.fits(&st, need) {
+            self.reclaim(&mut st, host)?;
+        }
+        if !self.fits(&st, need) {
+            let used = self.ring.distance(st.tail, st.head);
+            return Err(JournalError::Full {
+                dev: self.dev.name(),
+                need_sectors: need,
+                free_sectors: self.ring.size_sectors() - used,
+            });
+        }
+        let first_seq = st.seq;
+        let first_pos = st.head;
+        for (mut mb, pages) in records {
+            mb.seq = st.seq;
+            mb.position_sectors = st.head;
+            let b = mb.encode(self.seed).expect("packed to fit");
+            self.write_block(st.head, &b)?;
+            let mut pos = self.ring.add(st.head, BLOCK_SECTORS);
+            for p in pages {
+                self.write_block(pos, p)?;
+                pos = self.ring.add(pos, BLOCK_SECTORS);
+            }
+            st.newest = Some((st.head, st.seq));
+            st.head = pos;
+            st.seq = st.seq.wrapping_add(1);
+        }
+        // Write-through: durable before any member write of the stripe begins.
+        self.flush_log()?;
+        st.inflight.insert(first_seq, first_pos);
+        Ok(LogTicket { first_seq })
+    }
+
+    /// The member writes of a logged stripe are done (issued and completed, failed or
+    /// not); its journal space may be reclaimed once the members are flushed.
+    pub fn stripe_written(&self, ticket: LogTicket) {
+        let mut st = self.state.lock().unwrap();
+        let was = st.inflight.remove(&ticket.first_seq);
+        assert!(was.is_some(), "ticket of this journal, given back once");
+    }
+
+    /// Whether `need` sectors fit between head and tail, leaving the tail block alone.
+    fn fits(&self, st: &LogState, need: u64) -> bool {
+        let used = self.ring.distance(st.tail, st.head);
+        used + need < self.ring.size_sectors()
+    }
+
+    /// Move the tail up to the oldest record still in flight (or the newest record): flush
+    /// the members so everything before it is durable in place, then record the tail.
+    fn reclaim(&self, st: &mut LogState, host: &dyn JournalHost) -> Result<(), JournalError> {
+        let (new_tail, new_tail_seq) = match st.inflight.first_key_value() {
+            Some((&seq, &pos)) => (pos, seq),
+            None => match st.newest {
+                Some(newest) => newest,
+                None => return Ok(()),
+            },
+        };
+        if new_tail == st.tail {
+            return Ok(());
+        }
+        host.flush_members().map_err(JournalError::Members)?;
+        host.set_journal_tail(new_tail)
+            .map_err(JournalError::Members)?;
+        st.tail = new_tail;
+        st.tail_seq = new_tail_seq;
+        Ok(())
+    }
+}
