@@ -49,7 +49,7 @@ struct Totals {
     by_mode: [u64; 3],
     faults: FaultCounts,
     stats: RunStats,
-    findings: Vec<(u64, String)>,
+    findings: std::collections::BTreeMap<&'static str, (u64, Vec<u64>)>,
 }
 
 impl Totals {
@@ -75,7 +75,11 @@ impl Totals {
         s.expected_errors += r.stats.expected_errors;
         s.rebuilds += r.stats.rebuilds;
         for f in &r.findings {
-            self.findings.push((r.seed, f.what.clone()));
+            let e = self.findings.entry(f.kind).or_default();
+            e.0 += 1;
+            if !e.1.contains(&r.seed) {
+                e.1.push(r.seed);
+            }
         }
     }
 
@@ -109,11 +113,16 @@ impl Totals {
         );
         if !self.findings.is_empty() {
             println!(
-                "  md deviations that lost no data ({}), first ones:",
-                self.findings.len()
+                "  engine deviations from md, recorded (URAID_SIM_STRICT=1 fails on them; \
+                 reduced cases in tests/sim_regressions.rs):"
             );
-            for (seed, f) in self.findings.iter().take(5) {
-                println!("    seed {seed}: {f}");
+            for (kind, (n, seeds)) in &self.findings {
+                let first: Vec<String> = seeds.iter().take(8).map(|s| s.to_string()).collect();
+                println!(
+                    "    {kind}: {n} times in {} seeds (e.g. {})",
+                    seeds.len(),
+                    first.join(", ")
+                );
             }
         }
     }
