@@ -8,6 +8,7 @@
 
 pub mod bitmap;
 pub mod geometry;
+pub mod journal;
 pub mod superblock;
 pub mod types;
 
