@@ -645,6 +645,12 @@ def main() -> int:
     latest.unlink(missing_ok=True)
     latest.symlink_to(run_dir.name)
     print(f"run folder: {run_dir}", flush=True)
+    if uraid is not None:
+        # Others rebuild target/debug/uraid while we run; one run tests one binary.
+        (run_dir / "bin").mkdir()
+        shutil.copy2(uraid, run_dir / "bin" / "uraid")
+        print(f"uraid: {uraid} (copied to {run_dir / 'bin'})", flush=True)
+        uraid = run_dir / "bin" / "uraid"
 
     failed: list[str] = []
     skipped: list[str] = []
