@@ -76,6 +76,8 @@ pub struct Array {
     pub(crate) slots: Vec<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
+    writes_in_flight: AtomicU64,
+    last_write_ms: AtomicU64,
     locks: Vec<Mutex<()>>,
     unaligned: Mutex<()>,
     array_bytes: u64,
@@ -104,6 +106,8 @@ impl Array {
             slots,
             meta: Mutex::new(meta),
             dirty: AtomicBool::new(false),
+            writes_in_flight: AtomicU64::new(0),
+            last_write_ms: AtomicU64::new(0),
             locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             unaligned: Mutex::new(()),
             array_bytes,
@@ -330,18 +334,61 @@ impl Array {
     }
 
     fn ensure_dirty(&self) -> Result<(), ArrayError> {
-        if self.dirty.load(Ordering::Acquire) {
+        // SeqCst pairs with safemode(): either it sees this write in flight, or this write
+        // sees the array clean and waits for the superblock lock.
+        if self.dirty.load(Ordering::SeqCst) {
             return Ok(());
         }
         let mut meta = self.meta();
-        if !self.dirty.load(Ordering::Acquire) {
+        if !self.dirty.load(Ordering::SeqCst) {
             // md marks the array active before the first write reaches a member, so an
             // unclean stop is always detected.
             meta.set_dirty(true);
             meta.write_all(self)?;
-            self.dirty.store(true, Ordering::Release);
+            self.dirty.store(true, Ordering::SeqCst);
         }
         Ok(())
+    }
+
+    /// md's safe mode: once no write has been in flight for `delay` (md: 200 ms), flush the
+    /// members and mark the superblocks clean, so that a crash while idle needs no resync.
+    /// Returns whether it marked the array clean. Call it periodically while serving.
+    pub fn safemode(&self, delay: std::time::Duration) -> Result<bool, ArrayError> {
+        if !self.dirty.load(Ordering::SeqCst) || self.writes_in_flight.load(Ordering::SeqCst) > 0 {
+            return Ok(false);
+        }
+        let idle_ms = now_ms().saturating_sub(self.last_write_ms.load(Ordering::SeqCst));
+        if u128::from(idle_ms) < delay.as_millis() {
+            return Ok(false);
+        }
+        let mut meta = self.meta();
+        self.dirty.store(false, Ordering::SeqCst);
+        if self.writes_in_flight.load(Ordering::SeqCst) > 0 {
+            self.dirty.store(true, Ordering::SeqCst);
+            return Ok(false);
+        }
+        // Completed writes must be durable before the superblock says clean (md writes
+        // superblocks with a preflush).
+        for s in &self.slots {
+            if let Some(d) = s.in_sync().or_else(|| s.usable(0)) {
+                if let Err(e) = d.flush() {
+                    tracing::warn!("{}: flush failed, staying dirty: {e}", d.name());
+                    self.dirty.store(true, Ordering::SeqCst);
+                    return Ok(false);
+                }
+            }
+        }
+        let events = meta.events() + 1;
+        let degraded = self.is_degraded() || self.any_recovering();
+        let needs_resync = meta.needs_resync();
+        if let Some(b) = meta.bitmap.as_mut() {
+            if !needs_resync {
+                b.clear_idle(degraded, events);
+            }
+        }
+        meta.set_dirty(false);
+        meta.write_all(self)?;
+        Ok(true)
     }
 
     /// Read `buf.len()` bytes at `offset`.
@@ -369,6 +416,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        let _in_flight = InFlight::new(self);
         self.ensure_dirty()?;
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
         {
@@ -563,6 +611,30 @@ impl Array {
     /// Whether a write has marked the array dirty since it was assembled or last stopped.
     pub fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Acquire)
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Counts a write in flight for safe mode; notes when the last one ended.
+struct InFlight<'a>(&'a Array);
+
+impl<'a> InFlight<'a> {
+    fn new(a: &'a Array) -> InFlight<'a> {
+        a.writes_in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(a)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.last_write_ms.store(now_ms(), Ordering::SeqCst);
+        self.0.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
