@@ -63,7 +63,9 @@ pub enum JournalError {
     BadMagic(u32),
     #[error("unsupported journal version {0} (uraid reads version {R5LOG_VERSION})")]
     BadVersion(u8),
-    #[error("journal meta block checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    #[error(
+        "journal meta block checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+    )]
     BadChecksum { stored: u32, computed: u32 },
     #[error("journal meta_size {0} is outside {META_HEADER_BYTES}..={BLOCK_BYTES}")]
     BadMetaSize(u32),
@@ -110,7 +112,10 @@ pub enum Payload {
         checksums: Vec<u32>,
     },
     /// Rows (member sectors) whose cached data reached the members.
-    Flush { flags: u16, stripe_sectors: Vec<u64> },
+    Flush {
+        flags: u16,
+        stripe_sectors: Vec<u64>,
+    },
 }
 
 impl Payload {
@@ -157,7 +162,12 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 impl MetaBlock {
     /// `meta_size`: header plus payload headers, in bytes.
     pub fn meta_size(&self) -> usize {
-        META_HEADER_BYTES + self.payloads.iter().map(Payload::encoded_bytes).sum::<usize>()
+        META_HEADER_BYTES
+            + self
+                .payloads
+                .iter()
+                .map(Payload::encoded_bytes)
+                .sum::<usize>()
     }
 
     /// Sectors of pages that follow this meta block.
@@ -407,8 +417,7 @@ impl LogLayout for ParityGeometry {
     }
 
     fn valid_stripe_sector(&self, stripe_sector: u64) -> bool {
-        stripe_sector % BLOCK_SECTORS == 0
-            && stripe_sector < self.stripes() * self.chunk_sectors
+        stripe_sector % BLOCK_SECTORS == 0 && stripe_sector < self.stripes() * self.chunk_sectors
     }
 }
 
@@ -460,12 +469,18 @@ pub struct ScanStart {
 pub enum ScanEnd {
     /// No valid meta block at the expected place (or the wrong seq/position there).
     NotMeta(JournalError),
-    WrongSeq { found: u64 },
-    WrongPosition { found: u64 },
+    WrongSeq {
+        found: u64,
+    },
+    WrongPosition {
+        found: u64,
+    },
     /// A meta block whose payloads do not make sense for this array.
     BadRecord(&'static str),
     /// A page does not match its checksum: the record was torn.
-    PageChecksum { log_sectors: u64 },
+    PageChecksum {
+        log_sectors: u64,
+    },
     /// The log came round to where it started.
     RingFull,
 }
@@ -589,7 +604,8 @@ pub fn scan<E>(
                         opened += 1;
                         (opened, LoggedStripe::new(row))
                     });
-                    s.data.retain(|d| d.location_sectors != page.location_sectors);
+                    s.data
+                        .retain(|d| d.location_sectors != page.location_sectors);
                     s.data.push(page);
                 }
                 Payload::Parity {

@@ -21,8 +21,7 @@ fn crc_bitwise(seed: u32, data: &[u8]) -> u32 {
 }
 
 const UUID: [u8; 16] = [
-    0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32,
-    0x10,
+    0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10,
 ];
 
 #[test]
@@ -32,7 +31,11 @@ fn crc32c_matches_the_kernel_definition() {
     assert_eq!(!crc32c_le(!0, b"123456789"), 0xe306_9283);
     for seed in [0u32, 1, !0, 0xdead_beef, 0x1234_5678] {
         for data in [&b""[..], b"a", b"123456789", &[0u8; 4096][..], &UUID[..]] {
-            assert_eq!(crc32c_le(seed, data), crc_bitwise(seed, data), "seed {seed:#x}");
+            assert_eq!(
+                crc32c_le(seed, data),
+                crc_bitwise(seed, data),
+                "seed {seed:#x}"
+            );
         }
     }
 }
@@ -54,11 +57,15 @@ fn hand_block(seed: u32) -> Vec<u8> {
     let mut b = vec![0u8; 4096];
     put(&mut b, 0, &[0x09, 0xc5, 0x33, 0x64]); // magic 0x6433c509, little-endian
     b[8] = 1; // version
-    // meta_size = 32 header + (16 + 4) data + (16 + 8) parity + (8 + 16) flush = 100
+              // meta_size = 32 header + (16 + 4) data + (16 + 8) parity + (8 + 16) flush = 100
     put(&mut b, 12, &[100, 0, 0, 0]);
-    put(&mut b, 16, &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]); // seq
+    put(
+        &mut b,
+        16,
+        &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11],
+    ); // seq
     put(&mut b, 24, &[0x18, 0, 0, 0, 0, 0, 0, 0]); // position 24
-    // DATA: type 0, flags 0, size 8 sectors, location 0x1000, checksum 0xaabbccdd
+                                                   // DATA: type 0, flags 0, size 8 sectors, location 0x1000, checksum 0xaabbccdd
     put(&mut b, 32, &[0, 0, 0, 0, 8, 0, 0, 0]);
     put(&mut b, 40, &[0x00, 0x10, 0, 0, 0, 0, 0, 0]);
     put(&mut b, 48, &[0xdd, 0xcc, 0xbb, 0xaa]);
