@@ -243,8 +243,21 @@ pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::As
 pub fn assemble(a: AssembleArgs) -> Result<()> {
     let (array, rep) = open_array(&a.devices, a.force)?;
     if rep.unclean && a.resync {
-        let n = array.resync()?;
-        eprintln!("uraid: resync done, {n} inconsistent regions rewritten");
+        let n = crate::progress::run_sync(
+            &array,
+            uraid_engine::SyncKind::Resync,
+            uraid_engine::SyncLimits::default(),
+            false,
+        )?;
+        eprintln!("uraid: resync done, {n} mismatched sectors rewritten");
+    }
+    if a.resync && !array.recovering_roles().is_empty() {
+        crate::progress::run_sync(
+            &array,
+            uraid_engine::SyncKind::Recovery,
+            uraid_engine::SyncLimits::default(),
+            false,
+        )?;
     }
     if a.json {
         let mut v = report::detail_json(&array);
@@ -370,8 +383,66 @@ pub fn write(a: WriteArgs) -> Result<()> {
 
 pub fn resync(a: ResyncArgs) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force)?;
-    let n = array.resync()?;
-    println!("{n} inconsistent regions rewritten");
+    let n = crate::progress::run_sync(
+        &array,
+        uraid_engine::SyncKind::Resync,
+        uraid_engine::SyncLimits::default(),
+        false,
+    )?;
+    println!("mismatch_cnt: {n}");
     array.stop()?;
     Ok(())
+}
+
+#[derive(Args)]
+pub struct SyncArgs {
+    /// md's sync_speed_min in KiB/s: the pace kept while the array is busy.
+    #[arg(long, default_value_t = 1000)]
+    pub speed_min: u64,
+    /// md's sync_speed_max in KiB/s.
+    #[arg(long, default_value_t = 200_000)]
+    pub speed_max: u64,
+    /// No progress output.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(short, long)]
+    pub force: bool,
+    #[arg(required = true)]
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+fn sync_command(a: SyncArgs, kind: uraid_engine::SyncKind) -> Result<()> {
+    let (array, _) = open_array(&a.devices, a.force)?;
+    let limits = uraid_engine::SyncLimits {
+        min_kib_s: a.speed_min,
+        max_kib_s: a.speed_max.max(a.speed_min),
+    };
+    let mismatches = crate::progress::run_sync(&array, kind, limits, a.quiet)?;
+    if a.json {
+        let mut v = report::detail_json(&array);
+        v["sync_action"] = serde_json::json!(kind.name());
+        v["mismatch_cnt"] = serde_json::json!(mismatches);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if kind != uraid_engine::SyncKind::Recovery {
+        println!("mismatch_cnt: {mismatches}");
+    }
+    array.stop()?;
+    Ok(())
+}
+
+/// md's check: count mismatched sectors (mismatch_cnt) without changing anything.
+pub fn check(a: SyncArgs) -> Result<()> {
+    sync_command(a, uraid_engine::SyncKind::Check)
+}
+
+/// md's repair: count and rewrite mismatches (raid6 also finds which block is wrong).
+pub fn repair(a: SyncArgs) -> Result<()> {
+    sync_command(a, uraid_engine::SyncKind::Repair)
+}
+
+/// Finish a pending recovery (a member added, or a rebuild interrupted by a stop).
+pub fn recover(a: SyncArgs) -> Result<()> {
+    sync_command(a, uraid_engine::SyncKind::Recovery)
 }

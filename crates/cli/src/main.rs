@@ -4,7 +4,9 @@ mod bench;
 mod commands;
 mod control;
 mod demo;
+mod monitor;
 mod open;
+mod progress;
 mod report;
 mod serve;
 mod timefmt;
@@ -49,8 +51,14 @@ enum Cmd {
     Write(commands::WriteArgs),
     /// Recompute parity or mirror copies over the whole array (resync/repair).
     Resync(commands::ResyncArgs),
-    /// Load generator: IOPS, latency and overhead of an array over memory or file members.
-    Bench(bench::BenchArgs),
+    /// Count parity or mirror mismatches without changing anything (md's check).
+    Check(commands::SyncArgs),
+    /// Count and fix mismatches; raid6 also locates the bad block (md's repair).
+    Repair(commands::SyncArgs),
+    /// Finish the recovery of a member being rebuilt (after add, or an interrupted rebuild).
+    Recover(commands::SyncArgs),
+    /// Report md events (Fail, DegradedArray, RebuildNN, SpareActive, ...) as they happen.
+    Monitor(monitor::MonitorArgs),
     /// Serve an array over NBD (and ublk) until stopped; manage it with fail/remove/add/stop.
     Serve(serve::ServeArgs),
     /// Mark a member of a served array faulty (mdadm --fail).
@@ -63,6 +71,8 @@ enum Cmd {
     Stop(control::StopArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
+    /// Load generator: IOPS, latency and overhead of an array over memory or file members.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,18 +81,24 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Create(a) => commands::create(a),
         Cmd::Examine(a) => commands::examine(a),
+        // A served array's members are locked: these commands refuse and point to the
+        // control socket; detail asks the server.
         Cmd::Assemble(a) => control::guard(&a.devices).and_then(|_l| commands::assemble(a)),
         Cmd::Detail(a) => control::detail(a),
         Cmd::Read(a) => control::guard(&a.devices).and_then(|_l| commands::read(a)),
         Cmd::Write(a) => control::guard(&a.devices).and_then(|_l| commands::write(a)),
         Cmd::Resync(a) => control::guard(&a.devices).and_then(|_l| commands::resync(a)),
-        Cmd::Bench(a) => bench::bench(a),
+        Cmd::Check(a) => control::guard(&a.devices).and_then(|_l| commands::check(a)),
+        Cmd::Repair(a) => control::guard(&a.devices).and_then(|_l| commands::repair(a)),
+        Cmd::Recover(a) => control::guard(&a.devices).and_then(|_l| commands::recover(a)),
+        Cmd::Monitor(a) => monitor::monitor(a),
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Fail(a) => control::fail(a),
         Cmd::Remove(a) => control::remove(a),
         Cmd::Add(a) => control::add(a),
         Cmd::Stop(a) => control::stop(a),
         Cmd::Demo(a) => demo::demo(a),
+        Cmd::Bench(a) => bench::bench(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -23,10 +23,16 @@ pub use raid5::{ParityGeometry, StripeLocation, StripeMap};
 pub enum GeometryError {
     #[error("unsupported layout {layout:#x} for {level}")]
     UnsupportedLayout { level: Level, layout: u32 },
-    #[error("chunk size {chunk_sectors} sectors is not a power of two of at least 8 sectors (4 KiB)")]
+    #[error(
+        "chunk size {chunk_sectors} sectors is not a power of two of at least 8 sectors (4 KiB)"
+    )]
     BadChunk { chunk_sectors: u64 },
     #[error("{level} needs at least {min} member(s), got {got}")]
-    TooFewDisks { level: Level, min: usize, got: usize },
+    TooFewDisks {
+        level: Level,
+        min: usize,
+        got: usize,
+    },
     #[error("invalid geometry: {0}")]
     Invalid(String),
 }
