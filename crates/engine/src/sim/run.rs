@@ -864,8 +864,11 @@ impl<'h> Simulator<'h> {
                 }
             }
             let old = self.disks[self.role_disk[role.0]].clone();
-            let old_is_spare = self.spares.contains(&self.role_disk[role.0]);
-            let disk = if !old.is_gone() && !old_is_spare && self.fr.chance(50) {
+            // An empty role still names its last disk, which may have moved on.
+            let idx = self.role_disk[role.0];
+            let old_in_use = self.spares.contains(&idx)
+                || (0..self.cfg.disks).any(|r| r != role.0 && self.role_disk[r] == idx);
+            let disk = if !old.is_gone() && !old_in_use && self.fr.chance(50) {
                 // The old disk, repaired, comes back (md's re-add).
                 old.clear_rules();
                 old
