@@ -9,8 +9,10 @@
 //! Run with `--nocapture` to see seeds run and faults injected by kind.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use uraid_engine::sim::hooks::EngineLifecycle;
 use uraid_engine::sim::{
-    replay_command, run_seed, FaultCounts, FaultKind, Mode, RunStats, SimOptions, SimReport,
+    replay_command, run, run_seed, FaultCounts, FaultKind, Mode, RunStats, SimConfig, SimOptions,
+    SimReport,
 };
 
 const CI_SEEDS: u64 = 300;
@@ -192,5 +194,32 @@ fn a_seed_replays_exactly() {
         let b = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(a, b, "seed {seed} did not replay exactly");
         assert!(a.member_ios > 0);
+    }
+}
+
+#[test]
+fn the_checks_catch_a_disk_that_drops_writes() {
+    // A disk that acknowledges writes and drops them defeats every level; if the
+    // simulator did not notice, its passing runs would mean nothing.
+    let opts = SimOptions {
+        lying_disk: true,
+        ..SimOptions::default()
+    };
+    for (seed, level) in [
+        (1u64, uraid_core::Level::Raid0),
+        (2, uraid_core::Level::Raid5),
+    ] {
+        let (mut cfg, _) = SimConfig::for_seed(seed);
+        cfg.level = level;
+        cfg.layout = None;
+        cfg.disks = 3;
+        cfg.chunk_sectors = 8;
+        cfg.bitmap = false;
+        let failure = run(seed, &cfg, Mode::WithinBudget, &opts, &EngineLifecycle)
+            .expect_err("a lying disk went unnoticed");
+        assert!(
+            failure.message.contains("wrong data") || failure.message.contains("mismatch"),
+            "failed for another reason: {failure}"
+        );
     }
 }

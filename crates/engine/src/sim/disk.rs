@@ -49,10 +49,11 @@ pub enum FaultKind {
     SilentCorruption,
     PowerCut,
     MissingAtAssemble,
+    LostWrite,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::ReadError,
         FaultKind::WriteError,
         FaultKind::FlushError,
@@ -63,6 +64,7 @@ impl FaultKind {
         FaultKind::SilentCorruption,
         FaultKind::PowerCut,
         FaultKind::MissingAtAssemble,
+        FaultKind::LostWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +79,7 @@ impl FaultKind {
             FaultKind::SilentCorruption => "silent-corruption",
             FaultKind::PowerCut => "power-cut",
             FaultKind::MissingAtAssemble => "missing-at-assemble",
+            FaultKind::LostWrite => "lost-write",
         }
     }
 
@@ -260,6 +263,9 @@ pub enum Effect {
     Stall { ns: u64 },
     /// The disk vanishes: this and every later IO fails until it comes back.
     Disappear,
+    /// The write reports success but nothing is stored: a lying disk. No array can
+    /// survive this; it exists to show that the simulator's checks catch wrong data.
+    LoseWrite,
 }
 
 /// One scheduled fault of one disk.
@@ -426,8 +432,9 @@ impl SimDisk {
         buf.copy_from_slice(&st.data[offset as usize..offset as usize + buf.len()]);
     }
 
-    /// Account one IO against the clock and the fault schedule; Err if it fails.
-    fn io(&self, st: &mut DiskState, kind: IoKind, offset: u64, len: u64) -> io::Result<()> {
+    /// Account one IO against the clock and the fault schedule; Err if it fails, Ok(true)
+    /// if a write must be dropped silently.
+    fn io(&self, st: &mut DiskState, kind: IoKind, offset: u64, len: u64) -> io::Result<bool> {
         let io_no = st.ios;
         st.ios += 1;
         self.world
@@ -440,6 +447,7 @@ impl SimDisk {
             return Err(self.eio(kind, offset, "device is gone"));
         }
         let mut fail = None;
+        let mut lose = false;
         for rule in st.rules.iter_mut() {
             if !rule.hits(io_no, kind, offset, len) {
                 continue;
@@ -465,10 +473,22 @@ impl SimDisk {
                     self.world.count(FaultKind::Disappear);
                     fail = Some("device disappeared");
                 }
+                Effect::LoseWrite => {
+                    if kind == IoKind::Write {
+                        lose = true;
+                    }
+                }
             }
         }
+        if lose && fail.is_none() {
+            self.world.count(FaultKind::LostWrite);
+            self.world.note(format!(
+                "{}: write at {offset}+{len} silently lost",
+                self.name
+            ));
+        }
         match fail {
-            None => Ok(()),
+            None => Ok(lose),
             Some(why) => {
                 if why == "injected error" {
                     self.world.count(match kind {
@@ -515,14 +535,15 @@ impl Member for SimDisk {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
         let s = self.check_range(&st, offset, buf.len())?;
-        self.io(&mut st, IoKind::Write, offset, buf.len() as u64)?;
-        st.data[s..s + buf.len()].copy_from_slice(buf);
+        if !self.io(&mut st, IoKind::Write, offset, buf.len() as u64)? {
+            st.data[s..s + buf.len()].copy_from_slice(buf);
+        }
         Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
-        self.io(&mut st, IoKind::Flush, 0, 0)
+        self.io(&mut st, IoKind::Flush, 0, 0).map(|_| ())
     }
 
     fn name(&self) -> String {

@@ -76,9 +76,13 @@ impl Lifecycle for NoLifecycle {}
 pub struct SimOptions {
     /// Workload steps per run.
     pub steps: usize,
-    /// Fail on deviations from md that lose no data (see [`Finding`]); otherwise they are
-    /// recorded in the report and the run goes on as md would.
+    /// Fail on deviations from md (see [`Finding`]); otherwise they are recorded in the
+    /// report and the run goes on as md would.
     pub strict: bool,
+    /// Make disk 0 lie (drop writes, report success) from a quarter of the run on. No
+    /// array survives that; a run must then fail with wrong data, which shows that the
+    /// checks can fail.
+    pub lying_disk: bool,
 }
 
 impl Default for SimOptions {
@@ -86,6 +90,7 @@ impl Default for SimOptions {
         SimOptions {
             steps: 160,
             strict: false,
+            lying_disk: false,
         }
     }
 }
@@ -348,6 +353,15 @@ impl<'h> Simulator<'h> {
             }
             if self.mode == Mode::OverBudget && !self.over && step >= over_at {
                 self.go_over_budget()?;
+            }
+            if self.opts.lying_disk && step == faults_from {
+                self.disk(0).add_rule(FaultRule {
+                    effect: Effect::LoseWrite,
+                    ops: OpFilter::Write,
+                    from_io: 0,
+                    range: Some((self.data_offset_bytes, self.cfg.member_bytes)),
+                    times: None,
+                });
             }
             let faults_ok = step >= faults_from && (self.mode != Mode::Crash || self.crashed);
             let roll = self.wl.range(0, 1000);
