@@ -167,6 +167,10 @@ pub fn rows_for_stripe<'a>(
             "a stripe write is not in whole pages",
         ));
     }
+    let chunk_bytes = (g.chunk_sectors * SECTOR_BYTES) as usize;
+    if hi > chunk_bytes {
+        return Err(JournalError::BadWrite("a piece runs past its chunk"));
+    }
     if p.len() != hi - lo || q.is_some_and(|q| q.len() != hi - lo) {
         return Err(JournalError::BadWrite("parity does not cover the write"));
     }
