@@ -76,6 +76,7 @@ impl Totals {
         s.over_budget += r.stats.over_budget;
         s.expected_errors += r.stats.expected_errors;
         s.rebuilds += r.stats.rebuilds;
+        s.latent_repaired += r.stats.latent_repaired;
         for f in &r.findings {
             let e = self.findings.entry(f.kind).or_default();
             e.0 += 1;
@@ -94,7 +95,7 @@ impl Totals {
         println!(
             "  steps {}, writes {} ({} KiB), reads {}, quiet points {}, resyncs/scrubs {}, \
              repaired mismatches {}, re-assemblies {}, power cuts {}, rebuilds {}, \
-             over-budget runs {}, correct EIOs {}",
+             latent errors rewritten {}, over-budget runs {}, correct EIOs {}",
             s.steps,
             s.writes,
             s.bytes_written / 1024,
@@ -105,6 +106,7 @@ impl Totals {
             s.reassemblies,
             s.crashes,
             s.rebuilds,
+            s.latent_repaired,
             s.over_budget,
             s.expected_errors
         );

@@ -77,6 +77,16 @@ impl FaultBudget {
         self.units.entry(unit).or_default().insert(m);
     }
 
+    /// One unit fault went away (a latent sector error was rewritten).
+    pub fn unit_cleared(&mut self, unit: u64, m: usize) {
+        if let Some(u) = self.units.get_mut(&unit) {
+            u.remove(&m);
+            if u.is_empty() {
+                self.units.remove(&unit);
+            }
+        }
+    }
+
     /// A resync or scrub rewrote every unit's redundancy.
     pub fn units_repaired(&mut self) {
         self.units.clear();

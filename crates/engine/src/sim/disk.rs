@@ -50,10 +50,11 @@ pub enum FaultKind {
     PowerCut,
     MissingAtAssemble,
     LostWrite,
+    LatentReadError,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::ReadError,
         FaultKind::WriteError,
         FaultKind::FlushError,
@@ -65,6 +66,7 @@ impl FaultKind {
         FaultKind::PowerCut,
         FaultKind::MissingAtAssemble,
         FaultKind::LostWrite,
+        FaultKind::LatentReadError,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +82,7 @@ impl FaultKind {
             FaultKind::PowerCut => "power-cut",
             FaultKind::MissingAtAssemble => "missing-at-assemble",
             FaultKind::LostWrite => "lost-write",
+            FaultKind::LatentReadError => "latent-read-error",
         }
     }
 
@@ -266,6 +269,17 @@ pub enum Effect {
     /// The write reports success but nothing is stored: a lying disk. No array can
     /// survive this; it exists to show that the simulator's checks catch wrong data.
     LoseWrite,
+    /// A latent sector error: reads of the range fail until a write over it succeeds
+    /// (the drive remaps the sector), as md's read-error repair expects.
+    LatentRead,
+}
+
+impl Effect {
+    /// Whether the engine may fail the whole member for it (errors, disappearance), as
+    /// opposed to stalls, latent sector errors (repaired from redundancy) and lies.
+    pub fn fails_member(self) -> bool {
+        matches!(self, Effect::Error | Effect::Disappear)
+    }
 }
 
 /// One scheduled fault of one disk.
@@ -345,16 +359,28 @@ impl SimDisk {
         let st = self.st.lock().unwrap();
         st.rules
             .iter()
-            .filter(|r| r.times != Some(0) && !matches!(r.effect, Effect::Stall { .. }))
+            .filter(|r| r.times != Some(0) && r.effect.fails_member())
             .count()
+    }
+
+    /// Whether a latent read error over exactly `range` is still there.
+    pub fn latent_pending(&self, range: (u64, u64)) -> bool {
+        let st = self.st.lock().unwrap();
+        st.rules
+            .iter()
+            .any(|r| r.effect == Effect::LatentRead && r.range == Some(range) && r.times != Some(0))
+    }
+
+    /// Forget every latent read error (over-budget runs pull whole members instead).
+    pub fn clear_latent(&self) {
+        let mut st = self.st.lock().unwrap();
+        st.rules.retain(|r| r.effect != Effect::LatentRead);
     }
 
     /// Whether any error or disappearance rule was ever scheduled on this disk.
     pub fn ever_faulted(&self) -> bool {
         let st = self.st.lock().unwrap();
-        st.rules
-            .iter()
-            .any(|r| !matches!(r.effect, Effect::Stall { .. }))
+        st.rules.iter().any(|r| r.effect.fails_member())
     }
 
     /// IOs this disk has seen.
@@ -448,6 +474,7 @@ impl SimDisk {
         }
         let mut fail = None;
         let mut lose = false;
+        let mut remapped = false;
         for rule in st.rules.iter_mut() {
             if !rule.hits(io_no, kind, offset, len) {
                 continue;
@@ -477,6 +504,27 @@ impl SimDisk {
                     if kind == IoKind::Write {
                         lose = true;
                     }
+                }
+                Effect::LatentRead => match kind {
+                    IoKind::Read => {
+                        self.world.count(FaultKind::LatentReadError);
+                        fail.get_or_insert("latent sector error");
+                    }
+                    _ => {
+                        // Rewritten: remapped. Cleared below if the write goes through.
+                        remapped = true;
+                    }
+                },
+            }
+        }
+        if remapped && fail.is_none() {
+            for rule in st.rules.iter_mut() {
+                if rule.effect == Effect::LatentRead && rule.hits(io_no, kind, offset, len) {
+                    rule.times = Some(0);
+                    self.world.note(format!(
+                        "{}: latent error at {offset}+{len} rewritten",
+                        self.name
+                    ));
                 }
             }
         }

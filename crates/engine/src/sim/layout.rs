@@ -138,3 +138,24 @@ pub fn unit_members(p: &Personality, unit: u64) -> Vec<MemberIdx> {
 pub fn bytes(sectors: u64) -> u64 {
     sectors * SECTOR_BYTES
 }
+
+/// The block of member `m` in a unit: (member sector, sectors), if it holds one.
+pub fn member_block(p: &Personality, unit: u64, m: MemberIdx) -> Option<(u64, u64)> {
+    let (start, len) = unit_span(p, unit);
+    match p {
+        Personality::Raid0(_) => None,
+        Personality::Raid1(_) => Some((start, len)),
+        Personality::Raid10(g) => {
+            let map = g.map(start);
+            map.copies
+                .iter()
+                .find(|(r, _)| *r == m)
+                .map(|&(_, ms)| (ms, len.min(map.contiguous_sectors)))
+        }
+        Personality::Parity(g) => {
+            let map = g.stripe_map(unit);
+            let holds = map.data.contains(&m) || map.p == m || map.q == Some(m);
+            holds.then(|| (g.member_sector(unit, 0), g.chunk_sectors))
+        }
+    }
+}

@@ -112,6 +112,8 @@ pub struct RunStats {
     pub expected_errors: u64,
     pub member_failures_seen: u64,
     pub rebuilds: u64,
+    /// Latent sector errors the engine rewrote from redundancy.
+    pub latent_repaired: u64,
 }
 
 /// A deviation from md that keeps the data safe but that md would not show; recorded
@@ -236,6 +238,9 @@ pub struct Simulator<'h> {
     /// One member failure too many has been injected.
     over: bool,
     crashed: bool,
+    /// Latent sector errors still counted in the budget: (disk, byte range, unit, role).
+    latent: Vec<(usize, (u64, u64), u64, usize)>,
+    latent_armed: Vec<u32>,
     /// Images of disks taken at earlier stops, to come back as stale disks.
     saved_images: Vec<Option<Vec<u8>>>,
     stats: RunStats,
@@ -290,6 +295,8 @@ impl<'h> Simulator<'h> {
             spares: Vec::new(),
             ended: false,
             saved_images: vec![None; cfg.disks],
+            latent: Vec::new(),
+            latent_armed: vec![0; cfg.disks],
             disks,
             array: Some(array),
             budget: FaultBudget::new(personality.clone()),
@@ -379,6 +386,7 @@ impl<'h> Simulator<'h> {
                 return Ok(());
             }
             self.sync_roles();
+            self.release_latent();
             self.check_invariants()?;
             self.stats.steps += 1;
         }
@@ -585,10 +593,68 @@ impl<'h> Simulator<'h> {
         (start, (start + len).min(size))
     }
 
+    /// Latent errors that a write has cleared leave the budget.
+    fn release_latent(&mut self) {
+        let mut keep = Vec::new();
+        for (d, range, unit, role) in std::mem::take(&mut self.latent) {
+            if self.disks[d].latent_pending(range) {
+                keep.push((d, range, unit, role));
+            } else {
+                self.budget.unit_cleared(unit, role);
+                self.stats.latent_repaired += 1;
+            }
+        }
+        self.latent = keep;
+    }
+
+    /// A latent sector error in one unit's block of one member: reads of it fail until
+    /// it is rewritten, which the engine must do from redundancy (md's read-error repair)
+    /// without failing the member. It counts against that unit only.
+    fn arm_latent(&mut self) {
+        if self.cfg.level == Level::Raid0 {
+            return self.arm_stall();
+        }
+        let units = layout::units(&self.personality);
+        let unit = self.fr.range(0, units);
+        let mut roles = layout::unit_members(&self.personality, unit);
+        self.fr.shuffle(&mut roles);
+        let Some(role) = roles.into_iter().find(|r| {
+            self.budget.can_fault_unit(unit, r.0)
+                && self.array().slot_state(*r) == SlotState::InSync
+                && self.latent.iter().filter(|l| l.3 == r.0).count() < 4
+                && self.latent_armed[r.0] < 8
+        }) else {
+            return self.arm_stall();
+        };
+        let Some((msec, sectors)) = layout::member_block(&self.personality, unit, role) else {
+            return self.arm_stall();
+        };
+        let first = self.fr.range(0, sectors);
+        let n = self.fr.range_incl(1, (sectors - first).min(8));
+        let start = self.data_offset_bytes + (msec + first) * SECTOR_BYTES;
+        let range = (start, start + n * SECTOR_BYTES);
+        self.budget.fault_unit(unit, role.0);
+        let d = self.role_disk[role.0];
+        self.disks[d].add_rule(FaultRule {
+            effect: Effect::LatentRead,
+            ops: OpFilter::Any,
+            from_io: 0,
+            range: Some(range),
+            times: None,
+        });
+        self.latent.push((d, range, unit, role.0));
+        // md fails a member after 20 corrected read errors; stay well below.
+        self.latent_armed[role.0] += 1;
+    }
+
     /// Schedule a member fault on a member the budget allows.
     fn arm_fault(&mut self) -> Res {
         if self.fr.chance(30) {
             self.arm_stall();
+            return Ok(());
+        }
+        if self.fr.chance(30) {
+            self.arm_latent();
             return Ok(());
         }
         let present: Vec<usize> = (0..self.cfg.disks)
@@ -659,6 +725,10 @@ impl<'h> Simulator<'h> {
     /// Fail every member the budget allows, for real, then one more.
     fn go_over_budget(&mut self) -> Res {
         self.world.note("going over budget".into());
+        for (d, _, unit, role) in std::mem::take(&mut self.latent) {
+            self.disks[d].clear_latent();
+            self.budget.unit_cleared(unit, role);
+        }
         loop {
             let next = (0..self.cfg.disks)
                 .find(|&r| !self.disk(r).is_gone() && self.budget.can_fault_member(r));
