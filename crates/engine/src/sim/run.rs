@@ -241,6 +241,8 @@ pub struct Simulator<'h> {
     /// Latent sector errors still counted in the budget: (disk, byte range, unit, role).
     latent: Vec<(usize, (u64, u64), u64, usize)>,
     latent_armed: Vec<u32>,
+    /// Over budget by a latent error: (unit, role).
+    over_unit: Option<(u64, usize)>,
     /// Images of disks taken at earlier stops, to come back as stale disks.
     saved_images: Vec<Option<Vec<u8>>>,
     stats: RunStats,
@@ -297,6 +299,7 @@ impl<'h> Simulator<'h> {
             saved_images: vec![None; cfg.disks],
             latent: Vec::new(),
             latent_armed: vec![0; cfg.disks],
+            over_unit: None,
             disks,
             array: Some(array),
             budget: FaultBudget::new(personality.clone()),
@@ -504,12 +507,7 @@ impl<'h> Simulator<'h> {
                 .map_err(|e| format!("{what} at {off}+{len}: {e}")),
             Err(e) if self.over => {
                 self.expect_eio(&e, what)?;
-                let gone: Vec<MemberIdx> = self
-                    .budget
-                    .faulted_members()
-                    .into_iter()
-                    .map(MemberIdx)
-                    .collect();
+                let gone = self.unusable_for(off, len);
                 let first = off / SECTOR_BYTES;
                 let count = (off + len).div_ceil(SECTOR_BYTES) - first;
                 if layout::readable(&self.personality, &gone, first, count) {
@@ -544,7 +542,10 @@ impl<'h> Simulator<'h> {
     /// still runs while within budget.
     fn check_invariants(&mut self) -> Res {
         let missing = self.array().missing_roles();
-        let faulted = self.budget.faulted_members();
+        let mut faulted = self.budget.faulted_members();
+        // Over budget by a latent error, the engine may give up that member (md does for
+        // raid4/5/6).
+        faulted.extend(self.over_unit.map(|(_, r)| r));
         for r in &missing {
             if !faulted.contains(&r.0) {
                 return Err(format!(
@@ -749,10 +750,16 @@ impl<'h> Simulator<'h> {
         if healthy.is_empty() {
             return Ok(());
         }
-        let r = *self.fr.pick(&healthy);
-        self.budget.fault_member_over_budget(r);
-        self.disk(r).disappear();
-        assert!(!self.budget.within(), "one too many");
+        if self.cfg.level != Level::Raid0 && self.fr.chance(40) {
+            // md's classic: a degraded array meets a latent sector error on a member it
+            // needs. That unit may fail; nothing may come back wrong.
+            self.over_latent(&healthy);
+        } else {
+            let r = *self.fr.pick(&healthy);
+            self.budget.fault_member_over_budget(r);
+            self.disk(r).disappear();
+            assert!(!self.budget.within(), "one too many");
+        }
         self.over = true;
         self.stats.over_budget += 1;
         // Every unit, one by one: readable ones must read correctly, the others fail.
@@ -765,6 +772,48 @@ impl<'h> Simulator<'h> {
             off += len;
         }
         Ok(())
+    }
+
+    /// One fault too many in one unit: a latent error on a surviving member's block.
+    fn over_latent(&mut self, healthy: &[usize]) {
+        let units = layout::units(&self.personality);
+        let unit = self.fr.range(0, units);
+        let members = layout::unit_members(&self.personality, unit);
+        let Some(&role) = healthy.iter().find(|r| members.contains(&MemberIdx(**r))) else {
+            return;
+        };
+        let Some((msec, sectors)) = layout::member_block(&self.personality, unit, MemberIdx(role))
+        else {
+            return;
+        };
+        let start = self.data_offset_bytes + msec * SECTOR_BYTES;
+        let range = (start, start + sectors * SECTOR_BYTES);
+        self.disk(role).add_rule(FaultRule {
+            effect: Effect::LatentRead,
+            ops: OpFilter::Any,
+            from_io: 0,
+            range: Some(range),
+            times: None,
+        });
+        self.over_unit = Some((unit, role));
+        self.world.note(format!(
+            "over budget: latent error on member {role} in unit {unit}"
+        ));
+    }
+
+    /// Members a read over budget may not count on: those pulled, those the engine gave
+    /// up on, and the member with the latent error when the read touches its unit.
+    fn unusable_for(&self, off: u64, len: u64) -> Vec<MemberIdx> {
+        let mut gone: BTreeSet<usize> = self.budget.faulted_members().into_iter().collect();
+        gone.extend(self.array().missing_roles().iter().map(|r| r.0));
+        if let Some((unit, role)) = self.over_unit {
+            let (s, n) = layout::unit_span(&self.personality, unit);
+            let (us, ue) = (s * SECTOR_BYTES, (s + n) * SECTOR_BYTES);
+            if off < ue && off + len > us {
+                gone.insert(role);
+            }
+        }
+        gone.into_iter().map(MemberIdx).collect()
     }
 
     // ----- quiet points ---------------------------------------------------------------
