@@ -116,9 +116,12 @@ write_regions() {
 # ---------------------------------------------------------------------------- uraid
 
 def find_uraid(explicit: str | None) -> Path | None:
-    cands = [explicit, os.environ.get("URAID"), REPO / "target/debug/uraid",
-             REPO / "target/release/uraid"]
-    for c in cands:
+    asked = explicit or os.environ.get("URAID")
+    if asked:
+        if not (Path(asked).is_file() and os.access(asked, os.X_OK)):
+            sys.exit(f"harness: uraid binary {asked} (--uraid or $URAID) is not executable")
+        return Path(asked).resolve()
+    for c in (REPO / "target/debug/uraid", REPO / "target/release/uraid"):
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return Path(c).resolve()
     return None
@@ -400,6 +403,15 @@ class L2U:
             raise Failure(f"uraid read {n} bytes sha {got[:16]}, Linux had {size} bytes "
                           f"sha {g.kv[final][:16]}",
                           "mdadm --detail in the guest:\n" + g.file("detail.end")[-2500:])
+        # uraid read must leave the members as it found them: clean, by mdadm's reading.
+        for i, img in enumerate(self.images):
+            if i in self.spec.fail:
+                continue
+            ex = subprocess.run(["mdadm", "--examine", str(img)], capture_output=True, text=True)
+            state = detail_field(ex.stdout, "State")
+            if ex.returncode != 0 or state != "clean":
+                raise Failure(f"after `uraid read`, host mdadm --examine of member {i} says "
+                              f"State {state!r}", (ex.stdout + ex.stderr)[-2500:])
         return ""
 
 
