@@ -48,9 +48,10 @@ install_packages() {
     log "installing ${need[*]}"
     command -v fuser >/dev/null && wait_dpkg_lock
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || true
+    # DPkg::Lock::Timeout covers a machine without fuser (psmisc) yet.
+    apt-get -o DPkg::Lock::Timeout=900 update -qq || true
     command -v fuser >/dev/null && wait_dpkg_lock
-    apt-get install -y -qq --no-install-recommends "${need[@]}"
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need[@]}"
 }
 
 fetch_kernel() {
