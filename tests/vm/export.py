@@ -9,9 +9,9 @@ A raid5 array of four 64 MiB images is created on the host. In the VM (the harne
 6.12 kernel, which has nbd and ublk_drv), uraid runs *inside the guest* on the four disks:
 
 1. `uraid serve --nbd unix:...`, `nbd-client` to /dev/nbd0, mkfs.ext4, mount, write files,
-   umount, `fsck.ext4 -n -f` clean, disconnect, `uraid stop`; superblocks clean.
+   fstrim, umount, `fsck.ext4 -n -f` clean, disconnect, `uraid stop`; superblocks clean.
 2. `uraid serve --ublk --no-nbd`: /dev/ublkbN, mount, the files verify; a new file is written
-   while `uraid fail` takes a member out; umount, fsck clean; SIGTERM; the device goes away;
+   while `uraid fail` takes a member out; fstrim, umount, fsck clean; SIGTERM; the device goes away;
    superblocks clean.
 3. `uraid serve --nbd` again, now degraded: every file verifies, fsck clean, `uraid stop`.
 
@@ -95,7 +95,11 @@ if serve --nbd unix:/tmp/nbd.sock; then
         dd if=/dev/urandom of=/mnt/dir/f2 bs=64k count=37 2>/dev/null
         echo hello-uraid >/mnt/dir/small
         sha256sum /mnt/f1 /mnt/dir/f2 /mnt/dir/small >"$O/sums.nbd"
+        dd if=/dev/urandom of=/mnt/scratch bs=1M count=4 2>/dev/null
+        sync
+        rm /mnt/scratch
     fi
+    check nbd-fstrim on_mnt fstrim -v /mnt
     check nbd-umount umount /mnt
     check nbd-fsck fsck.ext4 -n -f /dev/nbd0
     nbd-client -d /dev/nbd0
@@ -124,6 +128,7 @@ if serve --ublk --no-nbd; then
         sync
         sha256sum /mnt/f3 >"$O/sums.ublk"
     fi
+    check ublk-fstrim on_mnt fstrim -v /mnt
     uraid detail --json /dev/disk/1 >"$O/detail.ublk.json"
     check ublk-degraded grep -q '"degraded": true' "$O/detail.ublk.json"
     check ublk-umount umount /mnt
@@ -252,7 +257,7 @@ def main() -> int:
     if failed:
         print("---- guest log ----")
         print(log[-6000:])
-    expected_min = 25  # guest steps + host checks; fewer means the job stopped early
+    expected_min = 30  # guest steps + host checks; fewer means the job stopped early
     if len(results) < expected_min and not failed:
         print(f"FAIL export: only {len(results)} checks ran (expected {expected_min}+)")
         failed.append(("count", False, ""))

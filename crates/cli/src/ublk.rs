@@ -32,8 +32,10 @@ mod imp {
     /// Queues (one thread each) and requests in flight per queue.
     const NR_QUEUES: u16 = 2;
     const QUEUE_DEPTH: u16 = 64;
-    /// Largest request the kernel sends us.
+    /// Largest read or write the kernel sends us.
     const IO_BUF_BYTES: u32 = 512 * 1024;
+    /// Largest discard or write-zeroes range.
+    const MAX_RANGE_SECTORS: u32 = 1 << 20;
 
     pub struct UblkExport {
         dev_id: u32,
@@ -102,8 +104,9 @@ mod imp {
             p.discard = sys::ublk_param_discard {
                 discard_alignment: 0,
                 discard_granularity: 4096,
-                max_discard_sectors: u32::MAX >> 9,
-                max_write_zeroes_sectors: u32::MAX >> 9,
+                // 512 MiB per request keeps every byte count within the i32 result.
+                max_discard_sectors: MAX_RANGE_SECTORS,
+                max_write_zeroes_sectors: MAX_RANGE_SECTORS,
                 max_discard_segments: 1,
                 ..Default::default()
             };
@@ -168,7 +171,9 @@ mod imp {
             }
         });
         match r {
-            Ok(()) => len as i32,
+            // Reads and writes report their byte count; the kernel ignores it for the rest.
+            Ok(()) if op == sys::UBLK_IO_OP_READ || op == sys::UBLK_IO_OP_WRITE => len as i32,
+            Ok(()) => 0,
             Err(e) => {
                 tracing::warn!("ublk: op {op} at byte {offset} failed: {e}");
                 -e.errno()
