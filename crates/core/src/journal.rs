@@ -288,7 +288,7 @@ impl MetaBlock {
                         return Err(bad("payload header runs past meta_size"));
                     }
                     let size = u32_at(b, at + 4) as u64;
-                    if size == 0 || size % BLOCK_SECTORS != 0 {
+                    if size == 0 || !size.is_multiple_of(BLOCK_SECTORS) {
                         return Err(bad("payload size is not a positive number of pages"));
                     }
                     let pages = (size / BLOCK_SECTORS) as usize;
@@ -320,7 +320,7 @@ impl MetaBlock {
                         return Err(bad("payload header runs past meta_size"));
                     }
                     let size = u32_at(b, at + 4) as usize;
-                    if size % 8 != 0 {
+                    if !size.is_multiple_of(8) {
                         return Err(bad("flush size is not a multiple of 8 bytes"));
                     }
                     let end = at + FLUSH_HEADER_BYTES + size;
@@ -388,7 +388,7 @@ impl LogRing {
 
     /// Whether `pos` is a block start inside the ring.
     pub fn is_block(&self, pos: u64) -> bool {
-        pos < self.size_sectors && pos % BLOCK_SECTORS == 0
+        pos < self.size_sectors && pos.is_multiple_of(BLOCK_SECTORS)
     }
 }
 
@@ -409,7 +409,9 @@ impl LogLayout for ParityGeometry {
     }
 
     fn data_stripe_sector(&self, location_sectors: u64) -> Option<u64> {
-        if location_sectors % BLOCK_SECTORS != 0 || location_sectors >= self.array_sectors() {
+        if !location_sectors.is_multiple_of(BLOCK_SECTORS)
+            || location_sectors >= self.array_sectors()
+        {
             return None;
         }
         let l = self.locate(location_sectors);
@@ -417,7 +419,8 @@ impl LogLayout for ParityGeometry {
     }
 
     fn valid_stripe_sector(&self, stripe_sector: u64) -> bool {
-        stripe_sector % BLOCK_SECTORS == 0 && stripe_sector < self.stripes() * self.chunk_sectors
+        stripe_sector.is_multiple_of(BLOCK_SECTORS)
+            && stripe_sector < self.stripes() * self.chunk_sectors
     }
 }
 
