@@ -78,6 +78,8 @@ pub struct Array {
     dirty: AtomicBool,
     writes_in_flight: AtomicU64,
     last_write_ms: AtomicU64,
+    /// A member failure could not be written to any superblock.
+    metadata_failed: AtomicBool,
     locks: Vec<Mutex<()>>,
     unaligned: Mutex<()>,
     array_bytes: u64,
@@ -108,6 +110,7 @@ impl Array {
             dirty: AtomicBool::new(false),
             writes_in_flight: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
+            metadata_failed: AtomicBool::new(false),
             locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             unaligned: Mutex::new(()),
             array_bytes,
@@ -267,7 +270,10 @@ impl Array {
         let mut meta = self.meta();
         meta.mark_faulty(role);
         if let Err(e) = meta.write_all(self) {
+            // Nothing on disk says the member is stale: a write that saw the failure must
+            // not be acknowledged (md holds such completions), and no later one either.
             tracing::error!("could not record the failure of member {role}: {e}");
+            self.metadata_failed.store(true, Ordering::SeqCst);
         }
         drop(meta);
         if self.is_degraded() {
@@ -417,6 +423,7 @@ impl Array {
             return Ok(());
         }
         let _in_flight = InFlight::new(self);
+        self.check_metadata()?;
         self.ensure_dirty()?;
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
         {
@@ -426,9 +433,21 @@ impl Array {
             self.read_sectors(start / SECTOR_BYTES, &mut tmp)?;
             let skip = (offset - start) as usize;
             tmp[skip..skip + buf.len()].copy_from_slice(buf);
-            return self.write_sectors(start / SECTOR_BYTES, &tmp);
+            self.write_sectors(start / SECTOR_BYTES, &tmp)?;
+            return self.check_metadata();
         }
-        self.write_sectors(offset / SECTOR_BYTES, buf)
+        self.write_sectors(offset / SECTOR_BYTES, buf)?;
+        self.check_metadata()
+    }
+
+    /// Writes are acknowledged only while member failures can be recorded on disk.
+    fn check_metadata(&self) -> Result<(), ArrayError> {
+        if self.metadata_failed.load(Ordering::SeqCst) {
+            return Err(ArrayError::Failed(
+                "a member failure could not be recorded in any superblock; refusing writes".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn covering(&self, offset: u64, len: usize) -> (u64, AlignedBuf) {

@@ -60,6 +60,11 @@ pub fn assemble(
     if devs.is_empty() {
         return Err(ArrayError::Assemble("no member devices given".into()));
     }
+    for (i, d) in devs.iter().enumerate() {
+        if devs[..i].iter().any(|o| o.name() == d.name()) {
+            return Err(ArrayError::Assemble(format!("{} is given twice", d.name())));
+        }
+    }
     let mut sbs = Vec::with_capacity(devs.len());
     for d in &devs {
         sbs.push(read_superblock(d.as_ref())?);
@@ -109,27 +114,40 @@ pub fn assemble(
             .get(sb.dev_number as usize)
             .copied()
             .unwrap_or(ROLE_SPARE);
-        let outcome = match role {
-            ROLE_FAULTY => MemberOutcome::Faulty,
-            ROLE_SPARE => MemberOutcome::Spare,
-            ROLE_JOURNAL => MemberOutcome::Journal,
-            r if (r as usize) < raid_disks => {
-                let r = r as usize;
-                if sb.events < template.events {
-                    stale.push((i, r));
-                    MemberOutcome::Stale
-                } else if let Some((other, _)) = slots[r] {
-                    return Err(ArrayError::Assemble(format!(
-                        "{} and {} both claim role {r}",
-                        devs[other].name(),
-                        devs[i].name()
-                    )));
-                } else {
-                    slots[r] = Some((i, false));
-                    MemberOutcome::Active(r)
+        // Two devices with one device number (an old spare whose number was reused):
+        // md binds only one; the one with the newer superblock is the real one.
+        let newer_twin = sbs.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.dev_number == sb.dev_number
+                && (o.events > sb.events || (o.events == sb.events && j < i))
+        });
+        let outcome = if newer_twin {
+            MemberOutcome::Duplicate(sb.dev_number as usize)
+        } else {
+            match role {
+                ROLE_FAULTY => MemberOutcome::Faulty,
+                ROLE_SPARE => MemberOutcome::Spare,
+                ROLE_JOURNAL => MemberOutcome::Journal,
+                r if (r as usize) < raid_disks => {
+                    let r = r as usize;
+                    // md accepts a member one event behind at assembly: a crash in the middle
+                    // of a clean/dirty superblock update leaves such members, with good data.
+                    if sb.events + 1 < template.events {
+                        stale.push((i, r));
+                        MemberOutcome::Stale
+                    } else if let Some((other, _)) = slots[r] {
+                        return Err(ArrayError::Assemble(format!(
+                            "{} and {} both claim role {r}",
+                            devs[other].name(),
+                            devs[i].name()
+                        )));
+                    } else {
+                        slots[r] = Some((i, false));
+                        MemberOutcome::Active(r)
+                    }
                 }
+                _ => MemberOutcome::Spare,
             }
-            _ => MemberOutcome::Spare,
         };
         outcomes.push(outcome);
     }

@@ -29,6 +29,8 @@ pub struct Meta {
     pub(crate) bitmap: Option<BitmapState>,
     /// Spare devices with their superblocks.
     pub(crate) spares: Vec<(Arc<dyn Member>, Superblock)>,
+    /// Nesting of write_all while it records members whose superblock write failed.
+    write_depth: u8,
 }
 
 impl Meta {
@@ -40,6 +42,7 @@ impl Meta {
             needs_resync,
             bitmap: None,
             spares: Vec::new(),
+            write_depth: 0,
         }
     }
 
@@ -157,6 +160,7 @@ impl Meta {
         }
         let mut written = 0;
         let mut last_err = None;
+        let mut failed_roles: Vec<usize> = Vec::new();
         for (dev, merged, role) in targets {
             if let Some(bm) = self.bitmap.as_ref() {
                 // The bitmap goes first and carries the same events: md takes a bitmap
@@ -174,9 +178,32 @@ impl Meta {
                 }
                 Err(e) => {
                     tracing::error!("{}: superblock write failed: {e}", dev.name());
+                    if let Some(i) = role {
+                        failed_roles.push(i);
+                    }
                     last_err = Some(e);
                 }
             }
+        }
+        // md fails a member whose superblock cannot be written: otherwise it would come
+        // back at the next assembly with an old superblock and nobody would know why.
+        let mut newly_failed = false;
+        for i in failed_roles {
+            let slot = a.slot(MemberIdx(i));
+            let prev = slot.state();
+            if matches!(prev, SlotState::InSync | SlotState::Recovering)
+                && slot.transition(prev, SlotState::Faulty)
+            {
+                self.mark_faulty(MemberIdx(i));
+                newly_failed = true;
+            }
+        }
+        if newly_failed && written > 0 && self.write_depth < 4 {
+            // Record those failures on the members that still take superblocks.
+            self.write_depth += 1;
+            let r = self.write_all(a);
+            self.write_depth -= 1;
+            return r;
         }
         let events = self.template.events;
         if let Some(bm) = self.bitmap.as_mut() {

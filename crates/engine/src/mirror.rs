@@ -142,8 +142,19 @@ pub(crate) struct SyncCtx<'a> {
     pub mode: SyncMode,
     /// Recovering members to rebuild.
     pub targets: &'a [MemberIdx],
+    /// Each target slot's generation when the step began (see `Slot::advance_cursor`).
+    pub generations: &'a [u64],
     /// Skip ranges whose bitmap chunks are clean (bitmap-guided resync and re-add).
     pub skip_clean: bool,
+}
+
+impl SyncCtx<'_> {
+    /// Credit recovery progress up to `unit` to the targets that still hold their device.
+    pub(crate) fn advance(&self, a: &Array, unit: u64) {
+        for (t, g) in self.targets.iter().zip(self.generations) {
+            a.slot(*t).advance_cursor(*g, unit);
+        }
+    }
 }
 
 /// Sectors per resync step.

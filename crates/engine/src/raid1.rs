@@ -86,9 +86,7 @@ pub(crate) fn sync_range(
         {
             mismatches += n;
         }
-        for t in ctx.targets {
-            a.slot(*t).set_recovery_cursor(s + n);
-        }
+        ctx.advance(a, s + n);
         s += n;
     }
     Ok((s - start, mismatches))

@@ -71,9 +71,7 @@ pub(crate) fn sync_range(
         }
         s += n;
         if s % g.chunk_sectors == 0 {
-            for t in ctx.targets {
-                a.slot(*t).set_recovery_cursor(s / g.chunk_sectors);
-            }
+            ctx.advance(a, s / g.chunk_sectors);
         }
     }
     Ok((s - start, mismatches))

@@ -720,9 +720,7 @@ pub(crate) fn sync_range(
             }
             lo = hi;
         }
-        for t in targets {
-            a.slot(*t).set_recovery_cursor(stripe + 1);
-        }
+        ctx.advance(a, stripe + 1);
     }
     Ok((end - start, mismatches))
 }

@@ -160,9 +160,11 @@ impl Array {
             }
             _ => false,
         };
+        let generations: Vec<u64> = targets.iter().map(|t| self.slot(*t).generation()).collect();
         let ctx = SyncCtx {
             mode,
             targets: &targets,
+            generations: &generations,
             skip_clean,
         };
         match self.personality() {
@@ -226,9 +228,21 @@ impl Array {
         let mut last_pct = (p.percent() / 20.0) as u32;
         let mut last_persist = start;
         while p.done_units < total {
-            if kind == SyncKind::Recovery && self.recovering_roles().is_empty() {
-                // The target failed: recovery is over, without success.
-                return Err(ArrayError::Failed("recovery target failed".into()));
+            if kind == SyncKind::Recovery {
+                // Follow the targets as they are now: one may have failed and a spare
+                // taken its role, starting again from zero.
+                let roles = self.recovering_roles();
+                if roles.is_empty() {
+                    return Err(ArrayError::Failed("recovery target failed".into()));
+                }
+                p.done_units = roles
+                    .iter()
+                    .map(|r| self.slot(*r).recovery_cursor())
+                    .min()
+                    .unwrap_or(0);
+                if p.done_units >= total {
+                    break;
+                }
             }
             let (n, m) = self.sync_step(kind, p.done_units, step)?;
             p.done_units += n.max(1);

@@ -58,6 +58,9 @@ pub struct Slot {
     pub corrected_reads: AtomicU32,
     /// A re-added member: only chunks the bitmap marks need rebuilding.
     bitmap_recovery: AtomicBool,
+    /// Bumped whenever another device takes the slot, so that work begun for one device is
+    /// never credited to the next.
+    generation: AtomicU64,
 }
 
 impl Slot {
@@ -74,6 +77,7 @@ impl Slot {
             recovery_cursor: AtomicU64::new(0),
             corrected_reads: AtomicU32::new(0),
             bitmap_recovery: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -106,9 +110,26 @@ impl Slot {
     }
 
     pub(crate) fn set_device(&self, dev: Option<Arc<dyn Member>>, data_offset_bytes: u64) {
-        *self.dev.write().unwrap() = dev;
+        let mut d = self.dev.write().unwrap();
+        *d = dev;
         self.data_offset_bytes
             .store(data_offset_bytes, Ordering::Release);
+        // A new device has its own history: no corrected reads, no recovery progress.
+        self.corrected_reads.store(0, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Move the recovery cursor to `unit`, but only if the slot still holds the device of
+    /// generation `gen` and it is still recovering.
+    pub(crate) fn advance_cursor(&self, gen: u64, unit: u64) {
+        let _d = self.dev.read().unwrap();
+        if self.generation() == gen && self.state() == SlotState::Recovering {
+            self.recovery_cursor.store(unit, Ordering::Release);
+        }
     }
 
     pub fn data_offset_bytes(&self) -> u64 {
