@@ -1,6 +1,5 @@
-//! Engine deviations found by the simulator (tests/sim_ci.rs), each reduced to a small
-//! deterministic case on simulated disks. They are `#[ignore]`d until the engine is fixed:
-//! run them with `cargo test -p uraid-engine --test sim_regressions -- --ignored`.
+//! Engine bugs found by the simulator (tests/sim_ci.rs), each reduced to a small
+//! deterministic case on simulated disks. All were fixed in c36377b; these keep them fixed.
 
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
@@ -35,7 +34,6 @@ fn members(d: &[Arc<SimDisk>]) -> Vec<Arc<dyn Member>> {
 /// newer spare; once both are in, the superblocks give two devices the same role and the
 /// array no longer assembles. md refuses to bind two devices with one device number.
 #[test]
-#[ignore = "engine bug: assembly takes a stale spare whose device number was reused"]
 fn a_stale_spare_with_a_reused_device_number_is_not_taken() {
     let world = SimWorld::new();
     let d = disks(&world, &["r0", "r1", "r2", "r3", "oldspare", "newspare"]);
@@ -76,7 +74,6 @@ fn a_stale_spare_with_a_reused_device_number_is_not_taken() {
 /// superblock is behind and it is left out unannounced. md fails a member whose superblock
 /// write fails.
 #[test]
-#[ignore = "engine bug: a superblock write error does not fail the member"]
 fn a_superblock_write_error_fails_the_member() {
     let world = SimWorld::new();
     let d = disks(&world, &["m0", "m1", "m2"]);
@@ -112,7 +109,6 @@ fn a_superblock_write_error_fails_the_member() {
 /// the array dirty leaves members one event behind; md and mdadm accept a difference of
 /// one event at assembly, the engine kicks those members out (here: raid5 cannot start).
 #[test]
-#[ignore = "engine deviation: assembly needs equal events where md allows one behind"]
 fn a_power_cut_during_the_dirty_mark_leaves_an_array_that_assembles() {
     let world = SimWorld::new();
     let d = disks(&world, &["p0", "p1", "p2"]);
@@ -169,7 +165,6 @@ fn the_same_device_twice_is_refused_at_assembly() {
 /// cursor to the end, so the new spare is marked in sync although the stripes before the
 /// switch were never written to it: reads return zeros there.
 #[test]
-#[ignore = "engine bug: a spare that takes over mid-recovery is marked in sync too early"]
 fn a_spare_taking_over_mid_recovery_is_rebuilt_from_the_start() {
     let world = SimWorld::new();
     let d = disks(&world, &["q0", "q1", "q2", "spare_a", "spare_b"]);
@@ -221,7 +216,6 @@ fn a_spare_taking_over_mid_recovery_is_rebuilt_from_the_start() {
 /// turns the new data back into the old. md holds the completion until the failure is
 /// recorded, so such a write is never acknowledged.
 #[test]
-#[ignore = "engine bug: a write is acknowledged although its member failures were not recorded"]
 fn a_write_acknowledged_during_a_power_cut_survives_it() {
     for cut_after in 1..=8u64 {
         let world = SimWorld::new();
@@ -258,7 +252,6 @@ fn a_write_acknowledged_during_a_power_cut_survives_it() {
 /// takes a role inherits its predecessor's count and is failed at its first corrected
 /// read error. md counts per device (rdev->read_errors).
 #[test]
-#[ignore = "engine bug: corrected read errors are counted per role, not per device"]
 fn a_replacement_disk_starts_with_no_corrected_read_errors() {
     let world = SimWorld::new();
     let d = disks(&world, &["c0", "c1", "c2", "fresh"]);
