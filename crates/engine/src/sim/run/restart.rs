@@ -99,12 +99,10 @@ impl Simulator<'_> {
             }
         }
         // Disks that left the array (replaced members) may be offered by mistake.
-        // Only when strict: the engine takes an old disk as a spare when its device number
-        // was given to a new spare, and two devices then claim one role
-        // (tests/sim_regressions.rs).
+        // (An old spare whose device number a new spare took once got in as a second
+        // claimant of one role: tests/sim_regressions.rs.)
         let detached: Vec<usize> = (0..self.disks.len())
             .filter(|d| !self.role_disk.contains(d) && !self.spares.contains(d))
-            .filter(|_| self.opts.strict)
             .filter(|&d| !self.disks[d].is_gone() && !give.contains(&d))
             .collect();
         if !detached.is_empty() && self.fr.chance(30) {
