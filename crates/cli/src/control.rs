@@ -279,6 +279,7 @@ impl ControlServer {
             recovery_running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Mutex::new(None)),
         });
+        watch_failures(&ctx)?;
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("control".into())
@@ -306,6 +307,31 @@ impl ControlServer {
         }
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// md puts a waiting spare to work as soon as a member fails, whether by request or by an
+/// IO error; so do we.
+fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
+    let events = ctx.array.subscribe();
+    let ctx = ctx.clone();
+    std::thread::Builder::new()
+        .name("md-events".into())
+        .spawn(move || {
+            for e in events {
+                if !matches!(e, uraid_engine::Event::Fail { .. }) {
+                    continue;
+                }
+                match ctx.array.activate_spare() {
+                    Ok(Some(r)) => {
+                        eprintln!("uraid: a spare takes role {r}; recovery started");
+                        start_recovery(&ctx);
+                    }
+                    Ok(None) => {}
+                    Err(e) => eprintln!("uraid: could not activate a spare: {e}"),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>) {
@@ -403,16 +429,8 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
             Ok(role) => match a.fail_member(role) {
                 Ok(()) => {
                     let name = device_name(a, role);
+                    // A waiting spare takes over through the event watcher.
                     eprintln!("uraid: member {role} ({name}) marked faulty by request");
-                    // md puts a waiting spare to work at once.
-                    match a.activate_spare() {
-                        Ok(Some(r)) => {
-                            eprintln!("uraid: a spare takes role {r}; recovery started");
-                            start_recovery(ctx);
-                        }
-                        Ok(None) => {}
-                        Err(e) => eprintln!("uraid: could not activate a spare: {e}"),
-                    }
                     (
                         json!({"ok": true, "role": role.0, "device": name, "detail": detail()}),
                         None,

@@ -177,6 +177,55 @@ fn remove_and_add_rebuilds() {
     );
 }
 
+/// A spare added to a whole array waits; when a member fails it takes the role and is
+/// rebuilt while served, then holds every byte on its own.
+#[test]
+fn spare_takes_over() {
+    if !have("nbdcopy", "spare_takes_over") {
+        return;
+    }
+    let dir = Dir::new("spare");
+    let members = create_array(&dir, "1", 2, 10, &[]);
+    let spare = dir.path("spare.img");
+    std::fs::File::create(&spare)
+        .unwrap()
+        .set_len(10 * MIB)
+        .unwrap();
+    let mut srv = Served::start(&dir, &members, &[]);
+    let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
+    let image = pattern(size, 8);
+    let src = dir.path("in.img");
+    std::fs::write(&src, &image).unwrap();
+    ok(Command::new("nbdcopy").arg(&src).arg(srv.uri()));
+    let added = json(&ok(srv
+        .cmd()
+        .args(["add", "--json", "--control"])
+        .arg(&srv.control)
+        .arg(&spare)));
+    assert_eq!(added["degraded"], false, "{added}");
+    ok(srv.cmd().arg("fail").arg(&members[0]));
+    wait_detail(&srv, &members[1], |d| d["degraded"] == false);
+    let d = srv.detail(&members[1]);
+    let spare_name = spare.display().to_string();
+    assert!(
+        d["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["device"].as_str() == Some(spare_name.as_str()) && m["state"] == "active"),
+        "{d}"
+    );
+    ok(srv.cmd().arg("stop").arg(&members[1]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    // The former spare alone holds the whole array.
+    let back = dir.path("back.img");
+    ok(uraid().arg("read").arg("-o").arg(&back).arg(&spare));
+    assert!(
+        std::fs::read(&back).unwrap() == image,
+        "rebuilt spare is wrong"
+    );
+}
+
 /// Garbage on the NBD socket drops that client only; data and other clients are unharmed.
 #[test]
 fn hostile_client() {
