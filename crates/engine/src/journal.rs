@@ -16,7 +16,7 @@
 //! ring is full it asks its [`JournalHost`] to flush the members and to record the new
 //! `journal_tail` in the journal device's superblock, then reuses the space behind it.
 //! The tail always points at a valid meta block: the oldest record still in flight, or
-//! else the newest record (replaying that one again is harmless).
+//! else a new empty meta block at the head.
 
 use crate::array::Array;
 use crate::member::Member;
@@ -235,8 +235,6 @@ struct LogState {
     tail_seq: u64,
     /// Records whose member writes are in flight: seq -> position.
     inflight: BTreeMap<u64, u64>,
-    /// The newest record written (position, seq).
-    newest: Option<(u64, u64)>,
 }
 
 /// A journal member in md's raid5-cache format.
@@ -269,7 +267,6 @@ impl Journal {
                 tail: 0,
                 tail_seq: 0,
                 inflight: BTreeMap::new(),
-                newest: None,
             }),
         };
         Ok((j, ring))
@@ -291,7 +288,6 @@ impl Journal {
         st.seq = seq.wrapping_add(1);
         st.tail = 0;
         st.tail_seq = seq;
-        st.newest = Some((0, seq));
         drop(st);
         Ok(j)
     }
@@ -451,7 +447,6 @@ impl Journal {
         st.tail_seq = seq;
         st.head = self.ring.add(end.tail_sectors, BLOCK_SECTORS);
         st.seq = seq.wrapping_add(1);
-        st.newest = Some((end.tail_sectors, seq));
         drop(st);
         Ok(ReplayReport {
             stripes: scan.stripes.len(),
@@ -576,7 +571,6 @@ impl Journal {
                 self.write_block(pos, p)?;
                 pos = self.ring.add(pos, BLOCK_SECTORS);
             }
-            st.newest = Some((st.head, st.seq));
             st.head = pos;
             st.seq = st.seq.wrapping_add(1);
         }
@@ -600,20 +594,27 @@ impl Journal {
         used + need < self.ring.size_sectors()
     }
 
-    /// Move the tail up to the oldest record still in flight (or the newest record): flush
-    /// the members so everything before it is durable in place, then record the tail.
+    /// Move the tail up to the oldest record still in flight: flush the members so that
+    /// everything before it is durable in place, then record the tail. With nothing in
+    /// flight the whole log is done: an empty meta block at the head becomes the tail (as
+    /// after a replay), so only that block stays pinned.
     fn reclaim(&self, st: &mut LogState, host: &dyn JournalHost) -> Result<(), JournalError> {
+        host.flush_members().map_err(JournalError::Members)?;
         let (new_tail, new_tail_seq) = match st.inflight.first_key_value() {
             Some((&seq, &pos)) => (pos, seq),
-            None => match st.newest {
-                Some(newest) => newest,
-                None => return Ok(()),
-            },
+            None => {
+                // Fits: after every append the log leaves at least one block free.
+                let (pos, seq) = (st.head, st.seq);
+                self.write_empty(pos, seq)?;
+                self.flush_log()?;
+                st.head = self.ring.add(pos, BLOCK_SECTORS);
+                st.seq = seq.wrapping_add(1);
+                (pos, seq)
+            }
         };
         if new_tail == st.tail {
             return Ok(());
         }
-        host.flush_members().map_err(JournalError::Members)?;
         host.set_journal_tail(new_tail)
             .map_err(JournalError::Members)?;
         st.tail = new_tail;

@@ -27,7 +27,6 @@ use uraid_engine::meta::read_superblock;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
 
 const PAGE: usize = 4096;
-const MEMBERS: usize = 4;
 const CHUNK_SECTORS: u64 = 16;
 /// Small members (a 32 KiB metadata area, 16 stripes) keep thousands of crashes fast.
 const MEMBER_BYTES: u64 = (64 + 16 * CHUNK_SECTORS) * 512;
@@ -135,6 +134,7 @@ struct Host {
     members: Vec<Arc<CrashMember>>,
     power: Arc<Power>,
     tail: Mutex<u64>,
+    reclaims: Mutex<u32>,
 }
 
 impl JournalHost for Host {
@@ -143,6 +143,7 @@ impl JournalHost for Host {
     }
     fn set_journal_tail(&self, tail_sectors: u64) -> io::Result<()> {
         // A superblock write (FUA): durable if the power is still on.
+        *self.reclaims.lock().unwrap() += 1;
         if self.power.tick() {
             *self.tail.lock().unwrap() = tail_sectors;
         }
@@ -158,13 +159,18 @@ struct Base {
     g: ParityGeometry,
 }
 
-fn base() -> &'static Base {
-    static BASE: OnceLock<Base> = OnceLock::new();
-    BASE.get_or_init(|| {
-        let mems: Vec<Arc<MemMember>> = (0..MEMBERS)
+fn base(level: Level) -> &'static Base {
+    static RAID5: OnceLock<Base> = OnceLock::new();
+    static RAID6: OnceLock<Base> = OnceLock::new();
+    let (cell, members) = match level {
+        Level::Raid6 => (&RAID6, 5),
+        _ => (&RAID5, 4),
+    };
+    cell.get_or_init(|| {
+        let mems: Vec<Arc<MemMember>> = (0..members)
             .map(|i| Arc::new(MemMember::new(format!("m{i}"), MEMBER_BYTES)))
             .collect();
-        let mut opts = CreateOptions::new(Level::Raid5);
+        let mut opts = CreateOptions::new(level);
         opts.chunk_sectors = Some(CHUNK_SECTORS);
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(64);
@@ -217,17 +223,19 @@ struct Outcome {
     inconsistent_rows: usize,
     /// Acknowledged writes missing after recovery.
     lost_acked: usize,
+    /// Times the journal moved its tail to reuse space.
+    reclaims: u32,
     skipped: bool,
 }
 
-fn run_case(seed: u64, journal: bool) -> Outcome {
-    let b = base();
+fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
+    let b = base(level);
     let g = &b.g;
     let mut rng = StdRng::seed_from_u64(seed);
     let power = Arc::new(Power {
         ops_left: AtomicI64::new(i64::MAX),
     });
-    let members: Vec<Arc<CrashMember>> = (0..MEMBERS)
+    let members: Vec<Arc<CrashMember>> = (0..b.images.len())
         .map(|i| {
             Arc::new(CrashMember::new(
                 &format!("m{i}"),
@@ -259,6 +267,7 @@ fn run_case(seed: u64, journal: bool) -> Outcome {
         members: members.clone(),
         power: power.clone(),
         tail: Mutex::new(0),
+        reclaims: Mutex::new(0),
     };
     let j = journal.then(|| Journal::format(jdev.clone(), area, &b.uuid, rng.gen()).unwrap());
 
@@ -293,12 +302,10 @@ fn run_case(seed: u64, journal: bool) -> Outcome {
                 })
                 .collect();
             row[i] = data.clone();
-            let srcs: Vec<&[u8]> = row.iter().map(|r| &r[..]).collect();
-            let mut parity = vec![0u8; PAGE];
-            uraid_parity::xor_gen(&mut parity, &srcs);
+            let (parity, q) = parity_of(g, s, &row);
             let mut pieces: Vec<Option<(usize, &[u8])>> = vec![None; g.data_disks()];
             pieces[i] = Some((p as usize * PAGE, &data[..]));
-            let rows = rows_for_stripe(g, s, &pieces, &parity, None).unwrap();
+            let rows = rows_for_stripe(g, s, &pieces, &parity, q.as_deref()).unwrap();
             j.append_stripe(&rows, &host).unwrap()
         });
         // Write-through: acknowledged once the journal flush went through.
@@ -344,7 +351,10 @@ fn run_case(seed: u64, journal: bool) -> Outcome {
             .unwrap();
     }
 
-    let mut out = Outcome::default();
+    let mut out = Outcome {
+        reclaims: *host.reclaims.lock().unwrap(),
+        ..Outcome::default()
+    };
     // Parity of every row written to.
     let snaps: Vec<Vec<u8>> = mems.iter().map(|m| m.snapshot()).collect();
     for &((s, _, p), _) in &writes {
@@ -353,34 +363,41 @@ fn run_case(seed: u64, journal: bool) -> Outcome {
             let off = (b.data_offset_bytes[r.0] + g.member_sector(s, p * 8) * 512) as usize;
             snaps[r.0][off..off + PAGE].to_vec()
         };
-        let mut x = at(map.p);
-        for r in &map.data {
-            for (k, v) in at(*r).iter().enumerate() {
-                x[k] ^= v;
-            }
-        }
-        if x.iter().any(|&v| v != 0) {
+        let data: Vec<Vec<u8>> = map.data.iter().map(|r| at(*r)).collect();
+        let (want_p, want_q) = parity_of(g, s, &data);
+        if at(map.p) != want_p || map.q.is_some_and(|q| Some(at(q)) != want_q) {
             out.inconsistent_rows += 1;
         }
     }
     // Lose a data member of the first written row that holds no written page there.
     let ((s, i, p), _) = writes[0];
     let written = |pg: Page| writes.iter().any(|(w, _)| *w == pg);
-    let Some(lost) = (0..g.data_disks()).find(|&k| k != i && !written((s, k, p))) else {
+    // raid6 loses two: the unwritten data members, then P if there is only one.
+    let map = g.stripe_map(s);
+    let lost: Vec<usize> = (0..g.data_disks())
+        .filter(|&k| k != i && !written((s, k, p)))
+        .take(g.parity_disks())
+        .collect();
+    if lost.is_empty() {
         out.skipped = true;
         return out;
-    };
-    let lost_role = g.stripe_map(s).data[lost];
+    }
+    let mut lost_roles: Vec<MemberIdx> = lost.iter().map(|&k| map.data[k]).collect();
+    if lost_roles.len() < g.parity_disks() {
+        lost_roles.push(map.p);
+    }
     let survivors: Vec<Arc<dyn Member>> = mems
         .iter()
         .enumerate()
-        .filter(|(r, _)| *r != lost_role.0)
+        .filter(|(r, _)| !lost_roles.contains(&MemberIdx(*r)))
         .map(|(_, m)| m.clone() as Arc<dyn Member>)
         .collect();
     let (d, _) = assemble(survivors, &AssembleOptions { force: true }).unwrap();
     let mut buf = vec![0u8; PAGE];
-    d.read(array_offset(g, (s, lost, p)), &mut buf).unwrap();
-    out.hole = buf != base_page(b, (s, lost, p));
+    for &k in &lost {
+        d.read(array_offset(g, (s, k, p)), &mut buf).unwrap();
+        out.hole |= buf != base_page(b, (s, k, p));
+    }
     for (pg, v) in &acked {
         d.read(array_offset(g, *pg), &mut buf).unwrap();
         let later = maybe.get(pg).is_some_and(|m| m.contains(&buf));
@@ -391,6 +408,21 @@ fn run_case(seed: u64, journal: bool) -> Outcome {
     out
 }
 
+/// P (and Q) of one row's data pages, in logical order, as the engine computes them.
+fn parity_of(g: &ParityGeometry, stripe: u64, data: &[Vec<u8>]) -> (Vec<u8>, Option<Vec<u8>>) {
+    let mut p = vec![0u8; PAGE];
+    if g.parity_disks() == 1 {
+        let srcs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        uraid_parity::xor_gen(&mut p, &srcs);
+        return (p, None);
+    }
+    let map = g.stripe_map(stripe);
+    let ordered: Vec<&[u8]> = map.syndrome_order.iter().map(|&i| &data[i][..]).collect();
+    let mut q = vec![0u8; PAGE];
+    uraid_parity::gen_pq(&ordered, &mut p, &mut q);
+    (p, Some(q))
+}
+
 fn seeds() -> u64 {
     if std::env::var("URAID_FULL").is_ok_and(|v| v == "1") {
         10000
@@ -399,34 +431,56 @@ fn seeds() -> u64 {
     }
 }
 
-#[test]
-fn without_a_journal_the_write_hole_is_found() {
+fn find_the_hole(level: Level) {
     let n = seeds();
-    let holes: Vec<u64> = (0..n).filter(|&seed| run_case(seed, false).hole).collect();
+    let holes: Vec<u64> = (0..n)
+        .filter(|&seed| run_case(level, seed, false).hole)
+        .collect();
     eprintln!(
-        "no journal: {} of {n} crash points corrupt a never-written block (first seeds {:?})",
+        "{level} without a journal: {} of {n} crash points corrupt a never-written block (first seeds {:?})",
         holes.len(),
         &holes[..holes.len().min(5)]
     );
     assert!(
         !holes.is_empty(),
-        "the crash rig never produced the write hole: the test could not fail"
+        "{level}: the crash rig never produced the write hole: the test could not fail"
     );
 }
 
-#[test]
-fn with_the_journal_no_crash_point_corrupts_data() {
+fn journal_closes_the_hole(level: Level) {
     let n = seeds();
-    let mut skipped = 0;
+    let (mut skipped, mut reclaims) = (0, 0);
     for seed in 0..n {
-        let o = run_case(seed, true);
+        let o = run_case(level, seed, true);
         skipped += o.skipped as u64;
+        reclaims += o.reclaims;
         assert!(
             !o.hole && o.inconsistent_rows == 0 && o.lost_acked == 0,
-            "journal: seed {seed} (rerun with run_case({seed}, true)): {o:?}"
+            "{level} journal: seed {seed} (rerun with run_case({level:?}, {seed}, true)): {o:?}"
         );
     }
     eprintln!(
-        "journal: {n} crash points, {skipped} without a never-written block to lose; none corrupt"
+        "{level} with the journal: {n} crash points ({skipped} without a never-written block to lose, {reclaims} reclaims); none corrupt"
     );
+    assert!(reclaims > 0, "the journal never wrapped around");
+}
+
+#[test]
+fn raid5_without_a_journal_the_write_hole_is_found() {
+    find_the_hole(Level::Raid5);
+}
+
+#[test]
+fn raid5_with_the_journal_no_crash_point_corrupts_data() {
+    journal_closes_the_hole(Level::Raid5);
+}
+
+#[test]
+fn raid6_without_a_journal_the_write_hole_is_found() {
+    find_the_hole(Level::Raid6);
+}
+
+#[test]
+fn raid6_with_the_journal_no_crash_point_corrupts_data() {
+    journal_closes_the_hole(Level::Raid6);
 }
