@@ -89,6 +89,73 @@ fn members_fail_under_fio() {
     );
 }
 
+/// A loop device, detached on drop.
+struct Loop(String);
+
+impl Loop {
+    fn attach(file: &std::path::Path) -> Option<Loop> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(file)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        Some(Loop(stdout(&out).trim().to_string()))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A real IO error: member 2 is a loop device whose backing file shrinks to nothing while
+/// fio runs, so every IO to it fails. The engine marks it faulty and serves from parity;
+/// fio sees no error and its data verifies.
+#[test]
+fn member_io_error_under_fio() {
+    if !have_all(&["fio", "losetup"], "member_io_error_under_fio") {
+        return;
+    }
+    let dir = Dir::new("ioerr");
+    let files = create_array(&dir, "5", 4, 16, &[]);
+    let Some(lo) = Loop::attach(&files[2]) else {
+        eprintln!("SKIP member_io_error_under_fio: cannot attach a loop device (not root?)");
+        return;
+    };
+    let mut members = files.clone();
+    members[2] = std::path::PathBuf::from(&lo.0);
+    let srv = Served::start(&dir, &members, &[]);
+    let mut fio = ChildGuard(Some(
+        Command::new("fio")
+            .args(fio_args(&srv.uri(), 24, 13))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    let during = fio.still_running();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&files[2])
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    ok(Command::new("losetup").args(["-c", &lo.0]));
+    let out = fio.wait_output();
+    fio_check(&out);
+    if !during {
+        eprintln!("note: fio finished before the member failed");
+    }
+    let d = srv.detail(&members[0]);
+    assert_eq!(member_state(&d, 2), "faulty", "{d}");
+    assert_eq!(d["degraded"], true);
+}
+
 /// While served, other uraid commands must not open the members for writing; detail asks
 /// the server.
 #[test]
