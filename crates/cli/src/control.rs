@@ -112,6 +112,18 @@ pub fn guard(paths: &[PathBuf]) -> Result<MemberLocks> {
     lock_members(paths)
 }
 
+/// `uraid create` must not overwrite the members of a served array; `missing` is no path,
+/// and a path that does not exist yet is left for create to report.
+pub fn guard_create(devices: &[String]) -> Result<MemberLocks> {
+    let paths: Vec<PathBuf> = devices
+        .iter()
+        .filter(|d| d.as_str() != "missing")
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect();
+    lock_members(&paths)
+}
+
 // ---------------------------------------------------------------------------------------
 // Finding a running server
 

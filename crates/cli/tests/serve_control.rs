@@ -185,6 +185,16 @@ fn served_members_are_locked() {
     let uuid = d["uuid"].as_str().unwrap();
     let link = srv.run_dir.join(format!("{uuid}.sock"));
     assert!(UnixStream::connect(&link).is_ok());
+    // create over a served member is refused before it writes anything.
+    let create = srv
+        .cmd()
+        .args(["create", "-l", "1", "-n", "2"])
+        .arg(&members[0])
+        .arg("missing")
+        .output()
+        .unwrap();
+    assert!(!create.status.success());
+    assert!(String::from_utf8_lossy(&create.stderr).contains("control"));
     // A second server on the same members is refused.
     let second = srv
         .cmd()
@@ -326,6 +336,22 @@ fn hostile_client() {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     }
+    // The control socket answers garbage with an error and keeps serving.
+    for junk in [
+        "not json",
+        "{\"cmd\":\"format-disk\"}",
+        "{\"cmd\":\"fail\",\"member\":\"99\"}",
+    ] {
+        let mut c = UnixStream::connect(&srv.control).unwrap();
+        writeln!(c, "{junk}").unwrap();
+        let mut reply = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&c), &mut reply).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(v["ok"], false, "{junk} -> {reply}");
+    }
+    let mut c = UnixStream::connect(&srv.control).unwrap();
+    let _ = c.write_all(&vec![b'x'; 200_000]);
+    drop(c);
     let out = ok(Command::new("qemu-io")
         .args(["-f", "raw"])
         .arg(&uri)
