@@ -4,7 +4,7 @@
 //! - `URAID_SIM_SEEDS=N` runs N seeds, `URAID_FULL=1` thousands; `URAID_SIM_BASE=B` starts
 //!   at seed B (default 0).
 //! - `URAID_SIM_SEED=S` replays one seed exactly; a failing seed prints that command.
-//! - `URAID_SIM_STRICT=1` fails on md deviations that lose no data (normally listed).
+//! - `URAID_SIM_STRICT=1` fails on recorded md deviations (normally counted and listed).
 //!
 //! Run with `--nocapture` to see seeds run and faults injected by kind.
 
