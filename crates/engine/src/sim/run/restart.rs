@@ -413,6 +413,9 @@ impl Simulator<'_> {
                 )?;
             }
         }
+        // The resync (bitmap-guided where there is a bitmap) must have covered every
+        // stripe the cut left inconsistent.
+        self.full_check_clean("the resync after a power cut")?;
         if self.cfg.level != Level::Raid0 {
             match self.array().resync() {
                 Ok(0) => {}
