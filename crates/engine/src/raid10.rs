@@ -70,7 +70,7 @@ pub(crate) fn sync_range(
             mismatches += n;
         }
         s += n;
-        if s % g.chunk_sectors == 0 {
+        if s.is_multiple_of(g.chunk_sectors) {
             ctx.advance(a, s / g.chunk_sectors);
         }
     }

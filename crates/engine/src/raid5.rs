@@ -92,7 +92,8 @@ pub(crate) fn read(
 ) -> Result<(), ArrayError> {
     let cb = chunk_bytes(g);
     // (sector, buf offset, len, (role, op index) when read directly)
-    let mut pieces: Vec<(u64, usize, usize, Option<(MemberIdx, usize)>)> = Vec::new();
+    type Piece = (u64, usize, usize, Option<(MemberIdx, usize)>);
+    let mut pieces: Vec<Piece> = Vec::new();
     let mut nops = 0usize;
     let failed = {
         let mut ops = OpList::new();

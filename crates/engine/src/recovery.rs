@@ -254,7 +254,7 @@ impl Array {
                 last_pct = pct;
             }
             // Persist the recovery position now and then, so a restart resumes near it.
-            if kind == SyncKind::Recovery && p.done_units - last_persist >= total / 64 + 1 {
+            if kind == SyncKind::Recovery && p.done_units - last_persist > total / 64 {
                 let mut meta = self.meta();
                 meta.write_all(self)?;
                 last_persist = p.done_units;

@@ -47,7 +47,7 @@ fn model_checksum(blocks: u64, versions: &[AtomicU32], tail: u64) -> u64 {
         }
     }
     for _ in 0..tail {
-        h = (h ^ 0).wrapping_mul(0x100_0000_01b3);
+        h = h.wrapping_mul(0x100_0000_01b3);
     }
     h
 }
@@ -117,7 +117,7 @@ fn rebuild_a_file_member_under_load() {
                 x ^= x << 17;
                 // Each thread owns the blocks of its parity, so versions are exact.
                 let i = (x % (blocks / 2)) * 2 + t;
-                if x % 3 == 0 {
+                if x.is_multiple_of(3) {
                     let v = versions[i as usize].load(Ordering::SeqCst) + 1;
                     pattern(i, v, &mut buf);
                     a.write(i * BLOCK as u64, &buf).unwrap();
