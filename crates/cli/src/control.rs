@@ -292,6 +292,13 @@ impl ControlServer {
             progress: Arc::new(Mutex::new(None)),
         });
         watch_failures(&ctx)?;
+        // As md does when it starts an array: finish an interrupted recovery, else resync
+        // after an unclean stop (needs every member; degraded, the data is all there is).
+        if !ctx.array.recovering_roles().is_empty() {
+            start_recovery(&ctx);
+        } else if ctx.array.meta().needs_resync() && !ctx.array.is_degraded() {
+            start_resync(&ctx);
+        }
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("control".into())
@@ -576,6 +583,33 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
             json!({"state": "spare"})
         }
     })
+}
+
+/// md's resync after an unclean stop, on a background thread while the array is served.
+fn start_resync(ctx: &Ctx) {
+    if ctx.recovery_running.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let array = ctx.array.clone();
+    let progress = ctx.progress.clone();
+    let running = ctx.recovery_running.clone();
+    let spawned = std::thread::Builder::new()
+        .name("resync".into())
+        .spawn(move || {
+            eprintln!("uraid: the array was not stopped cleanly: resync started");
+            let r = array.run_sync(SyncKind::Resync, |p| {
+                *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
+            });
+            match r {
+                Ok(n) => eprintln!("uraid: resync finished, {n} mismatched sectors rewritten"),
+                Err(e) => eprintln!("uraid: resync stopped: {e}"),
+            }
+            *progress.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            running.store(false, Ordering::SeqCst);
+        });
+    if spawned.is_err() {
+        ctx.recovery_running.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Rebuilds recovering members on a background thread (one at a time), recording progress

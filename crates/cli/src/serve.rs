@@ -183,13 +183,7 @@ impl ServeInfo {
 pub fn serve(a: ServeArgs) -> Result<()> {
     init_logging();
     let locks = control::lock_members(&a.devices)?;
-    let (array, rep) = crate::commands::open_array(&a.devices, a.force)?;
-    if rep.unclean {
-        eprintln!(
-            "uraid: warning: the array was not stopped cleanly; parity/mirrors may disagree \
-             (stop it and run `uraid resync` to repair)"
-        );
-    }
+    let (array, _) = crate::commands::open_array(&a.devices, a.force)?;
     // md names are "host:name"; clients want the name.
     let export_name = a.name.clone().unwrap_or_else(|| {
         let full = array.meta().template().set_name.clone();

@@ -156,6 +156,36 @@ fn member_io_error_under_fio() {
     assert_eq!(d["degraded"], true);
 }
 
+/// A served array killed without a clean stop is resynced in the background when it is
+/// served again, and its data is intact.
+#[test]
+fn unclean_stop_resyncs_when_served_again() {
+    if !have("qemu-io", "unclean_stop_resyncs_when_served_again") {
+        return;
+    }
+    let dir = Dir::new("unclean");
+    let members = create_array(&dir, "5", 3, 8, &[]);
+    let mut srv = Served::start(&dir, &members, &[]);
+    ok(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(srv.uri())
+        .args(["-c", "write -P 0x42 0 1M", "-c", "flush"]));
+    let st = srv.signal_and_wait(libc::SIGKILL);
+    assert!(!st.success());
+    assert!(member_states(&members).iter().all(|s| s == "active"));
+    let mut srv = Served::start(&dir, &members, &[]);
+    wait_detail(&srv, &members[0], |d| d["resync_pending"] == false);
+    let out = ok(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(srv.uri())
+        .args(["-c", "read -P 0x42 0 1M"]));
+    assert!(!stdout(&out).contains("verification failed"));
+    ok(srv.cmd().arg("stop").arg(&members[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    assert!(srv.stderr().contains("resync finished"), "{}", srv.stderr());
+    assert!(member_states(&members).iter().all(|s| s == "clean"));
+}
+
 /// While served, other uraid commands must not open the members for writing; detail asks
 /// the server.
 #[test]
