@@ -807,6 +807,17 @@ pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
             print!("{}", v["human"].as_str().unwrap_or(""));
+            let sync = &v["detail"]["sync"];
+            if let Some(pct) = sync["percent"].as_f64() {
+                println!(
+                    "\n    {} Status : {pct:.1}% complete",
+                    if sync["kind"] == "recovery" {
+                        "Rebuild"
+                    } else {
+                        "Resync"
+                    }
+                );
+            }
             println!(
                 "\n  Served by pid {} (control {})",
                 found.pid,
