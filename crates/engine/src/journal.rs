@@ -19,6 +19,7 @@
 //! else a new empty meta block at the head.
 
 use crate::array::Array;
+use crate::error::ArrayError;
 use crate::member::Member;
 use std::collections::BTreeMap;
 use std::io;
@@ -53,6 +54,13 @@ pub enum JournalError {
     BadWrite(&'static str),
     #[error("journal: array members: {0}")]
     Members(io::Error),
+}
+
+/// A journal that cannot log stops writes (EIO) with its reason; reads go on.
+impl From<JournalError> for ArrayError {
+    fn from(e: JournalError) -> ArrayError {
+        ArrayError::Failed(format!("write journal: {e}"))
+    }
 }
 
 impl From<JournalError> for io::Error {
@@ -466,6 +474,20 @@ impl Journal {
             "journal page changed"
         );
         Ok(())
+    }
+
+    /// The raid5 write path's hook: [`rows_for_stripe`] then [`Journal::append_stripe`].
+    pub fn log_stripe(
+        &self,
+        g: &ParityGeometry,
+        stripe: u64,
+        pieces: &[Option<(usize, &[u8])>],
+        p: &[u8],
+        q: Option<&[u8]>,
+        host: &dyn JournalHost,
+    ) -> Result<LogTicket, JournalError> {
+        let rows = rows_for_stripe(g, stripe, pieces, p, q)?;
+        self.append_stripe(&rows, host)
     }
 
     /// Log the rows of one stripe write and flush the journal (write-through). Returns once

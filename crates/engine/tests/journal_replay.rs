@@ -343,7 +343,14 @@ fn replay_into_an_assembled_array() {
     let w = stripe_write(&g, 3, 2, 0, 2, 77);
     let jdev = Arc::new(MemMember::new("journal", 8192 + 64 * 4096));
     let j = Journal::format(jdev.clone(), area(64), &UUID, 5).unwrap();
-    let t = j.append_stripe(&rows(&g, &w), &Host::default()).unwrap();
+    let pieces: Vec<Option<(usize, &[u8])>> = w
+        .pieces
+        .iter()
+        .map(|p| p.as_ref().map(|(st, d)| (*st, &d[..])))
+        .collect();
+    let t = j
+        .log_stripe(&g, w.stripe, &pieces, &w.p, None, &Host::default())
+        .unwrap();
     j.stripe_written(t);
     let rep = Journal::load(jdev, area(64), &UUID, 0)
         .unwrap()
