@@ -6,6 +6,16 @@ pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
     layout: Layout,
+    /// Goes back to this thread's pool when dropped.
+    pooled: bool,
+}
+
+/// Buffers per thread kept for reuse, and the size from which pooling pays.
+const POOL_MAX: usize = 64;
+const POOL_MIN_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<AlignedBuf>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -19,7 +29,33 @@ impl AlignedBuf {
         // SAFETY: layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         assert!(!ptr.is_null(), "out of memory allocating {len} bytes");
-        AlignedBuf { ptr, len, layout }
+        AlignedBuf {
+            ptr,
+            len,
+            layout,
+            pooled: false,
+        }
+    }
+
+    /// A buffer whose contents are unspecified (old data of an earlier buffer, never
+    /// uninitialised memory), for callers that overwrite all of it, such as read targets.
+    /// Large buffers are recycled per thread, which saves the zeroing and the page faults.
+    pub fn scratch(len: usize) -> AlignedBuf {
+        if len >= POOL_MIN_BYTES {
+            let hit = POOL.with(|p| {
+                let mut p = p.borrow_mut();
+                p.iter()
+                    .position(|b| b.len == len)
+                    .map(|i| p.swap_remove(i))
+            });
+            if let Some(mut b) = hit {
+                b.pooled = true;
+                return b;
+            }
+        }
+        let mut b = AlignedBuf::new(len);
+        b.pooled = len >= POOL_MIN_BYTES;
+        b
     }
 
     pub fn len(&self) -> usize {
@@ -43,6 +79,27 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.pooled {
+            let back = AlignedBuf {
+                ptr: self.ptr,
+                len: self.len,
+                layout: self.layout,
+                pooled: false,
+            };
+            let kept = POOL.try_with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < POOL_MAX {
+                    p.push(back);
+                    None
+                } else {
+                    Some(back)
+                }
+            });
+            // The allocation now belongs to `back`: kept in the pool, or freed when `back`
+            // drops (pool full, or the thread is exiting and the closure was dropped).
+            drop(kept);
+            return;
+        }
         // SAFETY: allocated in new() with this layout.
         unsafe { dealloc(self.ptr, self.layout) }
     }

@@ -215,7 +215,7 @@ impl Rows {
                 continue;
             }
             if let Some(dev) = a.usable(role, stripe) {
-                bufs[role.0] = Some(AlignedBuf::new(len));
+                bufs[role.0] = Some(AlignedBuf::scratch(len));
                 devs[role.0] = Some(dev);
             }
         }
@@ -260,20 +260,20 @@ impl Rows {
         if lost.len() > g.parity_disks() {
             return Err(no_redundancy(a, "reconstruct"));
         }
-        for r in &lost {
-            self.bufs[r.0] = Some(AlignedBuf::new(self.len));
-        }
         if g.level != Level::Raid6 {
             let target = lost[0];
-            let mut acc = AlignedBuf::new(self.len);
+            let mut acc = AlignedBuf::scratch(self.len);
             let srcs: Vec<&[u8]> = roles
                 .iter()
                 .filter(|&&r| r != target)
                 .map(|r| self.get(*r))
                 .collect();
             uraid_parity::xor_gen(&mut acc, &srcs);
-            self.get_mut(target).copy_from_slice(&acc);
+            self.bufs[target.0] = Some(acc);
             return Ok(());
+        }
+        for r in &lost {
+            self.bufs[r.0] = Some(AlignedBuf::scratch(self.len));
         }
         // raid6: blocks in syndrome order, then P, then Q.
         let order = syndrome_roles(map);
@@ -655,7 +655,21 @@ pub(crate) fn sync_range(
     let cb = chunk_bytes(g);
     let end = (start + max.max(1)).min(g.stripes());
     let mut mismatches = 0u64;
-    for stripe in start..end {
+    let batch = (SYNC_BATCH_BYTES / cb).max(1) as u64;
+    let mut next = start;
+    while next < end {
+        // Several whole stripes per pass: one read of each member and one write, so that
+        // members stream instead of waiting for each other stripe by stripe.
+        let k = batch.min(end - next);
+        if k >= 2 {
+            if let Some(m) = sync_batch(a, g, ctx, next, k)? {
+                mismatches += m;
+                next += k;
+                continue;
+            }
+        }
+        let stripe = next;
+        next += 1;
         let map = g.stripe_map(stripe);
         let _lock = a.lock_bucket(stripe);
         // The bitmap counts member sectors for the parity levels.
@@ -724,6 +738,87 @@ pub(crate) fn sync_range(
         ctx.advance(a, stripe + 1);
     }
     Ok((end - start, mismatches))
+}
+
+/// Array bytes of member data per batched sync pass (per member).
+const SYNC_BATCH_BYTES: usize = 4 << 20;
+
+/// Sync `k` whole stripes from `first` in one pass. Returns None, having changed nothing,
+/// if a read failed: the caller then goes stripe by stripe, with read-error handling.
+fn sync_batch(
+    a: &Array,
+    g: &ParityGeometry,
+    ctx: &SyncCtx,
+    first: u64,
+    k: u64,
+) -> Result<Option<u64>, ArrayError> {
+    let cb = chunk_bytes(g);
+    let _locks = a.lock_buckets(first..first + k);
+    let stripes: Vec<u64> = (first..first + k)
+        .filter(|&s| !(ctx.skip_clean && a.bitmap_clean(s * g.chunk_sectors, g.chunk_sectors)))
+        .collect();
+    let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
+    let mut rows: Vec<Rows> = Vec::with_capacity(stripes.len());
+    {
+        let mut all: Vec<Vec<Option<AlignedBuf>>> = Vec::with_capacity(stripes.len());
+        let mut devs: Vec<Vec<Option<std::sync::Arc<dyn crate::member::Member>>>> = Vec::new();
+        for (map, &s) in maps.iter().zip(&stripes) {
+            let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
+            let mut d: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
+                (0..a.raid_disks()).map(|_| None).collect();
+            for role in stripe_roles(map) {
+                if let Some(dev) = a.usable(role, s) {
+                    bufs[role.0] = Some(AlignedBuf::scratch(cb));
+                    d[role.0] = Some(dev);
+                }
+            }
+            all.push(bufs);
+            devs.push(d);
+        }
+        let mut ops = OpList::new();
+        for ((bufs, d), &s) in all.iter_mut().zip(devs.iter_mut()).zip(&stripes) {
+            for (i, b) in bufs.iter_mut().enumerate() {
+                if let (Some(b), Some(dev)) = (b, d[i].take()) {
+                    ops.read(a, dev, MemberIdx(i), g.member_sector(s, 0), b);
+                }
+            }
+        }
+        if !ops.run(a).reads.is_empty() {
+            return Ok(None);
+        }
+        for bufs in all {
+            rows.push(Rows { bufs, len: cb });
+        }
+    }
+    let mut mismatches = 0;
+    let mut writes: Vec<(u64, MemberIdx, AlignedBuf)> = Vec::new();
+    for ((map, &s), r) in maps.iter().zip(&stripes).zip(rows.iter_mut()) {
+        let lost = lost_roles(a, map, s, &[]);
+        let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+        if !lost.is_empty() {
+            r.reconstruct(a, g, map)?;
+            for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
+                w.push((*l, r.bufs[l.0].take().expect("rebuilt block")));
+            }
+        } else {
+            mismatches += compare_rows(r, map, cb, ctx.mode, &mut w);
+        }
+        writes.extend(w.into_iter().map(|(role, b)| (s, role, b)));
+    }
+    let mut ops = OpList::new();
+    for (s, role, b) in &writes {
+        let dev = if ctx.targets.contains(role) {
+            a.slot(*role).device()
+        } else {
+            a.usable(*role, *s)
+        };
+        if let Some(dev) = dev {
+            ops.write(a, dev, *role, g.member_sector(*s, 0), b);
+        }
+    }
+    ops.run(a);
+    ctx.advance(a, first + k);
+    Ok(Some(mismatches))
 }
 
 /// Check parity of complete rows page by page; in repair mode queue fixed blocks in
