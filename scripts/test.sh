@@ -22,4 +22,6 @@ if [ $full = 1 ]; then
 else
     tests/vm/run.sh
 fi
+echo "== exports in the VM: nbd-client and ublk, ext4 on top"
+tests/vm/export.sh
 echo "== all tests passed"

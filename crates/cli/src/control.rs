@@ -292,6 +292,7 @@ impl ControlServer {
             progress: Arc::new(Mutex::new(None)),
         });
         watch_failures(&ctx)?;
+        housekeeping(&ctx, stop.clone())?;
         // As md does when it starts an array: finish an interrupted recovery, else resync
         // after an unclean stop (needs every member; degraded, the data is all there is).
         if !ctx.array.recovering_roles().is_empty() {
@@ -328,6 +329,34 @@ impl ControlServer {
     }
 }
 
+/// md's periodic work while an array runs: safe mode (an array idle for 200 ms is marked
+/// clean, so a crash while idle needs no resync) and the bitmap daemon (every daemon_sleep
+/// seconds, bits of chunks idle for a whole pass are cleared).
+fn housekeeping(ctx: &Arc<Ctx>, stop: Arc<AtomicBool>) -> Result<()> {
+    let ctx = ctx.clone();
+    std::thread::Builder::new()
+        .name("md-daemon".into())
+        .spawn(move || {
+            let tick = Duration::from_millis(100);
+            let mut since_bitmap = Duration::ZERO;
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(tick);
+                if let Err(e) = ctx.array.safemode(Duration::from_millis(200)) {
+                    eprintln!("uraid: safe mode: {e}");
+                }
+                since_bitmap += tick;
+                let every = ctx.array.bitmap_daemon_sleep_secs().unwrap_or(5);
+                if since_bitmap >= Duration::from_secs(u64::from(every)) {
+                    since_bitmap = Duration::ZERO;
+                    if let Err(e) = ctx.array.bitmap_daemon() {
+                        eprintln!("uraid: bitmap daemon: {e}");
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
 /// md puts a waiting spare to work as soon as a member fails, whether by request or by an
 /// IO error; so do we.
 fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
@@ -341,12 +370,13 @@ fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
                     continue;
                 }
                 match ctx.array.activate_spare() {
-                    Ok(Some(r)) => {
-                        eprintln!("uraid: a spare takes role {r}; recovery started");
-                        start_recovery(&ctx);
-                    }
+                    Ok(Some(r)) => eprintln!("uraid: a spare takes role {r}; recovery started"),
                     Ok(None) => {}
                     Err(e) => eprintln!("uraid: could not activate a spare: {e}"),
+                }
+                // The engine may already have given the role to a spare itself.
+                if !ctx.array.recovering_roles().is_empty() {
+                    start_recovery(&ctx);
                 }
             }
         })?;
@@ -597,8 +627,10 @@ fn start_resync(ctx: &Ctx) {
         .name("resync".into())
         .spawn(move || {
             eprintln!("uraid: the array was not stopped cleanly: resync started");
+            let mut throttle = uraid_engine::Throttle::new(uraid_engine::SyncLimits::default());
             let r = array.run_sync(SyncKind::Resync, |p| {
                 *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
+                throttle.pace(&array, p);
             });
             match r {
                 Ok(n) => eprintln!("uraid: resync finished, {n} mismatched sectors rewritten"),
@@ -625,8 +657,11 @@ fn start_recovery(ctx: &Ctx) {
         .name("recovery".into())
         .spawn(move || {
             loop {
+                // md's sync_speed_min/max: back off while clients are busy.
+                let mut throttle = uraid_engine::Throttle::new(uraid_engine::SyncLimits::default());
                 let r = array.run_sync(SyncKind::Recovery, |p| {
                     *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
+                    throttle.pace(&array, p);
                 });
                 match r {
                     Ok(_) => eprintln!("uraid: recovery finished"),
