@@ -257,6 +257,9 @@ impl Array {
     /// the metadata is durable). A spare, if there is one, takes the role.
     pub(crate) fn member_error(&self, role: MemberIdx, err: &io::Error) {
         let slot = &self.slots[role.0];
+        // Under the superblock lock, so that a spare cannot take the role between the
+        // failure and its recording (the wrong device would be marked faulty).
+        let mut meta = self.meta();
         let prev = slot.state();
         if !matches!(prev, SlotState::InSync | SlotState::Recovering)
             || !slot.transition(prev, SlotState::Faulty)
@@ -265,9 +268,6 @@ impl Array {
         }
         let name = slot.device_name().unwrap_or_default();
         tracing::warn!("member {role} ({name}) failed: {err}; marking it faulty");
-        self.events
-            .emit(crate::events::Event::Fail { role, device: name });
-        let mut meta = self.meta();
         meta.mark_faulty(role);
         if let Err(e) = meta.write_all(self) {
             // Nothing on disk says the member is stale: a write that saw the failure must
@@ -276,6 +276,8 @@ impl Array {
             self.metadata_failed.store(true, Ordering::SeqCst);
         }
         drop(meta);
+        self.events
+            .emit(crate::events::Event::Fail { role, device: name });
         if self.is_degraded() {
             self.events.emit(crate::events::Event::DegradedArray);
         }
