@@ -41,6 +41,12 @@ pub(crate) fn read_piece(
         }
         bad.push((role, msec));
     }
+    // Every copy failed somewhere in the piece; the bad sectors may lie in different places
+    // on each copy, so go sector by sector, as md's fix_read_error does, before giving up.
+    if bad.len() > 1 && buf.len() > SECTOR_BYTES as usize && read_by_sectors(a, &bad, unit, buf) {
+        a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
     // No copy could be read: the copies that erred are not trustworthy any more.
     for (r, _) in bad {
         a.member_error(
@@ -49,6 +55,38 @@ pub(crate) fn read_piece(
         );
     }
     Err(no_redundancy(a, "read"))
+}
+
+/// Fill `buf` one sector at a time from whichever copy can read it, writing good sectors
+/// back to the copies that could not. False if some sector is unreadable on every copy.
+fn read_by_sectors(a: &Array, copies: &[(MemberIdx, u64)], unit: u64, buf: &mut [u8]) -> bool {
+    let sec = SECTOR_BYTES as usize;
+    let mut tmp = AlignedBuf::scratch(sec);
+    for (k, out) in buf.chunks_mut(sec).enumerate() {
+        let mut failed: Vec<(MemberIdx, u64)> = Vec::new();
+        let mut got = false;
+        for &(role, msec) in copies {
+            let Some(dev) = a.usable(role, unit) else {
+                continue;
+            };
+            let at = msec + k as u64;
+            let mut ops = OpList::new();
+            ops.read(a, dev, role, at, &mut tmp[..out.len()]);
+            if ops.run(a).is_empty() {
+                out.copy_from_slice(&tmp[..out.len()]);
+                got = true;
+                break;
+            }
+            failed.push((role, at));
+        }
+        if !got {
+            return false;
+        }
+        for (role, at) in failed {
+            a.repair_read(role, at, out);
+        }
+    }
+    true
 }
 
 /// Write one piece to every valid copy. Succeeds while at least one copy took the data.

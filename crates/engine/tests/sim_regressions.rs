@@ -313,7 +313,6 @@ fn a_replacement_disk_starts_with_no_corrected_read_errors() {
 /// (md repairs read errors sector by sector), but the engine retries the whole piece on
 /// the other mirror, fails there too, and gives up on the read.
 #[test]
-#[ignore = "engine bug: mirror read errors are handled per request, not per sector"]
 fn mirrors_with_bad_sectors_in_different_places_still_read() {
     let world = SimWorld::new();
     let d = disks(&world, &["l0", "l1"]);
