@@ -42,6 +42,10 @@ pub struct CreateArgs {
     /// Set UUID (default: random).
     #[arg(long)]
     pub uuid: Option<String>,
+    /// A write journal device for raid4/5/6 (md's raid5-cache, write-through): closes the
+    /// write hole.
+    #[arg(long, value_name = "DEV")]
+    pub write_journal: Option<std::path::PathBuf>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -170,6 +174,9 @@ pub fn create(a: CreateArgs) -> Result<()> {
     if let Some(u) = &a.uuid {
         opts.uuid =
             Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
+    }
+    if let Some(j) = &a.write_journal {
+        opts.journal = Some(open_member(j)?);
     }
     let mut devs: Vec<Option<Arc<dyn Member>>> = Vec::new();
     for d in &a.devices {

@@ -89,6 +89,24 @@ pub struct Array {
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
     has_bitmap: bool,
+    /// raid4/5/6 write journal (md's raid5-cache, write-through).
+    pub(crate) journal: Option<crate::journal::Journal>,
+}
+
+impl crate::journal::JournalHost for Array {
+    fn flush_members(&self) -> io::Result<()> {
+        self.flush().map_err(io::Error::from)
+    }
+
+    /// journal_tail lives in the journal device's superblock (its recovery_offset field);
+    /// md records it with a superblock update, and so do we.
+    fn set_journal_tail(&self, tail_sectors: u64) -> io::Result<()> {
+        let mut meta = self.meta();
+        if let Some((_, sb)) = meta.journal.as_mut() {
+            sb.recovery_offset = tail_sectors;
+        }
+        meta.write_all(self).map_err(io::Error::from)
+    }
 }
 
 impl Array {
@@ -119,6 +137,7 @@ impl Array {
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,
+            journal: None,
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -133,6 +152,15 @@ impl Array {
             )));
         }
         Ok(a)
+    }
+
+    /// Attach the write journal (create and assemble do, before the array is shared).
+    pub fn set_journal(&mut self, j: crate::journal::Journal) {
+        self.journal = Some(j);
+    }
+
+    pub fn has_journal(&self) -> bool {
+        self.journal.is_some()
     }
 
     pub fn level(&self) -> Level {

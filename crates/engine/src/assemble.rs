@@ -8,8 +8,8 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
-    uuid_string, Superblock, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET, MAX_SECTOR,
-    ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+    uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET,
+    MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -277,18 +277,82 @@ pub fn assemble(
             meta.spares.push((devs[i].clone(), sbs[i].clone()));
         }
     }
+    // The raid5 journal: md will not start an array whose journal is missing unless forced
+    // (its writes would have no write-hole protection).
+    let journal_dev = report
+        .members
+        .iter()
+        .position(|o| o.outcome == MemberOutcome::Journal)
+        .filter(|&i| sbs[i].events + 1 >= meta.template.events);
+    let wants_journal = meta.template.feature_map & FEATURE_JOURNAL != 0;
+    if wants_journal && journal_dev.is_none() && !opts.force {
+        return Err(ArrayError::Assemble(format!(
+            "{} has a write journal but no journal device was given (or it is stale); \
+             --force starts it without one",
+            uuid_string(&uuid0)
+        )));
+    }
+    if let Some(i) = journal_dev {
+        meta.journal = Some((devs[i].clone(), sbs[i].clone()));
+    }
     // A member that was being rebuilt resumes where its recovery_offset says.
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let array = Array::new(geometry, array_slots, meta)?;
+    let mut array = Array::new(geometry, array_slots, meta)?;
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
         array
             .slot(uraid_core::MemberIdx(r))
             .set_recovery_cursor(cursor);
     }
+    if let Some(i) = journal_dev {
+        open_journal(&mut array, devs[i].clone(), &sbs[i])?;
+    }
     Ok((array, report))
+}
+
+/// Load the journal at its journal_tail and replay it: every complete stripe logged after
+/// the tail is written to the members, so parity matches data again; then the array needs
+/// no resync for the write hole (md skips it too when a journal was replayed).
+fn open_journal(
+    array: &mut Array,
+    dev: Arc<dyn Member>,
+    sb: &Superblock,
+) -> Result<(), ArrayError> {
+    use crate::journal::{Journal, JournalArea};
+    let uraid_core::geometry::Personality::Parity(g) = array.personality().clone() else {
+        return Err(ArrayError::Assemble(
+            "a write journal needs raid4, raid5 or raid6".into(),
+        ));
+    };
+    let area = JournalArea {
+        data_offset_bytes: sb.data_offset * SECTOR_BYTES,
+        size_sectors: sb.data_size,
+    };
+    let j = match Journal::load(dev.clone(), area, &sb.set_uuid, sb.recovery_offset) {
+        Ok(j) => {
+            let rep = j.replay(&g, &*array)?;
+            tracing::info!(
+                "journal replayed: {} stripes rewritten, new tail {}",
+                rep.stripes,
+                rep.tail_sectors
+            );
+            crate::journal::JournalHost::set_journal_tail(&*array, rep.tail_sectors)?;
+            j
+        }
+        Err(crate::journal::JournalError::NoLog { .. }) => {
+            // md's answer to no log at the tail: start a new one.
+            let seed = u64::from_le_bytes(crate::create::random_uuid()[..8].try_into().unwrap());
+            let j = Journal::format(dev, area, &sb.set_uuid, seed >> 1)?;
+            crate::journal::JournalHost::set_journal_tail(&*array, 0)?;
+            j
+        }
+        Err(e) => return Err(e.into()),
+    };
+    array.meta().set_resync_done();
+    array.set_journal(j);
+    Ok(())
 }
 
 fn member_data_sectors(g: &ArrayGeometry, role: usize, sb: &Superblock) -> u64 {

@@ -10,14 +10,14 @@ use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::{ArrayGeometry, Personality};
 use uraid_core::superblock::{
     default_bitmap_space_sectors, default_data_offset_sectors, CreateSpec, Superblock,
-    FEATURE_RAID0_LAYOUT,
+    FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
 /// mdadm's default chunk: 512 KiB.
 pub const DEFAULT_CHUNK_SECTORS: u64 = 1024;
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CreateOptions {
     pub level: Level,
     /// md layout number; None picks mdadm's default for the level.
@@ -34,6 +34,8 @@ pub struct CreateOptions {
     pub assume_clean: bool,
     pub uuid: Option<[u8; 16]>,
     pub data_offset_sectors: Option<u64>,
+    /// A write journal device (md's --write-journal): raid4/5/6 only.
+    pub journal: Option<Arc<dyn Member>>,
 }
 
 impl CreateOptions {
@@ -49,6 +51,7 @@ impl CreateOptions {
             assume_clean: false,
             uuid: None,
             data_offset_sectors: None,
+            journal: None,
         }
     }
 }
@@ -277,6 +280,31 @@ pub fn create(
         bad_block_log: true,
         clean: true,
     };
+    if let Some(j) = &opts.journal {
+        if !level.has_parity() {
+            return Err(err(format!(
+                "a write journal is for raid4/5/6, not {level}"
+            )));
+        }
+        if opts.bitmap {
+            return Err(err(
+                "a write journal and a bitmap do not go together (as in mdadm)".into(),
+            ));
+        }
+        if present.iter().any(|d| d.name() == j.name()) {
+            return Err(err(format!(
+                "{} is both a member and the journal",
+                j.name()
+            )));
+        }
+        if j.size_bytes() / SECTOR_BYTES < data_offset + 64 * 8 {
+            return Err(err(format!("journal {} is too small", j.name())));
+        }
+    }
+    let mut spec = spec;
+    if opts.journal.is_some() {
+        spec.spares = 1;
+    }
     let mut sbs: Vec<Option<Superblock>> = Vec::with_capacity(raid_disks);
     for (i, d) in devs.iter().enumerate() {
         match d {
@@ -300,6 +328,26 @@ pub fn create(
             None => sbs.push(None),
         }
     }
+    // The journal device: the next device number, role "journal" in every superblock,
+    // journal_tail (its recovery_offset) 0.
+    let journal_sb = match &opts.journal {
+        Some(j) => {
+            let mut jsb = Superblock::new_for_create(
+                &spec,
+                raid_disks as u32,
+                random_uuid(),
+                j.size_bytes() / SECTOR_BYTES,
+            )
+            .map_err(|e| err(format!("{}: {e}", j.name())))?;
+            for sb in sbs.iter_mut().flatten().chain(std::iter::once(&mut jsb)) {
+                sb.feature_map |= FEATURE_JOURNAL;
+                sb.dev_roles[raid_disks] = ROLE_JOURNAL;
+            }
+            jsb.recovery_offset = 0;
+            Some(jsb)
+        }
+        None => None,
+    };
     // Write the superblocks (and bitmaps) before any data, so a failed create leaves
     // members that say what they are.
     for (d, sb) in devs.iter().zip(&sbs) {
@@ -334,7 +382,24 @@ pub fn create(
     if let Some(bms) = bitmap {
         meta.bitmap = Some(BitmapState::new(bms, 8));
     }
-    let array = Array::new(geometry, slots, meta)?;
+    let journal = match (&opts.journal, journal_sb) {
+        (Some(dev), Some(jsb)) => {
+            write_superblock(dev.as_ref(), &jsb)?;
+            let area = crate::journal::JournalArea {
+                data_offset_bytes: jsb.data_offset * SECTOR_BYTES,
+                size_sectors: jsb.data_size,
+            };
+            let seq = u64::from_le_bytes(random_uuid()[..8].try_into().expect("8 bytes")) >> 1;
+            let j = crate::journal::Journal::format(dev.clone(), area, &uuid, seq)?;
+            meta.journal = Some((dev.clone(), jsb));
+            Some(j)
+        }
+        _ => None,
+    };
+    let mut array = Array::new(geometry, slots, meta)?;
+    if let Some(j) = journal {
+        array.set_journal(j);
+    }
     if needs_sync {
         if missing.is_empty() {
             array.resync()?;

@@ -31,6 +31,8 @@ pub struct Meta {
     pub(crate) spares: Vec<(Arc<dyn Member>, Superblock)>,
     /// Nesting of write_all while it records members whose superblock write failed.
     write_depth: u8,
+    /// The journal device and its superblock (its recovery_offset is journal_tail).
+    pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
 }
 
 impl Meta {
@@ -43,6 +45,7 @@ impl Meta {
             bitmap: None,
             spares: Vec::new(),
             write_depth: 0,
+            journal: None,
         }
     }
 
@@ -152,6 +155,11 @@ impl Meta {
                 sb.dev_number = own.dev_number;
                 targets.push((dev, Meta::merge_into(sb, own), Some(i)));
             }
+        }
+        if let Some((dev, own)) = &self.journal {
+            let mut sb = self.template.clone();
+            sb.dev_number = own.dev_number;
+            targets.push((dev.clone(), Meta::merge_into(sb, own), None));
         }
         for (dev, own) in &self.spares {
             let mut sb = self.template.clone();

@@ -332,6 +332,7 @@ pub(crate) fn write(
             && loc.data_index == 0
             && loc.offset_sectors == 0
             && a.tuning.batching.load(Ordering::Relaxed)
+            && a.journal.is_none()
         {
             let n = whole.min(MAX_BATCH_STRIPES);
             let data = &buf[off..off + n * stripe_bytes];
@@ -475,6 +476,11 @@ fn write_stripe(
         .map(|p| p.end())
         .max()
         .expect("a piece");
+    // The journal logs whole pages: widen to pages; a sub-page piece then reconstructs.
+    let (lo, hi) = match a.journal {
+        Some(_) => (lo / 4096 * 4096, hi.div_ceil(4096) * 4096),
+        None => (lo, hi),
+    };
     let covers = |i: usize| {
         pieces[i]
             .as_ref()
@@ -489,6 +495,12 @@ fn write_stripe(
     let mut q = raid6.then(|| AlignedBuf::new(hi - lo));
 
     let full = (0..dd).all(covers);
+    let sub_page = a.journal.is_some()
+        && pieces
+            .iter()
+            .flatten()
+            .any(|pc| pc.start % 4096 != 0 || pc.end() % 4096 != 0);
+    let mut cols: Vec<AlignedBuf> = Vec::new();
     let touched = pieces.iter().flatten().count();
     let rcw_reads = (0..dd).filter(|&i| !covers(i)).count();
     let rmw_reads = touched + g.parity_disks();
@@ -499,6 +511,7 @@ fn write_stripe(
             .collect();
         gen_parity(map, &srcs, &mut p, q.as_deref_mut());
     } else if lost.is_empty()
+        && !sub_page
         && match a.tuning.rmw_level.load(Ordering::Relaxed) {
             0 => false,
             1 => rmw_reads < rcw_reads,
@@ -587,7 +600,6 @@ fn write_stripe(
             // A member failed after `lost` was taken: redo with the new set.
             return Ok(Outcome::Retry(Vec::new()));
         }
-        let mut cols: Vec<AlignedBuf> = Vec::with_capacity(dd);
         for (i, r) in map.data.iter().enumerate() {
             let mut b = AlignedBuf::new(hi - lo);
             if !covers(i) {
@@ -602,6 +614,27 @@ fn write_stripe(
         gen_parity(map, &srcs, &mut p, q.as_deref_mut());
     }
 
+    // Write-through: the stripe's new pages are durable in the journal before any member write.
+    let ticket = match &a.journal {
+        Some(j) => {
+            let pages: Vec<Option<(usize, &[u8])>> = pieces
+                .iter()
+                .enumerate()
+                .map(|(i, pc)| {
+                    pc.as_ref().map(|pc| {
+                        let (s, e) = (pc.start / 4096 * 4096, pc.end().div_ceil(4096) * 4096);
+                        if (s, e) == (pc.start, pc.end()) {
+                            (s, pc.data)
+                        } else {
+                            (s, &cols[i][s - lo..e - lo])
+                        }
+                    })
+                })
+                .collect();
+            Some(j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)?)
+        }
+        None => None,
+    };
     // Excluded members (read errors) still take writes: writing is how a bad sector heals.
     let msec_lo = g.member_sector(stripe, sectors(lo));
     let mut ops = OpList::new();
@@ -628,6 +661,9 @@ fn write_stripe(
         }
     }
     ops.run(a);
+    if let (Some(j), Some(t)) = (&a.journal, ticket) {
+        j.stripe_written(t);
+    }
     // A failed write leaves the stripe consistent on the survivors; it only matters if
     // the array lost more than it tolerates.
     if lost_roles(a, map, stripe, &[]).len() > g.parity_disks() {
