@@ -24,4 +24,6 @@ else
 fi
 echo "== exports in the VM: nbd-client and ublk, ext4 on top"
 tests/vm/export.sh
+echo "== the raid5 write journal with Linux md, both ways (VM)"
+tests/vm/journal.sh
 echo "== all tests passed"
