@@ -438,6 +438,38 @@ struct ReadRec {
     seen: Vec<Option<(u64, u64)>>,
 }
 
+/// The writes of one sector sorted by end, with the one that began latest among each prefix:
+/// answers "which write began last among those that had ended before t" in O(log n).
+struct SectorHistory {
+    /// (end, start), sorted by end.
+    by_end: Vec<(u64, u64)>,
+    /// Index in `by_end` of the latest start among `by_end[..=i]`.
+    latest: Vec<usize>,
+}
+
+impl SectorHistory {
+    fn new(writes: Vec<(u64, u64)>) -> SectorHistory {
+        let mut by_end: Vec<(u64, u64)> = writes.into_iter().map(|(s, e)| (e, s)).collect();
+        by_end.sort_unstable();
+        let mut latest: Vec<usize> = Vec::with_capacity(by_end.len());
+        for i in 0..by_end.len() {
+            let best = match latest.last() {
+                Some(&j) if by_end[j].1 > by_end[i].1 => j,
+                _ => i,
+            };
+            latest.push(best);
+        }
+        SectorHistory { by_end, latest }
+    }
+
+    /// (start, end) of the write that began last among those that ended before `t`.
+    fn latest_ended_before(&self, t: u64) -> Option<(u64, u64)> {
+        let n = self.by_end.partition_point(|&(e, _)| e < t);
+        let (e, s) = self.by_end[*self.latest.get(n.checked_sub(1)?)?];
+        Some((s, e))
+    }
+}
+
 struct Overlap {
     writers: usize,
     readers: usize,
@@ -481,7 +513,8 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
             sc.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(seed ^ ((t as u64 + 101) << 48));
                 let mut mine = Vec::new();
-                while !done.load(Ordering::Acquire) {
+                // Bounded, so that long runs keep the check's memory small.
+                while !done.load(Ordering::Acquire) && mine.len() < 20_000 {
                     let (off, len) = random_range(&mut rng, 0, hot, max_len);
                     let mut buf = vec![0u8; len as usize * SECTOR];
                     let start = clock.tick();
@@ -549,12 +582,13 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
 
     let writes: HashMap<u64, WriteRec> = logs.into_iter().flatten().collect();
     // Per hot sector: (start, end) of every write that covered it.
-    let mut by_sector: Vec<Vec<(u64, u64)>> = vec![Vec::new(); hot as usize];
+    let mut covers: Vec<Vec<(u64, u64)>> = vec![Vec::new(); hot as usize];
     for w in writes.values() {
         for s in w.off..w.off + w.len {
-            by_sector[s as usize].push((w.start, w.end));
+            covers[s as usize].push((w.start, w.end));
         }
     }
+    let by_sector: Vec<SectorHistory> = covers.into_iter().map(SectorHistory::new).collect();
     let lookup = |lba: u64, seen: (u64, u64)| -> WriteRec {
         let (id, idx) = seen;
         let w = *writes
@@ -579,7 +613,7 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
             observed += 1;
             match *seen {
                 None => {
-                    if let Some(&(ws, we)) = cover.iter().find(|&&(_, we)| we < rd.start) {
+                    if let Some((ws, we)) = cover.latest_ended_before(rd.start) {
                         panic!(
                             "sector {lba}: a read [{}, {}] saw zeros after a write [{ws}, {we}] \
                              had completed",
@@ -597,8 +631,9 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
                         seen.0,
                         w.start
                     );
-                    if let Some(&(ws, we)) =
-                        cover.iter().find(|&&(ws, we)| ws > w.end && we < rd.start)
+                    if let Some((ws, we)) = cover
+                        .latest_ended_before(rd.start)
+                        .filter(|&(ws, _)| ws > w.end)
                     {
                         panic!(
                             "sector {lba}: a read [{}, {}] saw write {:#x} [{}, {}] although \
@@ -620,16 +655,19 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
     for (i, sec) in img.chunks(SECTOR).enumerate() {
         let lba = i as u64;
         let seen = read_tag(sec, lba).unwrap_or_else(|e| panic!("final image: {e}"));
-        let cover: &[(u64, u64)] = if lba < hot { &by_sector[i] } else { &[] };
+        let last = if lba < hot {
+            by_sector[i].latest_ended_before(u64::MAX)
+        } else {
+            None
+        };
         match seen {
             None => assert!(
-                cover.is_empty(),
-                "final image: sector {lba} is zero although {} writes covered it",
-                cover.len()
+                last.is_none(),
+                "final image: sector {lba} is zero although a write covered it"
             ),
             Some(seen) => {
                 let w = lookup(lba, seen);
-                let last_start = cover.iter().map(|c| c.0).max().unwrap_or(0);
+                let last_start = last.map_or(0, |l| l.0);
                 assert!(
                     w.end > last_start,
                     "final image: sector {lba} holds write {:#x} [{}, {}] but a write starting \
@@ -713,6 +751,18 @@ fn a_member_failing_mid_run_loses_nothing() {
     each_config("fail-during/overlapping", &[Mode::FailDuring], |r, s, d| {
         overlapping(r, s, d, &p)
     });
+}
+
+#[test]
+fn sector_history_finds_the_latest_write_ended_before() {
+    // (start, end)
+    let h = SectorHistory::new(vec![(1, 10), (5, 6), (8, 20), (2, 3)]);
+    assert_eq!(h.latest_ended_before(3), None);
+    assert_eq!(h.latest_ended_before(4), Some((2, 3)));
+    assert_eq!(h.latest_ended_before(7), Some((5, 6)));
+    assert_eq!(h.latest_ended_before(11), Some((5, 6)));
+    assert_eq!(h.latest_ended_before(21), Some((8, 20)));
+    assert_eq!(SectorHistory::new(vec![]).latest_ended_before(9), None);
 }
 
 /// The oracle itself must catch what it claims to: a torn sector, a moved sector, a stale
