@@ -740,7 +740,9 @@ fn parity_rejects_unknown_layouts() {
     };
     assert!(g(Level::Raid5, 16).is_err());
     assert!(g(Level::Raid5, 6).is_err());
-    assert!(g(Level::Raid6, 8).is_err()); // DDF layouts are not supported
+    assert!(g(Level::Raid5, 8).is_err()); // the DDF layouts are raid6 only
+    assert!(g(Level::Raid6, 8).is_ok());
+    assert!(g(Level::Raid6, 11).is_err());
     assert!(g(Level::Raid6, 21).is_err());
 }
 
@@ -800,4 +802,77 @@ fn raid10_unsound_layouts_collide_as_in_md() {
     assert_eq!(r.far_set_size, 1);
     assert!(!r.layout_is_sound());
     check_raid10(&r, &[(0, &[(0, 0), (0, 496)], 8)]);
+}
+
+/// raid6 DDF layouts, 5 disks, hand-derived from md's raid5_compute_sector:
+/// zero-restart = right-asymmetric placement; N-restart = left-asymmetric shifted by one
+/// stripe (stripe 0 is D D D P Q); N-continue = left-symmetric with Q just before P. The
+/// syndrome weighs data by disk number (P and Q are zero slots), not from after Q.
+#[test]
+fn raid6_ddf_layouts() {
+    use uraid_core::geometry::raid5::*;
+    let g = |layout| {
+        ParityGeometry::new(&uraid_core::geometry::ArrayGeometry {
+            level: uraid_core::Level::Raid6,
+            layout,
+            chunk_sectors: 8,
+            raid_disks: 5,
+            dev_sectors: 8 * 10,
+            member_sectors: Vec::new(),
+        })
+        .unwrap()
+    };
+    // (stripe, p, q, data disks in logical order)
+    let cases: &[(u32, &[(u64, usize, usize, [usize; 3])])] = &[
+        (
+            ALGORITHM_ROTATING_ZERO_RESTART,
+            &[
+                (0, 0, 1, [2, 3, 4]),
+                (1, 1, 2, [0, 3, 4]),
+                (3, 3, 4, [0, 1, 2]),
+                (4, 4, 0, [1, 2, 3]),
+            ],
+        ),
+        (
+            ALGORITHM_ROTATING_N_RESTART,
+            // p = 4 - (stripe + 1) % 5
+            &[
+                (0, 3, 4, [0, 1, 2]),
+                (1, 2, 3, [0, 1, 4]),
+                (3, 0, 1, [2, 3, 4]),
+                (4, 4, 0, [1, 2, 3]),
+            ],
+        ),
+        (
+            ALGORITHM_ROTATING_N_CONTINUE,
+            // p = 4 - stripe % 5, q = p - 1, data from p + 1 around
+            &[
+                (0, 4, 3, [0, 1, 2]),
+                (1, 3, 2, [4, 0, 1]),
+                (4, 0, 4, [1, 2, 3]),
+            ],
+        ),
+    ];
+    for (layout, rows) in cases {
+        let geo = g(*layout);
+        for &(stripe, p, q, data) in rows.iter() {
+            let m = geo.stripe_map(stripe);
+            assert_eq!(m.p.0, p, "layout {layout} stripe {stripe} P");
+            assert_eq!(m.q.unwrap().0, q, "layout {layout} stripe {stripe} Q");
+            let got: Vec<usize> = m.data.iter().map(|d| d.0).collect();
+            assert_eq!(got, data, "layout {layout} stripe {stripe} data");
+            // Slots are the disk numbers, in disk order.
+            let mut by_disk: Vec<usize> = data.to_vec();
+            by_disk.sort_unstable();
+            assert_eq!(
+                m.syndrome_slots, by_disk,
+                "layout {layout} stripe {stripe} slots"
+            );
+        }
+    }
+    assert_eq!(
+        parse_layout("ddf-N-continue"),
+        Some(ALGORITHM_ROTATING_N_CONTINUE)
+    );
+    assert_eq!(layout_name(8), Some("ddf-zero-restart"));
 }

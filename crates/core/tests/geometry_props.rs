@@ -200,6 +200,7 @@ fn parity_case() -> impl Strategy<Value = (Level, u32, usize, u64, u64)> {
         (Just(Level::Raid5), 0u32..=5, 2usize..=16),
         (Just(Level::Raid6), 0u32..=5, 4usize..=16),
         (Just(Level::Raid6), 16u32..=20, 4usize..=16),
+        (Just(Level::Raid6), 8u32..=10, 4usize..=16),
     ];
     (layouts, chunk_sectors(), 1u64..=40, any::<u64>()).prop_map(
         |((level, layout, disks), chunk, stripes, rest)| {
@@ -239,6 +240,14 @@ proptest! {
             order.sort_unstable();
             if level == Level::Raid6 {
                 prop_assert_eq!(order, (0..d).collect::<Vec<_>>());
+                // Coefficient slots: distinct and increasing; for md's layouts 0..d, for the
+                // DDF layouts the disk numbers of the data disks.
+                prop_assert_eq!(m.syndrome_slots.len(), d);
+                prop_assert!(m.syndrome_slots.windows(2).all(|w| w[0] < w[1]));
+                for (k, &i) in m.syndrome_order.iter().enumerate() {
+                    let want = if (8..=10).contains(&layout) { m.data[i].0 } else { k };
+                    prop_assert_eq!(m.syndrome_slots[k], want);
+                }
             } else {
                 prop_assert!(order.is_empty());
             }

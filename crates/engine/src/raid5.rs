@@ -275,33 +275,49 @@ impl Rows {
         for r in &lost {
             self.bufs[r.0] = Some(AlignedBuf::scratch(self.len));
         }
-        // raid6: blocks in syndrome order, then P, then Q.
-        let order = syndrome_roles(map);
-        let lost_idx: Vec<usize> = lost
+        // raid6: blocks by syndrome slot (zero blocks in the DDF layouts' holes), then P, Q.
+        let width = map.syndrome_width();
+        let mut slot_role: Vec<Option<MemberIdx>> = vec![None; width];
+        for (k, &i) in map.syndrome_order.iter().enumerate() {
+            slot_role[map.syndrome_slots[k]] = Some(map.data[i]);
+        }
+        let (pr, qr) = (map.p, map.q.expect("raid6 has Q"));
+        let index_of = |r: MemberIdx| -> usize {
+            if r == pr {
+                width
+            } else if r == qr {
+                width + 1
+            } else {
+                slot_role
+                    .iter()
+                    .position(|x| *x == Some(r))
+                    .expect("role in stripe")
+            }
+        };
+        let lost_idx: Vec<usize> = lost.iter().map(|r| index_of(*r)).collect();
+        let mut holes: Vec<AlignedBuf> = slot_role
             .iter()
-            .map(|r| order.iter().position(|x| x == r).expect("role in stripe"))
+            .filter(|x| x.is_none())
+            .map(|_| AlignedBuf::new(self.len))
             .collect();
+        let mut hole_refs = holes.iter_mut();
         let mut refs: Vec<Option<&mut [u8]>> = self
             .bufs
             .iter_mut()
             .map(|b| b.as_mut().map(|b| &mut b[..]))
             .collect();
-        let mut blocks: Vec<&mut [u8]> = order
-            .iter()
-            .map(|r| refs[r.0].take().expect("block present"))
-            .collect();
+        let mut blocks: Vec<&mut [u8]> = Vec::with_capacity(width + 2);
+        for r in &slot_role {
+            match r {
+                Some(r) => blocks.push(refs[r.0].take().expect("block present")),
+                None => blocks.push(&mut hole_refs.next().expect("hole")[..]),
+            }
+        }
+        blocks.push(refs[pr.0].take().expect("P present"));
+        blocks.push(refs[qr.0].take().expect("Q present"));
         uraid_parity::recover(&mut blocks, &lost_idx);
         Ok(())
     }
-}
-
-/// raid6 roles in syndrome order, then P, then Q.
-fn syndrome_roles(map: &StripeMap) -> Vec<MemberIdx> {
-    map.syndrome_order
-        .iter()
-        .map(|&i| map.data[i])
-        .chain([map.p, map.q.expect("raid6 has Q")])
-        .collect()
 }
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
@@ -309,7 +325,18 @@ fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]
     match q {
         None => uraid_parity::xor_gen(p, data),
         Some(q) => {
-            let ordered: Vec<&[u8]> = map.syndrome_order.iter().map(|&i| data[i]).collect();
+            // Data by coefficient slot; the DDF layouts' holes (P and Q) are zero blocks.
+            let zero;
+            let mut ordered: Vec<&[u8]> = Vec::with_capacity(map.syndrome_width());
+            if map.syndrome_width() == map.syndrome_order.len() {
+                ordered.extend(map.syndrome_order.iter().map(|&i| data[i]));
+            } else {
+                zero = vec![0u8; p.len()];
+                ordered.resize(map.syndrome_width(), &zero[..]);
+                for (k, &i) in map.syndrome_order.iter().enumerate() {
+                    ordered[map.syndrome_slots[k]] = data[i];
+                }
+            }
             uraid_parity::gen_pq(&ordered, p, q);
         }
     }
@@ -563,6 +590,7 @@ fn write_stripe(
                             .syndrome_order
                             .iter()
                             .position(|&x| x == i)
+                            .map(|k| map.syndrome_slots[k])
                             .expect("slot");
                         uraid_parity::update_pq(slot, b, &mut p[range.clone()], &mut q[range]);
                     }
@@ -899,9 +927,11 @@ fn compare_rows(
                     .zip(&qq[off..end])
                     .map(|(a, b)| a ^ b)
                     .collect();
-                match locate_bad_data(&dp, &dq, map.data.len()) {
-                    Some(slot) => {
-                        let r = map.data[map.syndrome_order[slot]];
+                let located = locate_bad_data(&dp, &dq, map.syndrome_width())
+                    .and_then(|slot| map.syndrome_slots.iter().position(|&x| x == slot));
+                match located {
+                    Some(k) => {
+                        let r = map.data[map.syndrome_order[k]];
                         let fixed: Vec<u8> = rows.get(r)[off..end]
                             .iter()
                             .zip(&dp)

@@ -28,6 +28,11 @@ pub const ALGORITHM_LEFT_SYMMETRIC: u32 = 2;
 pub const ALGORITHM_RIGHT_SYMMETRIC: u32 = 3;
 pub const ALGORITHM_PARITY_0: u32 = 4;
 pub const ALGORITHM_PARITY_N: u32 = 5;
+/// raid6 only, the DDF layouts: Q's coefficients follow the disk numbers (P and Q count as
+/// zero blocks), not the order after Q.
+pub const ALGORITHM_ROTATING_ZERO_RESTART: u32 = 8;
+pub const ALGORITHM_ROTATING_N_RESTART: u32 = 9;
+pub const ALGORITHM_ROTATING_N_CONTINUE: u32 = 10;
 pub const ALGORITHM_LEFT_ASYMMETRIC_6: u32 = 16;
 pub const ALGORITHM_RIGHT_ASYMMETRIC_6: u32 = 17;
 pub const ALGORITHM_LEFT_SYMMETRIC_6: u32 = 18;
@@ -42,6 +47,9 @@ pub const LAYOUT_NAMES: &[(u32, &str)] = &[
     (ALGORITHM_RIGHT_SYMMETRIC, "right-symmetric"),
     (ALGORITHM_PARITY_0, "parity-first"),
     (ALGORITHM_PARITY_N, "parity-last"),
+    (ALGORITHM_ROTATING_ZERO_RESTART, "ddf-zero-restart"),
+    (ALGORITHM_ROTATING_N_RESTART, "ddf-N-restart"),
+    (ALGORITHM_ROTATING_N_CONTINUE, "ddf-N-continue"),
     (ALGORITHM_LEFT_ASYMMETRIC_6, "left-asymmetric-6"),
     (ALGORITHM_RIGHT_ASYMMETRIC_6, "right-asymmetric-6"),
     (ALGORITHM_LEFT_SYMMETRIC_6, "left-symmetric-6"),
@@ -59,7 +67,12 @@ pub fn parse_layout(name: &str) -> Option<u32> {
         "rs" => Some(ALGORITHM_RIGHT_SYMMETRIC),
         _ => None,
     };
-    short.or_else(|| LAYOUT_NAMES.iter().find(|(_, s)| *s == n).map(|(v, _)| *v))
+    short.or_else(|| {
+        LAYOUT_NAMES
+            .iter()
+            .find(|(_, s)| s.to_ascii_lowercase() == n)
+            .map(|(v, _)| *v)
+    })
 }
 
 /// The mdadm name of a layout number.
@@ -93,6 +106,17 @@ pub struct StripeMap {
     /// raid6: `syndrome_order[k]` is the logical data index whose chunk gets coefficient
     /// {02}^k in Q. Empty for raid4/5.
     pub syndrome_order: Vec<usize>,
+    /// raid6: the coefficient exponent of each `syndrome_order` entry: 0, 1, 2, ... for md's
+    /// layouts; the disk number for the DDF layouts, whose P and Q take slots of their own
+    /// (as zero blocks). Empty for raid4/5.
+    pub syndrome_slots: Vec<usize>,
+}
+
+impl StripeMap {
+    /// Number of coefficient slots in the syndrome (holes included).
+    pub fn syndrome_width(&self) -> usize {
+        self.syndrome_slots.last().map_or(0, |&s| s + 1)
+    }
 }
 
 impl StripeMap {
@@ -158,6 +182,8 @@ impl ParityGeometry {
             Level::Raid5 => g.layout <= ALGORITHM_PARITY_N,
             _ => {
                 g.layout <= ALGORITHM_PARITY_N
+                    || (ALGORITHM_ROTATING_ZERO_RESTART..=ALGORITHM_ROTATING_N_CONTINUE)
+                        .contains(&g.layout)
                     || (ALGORITHM_LEFT_ASYMMETRIC_6..=ALGORITHM_PARITY_0_6).contains(&g.layout)
             }
         };
@@ -285,6 +311,30 @@ impl ParityGeometry {
                 }
                 ALGORITHM_PARITY_0 => (0, Some(1), (0..d).map(|i| i + 2).collect()),
                 ALGORITHM_PARITY_N => (d, Some(d + 1), (0..d).collect()),
+                ALGORITHM_ROTATING_ZERO_RESTART | ALGORITHM_ROTATING_N_RESTART => {
+                    // zero-restart is right-asymmetric; N-restart is left-asymmetric shifted
+                    // by one stripe, so that stripe 0 is D D D P Q.
+                    let p = if self.algorithm == ALGORITHM_ROTATING_ZERO_RESTART {
+                        r
+                    } else {
+                        n - 1 - ((stripe + 1) % n as u64) as usize
+                    };
+                    let (q, data) = if p == n - 1 {
+                        (0, (0..d).map(|i| i + 1).collect())
+                    } else {
+                        (
+                            p + 1,
+                            (0..d).map(|i| if i >= p { i + 2 } else { i }).collect(),
+                        )
+                    };
+                    (p, Some(q), data)
+                }
+                ALGORITHM_ROTATING_N_CONTINUE => {
+                    // left-symmetric with Q before P.
+                    let p = n - 1 - r;
+                    let data = (0..d).map(|i| (p + 1 + i) % n).collect();
+                    (p, Some((p + n - 1) % n), data)
+                }
                 _ => {
                     // The raid5 layouts over n-1 disks, Q on the last disk.
                     let m = n - 1;
@@ -311,19 +361,25 @@ impl ParityGeometry {
                 }
             }
         };
-        let syndrome_order = match q {
-            None => Vec::new(),
+        let ddf = (ALGORITHM_ROTATING_ZERO_RESTART..=ALGORITHM_ROTATING_N_CONTINUE)
+            .contains(&self.algorithm);
+        let (syndrome_order, syndrome_slots) = match q {
+            None => (Vec::new(), Vec::new()),
             Some(q) => {
                 let mut order = Vec::with_capacity(d);
-                let mut disk = (q + 1) % n;
-                for _ in 0..n {
+                let mut slots = Vec::with_capacity(d);
+                // md: the syndrome starts after Q; for DDF it starts at disk 0 and every
+                // disk, P and Q included, takes a coefficient slot.
+                let mut disk = if ddf { 0 } else { (q + 1) % n };
+                for k in 0..n {
                     if disk != p && disk != q {
                         let idx = data.iter().position(|&x| x == disk).expect("data disk");
+                        slots.push(if ddf { k } else { order.len() });
                         order.push(idx);
                     }
                     disk = (disk + 1) % n;
                 }
-                order
+                (order, slots)
             }
         };
         StripeMap {
@@ -331,6 +387,7 @@ impl ParityGeometry {
             p: MemberIdx(p),
             q: q.map(MemberIdx),
             syndrome_order,
+            syndrome_slots,
         }
     }
 }

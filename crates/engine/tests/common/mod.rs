@@ -116,6 +116,9 @@ pub fn all_configs() -> Vec<Config> {
         ALGORITHM_LEFT_SYMMETRIC_6,
         ALGORITHM_RIGHT_SYMMETRIC_6,
         ALGORITHM_PARITY_0_6,
+        ALGORITHM_ROTATING_ZERO_RESTART,
+        ALGORITHM_ROTATING_N_RESTART,
+        ALGORITHM_ROTATING_N_CONTINUE,
     ] {
         for disks in [4, 6] {
             v.push(Config {
