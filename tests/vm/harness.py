@@ -457,7 +457,7 @@ class U2L:
         j = [f"begin {spec.name}",
              "run assemble mdadm --assemble --run /dev/md0 " + " ".join(disks),
              "snap assembled", "size", "sha initial", "snap afterread"]
-        if spec.redundant and not spec.fail:
+        if spec.redundant and not spec.fail and not spec.marked:
             j.append("check_parity")
         j += ["write_regions", "sha final", "finish"]
         boot.job += j
@@ -491,6 +491,36 @@ class U2L:
         if got != want or n != size:
             raise Failure(f"uraid on the host read back different bytes than it wrote "
                           f"({n} of {size} bytes)")
+        if s.marked:
+            self._mark_failed(members)
+
+    def _mark_failed(self, members: list[str]) -> None:
+        """Mark members faulty the way a user would: serve, `uraid fail`, `uraid stop`."""
+        s = self.spec
+        ctl = self.boot.dir / f"{s.name}.ctl"
+        sock = self.boot.dir / f"{s.name}.nbd"
+        srv = subprocess.Popen([str(self.uraid), "serve", "--nbd", f"unix:{sock}",
+                                "--control", str(ctl)] + members,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(200):
+                if ctl.exists():
+                    break
+                time.sleep(0.05)
+            for role in s.marked:
+                uraid_run(self.uraid, ["fail", "--control", str(ctl), str(role)])
+            uraid_run(self.uraid, ["stop", "--control", str(ctl)])
+            srv.wait(timeout=60)
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait()
+        if srv.returncode != 0:
+            out = srv.stdout.read().decode(errors="replace") if srv.stdout else ""
+            raise Failure(f"uraid serve exited with {srv.returncode}", out[-2000:])
+        d = uraid_detail(self.uraid, members)
+        if not d.get("degraded"):
+            raise Failure("uraid did not record the members it marked faulty", json.dumps(d)[:2000])
 
     def verify(self) -> str:
         if self.prep_error:
@@ -516,8 +546,9 @@ class U2L:
         words = {w.strip() for w in state.split(",")}
         if not words & {"clean", "active"}:
             bad.append(f"State {state!r}")
-        if ("degraded" in words) != bool(s.fail):
-            bad.append(f"State {state!r} ({'not ' if s.fail else ''}expected degraded)")
+        degraded = bool(s.fail or s.marked)
+        if ("degraded" in words) != degraded:
+            bad.append(f"State {state!r} ({'not ' if degraded else ''}expected degraded)")
         for w in ("resyncing", "recovering", "reshaping", "FAILED", "Not Started"):
             if w in words:
                 bad.append(f"State {state!r}")

@@ -44,6 +44,9 @@ class Spec:
     # u2l: slots created as "missing".
     fail: tuple[int, ...] = ()
     resync: bool = False  # l2u: let md resync instead of --assume-clean
+    # u2l: members that uraid marks faulty (uraid serve, uraid fail, uraid stop) after the
+    # fill; their images still go to Linux, which must leave them out.
+    marked: tuple[int, ...] = ()
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +66,8 @@ class Spec:
             if self.fail:
                 word = "fail" if self.direction == "l2u" else "missing"
                 parts.append(word + "".join(str(f) for f in self.fail))
+            if self.marked:
+                parts.append("marked" + "".join(str(f) for f in self.marked))
             self.name = "-".join(parts)
 
     def member_sizes(self, default_mib: int) -> list[int]:
@@ -113,6 +118,8 @@ def quick() -> list[Spec]:
         U(6, 5, layout="left-symmetric"), U(6, 4, layout="right-asymmetric", chunk_k=512),
         U(1, 2, fail=(1,)), U(5, 4, layout="left-symmetric", fail=(2,)),
         U(6, 5, layout="left-symmetric", fail=(0, 3)), U(10, 4, layout="n2", fail=(1,)),
+        U(5, 4, marked=(1,)), U(6, 5, marked=(0, 3)), U(1, 2, marked=(0,)),
+        U(10, 4, layout="n2", marked=(2,)),
     ]
     return l2u + u2l
 
