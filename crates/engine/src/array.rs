@@ -414,16 +414,8 @@ impl Array {
                 }
             }
         }
-        let events = meta.events() + 1;
         let degraded = self.is_degraded() || self.any_recovering();
-        let needs_resync = meta.needs_resync();
-        if let Some(b) = meta.bitmap.as_mut() {
-            if !needs_resync {
-                b.clear_idle(degraded, events);
-            }
-        }
-        meta.set_dirty(false);
-        meta.write_all(self)?;
+        meta.mark_clean(self, degraded)?;
         Ok(true)
     }
 
@@ -641,17 +633,7 @@ impl Array {
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
         if self.dirty.load(Ordering::Acquire) || meta.is_dirty() {
-            // Everything written is durable now: the bits can go (not while degraded:
-            // they are what a returning member will be recovered from).
-            let events = meta.events() + 1;
-            let needs_resync = meta.needs_resync();
-            if let Some(b) = meta.bitmap.as_mut() {
-                if !needs_resync {
-                    b.clear_idle(degraded, events);
-                }
-            }
-            meta.set_dirty(false);
-            meta.write_all(self)?;
+            meta.mark_clean(self, degraded)?;
             self.dirty.store(false, Ordering::Release);
         }
         Ok(())

@@ -79,6 +79,21 @@ impl Meta {
         }
     }
 
+    /// Everything written is durable (the caller flushed): clear the bitmap's idle bits
+    /// (not while degraded: they are what a returning member is recovered from, nor while a
+    /// resync is owed) and write the superblocks clean.
+    pub(crate) fn mark_clean(&mut self, a: &Array, degraded: bool) -> Result<(), ArrayError> {
+        let events = self.events() + 1;
+        let needs_resync = self.needs_resync;
+        if let Some(b) = self.bitmap.as_mut() {
+            if !needs_resync {
+                b.clear_idle(degraded, events);
+            }
+        }
+        self.set_dirty(false);
+        self.write_all(a)
+    }
+
     pub fn set_resync_done(&mut self) {
         self.needs_resync = false;
     }

@@ -283,11 +283,16 @@ impl ParityGeometry {
             (p, None, data)
         } else {
             match self.algorithm {
-                ALGORITHM_LEFT_ASYMMETRIC | ALGORITHM_RIGHT_ASYMMETRIC => {
-                    let p = if self.algorithm == ALGORITHM_LEFT_ASYMMETRIC {
-                        n - 1 - r
-                    } else {
-                        r
+                ALGORITHM_LEFT_ASYMMETRIC
+                | ALGORITHM_RIGHT_ASYMMETRIC
+                | ALGORITHM_ROTATING_ZERO_RESTART
+                | ALGORITHM_ROTATING_N_RESTART => {
+                    // DDF zero-restart places like right-asymmetric; N-restart like
+                    // left-asymmetric one stripe on, so that stripe 0 is D D D P Q.
+                    let p = match self.algorithm {
+                        ALGORITHM_LEFT_ASYMMETRIC => n - 1 - r,
+                        ALGORITHM_ROTATING_N_RESTART => n - 1 - ((stripe + 1) % n as u64) as usize,
+                        _ => r,
                     };
                     let (q, data) = if p == n - 1 {
                         // Q wraps to disk 0: Q D D D P
@@ -311,24 +316,6 @@ impl ParityGeometry {
                 }
                 ALGORITHM_PARITY_0 => (0, Some(1), (0..d).map(|i| i + 2).collect()),
                 ALGORITHM_PARITY_N => (d, Some(d + 1), (0..d).collect()),
-                ALGORITHM_ROTATING_ZERO_RESTART | ALGORITHM_ROTATING_N_RESTART => {
-                    // zero-restart is right-asymmetric; N-restart is left-asymmetric shifted
-                    // by one stripe, so that stripe 0 is D D D P Q.
-                    let p = if self.algorithm == ALGORITHM_ROTATING_ZERO_RESTART {
-                        r
-                    } else {
-                        n - 1 - ((stripe + 1) % n as u64) as usize
-                    };
-                    let (q, data) = if p == n - 1 {
-                        (0, (0..d).map(|i| i + 1).collect())
-                    } else {
-                        (
-                            p + 1,
-                            (0..d).map(|i| if i >= p { i + 2 } else { i }).collect(),
-                        )
-                    };
-                    (p, Some(q), data)
-                }
                 ALGORITHM_ROTATING_N_CONTINUE => {
                     // left-symmetric with Q before P.
                     let p = n - 1 - r;
