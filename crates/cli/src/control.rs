@@ -617,36 +617,17 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
 
 /// md's resync after an unclean stop, on a background thread while the array is served.
 fn start_resync(ctx: &Ctx) {
-    if ctx.recovery_running.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let array = ctx.array.clone();
-    let progress = ctx.progress.clone();
-    let running = ctx.recovery_running.clone();
-    let spawned = std::thread::Builder::new()
-        .name("resync".into())
-        .spawn(move || {
-            eprintln!("uraid: the array was not stopped cleanly: resync started");
-            let mut throttle = uraid_engine::Throttle::new(uraid_engine::SyncLimits::default());
-            let r = array.run_sync(SyncKind::Resync, |p| {
-                *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
-                throttle.pace(&array, p);
-            });
-            match r {
-                Ok(n) => eprintln!("uraid: resync finished, {n} mismatched sectors rewritten"),
-                Err(e) => eprintln!("uraid: resync stopped: {e}"),
-            }
-            *progress.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            running.store(false, Ordering::SeqCst);
-        });
-    if spawned.is_err() {
-        ctx.recovery_running.store(false, Ordering::SeqCst);
-    }
+    start_sync(ctx, SyncKind::Resync);
 }
 
-/// Rebuilds recovering members on a background thread (one at a time), recording progress
-/// for `detail`.
+/// Rebuilds recovering members on a background thread, recording progress for `detail`.
 fn start_recovery(ctx: &Ctx) {
+    start_sync(ctx, SyncKind::Recovery);
+}
+
+/// One background sync at a time, paced by md's sync_speed_min/max (it backs off while
+/// clients are busy).
+fn start_sync(ctx: &Ctx, kind: SyncKind) {
     if ctx.recovery_running.swap(true, Ordering::SeqCst) {
         return;
     }
@@ -654,21 +635,40 @@ fn start_recovery(ctx: &Ctx) {
     let progress = ctx.progress.clone();
     let running = ctx.recovery_running.clone();
     let spawned = std::thread::Builder::new()
-        .name("recovery".into())
+        .name(kind.name().into())
         .spawn(move || {
+            if kind == SyncKind::Resync {
+                eprintln!("uraid: the array was not stopped cleanly: resync started");
+            }
             loop {
-                // md's sync_speed_min/max: back off while clients are busy.
+                let before = array.recovering_roles();
                 let mut throttle = uraid_engine::Throttle::new(uraid_engine::SyncLimits::default());
-                let r = array.run_sync(SyncKind::Recovery, |p| {
+                let r = array.run_sync(kind, |p| {
                     *progress.lock().unwrap_or_else(|e| e.into_inner()) = Some(*p);
                     throttle.pace(&array, p);
                 });
-                match r {
-                    Ok(_) => eprintln!("uraid: recovery finished"),
-                    Err(e) => eprintln!("uraid: recovery stopped: {e}"),
-                }
                 *progress.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                if array.recovering_roles().is_empty() {
+                let failed = match r {
+                    Ok(_) if kind == SyncKind::Recovery => {
+                        eprintln!("uraid: recovery finished");
+                        false
+                    }
+                    Ok(n) => {
+                        eprintln!(
+                            "uraid: {} finished, {n} mismatched sectors rewritten",
+                            kind.name()
+                        );
+                        false
+                    }
+                    Err(e) => {
+                        eprintln!("uraid: {} stopped: {e}", kind.name());
+                        true
+                    }
+                };
+                // A recovery goes on while roles are left to rebuild (a spare may have taken
+                // over from a failed target), but not round and round on the same error.
+                let left = array.recovering_roles();
+                if kind != SyncKind::Recovery || left.is_empty() || (failed && left == before) {
                     break;
                 }
             }
