@@ -98,6 +98,12 @@ pub struct BenchArgs {
     json: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// md's rmw_level: 0 never read-modify-write, 1 when it reads fewer blocks, 2 also on ties.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=2))]
+    rmw_level: u8,
+    /// Turn off full-stripe write batching (for ablation).
+    #[arg(long)]
+    no_batching: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -326,6 +332,14 @@ impl Ctx<'_> {
                 o.name = "bench".into();
                 let array = uraid_engine::create(devs, &o)
                     .with_context(|| format!("cannot create {level} on {disks} members"))?;
+                array
+                    .tuning
+                    .rmw_level
+                    .store(a.rmw_level, std::sync::atomic::Ordering::Relaxed);
+                array
+                    .tuning
+                    .batching
+                    .store(!a.no_batching, std::sync::atomic::Ordering::Relaxed);
                 Ok(Setup {
                     label: format!("{level}:{disks}"),
                     target: Target::Array(Arc::new(array)),
