@@ -823,7 +823,8 @@ fn raid6_ddf_layouts() {
         .unwrap()
     };
     // (stripe, p, q, data disks in logical order)
-    let cases: &[(u32, &[(u64, usize, usize, [usize; 3])])] = &[
+    type Row = (u64, usize, usize, [usize; 3]);
+    let cases: &[(u32, &[Row])] = &[
         (
             ALGORITHM_ROTATING_ZERO_RESTART,
             &[
