@@ -39,6 +39,35 @@ pub const ALGORITHM_LEFT_SYMMETRIC_6: u32 = 18;
 pub const ALGORITHM_RIGHT_SYMMETRIC_6: u32 = 19;
 pub const ALGORITHM_PARITY_0_6: u32 = 20;
 
+/// The raid5 layouts md implements (raid4 always uses parity-last).
+pub const RAID5_LAYOUTS: &[u32] = &[
+    ALGORITHM_LEFT_ASYMMETRIC,
+    ALGORITHM_RIGHT_ASYMMETRIC,
+    ALGORITHM_LEFT_SYMMETRIC,
+    ALGORITHM_RIGHT_SYMMETRIC,
+    ALGORITHM_PARITY_0,
+    ALGORITHM_PARITY_N,
+];
+
+/// The raid6 layouts md implements: the raid5 ones, the DDF ones and the raid5-with-Q-last
+/// ones.
+pub const RAID6_LAYOUTS: &[u32] = &[
+    ALGORITHM_LEFT_ASYMMETRIC,
+    ALGORITHM_RIGHT_ASYMMETRIC,
+    ALGORITHM_LEFT_SYMMETRIC,
+    ALGORITHM_RIGHT_SYMMETRIC,
+    ALGORITHM_PARITY_0,
+    ALGORITHM_PARITY_N,
+    ALGORITHM_ROTATING_ZERO_RESTART,
+    ALGORITHM_ROTATING_N_RESTART,
+    ALGORITHM_ROTATING_N_CONTINUE,
+    ALGORITHM_LEFT_ASYMMETRIC_6,
+    ALGORITHM_RIGHT_ASYMMETRIC_6,
+    ALGORITHM_LEFT_SYMMETRIC_6,
+    ALGORITHM_RIGHT_SYMMETRIC_6,
+    ALGORITHM_PARITY_0_6,
+];
+
 /// mdadm's names for the layouts, in its spelling.
 pub const LAYOUT_NAMES: &[(u32, &str)] = &[
     (ALGORITHM_LEFT_ASYMMETRIC, "left-asymmetric"),
@@ -179,13 +208,8 @@ impl ParityGeometry {
         let ok = match g.level {
             // md's raid4 ignores the layout field and always puts parity last.
             Level::Raid4 => true,
-            Level::Raid5 => g.layout <= ALGORITHM_PARITY_N,
-            _ => {
-                g.layout <= ALGORITHM_PARITY_N
-                    || (ALGORITHM_ROTATING_ZERO_RESTART..=ALGORITHM_ROTATING_N_CONTINUE)
-                        .contains(&g.layout)
-                    || (ALGORITHM_LEFT_ASYMMETRIC_6..=ALGORITHM_PARITY_0_6).contains(&g.layout)
-            }
+            Level::Raid5 => RAID5_LAYOUTS.contains(&g.layout),
+            _ => RAID6_LAYOUTS.contains(&g.layout),
         };
         if !ok {
             return Err(GeometryError::UnsupportedLayout {

@@ -62,29 +62,10 @@ fn catalogue() -> Vec<Entry> {
         v.push(e(Level::Raid10, Some(layout), disks));
     }
     v.push(e(Level::Raid4, None, &[3, 4]));
-    for layout in [
-        ALGORITHM_LEFT_ASYMMETRIC,
-        ALGORITHM_RIGHT_ASYMMETRIC,
-        ALGORITHM_LEFT_SYMMETRIC,
-        ALGORITHM_RIGHT_SYMMETRIC,
-        ALGORITHM_PARITY_0,
-        ALGORITHM_PARITY_N,
-    ] {
+    for &layout in RAID5_LAYOUTS {
         v.push(e(Level::Raid5, Some(layout), &[2, 3, 4, 5]));
     }
-    for layout in [
-        ALGORITHM_LEFT_ASYMMETRIC,
-        ALGORITHM_RIGHT_ASYMMETRIC,
-        ALGORITHM_LEFT_SYMMETRIC,
-        ALGORITHM_RIGHT_SYMMETRIC,
-        ALGORITHM_PARITY_0,
-        ALGORITHM_PARITY_N,
-        ALGORITHM_LEFT_ASYMMETRIC_6,
-        ALGORITHM_RIGHT_ASYMMETRIC_6,
-        ALGORITHM_LEFT_SYMMETRIC_6,
-        ALGORITHM_RIGHT_SYMMETRIC_6,
-        ALGORITHM_PARITY_0_6,
-    ] {
+    for &layout in RAID6_LAYOUTS {
         v.push(e(Level::Raid6, Some(layout), &[4, 5, 6]));
     }
     v

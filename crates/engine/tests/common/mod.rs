@@ -86,14 +86,7 @@ pub fn all_configs() -> Vec<Config> {
             member_bytes: eq(disks, 2 * mb),
         });
     }
-    for layout in [
-        ALGORITHM_LEFT_ASYMMETRIC,
-        ALGORITHM_RIGHT_ASYMMETRIC,
-        ALGORITHM_LEFT_SYMMETRIC,
-        ALGORITHM_RIGHT_SYMMETRIC,
-        ALGORITHM_PARITY_0,
-        ALGORITHM_PARITY_N,
-    ] {
+    for &layout in RAID5_LAYOUTS {
         for disks in [2, 3, 5] {
             v.push(Config {
                 level: Level::Raid5,
@@ -104,22 +97,7 @@ pub fn all_configs() -> Vec<Config> {
             });
         }
     }
-    for layout in [
-        ALGORITHM_LEFT_ASYMMETRIC,
-        ALGORITHM_RIGHT_ASYMMETRIC,
-        ALGORITHM_LEFT_SYMMETRIC,
-        ALGORITHM_RIGHT_SYMMETRIC,
-        ALGORITHM_PARITY_0,
-        ALGORITHM_PARITY_N,
-        ALGORITHM_LEFT_ASYMMETRIC_6,
-        ALGORITHM_RIGHT_ASYMMETRIC_6,
-        ALGORITHM_LEFT_SYMMETRIC_6,
-        ALGORITHM_RIGHT_SYMMETRIC_6,
-        ALGORITHM_PARITY_0_6,
-        ALGORITHM_ROTATING_ZERO_RESTART,
-        ALGORITHM_ROTATING_N_RESTART,
-        ALGORITHM_ROTATING_N_CONTINUE,
-    ] {
+    for &layout in RAID6_LAYOUTS {
         for disks in [4, 6] {
             v.push(Config {
                 level: Level::Raid6,
