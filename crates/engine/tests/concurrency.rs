@@ -513,8 +513,9 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
             sc.spawn(move || {
                 let mut rng = StdRng::seed_from_u64(seed ^ ((t as u64 + 101) << 48));
                 let mut mine = Vec::new();
-                // Bounded, so that long runs keep the check's memory small.
-                while !done.load(Ordering::Acquire) && mine.len() < 20_000 {
+                // Bounded, so that long runs keep the check's memory small; at least one
+                // read even when the scheduler runs this thread only after the writers.
+                while mine.is_empty() || (!done.load(Ordering::Acquire) && mine.len() < 20_000) {
                     let (off, len) = random_range(&mut rng, 0, hot, max_len);
                     let mut buf = vec![0u8; len as usize * SECTOR];
                     let start = clock.tick();
