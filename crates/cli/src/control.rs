@@ -5,7 +5,8 @@
 //!   and point to the control socket ([`guard`]).
 //! - The control socket speaks one JSON object per line each way:
 //!   `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}` (a role or a member path),
-//!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`, `{"cmd":"stop"}`.
+//!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`,
+//!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional), `{"cmd":"stop"}`.
 //!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
 //! - Finding a running array from its member paths: each server writes
 //!   `<run dir>/<uuid>.json` (its pid, control path and canonical member paths) beside its
@@ -295,7 +296,7 @@ impl ControlServer {
         housekeeping(&ctx, stop.clone())?;
         // As md does when it starts an array: finish an interrupted recovery, else resync
         // after an unclean stop (needs every member; degraded, the data is all there is).
-        if !ctx.array.recovering_roles().is_empty() {
+        if !ctx.array.recovering_roles().is_empty() || !ctx.array.replacing_roles().is_empty() {
             start_recovery(&ctx);
         } else if ctx.array.meta().needs_resync() && !ctx.array.is_degraded() {
             start_resync(&ctx);
@@ -499,6 +500,13 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
             },
             Err(e) => (fail_reply(e), None),
         },
+        "replace" => match member_role(a, &req["member"]) {
+            Ok(role) => match engine_replace(ctx, role, req["with"].as_str()) {
+                Ok(v) => (json!({"ok": true, "replace": v, "detail": detail()}), None),
+                Err(e) => (fail_reply(e), None),
+            },
+            Err(e) => (fail_reply(e), None),
+        },
         "add" => match req["device"].as_str() {
             Some(dev) => match engine_add(ctx, Path::new(dev)) {
                 Ok(v) => (json!({"ok": true, "added": v, "detail": detail()}), None),
@@ -613,6 +621,41 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
             json!({"state": "spare"})
         }
     })
+}
+
+/// `mdadm --replace`: a spare (the one named, added first if it is not one yet, or any)
+/// is rebuilt beside the member, which stays active until the replacement takes over.
+fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Value> {
+    let a = &ctx.array;
+    let spare = match with {
+        None => None,
+        Some(w) => {
+            let want = canonical(Path::new(w));
+            let find = || {
+                a.spares()
+                    .into_iter()
+                    .find(|s| s == w || canonical(Path::new(s)) == want)
+            };
+            match find() {
+                Some(s) => Some(s),
+                None => {
+                    if a.is_degraded() {
+                        bail!(
+                            "{w} is not a spare, and added now it would rebuild a missing \
+                             role instead: add it first, then replace"
+                        );
+                    }
+                    engine_add(ctx, Path::new(w))?;
+                    Some(find().ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
+                }
+            }
+        }
+    };
+    let old = device_name(a, role);
+    let new = a.replace(role, spare.as_deref())?;
+    eprintln!("uraid: member {role} ({old}) is being replaced by {new}");
+    start_recovery(ctx);
+    Ok(json!({"role": role.0, "old": old, "replacement": new}))
 }
 
 /// md's resync after an unclean stop, on a background thread while the array is served.
@@ -733,6 +776,24 @@ pub struct AddArgs {
 }
 
 #[derive(Args)]
+pub struct ReplaceArgs {
+    /// Control socket of the running array.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// Any member path of the running array (or give --control, or --member as a path).
+    pub array: Option<PathBuf>,
+    /// The member to replace: a role number or a member path.
+    #[arg(long)]
+    pub member: String,
+    /// The spare to rebuild as its replacement (added as a spare first if it is not one);
+    /// default: any spare.
+    #[arg(long = "with", value_name = "DEVICE")]
+    pub with: Option<PathBuf>,
+}
+
+#[derive(Args)]
 pub struct StopArgs {
     /// Control socket of the running array.
     #[arg(long, value_name = "PATH", required_unless_present = "devices")]
@@ -806,6 +867,40 @@ pub fn add(a: AddArgs) -> Result<()> {
         &v,
         a.json,
         &format!("{} added: {}", dev.display(), v["added"]),
+    )
+}
+
+/// `uraid replace` (mdadm --replace [--with]).
+pub fn replace(a: ReplaceArgs) -> Result<()> {
+    let is_role = a.member.parse::<usize>().is_ok();
+    let mut members: Vec<PathBuf> = a.array.iter().cloned().collect();
+    if !is_role {
+        members.push(PathBuf::from(&a.member));
+    }
+    let control = resolve(&a.control, &members)?;
+    let member = if is_role {
+        Value::String(a.member.clone())
+    } else {
+        Value::String(canonical(Path::new(&a.member)).display().to_string())
+    };
+    let mut req = json!({"cmd": "replace", "member": member});
+    if let Some(w) = &a.with {
+        let w = canonical(w);
+        if !w.exists() {
+            bail!("{}: no such file or device", w.display());
+        }
+        req["with"] = Value::String(w.display().to_string());
+    }
+    let v = request(&control, &req)?;
+    print_result(
+        &v,
+        a.json,
+        &format!(
+            "member {} ({}) is being replaced by {}",
+            v["replace"]["role"],
+            v["replace"]["old"].as_str().unwrap_or(""),
+            v["replace"]["replacement"].as_str().unwrap_or("")
+        ),
     )
 }
 

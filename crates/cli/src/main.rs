@@ -67,6 +67,9 @@ enum Cmd {
     Remove(control::MemberCmdArgs),
     /// Add a spare or re-add a member to a served array (mdadm --add).
     Add(control::AddArgs),
+    /// Rebuild a spare as a member's replacement while the member stays active, then
+    /// swap them (mdadm --replace [--with]).
+    Replace(control::ReplaceArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Cmd::Fail(a) => control::fail(a),
         Cmd::Remove(a) => control::remove(a),
         Cmd::Add(a) => control::add(a),
+        Cmd::Replace(a) => control::replace(a),
         Cmd::Stop(a) => control::stop(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),

@@ -190,6 +190,9 @@ fn state_words(a: &Array) -> String {
     if a.is_degraded() {
         w.push("degraded");
     }
+    if !a.replacing_roles().is_empty() {
+        w.push("replacing");
+    }
     if meta.needs_resync() {
         w.push("resync pending");
     }
@@ -262,13 +265,25 @@ pub fn detail_human(a: &Array) -> String {
             .slot(MemberIdx(r))
             .device_name()
             .unwrap_or_else(|| "-".into());
+        let repl = a.slot(MemberIdx(r)).replacement_name();
+        // mdadm --detail: the member being replaced and its replacement share the role.
+        let words = match (&repl, st) {
+            (Some(_), SlotState::InSync) => "active sync replacing".to_string(),
+            _ => st.describe().to_string(),
+        };
         o.push_str(&format!(
             "    {:>6}   {:>10} {:<16} {}\n",
             r,
             r,
-            st.describe(),
+            words,
             if st == SlotState::Missing { "" } else { &name }
         ));
+        if let Some(n) = repl {
+            o.push_str(&format!(
+                "    {:>6}   {:>10} {:<16} {}\n",
+                "-", r, "spare rebuilding replacement", n
+            ));
+        }
     }
     for s in a.spares() {
         o.push_str(&format!(
@@ -301,6 +316,15 @@ pub fn detail_json(a: &Array) -> Value {
                 "recovery_percent": (st == SlotState::Recovering).then(|| {
                     a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / a.total_units().max(1) as f64
                 }),
+                "replacement": a.slot(MemberIdx(r)).replacement_name().map(|n| {
+                    let done = a.slot(MemberIdx(r)).replacement_cursor_sectors().unwrap_or(0);
+                    json!({
+                        "device": n,
+                        "state": "replacement",
+                        "recovery_sectors": done,
+                        "recovery_percent": done as f64 * 100.0 / g.dev_sectors.max(1) as f64,
+                    })
+                }),
             })
         })
         .collect();
@@ -318,6 +342,7 @@ pub fn detail_json(a: &Array) -> Value {
         "events": sb.events,
         "state": if dirty { "active" } else { "clean" },
         "degraded": a.is_degraded(),
+        "replacing": a.replacing_roles().iter().map(|r| r.0).collect::<Vec<_>>(),
         "resync_pending": needs_resync,
         "bitmap": sb.bitmap_sector().is_some(),
         "members": members,

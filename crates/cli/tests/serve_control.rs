@@ -333,6 +333,68 @@ fn spare_takes_over() {
     );
 }
 
+/// mdadm --replace while served: the named device is added as a spare, rebuilt beside the
+/// member, then takes its role; the array is never degraded, and the new member set holds
+/// the data (also without one of the old members).
+#[test]
+fn replace_while_served() {
+    if !have("nbdcopy", "replace_while_served") {
+        return;
+    }
+    let dir = Dir::new("replace");
+    let members = create_array(&dir, "5", 3, 10, &[]);
+    let new = dir.path("new.img");
+    std::fs::File::create(&new)
+        .unwrap()
+        .set_len(10 * MIB)
+        .unwrap();
+    let mut srv = Served::start(&dir, &members, &[]);
+    let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
+    let image = pattern(size, 21);
+    let src = dir.path("in.img");
+    std::fs::write(&src, &image).unwrap();
+    ok(Command::new("nbdcopy").arg(&src).arg(srv.uri()));
+    let r = json(&ok(srv
+        .cmd()
+        .args(["replace", "--json", "--member"])
+        .arg(&members[1])
+        .arg("--with")
+        .arg(&new)));
+    assert_eq!(r["degraded"], false, "{r}");
+    let new_name = new.display().to_string();
+    wait_detail(&srv, &members[0], |d| {
+        assert_eq!(d["degraded"], false, "degraded while replacing: {d}");
+        d["members"][1]["device"].as_str() == Some(new_name.as_str())
+    });
+    let d = srv.detail(&members[0]);
+    assert_eq!(member_state(&d, 1), "active", "{d}");
+    assert!(d["members"][1]["replacement"].is_null(), "{d}");
+    // A second replace of the same role has no spare left.
+    let again = srv
+        .cmd()
+        .args(["replace", "--control"])
+        .arg(&srv.control)
+        .args(["--member", "1"])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    ok(srv.cmd().arg("stop").arg(&members[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    // The old member is out (its role is faulty in the others' superblocks); the new one
+    // with member 0 alone holds every byte.
+    let back = dir.path("back.img");
+    ok(uraid()
+        .arg("read")
+        .arg("-o")
+        .arg(&back)
+        .arg(&members[0])
+        .arg(&new));
+    assert!(
+        std::fs::read(&back).unwrap() == image,
+        "replacement is wrong"
+    );
+}
+
 /// Garbage on the NBD socket drops that client only; data and other clients are unharmed.
 #[test]
 fn hostile_client() {

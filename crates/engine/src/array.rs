@@ -91,7 +91,12 @@ pub struct Array {
     has_bitmap: bool,
     /// raid4/5/6 write journal (md's raid5-cache, write-through).
     pub(crate) journal: Option<crate::journal::Journal>,
+    /// Wall clock in seconds, for read-error decay; tests inject their own.
+    clock: std::sync::RwLock<Clock>,
 }
+
+/// A source of seconds (the array's notion of "now").
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl crate::journal::JournalHost for Array {
     fn flush_members(&self) -> io::Result<()> {
@@ -138,6 +143,7 @@ impl Array {
             reconfig: Mutex::new(()),
             has_bitmap,
             journal: None,
+            clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -157,6 +163,15 @@ impl Array {
     /// Attach the write journal (create and assemble do, before the array is shared).
     pub fn set_journal(&mut self, j: crate::journal::Journal) {
         self.journal = Some(j);
+    }
+
+    /// Replace the clock (seconds) used for read-error decay (tests).
+    pub fn set_clock(&self, clock: Clock) {
+        *self.clock.write().unwrap() = clock;
+    }
+
+    pub(crate) fn now_secs(&self) -> u64 {
+        (self.clock.read().unwrap())()
     }
 
     pub fn has_journal(&self) -> bool {
@@ -297,6 +312,8 @@ impl Array {
         let name = slot.device_name().unwrap_or_default();
         tracing::warn!("member {role} ({name}) failed: {err}; marking it faulty");
         meta.mark_faulty(role);
+        // A member failing while being replaced: its replacement goes on as a recovery.
+        let promoted = self.promote_replacement(role, &mut meta);
         if let Err(e) = meta.write_all(self) {
             // Nothing on disk says the member is stale: a write that saw the failure must
             // not be acknowledged (md holds such completions), and no later one either.
@@ -306,6 +323,10 @@ impl Array {
         drop(meta);
         self.events
             .emit(crate::events::Event::Fail { role, device: name });
+        if promoted {
+            self.events
+                .emit(crate::events::Event::RebuildStarted { role: Some(role) });
+        }
         if self.is_degraded() {
             self.events.emit(crate::events::Event::DegradedArray);
         }
@@ -315,14 +336,15 @@ impl Array {
     }
 
     /// A member read failed but redundancy answered: write the good data back. A member
-    /// whose rewrite fails, or that keeps failing, is failed (md's max_corr_read_errors).
+    /// whose rewrite fails, or that keeps failing, is failed (md's max_corr_read_errors;
+    /// the count halves for each hour without errors, as md's check_decay_read_errors).
     pub(crate) fn repair_read(&self, role: MemberIdx, member_sector: u64, good: &[u8]) {
         let slot = &self.slots[role.0];
         let Some(dev) = slot.device() else { return };
         let off = self.member_byte(role, member_sector);
         match dev.write_at(good, off) {
             Ok(()) => {
-                let n = slot.corrected_reads.fetch_add(1, Ordering::AcqRel) + 1;
+                let n = slot.note_corrected_read(self.now_secs());
                 self.stats.corrected_reads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
                     "member {role}: read error at sector {member_sector} corrected ({n} so far)"

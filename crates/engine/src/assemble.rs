@@ -9,7 +9,7 @@ use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
     uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET,
-    MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+    FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -46,6 +46,8 @@ pub enum MemberOutcome {
     Spare,
     Journal,
     Duplicate(usize),
+    /// Being rebuilt to replace the member of this role (md's --replace); resumes.
+    Replacement(usize),
 }
 
 fn array_fields(sb: &Superblock) -> (i32, u32, u32, u32, u64) {
@@ -94,6 +96,7 @@ pub fn assemble(
     let mut slots: Vec<Option<(usize, bool)>> = vec![None; raid_disks]; // (dev index, forced)
     let mut outcomes: Vec<MemberOutcome> = Vec::with_capacity(devs.len());
     let mut stale: Vec<(usize, usize)> = Vec::new(); // (dev, role)
+    let mut replacements: Vec<(usize, usize)> = Vec::new(); // (dev, role)
     for (i, sb) in sbs.iter().enumerate() {
         if array_fields(sb) != array_fields(&template)
             && sb.events == template.events
@@ -135,6 +138,16 @@ pub fn assemble(
                     if sb.events + 1 < template.events {
                         stale.push((i, r));
                         MemberOutcome::Stale
+                    } else if sb.feature_map & FEATURE_REPLACEMENT != 0 {
+                        // md's replacement shares its role with the member it replaces.
+                        if replacements.iter().any(|&(_, o)| o == r) {
+                            return Err(ArrayError::Assemble(format!(
+                                "two replacements claim role {r} ({} is one)",
+                                devs[i].name()
+                            )));
+                        }
+                        replacements.push((i, r));
+                        MemberOutcome::Replacement(r)
                     } else if let Some((other, _)) = slots[r] {
                         return Err(ArrayError::Assemble(format!(
                             "{} and {} both claim role {r}",
@@ -151,6 +164,17 @@ pub fn assemble(
         };
         outcomes.push(outcome);
     }
+    // A replacement whose member is gone takes the role and goes on as a recovery (md moves
+    // it into the member's place); otherwise it is attached beside the member below.
+    replacements.retain(|&(i, r)| {
+        if slots[r].is_some() {
+            return true;
+        }
+        slots[r] = Some((i, false));
+        outcomes[i] = MemberOutcome::Active(r);
+        sbs[i].feature_map &= !FEATURE_REPLACEMENT;
+        false
+    });
     // Stale members: md kicks them out; mdadm --force brings back the freshest ones when the
     // array could not start otherwise.
     stale.sort_by_key(|&(i, _)| std::cmp::Reverse(sbs[i].events));
@@ -206,8 +230,13 @@ pub fn assemble(
         )));
     }
     // Every member must hold its data area.
-    for (r, s) in slots.iter().enumerate() {
-        if let Some((i, _)) = s {
+    let placed = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(r, s)| s.map(|s| (r, s.0)));
+    for (r, i) in placed.chain(replacements.iter().map(|&(i, r)| (r, i))) {
+        {
+            let i = &i;
             let sb = &sbs[*i];
             let need = (sb.data_offset + member_data_sectors(&geometry, r, sb)) * SECTOR_BYTES;
             if devs[*i].size_bytes() < need {
@@ -305,6 +334,9 @@ pub fn assemble(
         array
             .slot(uraid_core::MemberIdx(r))
             .set_recovery_cursor(cursor);
+    }
+    for (i, r) in replacements {
+        array.attach_replacement(uraid_core::MemberIdx(r), devs[i].clone(), sbs[i].clone());
     }
     if let Some(i) = journal_dev {
         open_journal(&mut array, devs[i].clone(), &sbs[i])?;

@@ -33,6 +33,10 @@ pub enum Event {
     RebuildFinished {
         role: Option<MemberIdx>,
     },
+    /// A spare being rebuilt (e.g. a replacement) failed, as mdadm's FailSpare.
+    FailSpare {
+        device: String,
+    },
     /// A member was removed from the array.
     DeviceRemoved {
         device: String,
@@ -55,6 +59,7 @@ impl Event {
             Event::Rebuild { percent } => format!("Rebuild{percent}"),
             Event::RebuildFinished { .. } => "RebuildFinished".into(),
             Event::DeviceRemoved { .. } => "DeviceDisappeared".into(),
+            Event::FailSpare { .. } => "FailSpare".into(),
             Event::CheckFinished { .. } => "CheckFinished".into(),
         }
     }
@@ -64,6 +69,7 @@ impl Event {
         match self {
             Event::Fail { device, .. }
             | Event::SpareAdded { device }
+            | Event::FailSpare { device }
             | Event::SpareActive { device, .. }
             | Event::DeviceRemoved { device } => Some(device),
             _ => None,

@@ -8,6 +8,7 @@
 //!   [`mirror`] holds what raid1 and raid10 share.
 //! - [`create`] / [`assemble`]: making new arrays and putting existing members together;
 //!   [`meta`] keeps the superblocks as md does, [`bitmap`] the write-intent bitmap.
+//! - [`recovery`]: spares, recovery, resync, check/repair; [`replace`]: md's --replace.
 
 pub mod array;
 pub mod assemble;
@@ -28,6 +29,7 @@ pub mod raid1;
 pub mod raid10;
 pub mod raid5;
 pub mod recovery;
+pub mod replace;
 pub mod sim;
 pub mod slot;
 

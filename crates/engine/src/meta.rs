@@ -14,7 +14,8 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
-    Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
+    Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
+    SB_V12_OFFSET_BYTES,
 };
 use uraid_core::MemberIdx;
 
@@ -33,12 +34,16 @@ pub struct Meta {
     write_depth: u8,
     /// The journal device and its superblock (its recovery_offset is journal_tail).
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
+    /// Per role, the superblock of its replacement being rebuilt (md's --replace).
+    pub(crate) replacements: Vec<Option<Superblock>>,
 }
 
 impl Meta {
     pub fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
         let needs_resync = template.resync_offset != MAX_SECTOR;
+        let replacements = vec![None; members.len()];
         Meta {
+            replacements,
             template,
             members,
             needs_resync,
@@ -134,6 +139,18 @@ impl Meta {
                 }
             }
         }
+        // A replacement keeps its own bitmap, as any member (best effort: it is not yet
+        // what the array depends on).
+        for (i, own) in self.replacements.iter().enumerate() {
+            let (Some(own), Some(r)) = (own, a.slot(MemberIdx(i)).replacement()) else {
+                continue;
+            };
+            if !r.failed() {
+                if let Err(e) = bm.write(r.new.as_ref(), own, events) {
+                    tracing::warn!("{}: bitmap write failed: {e}", r.new_name());
+                }
+            }
+        }
         if let Some(bm) = self.bitmap.as_mut() {
             bm.written(events);
         }
@@ -181,6 +198,23 @@ impl Meta {
             sb.dev_number = own.dev_number;
             targets.push((dev.clone(), Meta::merge_into(sb, own), None));
         }
+        // Replacements: md's MD_FEATURE_REPLACEMENT, the same role as the member they
+        // replace, and recovery_offset in member sectors. What the copy wrote is flushed
+        // first, so recovery_offset never claims data the device could still lose.
+        let mut repl: Vec<(Arc<crate::replace::Replacing>, Superblock, usize)> = Vec::new();
+        for (i, own) in self.replacements.iter_mut().enumerate() {
+            let (Some(own), Some(r)) = (own.as_mut(), a.slot(MemberIdx(i)).replacement()) else {
+                continue;
+            };
+            if r.failed() {
+                continue;
+            }
+            own.feature_map |= FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET;
+            own.recovery_offset = r.cursor_sectors();
+            let mut sb = self.template.clone();
+            sb.dev_number = own.dev_number;
+            repl.push((r, Meta::merge_into(sb, own), i));
+        }
         let mut written = 0;
         let mut last_err = None;
         let mut failed_roles: Vec<usize> = Vec::new();
@@ -206,6 +240,19 @@ impl Meta {
                     }
                     last_err = Some(e);
                 }
+            }
+        }
+        for (r, merged, i) in repl {
+            let wrote = r.new.flush().map_err(ArrayError::from).and_then(|()| {
+                if let Some(bm) = self.bitmap.as_ref() {
+                    bm.write(r.new.as_ref(), &merged, merged.events)?;
+                }
+                write_superblock(r.new.as_ref(), &merged)
+            });
+            match wrote {
+                Ok(()) => self.replacements[i] = Some(merged),
+                // The copy notices and drops the replacement (the old member stays).
+                Err(e) => r.fail_with(&std::io::Error::other(e.to_string())),
             }
         }
         // md fails a member whose superblock cannot be written: otherwise it would come
@@ -240,8 +287,9 @@ impl Meta {
     }
 
     fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
-        sb.feature_map = (sb.feature_map & !FEATURE_RECOVERY_OFFSET)
-            | (own.feature_map & FEATURE_RECOVERY_OFFSET);
+        // Per device: recovery_offset present, and whether it replaces the role's member.
+        let own_bits = FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT;
+        sb.feature_map = (sb.feature_map & !own_bits) | (own.feature_map & own_bits);
         sb.device_uuid = own.device_uuid;
         sb.data_offset = own.data_offset;
         sb.data_size = own.data_size;

@@ -200,6 +200,11 @@ impl Array {
             )));
         }
         let total = self.total_units();
+        if kind == SyncKind::Recovery && self.recovering_roles().is_empty() {
+            // Replacements (md's --replace) are rebuilt by copying; one whose old member
+            // failed meanwhile continues below as an ordinary recovery.
+            self.run_replace(&mut progress)?;
+        }
         let start = if kind == SyncKind::Recovery {
             let roles = self.recovering_roles();
             if roles.is_empty() {
@@ -261,7 +266,12 @@ impl Array {
             }
         }
         match kind {
-            SyncKind::Recovery => self.finish_recovery()?,
+            SyncKind::Recovery => {
+                self.finish_recovery()?;
+                // Replacements wait while a role is being recovered (md too rebuilds
+                // missing roles first).
+                self.run_replace(&mut progress)?;
+            }
             SyncKind::Resync | SyncKind::Repair => {
                 let degraded = self.is_degraded() || self.any_recovering();
                 let mut meta = self.meta();

@@ -6,6 +6,9 @@
 //! - `Recovering`: a device rebuilding this role; valid below `recovery_cursor`, in the
 //!   level's recovery unit (stripe for raid4/5/6, sector for raid1, array chunk for raid10).
 //! - `Faulty`: failed; kept until removed so that reports can name it.
+//!
+//! An in-sync role may also carry a *replacement* (md's --replace): a second device being
+//! rebuilt for the same role while the first stays active (see [`crate::replace`]).
 
 use crate::member::Member;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -61,6 +64,11 @@ pub struct Slot {
     /// Bumped whenever another device takes the slot, so that work begun for one device is
     /// never credited to the next.
     generation: AtomicU64,
+    /// When the last read error was corrected (seconds of the array's clock), for md's
+    /// hourly halving of `corrected_reads` (check_decay_read_errors).
+    last_read_error_secs: AtomicU64,
+    /// The device being rebuilt to take this role over (md's replacement), if any.
+    replacement: RwLock<Option<Arc<crate::replace::Replacing>>>,
 }
 
 impl Slot {
@@ -78,7 +86,49 @@ impl Slot {
             corrected_reads: AtomicU32::new(0),
             bitmap_recovery: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            last_read_error_secs: AtomicU64::new(0),
+            replacement: RwLock::new(None),
         }
+    }
+
+    /// The replacement being rebuilt for this role, if any.
+    pub(crate) fn replacement(&self) -> Option<Arc<crate::replace::Replacing>> {
+        self.replacement.read().unwrap().clone()
+    }
+
+    /// Name of the replacement device, if one is being rebuilt.
+    pub fn replacement_name(&self) -> Option<String> {
+        self.replacement().map(|r| r.new_name())
+    }
+
+    /// Member sectors of the replacement already rebuilt (its recovery_offset).
+    pub fn replacement_cursor_sectors(&self) -> Option<u64> {
+        self.replacement().map(|r| r.cursor_sectors())
+    }
+
+    /// Attach or detach the replacement. Attaching puts the replacing wrapper in place of
+    /// the device (so every write reaches both); detaching puts `dev` back. The device's
+    /// history (generation, corrected reads) is kept: it is the same device.
+    pub(crate) fn set_replacement(
+        &self,
+        r: Option<Arc<crate::replace::Replacing>>,
+        dev: Arc<dyn Member>,
+    ) {
+        let mut d = self.dev.write().unwrap();
+        *d = Some(dev);
+        *self.replacement.write().unwrap() = r;
+    }
+
+    /// A corrected read error at `now_secs`: md first halves the count once per hour since
+    /// the previous error (check_decay_read_errors), then counts this one. Returns the
+    /// new count.
+    pub(crate) fn note_corrected_read(&self, now_secs: u64) -> u32 {
+        let last = self.last_read_error_secs.swap(now_secs, Ordering::AcqRel);
+        let hours = now_secs.saturating_sub(last) / 3600;
+        let cur = self.corrected_reads.load(Ordering::Acquire);
+        let n = decay_read_errors(cur, hours) + 1;
+        self.corrected_reads.store(n, Ordering::Release);
+        n
     }
 
     pub fn state(&self) -> SlotState {
@@ -116,6 +166,7 @@ impl Slot {
             .store(data_offset_bytes, Ordering::Release);
         // A new device has its own history: no corrected reads, no recovery progress.
         self.corrected_reads.store(0, Ordering::Release);
+        *self.replacement.write().unwrap() = None;
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -167,5 +218,43 @@ impl Slot {
             SlotState::InSync => self.device(),
             _ => None,
         }
+    }
+}
+
+/// md's check_decay_read_errors: the count halves for every whole hour since the last
+/// error, and is forgotten after 32 hours (the shift would overflow).
+pub(crate) fn decay_read_errors(count: u32, hours: u64) -> u32 {
+    if hours >= 32 {
+        0
+    } else {
+        count >> hours
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_errors_halve_per_hour() {
+        assert_eq!(decay_read_errors(20, 0), 20);
+        assert_eq!(decay_read_errors(20, 1), 10);
+        assert_eq!(decay_read_errors(20, 2), 5);
+        assert_eq!(decay_read_errors(21, 31), 0);
+        assert_eq!(decay_read_errors(u32::MAX, 32), 0);
+        assert_eq!(decay_read_errors(u32::MAX, 1000), 0);
+    }
+
+    #[test]
+    fn note_corrected_read_decays_before_counting() {
+        let s = Slot::new(None, 0);
+        for _ in 0..20 {
+            s.note_corrected_read(1000);
+        }
+        assert_eq!(s.corrected_reads.load(Ordering::Acquire), 20);
+        // 59 minutes later: no whole hour has passed.
+        assert_eq!(s.note_corrected_read(1000 + 3599), 21);
+        // Two hours after that: 21 >> 2 = 5, plus this one.
+        assert_eq!(s.note_corrected_read(1000 + 3599 + 7200), 6);
     }
 }

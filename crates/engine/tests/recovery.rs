@@ -282,3 +282,44 @@ fn locate_bad_data_finds_the_slot() {
     bad[0] ^= 1;
     assert_eq!(locate_bad_data(&dp, &bad, 8), None);
 }
+
+/// md halves a member's corrected-read-error count for every hour without errors
+/// (check_decay_read_errors), so only a member that keeps failing passes the limit of 20.
+#[test]
+fn corrected_read_errors_decay_hourly() {
+    use std::sync::atomic::AtomicU64;
+    let c = cfg(Level::Raid1, None, 2);
+    let mems = mem_members(&c, "d");
+    let flaky = Arc::new(FaultMember::new(mems[0].clone()));
+    let mut devs = as_members(&mems);
+    devs[0] = Some(flaky.clone());
+    let a = uraid_engine::create(devs, &create_opts(&c)).unwrap();
+    let model = fill(&a, 9);
+    let now = Arc::new(AtomicU64::new(1_000_000));
+    let clock = now.clone();
+    a.set_clock(Arc::new(move || clock.load(Ordering::SeqCst)));
+    // Reads of the first 4 KiB fail on member 0 (and are answered by member 1).
+    flaky.set_range(32 << 10, (32 << 10) + 4096);
+    flaky.fail_reads.store(true, Ordering::SeqCst);
+    let read_bad = |a: &Array| {
+        let mut b = vec![0u8; 4096];
+        a.read(0, &mut b).unwrap();
+        assert!(b[..] == model[..4096]);
+    };
+    let count = |a: &Array| a.slot(MemberIdx(0)).corrected_reads.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        read_bad(&a);
+    }
+    assert_eq!(count(&a), 20);
+    assert_eq!(a.slot_state(MemberIdx(0)), SlotState::InSync);
+    // An hour later the count has halved: 10 + 1, where 21 would have failed the member.
+    now.fetch_add(3600, Ordering::SeqCst);
+    read_bad(&a);
+    assert_eq!(count(&a), 11);
+    assert_eq!(a.slot_state(MemberIdx(0)), SlotState::InSync);
+    // Ten more within the hour pass the limit.
+    for _ in 0..10 {
+        read_bad(&a);
+    }
+    assert_eq!(a.slot_state(MemberIdx(0)), SlotState::Faulty);
+}
