@@ -29,6 +29,9 @@ pub struct Tuning {
     /// md's rmw_level: 0 = never read-modify-write (always reconstruct-write), 1 = when it
     /// reads fewer blocks (md's default), 2 = also when it reads as many.
     pub rmw_level: std::sync::atomic::AtomicU8,
+    /// Member bytes per batched sync pass (raid4/5/6): each pass reads every member once
+    /// and writes once, overlapped with the next pass's reads.
+    pub sync_batch_bytes: std::sync::atomic::AtomicUsize,
 }
 
 impl Default for Tuning {
@@ -36,6 +39,7 @@ impl Default for Tuning {
         Tuning {
             batching: AtomicBool::new(true),
             rmw_level: std::sync::atomic::AtomicU8::new(1),
+            sync_batch_bytes: std::sync::atomic::AtomicUsize::new(2 << 20),
         }
     }
 }
@@ -255,6 +259,20 @@ impl Array {
         b.dedup();
         b.into_iter()
             .map(|i| self.locks[i].lock().unwrap())
+            .collect()
+    }
+
+    /// As [`Array::lock_buckets`], but without waiting: None if any bucket is taken (also
+    /// by this thread), so a holder of other buckets can never deadlock on them.
+    pub(crate) fn try_lock_buckets(
+        &self,
+        keys: impl Iterator<Item = u64>,
+    ) -> Option<Vec<MutexGuard<'_, ()>>> {
+        let mut b: Vec<usize> = keys.map(Self::bucket_of).collect();
+        b.sort_unstable();
+        b.dedup();
+        b.into_iter()
+            .map(|i| self.locks[i].try_lock().ok())
             .collect()
     }
 

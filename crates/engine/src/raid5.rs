@@ -719,18 +719,51 @@ pub(crate) fn sync_range(
     let cb = chunk_bytes(g);
     let end = (start + max.max(1)).min(g.stripes());
     let mut mismatches = 0u64;
-    let batch = (SYNC_BATCH_BYTES / cb).max(1) as u64;
+    let batch = (a.tuning.sync_batch_bytes.load(Ordering::Relaxed) / cb).max(1) as u64;
     let mut next = start;
+    // The previous pass, read and rebuilt, its writes not yet issued (stripes still locked).
+    let mut pending: Option<SyncPass> = None;
     while next < end {
         // Several whole stripes per pass: one read of each member and one write, so that
         // members stream instead of waiting for each other stripe by stripe.
         let k = batch.min(end - next);
         if k >= 2 {
-            if let Some(m) = sync_batch(a, g, ctx, next, k)? {
-                mismatches += m;
+            // Pipelined: the writes of the previous pass go out together with the reads of
+            // this one. Its stripes are locked without waiting while the previous pass still
+            // holds locks (waiting could deadlock against a writer taking both sets in
+            // bucket order); if that fails, the previous pass completes first.
+            let locks = if pending.is_some() {
+                a.try_lock_buckets(next..next + k)
+            } else {
+                Some(a.lock_buckets(next..next + k))
+            };
+            let Some(locks) = locks else {
+                if let Some(p) = pending.take() {
+                    p.complete(a, g, ctx);
+                }
+                continue;
+            };
+            let mut reads = SyncPass::plan(a, g, ctx, next, k, locks);
+            let mut ops = OpList::new();
+            if let Some(p) = &pending {
+                p.queue_writes(a, g, ctx, &mut ops);
+            }
+            let read_ok = reads.queue_reads(a, g, ops);
+            if let Some(p) = pending.take() {
+                // Its writes completed (a failed write has failed its member): the cursor
+                // moves past its stripes before their locks go.
+                ctx.advance(a, p.first + p.k);
+            }
+            if read_ok {
+                mismatches += reads.rebuild(a, g, ctx)?;
                 next += k;
+                pending = Some(reads);
                 continue;
             }
+            drop(reads);
+        }
+        if let Some(p) = pending.take() {
+            p.complete(a, g, ctx);
         }
         let stripe = next;
         next += 1;
@@ -801,88 +834,136 @@ pub(crate) fn sync_range(
         }
         ctx.advance(a, stripe + 1);
     }
+    if let Some(p) = pending.take() {
+        p.complete(a, g, ctx);
+    }
     Ok((end - start, mismatches))
 }
 
-/// Array bytes of member data per batched sync pass (per member).
-const SYNC_BATCH_BYTES: usize = 4 << 20;
-
-/// Sync `k` whole stripes from `first` in one pass. Returns None, having changed nothing,
-/// if a read failed: the caller then goes stripe by stripe, with read-error handling.
-fn sync_batch(
-    a: &Array,
-    g: &ParityGeometry,
-    ctx: &SyncCtx,
+/// `k` whole stripes from `first` synced in one pass: read (every member once), rebuilt or
+/// compared, then written; the stripes stay locked from the read until the writes complete.
+struct SyncPass<'a> {
     first: u64,
     k: u64,
-) -> Result<Option<u64>, ArrayError> {
-    let cb = chunk_bytes(g);
-    let _locks = a.lock_buckets(first..first + k);
-    let stripes: Vec<u64> = (first..first + k)
-        .filter(|&s| !(ctx.skip_clean && a.bitmap_clean(s * g.chunk_sectors, g.chunk_sectors)))
-        .collect();
-    let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
-    let mut rows: Vec<Rows> = Vec::with_capacity(stripes.len());
-    {
-        let mut all: Vec<Vec<Option<AlignedBuf>>> = Vec::with_capacity(stripes.len());
-        let mut devs: Vec<Vec<Option<std::sync::Arc<dyn crate::member::Member>>>> = Vec::new();
-        for (map, &s) in maps.iter().zip(&stripes) {
-            let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
-            let mut d: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
-                (0..a.raid_disks()).map(|_| None).collect();
-            for role in stripe_roles(map) {
-                if let Some(dev) = a.usable(role, s) {
-                    bufs[role.0] = Some(AlignedBuf::scratch(cb));
-                    d[role.0] = Some(dev);
+    _locks: Vec<std::sync::MutexGuard<'a, ()>>,
+    stripes: Vec<u64>,
+    maps: Vec<StripeMap>,
+    rows: Vec<Rows>,
+    /// Blocks to write: (stripe, role, data).
+    writes: Vec<(u64, MemberIdx, AlignedBuf)>,
+}
+
+impl<'a> SyncPass<'a> {
+    /// Buffers for the stripes that need syncing (the bitmap may say some are clean).
+    fn plan(
+        a: &Array,
+        g: &ParityGeometry,
+        ctx: &SyncCtx,
+        first: u64,
+        k: u64,
+        locks: Vec<std::sync::MutexGuard<'a, ()>>,
+    ) -> SyncPass<'a> {
+        let cb = chunk_bytes(g);
+        let stripes: Vec<u64> = (first..first + k)
+            .filter(|&s| !(ctx.skip_clean && a.bitmap_clean(s * g.chunk_sectors, g.chunk_sectors)))
+            .collect();
+        let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
+        let rows = maps
+            .iter()
+            .zip(&stripes)
+            .map(|(map, &s)| {
+                let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
+                for role in stripe_roles(map) {
+                    if a.usable(role, s).is_some() {
+                        bufs[role.0] = Some(AlignedBuf::scratch(cb));
+                    }
+                }
+                Rows { bufs, len: cb }
+            })
+            .collect();
+        SyncPass {
+            first,
+            k,
+            _locks: locks,
+            stripes,
+            maps,
+            rows,
+            writes: Vec::new(),
+        }
+    }
+
+    /// Read every planned block, together with what `ops` already holds (the previous
+    /// pass's writes). False if a read failed: then nothing of this pass may be used.
+    fn queue_reads<'o>(&'o mut self, a: &Array, g: &ParityGeometry, mut ops: OpList<'o>) -> bool {
+        for (r, &s) in self.rows.iter_mut().zip(&self.stripes) {
+            for (i, b) in r.bufs.iter_mut().enumerate() {
+                let Some(b) = b else { continue };
+                match a.usable(MemberIdx(i), s) {
+                    Some(dev) => ops.read(a, dev, MemberIdx(i), g.member_sector(s, 0), b),
+                    // Gone since planning (failed): the stripe-by-stripe path copes.
+                    None => return false,
                 }
             }
-            all.push(bufs);
-            devs.push(d);
         }
+        ops.run(a).reads.is_empty()
+    }
+
+    /// Rebuild the targets' blocks (recovery) or compare parity (resync, check, repair);
+    /// queue the blocks to write. Returns mismatched sectors.
+    fn rebuild(&mut self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) -> Result<u64, ArrayError> {
+        let cb = chunk_bytes(g);
+        let mut mismatches = 0;
+        for ((map, &s), r) in self
+            .maps
+            .iter()
+            .zip(&self.stripes)
+            .zip(self.rows.iter_mut())
+        {
+            let lost = lost_roles(a, map, s, &[]);
+            let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+            if !lost.is_empty() {
+                // Rebuilt straight into the buffer that is then written.
+                r.reconstruct(a, g, map)?;
+                for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
+                    w.push((*l, r.bufs[l.0].take().expect("rebuilt block")));
+                }
+            } else {
+                mismatches += compare_rows(r, map, cb, ctx.mode, &mut w);
+            }
+            self.writes
+                .extend(w.into_iter().map(|(role, b)| (s, role, b)));
+        }
+        // The read buffers are not needed any more: back to the pool for the next pass.
+        self.rows.clear();
+        Ok(mismatches)
+    }
+
+    fn queue_writes<'o>(
+        &'o self,
+        a: &Array,
+        g: &ParityGeometry,
+        ctx: &SyncCtx,
+        ops: &mut OpList<'o>,
+    ) {
+        for (s, role, b) in &self.writes {
+            let dev = if ctx.targets.contains(role) {
+                a.slot(*role).device()
+            } else {
+                a.usable(*role, *s)
+            };
+            if let Some(dev) = dev {
+                ops.write(a, dev, *role, g.member_sector(*s, 0), b);
+            }
+        }
+    }
+
+    /// Write the pass (with whatever `ops` holds) and move the cursor past it.
+    fn complete(self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
         let mut ops = OpList::new();
-        for ((bufs, d), &s) in all.iter_mut().zip(devs.iter_mut()).zip(&stripes) {
-            for (i, b) in bufs.iter_mut().enumerate() {
-                if let (Some(b), Some(dev)) = (b, d[i].take()) {
-                    ops.read(a, dev, MemberIdx(i), g.member_sector(s, 0), b);
-                }
-            }
-        }
-        if !ops.run(a).reads.is_empty() {
-            return Ok(None);
-        }
-        for bufs in all {
-            rows.push(Rows { bufs, len: cb });
-        }
+        self.queue_writes(a, g, ctx, &mut ops);
+        ops.run(a);
+        ctx.advance(a, self.first + self.k);
     }
-    let mut mismatches = 0;
-    let mut writes: Vec<(u64, MemberIdx, AlignedBuf)> = Vec::new();
-    for ((map, &s), r) in maps.iter().zip(&stripes).zip(rows.iter_mut()) {
-        let lost = lost_roles(a, map, s, &[]);
-        let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
-        if !lost.is_empty() {
-            r.reconstruct(a, g, map)?;
-            for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
-                w.push((*l, r.bufs[l.0].take().expect("rebuilt block")));
-            }
-        } else {
-            mismatches += compare_rows(r, map, cb, ctx.mode, &mut w);
-        }
-        writes.extend(w.into_iter().map(|(role, b)| (s, role, b)));
-    }
-    let mut ops = OpList::new();
-    for (s, role, b) in &writes {
-        let dev = if ctx.targets.contains(role) {
-            a.slot(*role).device()
-        } else {
-            a.usable(*role, *s)
-        };
-        if let Some(dev) = dev {
-            ops.write(a, dev, *role, g.member_sector(*s, 0), b);
-        }
-    }
-    ops.run(a);
-    ctx.advance(a, first + k);
-    Ok(Some(mismatches))
 }
 
 /// Check parity of complete rows page by page; in repair mode queue fixed blocks in

@@ -221,8 +221,10 @@ impl Array {
         } else {
             0
         };
-        // About 4 MiB of array data per step, so progress and throttling stay responsive.
-        let step = ((4u64 << 20) / self.unit_bytes().max(1)).max(1);
+        // About 32 MiB of array data per step: large enough for several batched passes of
+        // the parity levels (which overlap one pass's writes with the next one's reads),
+        // small enough for progress and throttling to stay responsive.
+        let step = ((32u64 << 20) / self.unit_bytes().max(1)).max(1);
         let mut p = SyncProgress {
             kind,
             done_units: start,
