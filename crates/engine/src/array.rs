@@ -288,8 +288,23 @@ impl Array {
         debug_assert_eq!(ops.len(), roles.len());
         let results = execute(ops);
         let mut f = Failures::default();
-        for (i, ((op, r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
+        for (i, ((op, mut r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
             let is_read = matches!(op.buf, crate::io::OpBuf::Read(_));
+            // md's bad block log: a recorded range reads as an error (answered from
+            // redundancy, whatever the device returned); a write over it clears it.
+            let len = match &op.buf {
+                crate::io::OpBuf::Read(b) => b.len(),
+                crate::io::OpBuf::Write(b) => b.len(),
+            } as u64;
+            let (first, sectors) = (op.offset / SECTOR_BYTES, len.div_ceil(SECTOR_BYTES));
+            let slot = &self.slots[role.0];
+            if r.is_ok() {
+                if is_read && slot.is_bad(first, sectors) {
+                    r = Err(io::Error::other("recorded in the bad block log"));
+                } else if !is_read {
+                    slot.clear_bad(first, sectors);
+                }
+            }
             if is_read {
                 self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -360,8 +375,10 @@ impl Array {
         let slot = &self.slots[role.0];
         let Some(dev) = slot.device() else { return };
         let off = self.member_byte(role, member_sector);
+        let sectors = (good.len() as u64).div_ceil(SECTOR_BYTES);
         match dev.write_at(good, off) {
             Ok(()) => {
+                slot.clear_bad(off / SECTOR_BYTES, sectors);
                 let n = slot.note_corrected_read(self.now_secs());
                 self.stats.corrected_reads.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
@@ -371,8 +388,62 @@ impl Array {
                     self.member_error(role, &io::Error::other("too many read errors"));
                 }
             }
-            Err(e) => self.member_error(role, &e),
+            // md's rdev_set_badblocks: remember the sectors that cannot be rewritten rather
+            // than fail the member, if the member has a bad block log with room.
+            Err(e) => {
+                if !self.record_bad_blocks(role, dev.as_ref(), off, good) {
+                    self.member_error(role, &e);
+                }
+            }
         }
+    }
+
+    /// A rewrite of `good` at byte `off` failed: rewrite it sector by sector (md's
+    /// narrow_write_error), record the sectors that still fail in the bad block log and
+    /// write the log. False if the member has no log, it is full, or it could not be
+    /// written.
+    fn record_bad_blocks(&self, role: MemberIdx, dev: &dyn Member, off: u64, good: &[u8]) -> bool {
+        let slot = &self.slots[role.0];
+        {
+            let meta = self.meta();
+            match meta.members[role.0].as_ref() {
+                Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
+                _ => return false,
+            }
+        }
+        let sec = SECTOR_BYTES as usize;
+        let mut failed = crate::badblocks::BadBlocks::default();
+        let mut one = crate::buf::AlignedBuf::new(sec);
+        for (k, piece) in good.chunks(sec).enumerate() {
+            one[..piece.len()].copy_from_slice(piece);
+            let at = off + (k * sec) as u64;
+            if dev.write_at(&one[..piece.len()], at).is_err() {
+                failed.add(at / SECTOR_BYTES, 1);
+            } else {
+                slot.clear_bad(at / SECTOR_BYTES, 1);
+            }
+        }
+        let mut meta = self.meta();
+        let Some(sb) = meta.members[role.0].as_ref() else {
+            return false;
+        };
+        let mut trial = slot.bad_blocks();
+        for (first, n) in failed.ranges() {
+            trial.add(first, n);
+        }
+        if !trial.fits(sb.bblog_shift, sb.bblog_size) {
+            tracing::warn!("member {role}: bad block log full");
+            return false;
+        }
+        for (first, n) in failed.ranges() {
+            slot.record_bad(first, n);
+            tracing::warn!("member {role}: sectors {first}+{n} recorded as bad blocks");
+        }
+        if let Err(e) = meta.write_all(self) {
+            tracing::error!("member {role}: could not write the bad block log: {e}");
+            return false;
+        }
+        matches!(slot.state(), SlotState::InSync | SlotState::Recovering)
     }
 
     /// Mark a member faulty on request (`uraid fail`).

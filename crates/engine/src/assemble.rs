@@ -335,6 +335,13 @@ pub fn assemble(
             .slot(uraid_core::MemberIdx(r))
             .set_recovery_cursor(cursor);
     }
+    // md's bad block logs of the members that have entries.
+    for (r, s) in slots.iter().enumerate() {
+        if let Some((i, _)) = s {
+            let bb = load_bad_blocks(devs[*i].as_ref(), &sbs[*i])?;
+            array.slot(uraid_core::MemberIdx(r)).set_bad_blocks(bb);
+        }
+    }
     for (i, r) in replacements {
         array.attach_replacement(uraid_core::MemberIdx(r), devs[i].clone(), sbs[i].clone());
     }
@@ -342,6 +349,28 @@ pub fn assemble(
         open_journal(&mut array, devs[i].clone(), &sbs[i])?;
     }
     Ok((array, report))
+}
+
+/// A member's bad block log (empty unless its superblock has `FEATURE_BAD_BLOCKS`).
+fn load_bad_blocks(
+    dev: &dyn Member,
+    sb: &Superblock,
+) -> Result<crate::badblocks::BadBlocks, ArrayError> {
+    use uraid_core::superblock::FEATURE_BAD_BLOCKS;
+    if sb.feature_map & FEATURE_BAD_BLOCKS == 0 || sb.bblog_size == 0 || sb.bblog_offset == 0 {
+        return Ok(Default::default());
+    }
+    let at = sb.super_offset as i64 + i64::from(sb.bblog_offset);
+    let mut buf = crate::buf::AlignedBuf::new(usize::from(sb.bblog_size) * 512);
+    if at <= 0 || (at as u64 + u64::from(sb.bblog_size)) * 512 > dev.size_bytes() {
+        return Err(ArrayError::Assemble(format!(
+            "{}: bad block log at sector {at} lies outside the device",
+            dev.name()
+        )));
+    }
+    dev.read_at(&mut buf, at as u64 * 512)?;
+    crate::badblocks::BadBlocks::decode(&buf, sb.bblog_shift)
+        .map_err(|e| ArrayError::Assemble(format!("{}: {e}", dev.name())))
 }
 
 /// Load the journal at its journal_tail and replay it: every complete stripe logged after

@@ -12,6 +12,7 @@
 
 pub mod array;
 pub mod assemble;
+pub mod badblocks;
 pub mod bitmap;
 pub mod buf;
 pub mod create;

@@ -14,8 +14,8 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
-    Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
-    SB_V12_OFFSET_BYTES,
+    Superblock, FEATURE_BAD_BLOCKS, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR,
+    ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
 };
 use uraid_core::MemberIdx;
 
@@ -167,6 +167,8 @@ impl Meta {
         self.template.utime = now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;
         let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<usize>)> = Vec::new();
+        // Bad block logs to write before their superblocks: (device, byte offset, bytes).
+        let mut logs: Vec<(Arc<dyn Member>, u64, Vec<u8>)> = Vec::new();
         for (i, own) in self.members.iter_mut().enumerate() {
             let Some(own) = own else { continue };
             let slot = a.slot(MemberIdx(i));
@@ -183,6 +185,15 @@ impl Meta {
                 _ => None,
             };
             if let Some(dev) = dev {
+                // md's bad block log: the feature bit says it holds entries.
+                let bb = slot.bad_blocks();
+                if bb.is_empty() {
+                    own.feature_map &= !FEATURE_BAD_BLOCKS;
+                } else if let Some(bytes) = bb.encode(own.bblog_shift, own.bblog_size) {
+                    let at = (own.super_offset as i64 + i64::from(own.bblog_offset)) as u64 * 512;
+                    logs.push((dev.clone(), at, bytes));
+                    own.feature_map |= FEATURE_BAD_BLOCKS;
+                }
                 let mut sb = self.template.clone();
                 sb.dev_number = own.dev_number;
                 targets.push((dev, Meta::merge_into(sb, own), Some(i)));
@@ -218,6 +229,13 @@ impl Meta {
         let mut written = 0;
         let mut last_err = None;
         let mut failed_roles: Vec<usize> = Vec::new();
+        for (dev, at, bytes) in &logs {
+            let mut buf = crate::buf::AlignedBuf::new(bytes.len());
+            buf.copy_from_slice(bytes);
+            if let Err(e) = dev.write_at(&buf, *at) {
+                tracing::error!("{}: bad block log write failed: {e}", dev.name());
+            }
+        }
         for (dev, merged, role) in targets {
             if let Some(bm) = self.bitmap.as_ref() {
                 // The bitmap goes first and carries the same events: md takes a bitmap
@@ -288,7 +306,7 @@ impl Meta {
 
     fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
         // Per device: recovery_offset present, and whether it replaces the role's member.
-        let own_bits = FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT;
+        let own_bits = FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT | FEATURE_BAD_BLOCKS;
         sb.feature_map = (sb.feature_map & !own_bits) | (own.feature_map & own_bits);
         sb.device_uuid = own.device_uuid;
         sb.data_offset = own.data_offset;

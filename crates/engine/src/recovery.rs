@@ -445,6 +445,8 @@ impl Array {
         sb.bblog_shift = tmpl_member.bblog_shift;
         sb.devflags = 0;
         sb.cnt_corrected_read = 0;
+        // A new member has an empty bad block log.
+        sb.feature_map &= !uraid_core::superblock::FEATURE_BAD_BLOCKS;
         // md's re-add: an old member whose events are not older than the bitmap's last
         // clearing missed only writes the bitmap still marks.
         let bitmap_readd = |role: usize| {

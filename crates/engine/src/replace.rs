@@ -25,7 +25,7 @@ use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
 use crate::recovery::{SyncKind, SyncProgress};
-use crate::slot::SlotState;
+use crate::slot::{BadCheck, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -51,6 +51,8 @@ pub struct Replacing {
     st: Mutex<CopyState>,
     cv: Condvar,
     failed: AtomicBool,
+    /// The old device's bad blocks: the copy must not take data from them.
+    bad: BadCheck,
 }
 
 struct CopyState {
@@ -87,6 +89,7 @@ impl Replacing {
         new: Arc<dyn Member>,
         new_data_start: u64,
         cursor_bytes: u64,
+        bad: BadCheck,
     ) -> Replacing {
         Replacing {
             old,
@@ -101,6 +104,7 @@ impl Replacing {
             }),
             cv: Condvar::new(),
             failed: AtomicBool::new(false),
+            bad,
         }
     }
 
@@ -151,15 +155,17 @@ impl Replacing {
             (start, end)
         };
         let n = (end - start) as usize;
-        let r = self
-            .old
-            .read_at(&mut buf[..n], self.data_start + start)
-            .map_err(|e| (true, e))
-            .and_then(|()| {
-                self.new
-                    .write_at(&buf[..n], self.new_data_start + start)
-                    .map_err(|e| (false, e))
-            });
+        let first = (self.data_start + start) / SECTOR_BYTES;
+        let r = if self.bad.overlaps(first, n as u64 / SECTOR_BYTES) {
+            Err(io::Error::other("recorded in the bad block log"))
+        } else {
+            self.old.read_at(&mut buf[..n], self.data_start + start)
+        };
+        let r = r.map_err(|e| (true, e)).and_then(|()| {
+            self.new
+                .write_at(&buf[..n], self.new_data_start + start)
+                .map_err(|e| (false, e))
+        });
         let mut st = self.st.lock().unwrap();
         st.window = None;
         let out = match r {
@@ -303,6 +309,7 @@ impl Array {
             new.clone(),
             sb.data_offset * SECTOR_BYTES,
             0,
+            slot.bad_check(),
         ));
         meta.replacements[role.0] = Some(sb);
         slot.set_replacement(Some(r.clone()), r.clone());
@@ -331,6 +338,7 @@ impl Array {
             new,
             sb.data_offset * SECTOR_BYTES,
             offset * SECTOR_BYTES,
+            slot.bad_check(),
         ));
         self.meta().replacements[role.0] = Some(sb);
         slot.set_replacement(Some(r.clone()), r);

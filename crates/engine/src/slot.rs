@@ -10,9 +10,10 @@
 //! An in-sync role may also carry a *replacement* (md's --replace): a second device being
 //! rebuilt for the same role while the first stays active (see [`crate::replace`]).
 
+use crate::badblocks::BadBlocks;
 use crate::member::Member;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotState {
@@ -69,6 +70,10 @@ pub struct Slot {
     last_read_error_secs: AtomicU64,
     /// The device being rebuilt to take this role over (md's replacement), if any.
     replacement: RwLock<Option<Arc<crate::replace::Replacing>>>,
+    /// The device's bad blocks (md's bad block log), in absolute device sectors.
+    bad: Arc<Mutex<BadBlocks>>,
+    /// Whether `bad` holds anything: the IO path checks this first.
+    has_bad: Arc<AtomicBool>,
 }
 
 impl Slot {
@@ -88,6 +93,49 @@ impl Slot {
             generation: AtomicU64::new(0),
             last_read_error_secs: AtomicU64::new(0),
             replacement: RwLock::new(None),
+            bad: Arc::new(Mutex::new(BadBlocks::default())),
+            has_bad: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The device's recorded bad blocks.
+    pub fn bad_blocks(&self) -> BadBlocks {
+        self.bad.lock().unwrap().clone()
+    }
+
+    pub(crate) fn set_bad_blocks(&self, bb: BadBlocks) {
+        let mut b = self.bad.lock().unwrap();
+        self.has_bad.store(!bb.is_empty(), Ordering::Release);
+        *b = bb;
+    }
+
+    /// Whether any of [start, start + sectors) (absolute device sectors) is recorded bad.
+    pub(crate) fn is_bad(&self, start: u64, sectors: u64) -> bool {
+        self.has_bad.load(Ordering::Acquire) && self.bad.lock().unwrap().overlaps(start, sectors)
+    }
+
+    pub(crate) fn record_bad(&self, start: u64, sectors: u64) {
+        let mut b = self.bad.lock().unwrap();
+        b.add(start, sectors);
+        self.has_bad.store(true, Ordering::Release);
+    }
+
+    /// A write of [start, start + sectors) succeeded: those sectors are good again.
+    pub(crate) fn clear_bad(&self, start: u64, sectors: u64) -> bool {
+        if !self.has_bad.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut b = self.bad.lock().unwrap();
+        let changed = b.clear(start, sectors);
+        self.has_bad.store(!b.is_empty(), Ordering::Release);
+        changed
+    }
+
+    /// A check of the old device's bad blocks, for a replacement copying from it.
+    pub(crate) fn bad_check(&self) -> BadCheck {
+        BadCheck {
+            bad: self.bad.clone(),
+            has_bad: self.has_bad.clone(),
         }
     }
 
@@ -164,8 +212,10 @@ impl Slot {
         *d = dev;
         self.data_offset_bytes
             .store(data_offset_bytes, Ordering::Release);
-        // A new device has its own history: no corrected reads, no recovery progress.
+        // A new device has its own history: no corrected reads, no recovery progress, no
+        // bad blocks (assembly loads a member's own list afterwards).
         self.corrected_reads.store(0, Ordering::Release);
+        self.set_bad_blocks(BadBlocks::default());
         *self.replacement.write().unwrap() = None;
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -218,6 +268,19 @@ impl Slot {
             SlotState::InSync => self.device(),
             _ => None,
         }
+    }
+}
+
+/// A slot's bad block list, shared (the replace copy reads the old device directly).
+#[derive(Clone)]
+pub(crate) struct BadCheck {
+    bad: Arc<Mutex<BadBlocks>>,
+    has_bad: Arc<AtomicBool>,
+}
+
+impl BadCheck {
+    pub(crate) fn overlaps(&self, start: u64, sectors: u64) -> bool {
+        self.has_bad.load(Ordering::Acquire) && self.bad.lock().unwrap().overlaps(start, sectors)
     }
 }
 
