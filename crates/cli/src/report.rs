@@ -140,7 +140,18 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     o.push('\n');
     let role = sb.role_of_this_device().unwrap_or(sbm::ROLE_SPARE);
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>14} : {v}\n"));
-    line("Device Role", role_string(role));
+    // mdadm: a replacement shares its role's slot ("Replacement device N") and shows how far
+    // its rebuild got.
+    let replacement =
+        sb.feature_map & sbm::FEATURE_REPLACEMENT != 0 && u32::from(role) < sb.raid_disks;
+    if replacement {
+        line("Device Role", format!("Replacement device {role}"));
+    } else {
+        line("Device Role", role_string(role));
+    }
+    if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 && sb.recovery_offset != sbm::MAX_SECTOR {
+        line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
+    }
     line(
         "Array State",
         format!(
@@ -178,6 +189,9 @@ pub fn examine_json(path: &str, sb: &Superblock) -> Value {
         "events": sb.events,
         "dev_number": sb.dev_number,
         "role": sb.role_of_this_device().map(role_string),
+        "replacement": sb.feature_map & sbm::FEATURE_REPLACEMENT != 0,
+        "recovery_offset_sectors": (sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0)
+            .then_some(sb.recovery_offset),
         "role_number": sb.role_of_this_device().filter(|&r| u32::from(r) < sb.raid_disks),
         "array_state": array_state(sb),
         "bitmap_offset_sectors": sb.bitmap_sector().map(|_| sb.bitmap_offset),
@@ -348,4 +362,37 @@ pub fn detail_json(a: &Array) -> Value {
         "members": members,
         "spares": a.spares(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use uraid_engine::{CreateOptions, MemMember, Member};
+
+    /// `detail` while a member is being replaced: mdadm's words in text, both devices in JSON.
+    #[test]
+    fn detail_shows_a_replace_in_progress() {
+        let mems: Vec<Option<Arc<dyn Member>>> = (0..3)
+            .map(|i| Some(Arc::new(MemMember::new(format!("m{i}"), 4 << 20)) as Arc<dyn Member>))
+            .collect();
+        let mut o = CreateOptions::new(Level::Raid5);
+        o.assume_clean = true;
+        let a = uraid_engine::create(mems, &o).unwrap();
+        a.add_member(Arc::new(MemMember::new("new", 4 << 20)))
+            .unwrap();
+        a.replace(MemberIdx(2), Some("new")).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        a.replace_step(MemberIdx(2), &mut buf).unwrap();
+        let text = detail_human(&a);
+        assert!(text.contains("active sync replacing"), "{text}");
+        assert!(text.contains("spare rebuilding replacement"), "{text}");
+        assert!(text.contains("replacing"), "{text}");
+        let j = detail_json(&a);
+        assert_eq!(j["replacing"], serde_json::json!([2]));
+        assert_eq!(j["members"][2]["device"], "m2");
+        assert_eq!(j["members"][2]["replacement"]["device"], "new");
+        assert_eq!(j["members"][2]["replacement"]["recovery_sectors"], 128);
+        assert_eq!(j["degraded"], false);
+    }
 }

@@ -471,3 +471,48 @@ fn read_error_on_the_old_member_is_repaired_from_redundancy() {
         assert_redundant(&a, &model, "after a repaired read error");
     });
 }
+
+/// mdadm reads a replacement's superblock as md's: "Replacement device" in the role's slot.
+#[test]
+fn mdadm_examine_shows_the_replacement() {
+    use uraid_engine::file::{DirectMode, FileMember};
+    if std::process::Command::new("mdadm")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: mdadm is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("uraid-repl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let open = |name: &str| -> Arc<dyn Member> {
+        let p = dir.join(name);
+        std::fs::File::create(&p).unwrap().set_len(8 << 20).unwrap();
+        Arc::new(FileMember::open(&p, DirectMode::Off).unwrap())
+    };
+    let c = cfg(Level::Raid5, None, 3);
+    let members: Vec<Option<Arc<dyn Member>>> =
+        (0..3).map(|i| Some(open(&format!("m{i}.img")))).collect();
+    let a = uraid_engine::create(members, &create_opts(&c)).unwrap();
+    a.write(0, &vec![3u8; 1 << 20]).unwrap();
+    a.add_member(open("new.img")).unwrap();
+    a.replace(ROLE, None).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    for _ in 0..20 {
+        a.replace_step(ROLE, &mut buf).unwrap();
+    }
+    a.stop().unwrap();
+    drop(a);
+    let out = std::process::Command::new("mdadm")
+        .arg("--examine")
+        .arg(dir.join("new.img"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Replacement device 1"), "mdadm -E:\n{text}");
+    assert!(text.contains("Recovery Offset"), "mdadm -E:\n{text}");
+}
