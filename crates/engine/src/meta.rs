@@ -283,6 +283,8 @@ impl Meta {
                 && slot.transition(prev, SlotState::Faulty)
             {
                 self.mark_faulty(MemberIdx(i));
+                // A member being replaced: its replacement goes on as a recovery.
+                a.promote_replacement(MemberIdx(i), self);
                 newly_failed = true;
             }
         }

@@ -457,6 +457,22 @@ impl Array {
             let Some(r) = self.slot(role).replacement() else {
                 return Ok(None);
             };
+            if self.slot_state(role) != SlotState::InSync {
+                // The old member failed on a path that did not hand over (it should not
+                // happen): hand over now, or drop a failed replacement.
+                let _g = self.reconfig.lock().unwrap();
+                let mut meta = self.meta();
+                if self.slot_state(role) == SlotState::Faulty
+                    && self.promote_replacement(role, &mut meta)
+                {
+                    meta.write_all(self)?;
+                    return Ok(None);
+                }
+                drop(meta);
+                drop(_g);
+                self.drop_replacement(role, &r)?;
+                return Ok(None);
+            }
             let total = r.total_sectors();
             let before = r.cursor_sectors();
             match r.copy_step(buf) {

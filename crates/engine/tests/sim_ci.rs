@@ -73,6 +73,7 @@ impl Totals {
         s.scrub_repairs += r.stats.scrub_repairs;
         s.reassemblies += r.stats.reassemblies;
         s.crashes += r.stats.crashes;
+        s.replaces += r.stats.replaces;
         s.over_budget += r.stats.over_budget;
         s.expected_errors += r.stats.expected_errors;
         s.rebuilds += r.stats.rebuilds;
@@ -182,6 +183,56 @@ fn simulated_arrays_survive_faults_within_budget_and_fail_cleanly_beyond() {
             totals.stats.expected_errors > 0,
             "over budget never failed a request"
         );
+    }
+}
+
+/// md's --replace at quiet points, under the same fault schedules: the old member or the
+/// replacement may fail midway. `URAID_SIM_SEED=S` replays one seed of this test too.
+#[test]
+fn simulated_replace_under_faults() {
+    let opts = SimOptions {
+        replace: true,
+        ..options()
+    };
+    let seeds: Vec<u64> = match env_u64("URAID_SIM_SEED") {
+        Some(s) => vec![s],
+        None => {
+            let n = env_u64("URAID_SIM_SEEDS").unwrap_or(if std::env::var("URAID_FULL").is_ok() {
+                FULL_SEEDS
+            } else {
+                CI_SEEDS / 2
+            });
+            let base = env_u64("URAID_SIM_BASE").unwrap_or(0);
+            (base..base + n).collect()
+        }
+    };
+    let mut totals = Totals::default();
+    let mut failed = Vec::new();
+    for &seed in &seeds {
+        match catch_unwind(AssertUnwindSafe(|| run_seed(seed, &opts))) {
+            Ok(Ok(report)) => totals.add(&report),
+            Ok(Err(failure)) => {
+                eprintln!("{failure}");
+                if std::env::var("URAID_SIM_SEED").is_ok() {
+                    for l in &failure.trace {
+                        eprintln!("    {l}");
+                    }
+                }
+                failed.push(seed);
+            }
+            Err(_) => failed.push(seed),
+        }
+    }
+    println!("replaces completed: {}", totals.stats.replaces);
+    assert!(
+        failed.is_empty(),
+        "{} seed(s) failed with replace: {failed:?}\nreplay the first with: \
+         URAID_SIM_SEED={} cargo test -p uraid-engine --test sim_ci simulated_replace -- --nocapture",
+        failed.len(),
+        failed[0]
+    );
+    if seeds.len() >= 50 {
+        assert!(totals.stats.replaces > 0, "no replace ever completed");
     }
 }
 

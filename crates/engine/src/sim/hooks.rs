@@ -44,4 +44,8 @@ impl Lifecycle for EngineLifecycle {
     fn spares(&self, array: &Array) -> Vec<String> {
         array.spares()
     }
+
+    fn replace(&self, array: &Array, role: MemberIdx) -> Option<Result<String, ArrayError>> {
+        Some(array.replace(role, None))
+    }
 }

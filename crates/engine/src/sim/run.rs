@@ -66,6 +66,13 @@ pub trait Lifecycle {
         let _ = array;
         Vec::new()
     }
+
+    /// md's --replace of an in-sync member by a spare (rebuilt by `recover`); the
+    /// replacement's name.
+    fn replace(&self, array: &Array, role: MemberIdx) -> Option<Result<String, ArrayError>> {
+        let _ = (array, role);
+        None
+    }
 }
 
 /// An engine without lifecycle features: only `resync`.
@@ -85,6 +92,9 @@ pub struct SimOptions {
     /// array survives that; a run must then fail with wrong data, which shows that the
     /// checks can fail.
     pub lying_disk: bool,
+    /// Also replace in-sync members by spares (md's --replace) at quiet points. Off by
+    /// default so that the seeds of earlier runs (and their regressions) stay as they were.
+    pub replace: bool,
 }
 
 impl Default for SimOptions {
@@ -93,6 +103,7 @@ impl Default for SimOptions {
             steps: 160,
             strict: false,
             lying_disk: false,
+            replace: false,
         }
     }
 }
@@ -116,6 +127,8 @@ pub struct RunStats {
     pub rebuilds: u64,
     /// Latent sector errors the engine rewrote from redundancy.
     pub latent_repaired: u64,
+    /// Members replaced by a spare (md's --replace) that completed.
+    pub replaces: u64,
 }
 
 /// A deviation from md that keeps the data safe but that md would not show; recorded
@@ -237,6 +250,8 @@ pub struct Simulator<'h> {
     /// Workload and fault decisions come from separate streams.
     wl: SimRng,
     fr: SimRng,
+    /// Replace decisions, a stream of their own so that runs without them are unchanged.
+    rr: SimRng,
     /// One member failure too many has been injected.
     over: bool,
     crashed: bool,
@@ -265,6 +280,7 @@ impl<'h> Simulator<'h> {
         let fr = root.fork(2);
         let mut uuid = [0u8; 16];
         root.fill(&mut uuid);
+        let rr = root.fork(3);
         let disks: Vec<Arc<SimDisk>> = (0..cfg.disks)
             .map(|i| {
                 Arc::new(SimDisk::new(
@@ -310,6 +326,7 @@ impl<'h> Simulator<'h> {
             model,
             wl,
             fr,
+            rr,
             over: false,
             crashed: false,
             stats: RunStats::default(),
@@ -1035,6 +1052,8 @@ impl<'h> Simulator<'h> {
                     self.recover()
                 }
             }
+        } else if self.opts.replace && !self.spares.is_empty() && self.rr.chance(40) {
+            self.replace_member()
         } else if self.cfg.level != Level::Raid0 && self.spares.is_empty() && self.fr.chance(30) {
             let disk = self.new_disk();
             self.world
@@ -1054,6 +1073,77 @@ impl<'h> Simulator<'h> {
         } else {
             Ok(())
         }
+    }
+
+    /// md's --replace of a random in-sync member by the spare, rebuilt at once (faults
+    /// armed on the disks may hit the old member or the replacement meanwhile).
+    fn replace_member(&mut self) -> Res {
+        // After a power cut the engine's spares may have changed under us.
+        self.sync_roles();
+        if self.spares.is_empty() {
+            return Ok(());
+        }
+        let live: Vec<MemberIdx> = (0..self.cfg.disks)
+            .map(MemberIdx)
+            .filter(|&r| self.array().slot_state(r) == SlotState::InSync)
+            .collect();
+        if live.is_empty() {
+            return Ok(());
+        }
+        let role = *self.rr.pick(&live);
+        let old_disk = self.role_disk[role.0];
+        self.world.note(format!("replacing member {role}"));
+        let faulty_before = self.faulty_roles();
+        let name = match self.hooks.replace(self.array(), role) {
+            None => return Ok(()),
+            Some(Err(e)) => return Err(format!("replace of member {role} refused: {e}")),
+            Some(Ok(n)) => n,
+        };
+        // Only a member failing (a fault armed on a disk may fire on the superblock
+        // writes) may degrade the array, leaving a role faulty or, if it was the member
+        // being replaced, recovering onto the replacement; the replace itself never does.
+        if self.array().is_degraded()
+            && self.faulty_roles() == faulty_before
+            && self.array().recovering_roles().is_empty()
+        {
+            return Err(format!(
+                "replacing member {role} by {name} degraded the array"
+            ));
+        }
+        match self.hooks.recover(self.array()) {
+            None => return Ok(()),
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                if self.faulty_roles() == faulty_before {
+                    return Err(format!(
+                        "replace of {role} failed with no member failing: {e}"
+                    ));
+                }
+                self.world
+                    .note(format!("replace ended by a member failure: {e}"));
+                self.sync_roles();
+                return Ok(());
+            }
+        }
+        if !self.array().replacing_roles().is_empty() {
+            return Err(format!("replace of {role} did not finish"));
+        }
+        self.sync_roles();
+        self.world.note(format!(
+            "replace done; roles on disks {:?}, spares {:?}",
+            self.role_disk, self.spares
+        ));
+        let now = self.role_disk[role.0];
+        if now != old_disk && self.array().slot_state(role) == SlotState::InSync {
+            self.stats.replaces += 1;
+            let disk = self.disk(role.0).clone();
+            if disk.pending_faults() == 0 && !disk.is_gone() {
+                // The old disk and its faults left the array.
+                self.budget.member_replaced(role.0);
+            }
+        }
+        self.verify_all("check after replace")?;
+        self.full_check_clean("replace")
     }
 
     /// Rebuild recovering members to the end; a rebuilt role with a clean disk leaves the
