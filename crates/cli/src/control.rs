@@ -680,6 +680,7 @@ fn start_sync(ctx: &Ctx, kind: SyncKind) {
     let spawned = std::thread::Builder::new()
         .name(kind.name().into())
         .spawn(move || {
+            let mut kind = kind;
             if kind == SyncKind::Resync {
                 eprintln!("uraid: the array was not stopped cleanly: resync started");
             }
@@ -709,9 +710,18 @@ fn start_sync(ctx: &Ctx, kind: SyncKind) {
                     }
                 };
                 // A recovery goes on while roles are left to rebuild (a spare may have taken
-                // over from a failed target), but not round and round on the same error.
+                // over from a failed target, a replace may have been asked for meanwhile), but
+                // not round and round on the same error.
                 let left = array.recovering_roles();
-                if kind != SyncKind::Recovery || left.is_empty() || (failed && left == before) {
+                let replacing = !array.replacing_roles().is_empty();
+                if kind != SyncKind::Recovery && (replacing || !left.is_empty()) && !failed {
+                    kind = SyncKind::Recovery;
+                    continue;
+                }
+                if kind != SyncKind::Recovery
+                    || (left.is_empty() && !replacing)
+                    || (failed && left == before)
+                {
                     break;
                 }
             }
