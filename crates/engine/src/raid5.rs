@@ -803,13 +803,10 @@ pub(crate) fn sync_range(
             if !lost.is_empty() {
                 // Rebuild what is missing (recovery targets, read errors).
                 rows.reconstruct(a, g, &map)?;
-                for r in &lost {
-                    let is_target = targets.contains(r);
-                    if is_target || exclude.contains(r) {
-                        let mut b = AlignedBuf::new(hi - lo);
-                        b.copy_from_slice(rows.get(*r));
-                        writes.push((*r, b));
-                    }
+                for r in lost.iter().filter(|r| targets.contains(r)) {
+                    let mut b = AlignedBuf::new(hi - lo);
+                    b.copy_from_slice(rows.get(*r));
+                    writes.push((*r, b));
                 }
             } else {
                 mismatches += compare_rows(&mut rows, &map, hi - lo, mode, &mut writes);
@@ -825,9 +822,11 @@ pub(crate) fn sync_range(
                 }
             }
             ops.run(a);
-            for r in &exclude {
-                if !targets.contains(r) {
-                    a.slot(*r).corrected_reads.fetch_add(1, Ordering::Relaxed);
+            // Read errors: the rebuilt block is written back and counted, as any read-error
+            // repair (md's fix_read_error: decaying count, bad block log, limit of 20).
+            for r in exclude.iter().filter(|r| !targets.contains(r)) {
+                if a.usable(*r, stripe).is_some() {
+                    a.repair_read(*r, msec, rows.get(*r));
                 }
             }
             lo = hi;
