@@ -138,6 +138,13 @@ pub fn assemble(
                     if sb.events + 1 < template.events {
                         stale.push((i, r));
                         MemberOutcome::Stale
+                    } else if sb.feature_map & FEATURE_REPLACEMENT != 0
+                        && sb.events < template.events
+                    {
+                        // Every superblock update reaches a working replacement: one that
+                        // is behind may have missed writes below its recovery_offset (not
+                        // even --force brings it back).
+                        MemberOutcome::Stale
                     } else if sb.feature_map & FEATURE_REPLACEMENT != 0 {
                         // md's replacement shares its role with the member it replaces.
                         if replacements.iter().any(|&(_, o)| o == r) {
@@ -343,7 +350,14 @@ pub fn assemble(
         }
     }
     for (i, r) in replacements {
-        array.attach_replacement(uraid_core::MemberIdx(r), devs[i].clone(), sbs[i].clone());
+        let mut sb = sbs[i].clone();
+        if unclean {
+            // Writes in flight at the crash may have reached the member and not its
+            // replacement (or the other way round), and a resync only looks at the members:
+            // copy again from the start.
+            sb.recovery_offset = 0;
+        }
+        array.attach_replacement(uraid_core::MemberIdx(r), devs[i].clone(), sb);
     }
     if let Some(i) = journal_dev {
         open_journal(&mut array, devs[i].clone(), &sbs[i])?;

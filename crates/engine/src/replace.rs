@@ -353,12 +353,19 @@ impl Array {
         meta: &mut crate::meta::Meta,
     ) -> bool {
         let slot = self.slot(role);
-        let Some(r) = slot.replacement().filter(|r| !r.failed()) else {
+        let Some(r) = slot.replacement() else {
             return false;
         };
         let Some(mut sb) = meta.replacements[role.0].take() else {
             return false;
         };
+        if r.failed() {
+            // Both failed: the replacement missed writes and must never be taken for a
+            // member of this role again.
+            meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
+            slot.set_replacement(None, r.old());
+            return false;
+        }
         sb.feature_map &= !FEATURE_REPLACEMENT;
         sb.feature_map |= FEATURE_RECOVERY_OFFSET;
         let cursor = self.cursor_for_offset(r.cursor_sectors());

@@ -516,3 +516,66 @@ fn mdadm_examine_shows_the_replacement() {
     assert!(text.contains("Replacement device 1"), "mdadm -E:\n{text}");
     assert!(text.contains("Recovery Offset"), "mdadm -E:\n{text}");
 }
+
+/// After an unclean stop a replacement starts its copy again (writes in flight at the crash
+/// may have reached only one of the two), and one whose superblock is behind is stale.
+#[test]
+fn unclean_restart_copies_again_and_a_stale_replacement_is_left_out() {
+    let c = cfg(Level::Raid5, None, 4);
+    let spare = Arc::new(MemMember::new("spare", MEMBER_BYTES));
+    let (a, mems, mut model) = setup(&c, 7, spare.clone());
+    a.replace(ROLE, None).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    for _ in 0..10 {
+        a.replace_step(ROLE, &mut buf).unwrap();
+    }
+    // A write marks the array dirty; persist the copy position, then "crash" (no stop).
+    let (off, data) = random_write(&mut rng(70), a.size_bytes(), 64 << 10);
+    a.write(off, &data).unwrap();
+    model[off as usize..off as usize + data.len()].copy_from_slice(&data);
+    a.meta().write_all(&a).unwrap();
+    let at = sb_of(spare.as_ref()).recovery_offset;
+    assert!(at > 0);
+    let images: Vec<Vec<u8>> = mems.iter().map(|m| m.snapshot()).collect();
+    let spare_image = spare.snapshot();
+    std::mem::forget(a); // no clean stop
+    let restore = |name: &str, img: &[u8]| {
+        let m = Arc::new(MemMember::new(name, img.len() as u64));
+        m.write_at(img, 0).unwrap();
+        m
+    };
+    let mut devs: Vec<Arc<dyn Member>> = vec![restore("spare", &spare_image)];
+    devs.extend(
+        images
+            .iter()
+            .enumerate()
+            .map(|(i, img)| restore(&format!("m-mem{i}"), img) as Arc<dyn Member>),
+    );
+    let (b, rep) = assemble(devs.clone(), &AssembleOptions::default()).unwrap();
+    assert!(rep.unclean);
+    assert_eq!(rep.members[0].outcome, MemberOutcome::Replacement(ROLE.0));
+    assert_eq!(b.slot(ROLE).replacement_cursor_sectors(), Some(0));
+    b.resync().unwrap();
+    b.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    assert_eq!(b.slot(ROLE).device_name().as_deref(), Some("spare"));
+    assert!(read_all(&b) == model);
+    assert_redundant(&b, &model, "after an unclean restart mid-replace");
+
+    // A replacement whose superblock is behind the others is stale.
+    let c2 = cfg(Level::Raid1, None, 2);
+    let spare2 = Arc::new(MemMember::new("spare2", MEMBER_BYTES));
+    let (a2, mems2, _) = setup(&c2, 8, spare2.clone());
+    a2.replace(ROLE, None).unwrap();
+    a2.replace_step(ROLE, &mut buf).unwrap();
+    a2.stop().unwrap();
+    let behind = spare2.snapshot();
+    a2.meta().write_all(&a2).unwrap();
+    a2.stop().unwrap();
+    drop(a2);
+    let old_spare = restore("spare2", &behind);
+    let mut devs2: Vec<Arc<dyn Member>> = vec![old_spare];
+    devs2.extend(mems2.iter().map(|m| m.clone() as Arc<dyn Member>));
+    let (b2, rep2) = assemble(devs2, &AssembleOptions::default()).unwrap();
+    assert_eq!(rep2.members[0].outcome, MemberOutcome::Stale);
+    assert!(b2.replacing_roles().is_empty());
+}
