@@ -398,54 +398,6 @@ impl Array {
         }
     }
 
-    /// A rewrite of `good` at byte `off` failed: rewrite it sector by sector (md's
-    /// narrow_write_error), record the sectors that still fail in the bad block log and
-    /// write the log. False if the member has no log, it is full, or it could not be
-    /// written.
-    fn record_bad_blocks(&self, role: MemberIdx, dev: &dyn Member, off: u64, good: &[u8]) -> bool {
-        let slot = &self.slots[role.0];
-        {
-            let meta = self.meta();
-            match meta.members[role.0].as_ref() {
-                Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
-                _ => return false,
-            }
-        }
-        let sec = SECTOR_BYTES as usize;
-        let mut failed = crate::badblocks::BadBlocks::default();
-        let mut one = crate::buf::AlignedBuf::new(sec);
-        for (k, piece) in good.chunks(sec).enumerate() {
-            one[..piece.len()].copy_from_slice(piece);
-            let at = off + (k * sec) as u64;
-            if dev.write_at(&one[..piece.len()], at).is_err() {
-                failed.add(at / SECTOR_BYTES, 1);
-            } else {
-                slot.clear_bad(at / SECTOR_BYTES, 1);
-            }
-        }
-        let mut meta = self.meta();
-        let Some(sb) = meta.members[role.0].as_ref() else {
-            return false;
-        };
-        let mut trial = slot.bad_blocks();
-        for (first, n) in failed.ranges() {
-            trial.add(first, n);
-        }
-        if !trial.fits(sb.bblog_shift, sb.bblog_size) {
-            tracing::warn!("member {role}: bad block log full");
-            return false;
-        }
-        for (first, n) in failed.ranges() {
-            slot.record_bad(first, n);
-            tracing::warn!("member {role}: sectors {first}+{n} recorded as bad blocks");
-        }
-        if let Err(e) = meta.write_all(self) {
-            tracing::error!("member {role}: could not write the bad block log: {e}");
-            return false;
-        }
-        matches!(slot.state(), SlotState::InSync | SlotState::Recovering)
-    }
-
     /// Mark a member faulty on request (`uraid fail`).
     pub fn fail_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
         if role.0 >= self.slots.len() {
