@@ -23,6 +23,7 @@ use crate::error::ArrayError;
 use crate::member::Member;
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 use uraid_core::geometry::ParityGeometry;
@@ -56,10 +57,14 @@ pub enum JournalError {
     Members(io::Error),
 }
 
-/// A journal that cannot log stops writes (EIO) with its reason; reads go on.
+/// A journal that cannot log stops writes with its reason; reads go on. An IO error on
+/// the journal device is a journal failure (EROFS for exports).
 impl From<JournalError> for ArrayError {
     fn from(e: JournalError) -> ArrayError {
-        ArrayError::Failed(format!("write journal: {e}"))
+        match e {
+            e @ JournalError::Io { .. } => ArrayError::JournalFailed(e.to_string()),
+            e => ArrayError::Failed(format!("write journal: {e}")),
+        }
     }
 }
 
@@ -71,6 +76,9 @@ impl From<JournalError> for io::Error {
         }
     }
 }
+
+/// A meta block and the pages that follow it.
+type Record<'a> = (MetaBlock, Vec<&'a [u8]>);
 
 /// Where the journal lives on its member: md's data area of the journal device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,13 +229,22 @@ pub struct LogTicket {
     first_seq: u64,
 }
 
+impl LogTicket {
+    /// Sequence number of the ticket's first record (log order).
+    pub(crate) fn seq(&self) -> u64 {
+        self.first_seq
+    }
+}
+
 /// What a replay did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayReport {
     /// Rows rewritten to the members.
     pub stripes: usize,
-    /// Rows with data but no parity: a write-back log, not replayed here.
+    /// Rows with data but no parity: write-back data, carried over into the new log and
+    /// handed to the array with [`Journal::take_recovered`].
     pub data_only: usize,
+    pub data_only_pages: usize,
     pub meta_blocks: u64,
     /// The new `journal_tail`: the caller records it in the journal superblock.
     pub tail_sectors: u64,
@@ -252,6 +269,19 @@ pub struct Journal {
     ring: LogRing,
     seed: LogSeed,
     state: Mutex<LogState>,
+    /// An IO error on the journal device failed the journal: no more appends.
+    failed: AtomicBool,
+    /// Write-back data found by replay and logged again in the new log, until the array
+    /// takes it ([`Journal::take_recovered`]) and writes it out.
+    recovered: Mutex<Option<Recovered>>,
+}
+
+/// Write-back data (data-only rows) that replay carried over into the new log: the pages
+/// and the tickets that pin them there until they reach the members.
+pub struct Recovered {
+    /// (array sector, 4 KiB page), newest copy of each page, in log order per row.
+    pub pages: Vec<(u64, Vec<u8>)>,
+    pub tickets: Vec<LogTicket>,
 }
 
 impl Journal {
@@ -276,6 +306,8 @@ impl Journal {
                 tail_seq: 0,
                 inflight: BTreeMap::new(),
             }),
+            failed: AtomicBool::new(false),
+            recovered: Mutex::new(None),
         };
         Ok((j, ring))
     }
@@ -347,11 +379,60 @@ impl Journal {
         self.ring
     }
 
+    /// The journal device failed an IO (or was failed by request): appends are refused.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Fail the journal (an IO error elsewhere, or by request).
+    pub fn set_failed(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn device_name(&self) -> String {
+        self.dev.name()
+    }
+
+    /// (sectors in use between tail and head, size of the ring).
+    pub fn space(&self) -> (u64, u64) {
+        let st = self.state.lock().unwrap();
+        (
+            self.ring.distance(st.tail, st.head),
+            self.ring.size_sectors(),
+        )
+    }
+
+    /// Make every record appended so far durable (write-back's flush and FUA).
+    pub fn flush(&self) -> Result<(), JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        self.flush_log()
+    }
+
+    fn failed_err(&self) -> JournalError {
+        JournalError::Io {
+            dev: self.dev.name(),
+            source: io::Error::other("the journal has failed"),
+        }
+    }
+
+    /// The write-back data that replay carried over, once.
+    pub fn take_recovered(&self) -> Option<Recovered> {
+        self.recovered.lock().unwrap().take()
+    }
+
     fn byte(&self, pos: u64) -> u64 {
         self.area.data_offset_bytes + pos * SECTOR_BYTES
     }
 
     fn io_err(&self, source: io::Error) -> JournalError {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                "journal {}: {source}; the journal has failed",
+                self.dev.name()
+            );
+        }
         JournalError::Io {
             dev: self.dev.name(),
             source,
@@ -409,6 +490,7 @@ impl Journal {
         g: &ParityGeometry,
         target: &dyn ReplayTarget,
     ) -> Result<ReplayReport, JournalError> {
+        let scan_start_tail = self.state.lock().unwrap().tail;
         let scan = {
             let st = self.state.lock().unwrap();
             assert_eq!(st.head, st.tail, "replay runs once, right after load");
@@ -446,19 +528,55 @@ impl Journal {
             }
         }
         target.flush().map_err(JournalError::Members)?;
+        // Write-back data (rows with data but no parity) is carried over into the new log,
+        // as md does: read it now, log it again after the new tail block, and only then
+        // may the caller record the new tail. A crash before that finds the old log whole.
+        let mut cached: Vec<(u64, Vec<u8>)> = Vec::new();
+        for s in &scan.data_only {
+            for d in &s.data {
+                let mut b = vec![0u8; BLOCK_BYTES];
+                self.read_page(d, &mut b)?;
+                cached.push((d.location_sectors, b));
+            }
+        }
         let end = scan.end;
         let seq = end.seq.wrapping_add(SEQ_JUMP_AFTER_RECOVERY);
         self.write_empty(end.tail_sectors, seq)?;
-        self.flush_log()?;
         let mut st = self.state.lock().unwrap();
         st.tail = end.tail_sectors;
         st.tail_seq = seq;
         st.head = self.ring.add(end.tail_sectors, BLOCK_SECTORS);
         st.seq = seq.wrapping_add(1);
+        let mut tickets = Vec::new();
+        if !cached.is_empty() {
+            let refs: Vec<(u64, &[u8])> = cached.iter().map(|(l, b)| (*l, &b[..])).collect();
+            let records = self.data_records(&refs)?;
+            let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
+            // The old log (old tail .. end) must stay intact until the new tail is recorded.
+            let old_used = self.ring.distance(scan_start_tail, end.tail_sectors);
+            if need + BLOCK_SECTORS + old_used >= self.ring.size_sectors() {
+                return Err(JournalError::Full {
+                    dev: self.dev.name(),
+                    need_sectors: need,
+                    free_sectors: self.ring.size_sectors() - old_used - BLOCK_SECTORS,
+                });
+            }
+            let first_seq = self.write_records(&mut st, records)?;
+            tickets.push(LogTicket { first_seq });
+        }
         drop(st);
+        self.flush_log()?;
+        let data_only_pages = cached.len();
+        if !cached.is_empty() {
+            *self.recovered.lock().unwrap() = Some(Recovered {
+                pages: cached,
+                tickets,
+            });
+        }
         Ok(ReplayReport {
             stripes: scan.stripes.len(),
             data_only: scan.data_only.len(),
+            data_only_pages,
             meta_blocks: scan.meta_blocks,
             tail_sectors: end.tail_sectors,
             why_stopped: scan.why,
@@ -566,8 +684,65 @@ impl Journal {
                 payloads,
             }
         }
-        let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
+        self.append_records(records, host, true)
+    }
 
+    /// Log data pages without parity (write-back, md's data-only records): `pages` are
+    /// (array sector, 4 KiB page). Not flushed: [`Journal::flush`] makes them durable.
+    /// The ticket pins the records until the data reaches the members.
+    pub fn append_data(
+        &self,
+        pages: &[(u64, &[u8])],
+        host: &dyn JournalHost,
+    ) -> Result<LogTicket, JournalError> {
+        if pages.is_empty()
+            || pages
+                .iter()
+                .any(|(l, p)| l % 8 != 0 || p.len() != BLOCK_BYTES)
+        {
+            return Err(JournalError::BadWrite("data pages are not whole pages"));
+        }
+        let records = self.data_records(pages)?;
+        self.append_records(records, host, false)
+    }
+
+    /// Data-only records for `pages`, packed into as few meta blocks as fit.
+    fn data_records<'a>(
+        &self,
+        pages: &[(u64, &'a [u8])],
+    ) -> Result<Vec<Record<'a>>, JournalError> {
+        let per = (BLOCK_BYTES - fmt::META_HEADER_BYTES) / (fmt::DATA_PARITY_HEADER_BYTES + 4);
+        Ok(pages
+            .chunks(per)
+            .map(|c| {
+                let payloads = c
+                    .iter()
+                    .map(|(loc, d)| Payload::Data {
+                        flags: 0,
+                        location_sectors: *loc,
+                        checksums: vec![self.seed.page_checksum(d)],
+                    })
+                    .collect();
+                let mb = MetaBlock {
+                    seq: 0,
+                    position_sectors: 0,
+                    payloads,
+                };
+                (mb, c.iter().map(|(_, d)| *d).collect())
+            })
+            .collect())
+    }
+
+    fn append_records(
+        &self,
+        records: Vec<Record<'_>>,
+        host: &dyn JournalHost,
+        flush: bool,
+    ) -> Result<LogTicket, JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
         let mut st = self.state.lock().unwrap();
         assert_ne!(st.head, st.tail, "append before replay");
         if !self.fits(&st, need) {
@@ -581,6 +756,20 @@ impl Journal {
                 free_sectors: self.ring.size_sectors() - used,
             });
         }
+        let first_seq = self.write_records(&mut st, records)?;
+        // Write-through: durable before any member write of the stripe begins.
+        if flush {
+            self.flush_log()?;
+        }
+        Ok(LogTicket { first_seq })
+    }
+
+    /// Write records at the head; the first one is pinned (in flight) from now on.
+    fn write_records(
+        &self,
+        st: &mut LogState,
+        records: Vec<Record<'_>>,
+    ) -> Result<u64, JournalError> {
         let first_seq = st.seq;
         let first_pos = st.head;
         for (mut mb, pages) in records {
@@ -596,10 +785,8 @@ impl Journal {
             st.head = pos;
             st.seq = st.seq.wrapping_add(1);
         }
-        // Write-through: durable before any member write of the stripe begins.
-        self.flush_log()?;
         st.inflight.insert(first_seq, first_pos);
-        Ok(LogTicket { first_seq })
+        Ok(first_seq)
     }
 
     /// The member writes of a logged stripe are done (issued and completed, failed or

@@ -30,6 +30,7 @@ pub mod raid5;
 pub mod recovery;
 pub mod sim;
 pub mod slot;
+pub mod writeback;
 
 pub use array::Array;
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};

@@ -491,6 +491,37 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
+    write_stripe_pieces(a, g, map, stripe, &pieces, exclude)
+}
+
+/// Write-back's write-out: write `pieces` (per logical data chunk: start in the chunk, new
+/// bytes, whole pages) into `stripe`, whose lock the caller holds. With a journal the rows
+/// are logged with their parity first, as every write-through stripe write is.
+pub(crate) fn write_pieces_locked(
+    a: &Array,
+    g: &ParityGeometry,
+    stripe: u64,
+    pieces: &[Option<(usize, &[u8])>],
+) -> Result<(), ArrayError> {
+    let map = g.stripe_map(stripe);
+    let pieces: Vec<Option<Piece>> = pieces
+        .iter()
+        .map(|p| p.map(|(start, data)| Piece { start, data }))
+        .collect();
+    retrying(a, &map, stripe, g, |exclude| {
+        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude)
+    })
+}
+
+fn write_stripe_pieces(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    pieces: &[Option<Piece>],
+    exclude: &[MemberIdx],
+) -> Result<Outcome, ArrayError> {
+    let dd = g.data_disks();
     let lo = pieces
         .iter()
         .flatten()
@@ -659,7 +690,10 @@ fn write_stripe(
                     })
                 })
                 .collect();
-            Some(j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)?)
+            Some(
+                j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)
+                    .map_err(|e| a.journal_error(e))?,
+            )
         }
         None => None,
     };

@@ -1,0 +1,175 @@
+//! The journal's write-back mode: reads see cached data, a flush makes acknowledged writes
+//! survive a crash (replayed on assembly), mode switches, degraded fallback, and a failed
+//! journal that stops writes but not reads.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use uraid_core::Level;
+use uraid_engine::fault::FaultMember;
+use uraid_engine::writeback::JournalMode;
+use uraid_engine::{assemble, ArrayError, AssembleOptions, MemMember, Member};
+
+fn setup(
+    level: Level,
+    disks: usize,
+    journal_bytes: u64,
+) -> (Vec<Arc<MemMember>>, Arc<MemMember>, uraid_engine::Array) {
+    let c = Config {
+        level,
+        layout: None,
+        disks,
+        chunk_sectors: 16,
+        member_bytes: vec![2 << 20; disks],
+    };
+    let mems = mem_members(&c, "wb");
+    let journal = Arc::new(MemMember::new("journal", journal_bytes));
+    let mut o = create_opts(&c);
+    o.journal = Some(journal.clone());
+    let a = uraid_engine::create(as_members(&mems), &o).unwrap();
+    (mems, journal, a)
+}
+
+fn all(m: &[Arc<MemMember>], j: &Arc<MemMember>) -> Vec<Arc<dyn Member>> {
+    let mut v: Vec<Arc<dyn Member>> = m.iter().map(|x| x.clone() as Arc<dyn Member>).collect();
+    v.push(j.clone());
+    v
+}
+
+/// Random page-aligned and unaligned writes against a byte model, in write-back mode;
+/// a small journal forces write-outs under log pressure.
+#[test]
+fn write_back_reads_match_a_model_through_write_outs() {
+    for (level, disks) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let (mems, journal, a) = setup(level, disks, 2 << 20);
+        a.set_journal_mode(JournalMode::WriteBack).unwrap();
+        a.set_writeback_max_pages(64);
+        let size = a.size_bytes().min(1 << 20);
+        let mut model = vec![0u8; size as usize];
+        a.read(0, &mut model).unwrap();
+        let mut r = rng(7);
+        for i in 0..300 {
+            let (off, data) = if r.gen_bool(0.8) {
+                let pages = r.gen_range(1..=12u64);
+                let off = r.gen_range(0..size / 4096 - pages) * 4096;
+                let d: Vec<u8> = (0..pages * 4096).map(|_| r.gen()).collect();
+                (off, d)
+            } else {
+                random_write(&mut r, size, 20000)
+            };
+            a.write(off, &data).unwrap();
+            model[off as usize..off as usize + data.len()].copy_from_slice(&data);
+            if i % 37 == 0 {
+                let mut got = vec![0u8; size as usize];
+                a.read(0, &mut got).unwrap();
+                assert!(got == model, "{level}: read after write {i} differs");
+            }
+        }
+        let st = a.writeback_stats().unwrap();
+        assert!(
+            st.written_out_stripes > 0,
+            "{level}: nothing was written out: {st:?}"
+        );
+        a.flush().unwrap();
+        // Crash with data still cached: assembly replays the journal.
+        let cached = a.writeback_stats().unwrap().cached_pages;
+        assert!(cached > 0, "{level}: the crash should find cached data");
+        std::mem::forget(a);
+        let (b, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+        assert_eq!(b.journal_mode(), Some(JournalMode::WriteThrough));
+        let mut got = vec![0u8; size as usize];
+        b.read(0, &mut got).unwrap();
+        assert!(
+            got == model,
+            "{level}: data after replay of {cached} cached pages differs"
+        );
+        assert_eq!(b.check().unwrap(), 0, "{level}: parity after replay");
+        // A second crash right after that assembly replays again to the same data.
+        std::mem::forget(b);
+        let (c, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+        c.read(0, &mut got).unwrap();
+        assert!(got == model, "{level}: data after a second replay differs");
+        assert_eq!(c.check().unwrap(), 0);
+    }
+}
+
+#[test]
+fn switching_to_write_through_writes_the_cache_out() {
+    let (mems, journal, a) = setup(Level::Raid5, 4, 4 << 20);
+    assert!(a.set_journal_mode(JournalMode::WriteBack).is_ok());
+    a.write(4096, &[7u8; 8192]).unwrap();
+    assert!(a.writeback_stats().unwrap().cached_pages == 2);
+    // Not on the members yet: a degraded-free check reads the members only.
+    a.set_journal_mode(JournalMode::WriteThrough).unwrap();
+    assert_eq!(a.writeback_stats().unwrap().cached_pages, 0);
+    assert_eq!(a.check().unwrap(), 0);
+    a.stop().unwrap();
+    drop(a);
+    let (b, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+    let mut got = vec![0u8; 8192];
+    b.read(4096, &mut got).unwrap();
+    assert_eq!(got, vec![7u8; 8192]);
+}
+
+#[test]
+fn write_back_is_refused_while_degraded_and_falls_back_on_a_failure() {
+    let (_mems, _journal, a) = setup(Level::Raid5, 4, 4 << 20);
+    a.set_journal_mode(JournalMode::WriteBack).unwrap();
+    a.write(0, &[9u8; 4096]).unwrap();
+    a.fail_member(uraid_core::MemberIdx(1)).unwrap();
+    // The next write writes the cache out and goes write-through.
+    a.write(65536, &[3u8; 4096]).unwrap();
+    assert_eq!(a.journal_mode(), Some(JournalMode::WriteThrough));
+    assert_eq!(a.writeback_stats().unwrap().cached_pages, 0);
+    let e = a.set_journal_mode(JournalMode::WriteBack).unwrap_err();
+    assert!(e.to_string().contains("degraded"), "{e}");
+    let mut got = vec![0u8; 4096];
+    a.read(0, &mut got).unwrap();
+    assert_eq!(got, vec![9u8; 4096]);
+}
+
+#[test]
+fn a_failed_journal_stops_writes_and_keeps_reads() {
+    let c = Config {
+        level: Level::Raid5,
+        layout: None,
+        disks: 4,
+        chunk_sectors: 16,
+        member_bytes: vec![2 << 20; 4],
+    };
+    let mems = mem_members(&c, "jf");
+    let jm = Arc::new(MemMember::new("journal", 4 << 20));
+    let fj = Arc::new(FaultMember::new(jm.clone()));
+    let mut o = create_opts(&c);
+    o.journal = Some(fj.clone());
+    let a = uraid_engine::create(as_members(&mems), &o).unwrap();
+    a.set_journal_mode(JournalMode::WriteBack).unwrap();
+    a.write(0, &[5u8; 8192]).unwrap();
+    fj.fail_writes.store(true, Ordering::SeqCst);
+    let e = a.write(65536, &[6u8; 4096]).unwrap_err();
+    assert!(matches!(e, ArrayError::JournalFailed(_)), "{e}");
+    assert_eq!(e.errno(), libc::EROFS);
+    assert!(a.journal_failed());
+    // Later writes are refused at once, reads go on and still see the cached data.
+    assert!(matches!(
+        a.write(0, &[1u8; 4096]).unwrap_err(),
+        ArrayError::JournalFailed(_)
+    ));
+    let mut got = vec![0u8; 8192];
+    a.read(0, &mut got).unwrap();
+    assert_eq!(got, vec![5u8; 8192]);
+    // The members' superblocks record the journal as faulty: assembly needs --force.
+    std::mem::forget(a);
+    let members: Vec<Arc<dyn Member>> = mems
+        .iter()
+        .map(|m| m.clone() as Arc<dyn Member>)
+        .chain([jm.clone() as Arc<dyn Member>])
+        .collect();
+    let e = assemble(members, &AssembleOptions::default())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("journal"), "{e}");
+}
