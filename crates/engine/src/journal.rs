@@ -417,6 +417,21 @@ impl Journal {
         }
     }
 
+    /// Move the tail up to the oldest pinned record now (flushing the members), instead of
+    /// waiting for the ring to fill. Write-back calls it when half the ring is in use, so
+    /// that the log after the tail stays short: replay must fit the cached data into the
+    /// space the old log leaves free.
+    pub fn reclaim_now(&self, host: &dyn JournalHost) -> Result<(), JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        let mut st = self.state.lock().unwrap();
+        if st.head == st.tail {
+            return Ok(()); // not replayed yet
+        }
+        self.reclaim(&mut st, host)
+    }
+
     /// The write-back data that replay carried over, once.
     pub fn take_recovered(&self) -> Option<Recovered> {
         self.recovered.lock().unwrap().take()
@@ -707,10 +722,7 @@ impl Journal {
     }
 
     /// Data-only records for `pages`, packed into as few meta blocks as fit.
-    fn data_records<'a>(
-        &self,
-        pages: &[(u64, &'a [u8])],
-    ) -> Result<Vec<Record<'a>>, JournalError> {
+    fn data_records<'a>(&self, pages: &[(u64, &'a [u8])]) -> Result<Vec<Record<'a>>, JournalError> {
         let per = (BLOCK_BYTES - fmt::META_HEADER_BYTES) / (fmt::DATA_PARITY_HEADER_BYTES + 4);
         Ok(pages
             .chunks(per)

@@ -477,7 +477,11 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64) -> Result<(), ArrayError> {
         if a.wb.is_empty() {
             return Ok(());
         }
-        let (used, size) = j.space();
+        let (mut used, size) = j.space();
+        if 2 * (used + need) > size {
+            j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
+            used = j.space().0;
+        }
         let free = size.saturating_sub(used + need);
         let required = a.wb.required_sectors(g);
         let critical = free < 2 * required;
