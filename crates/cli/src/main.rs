@@ -69,6 +69,9 @@ enum Cmd {
     Add(control::AddArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
+    /// Show or set the write journal's mode of a served array: write-through or write-back
+    /// (md's journal_mode; write-back is refused while degraded).
+    JournalMode(control::JournalModeArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Cmd::Remove(a) => control::remove(a),
         Cmd::Add(a) => control::add(a),
         Cmd::Stop(a) => control::stop(a),
+        Cmd::JournalMode(a) => control::journal_mode(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
     };

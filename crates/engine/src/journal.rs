@@ -631,6 +631,33 @@ impl Journal {
         rows: &[RowWrite<'_>],
         host: &dyn JournalHost,
     ) -> Result<LogTicket, JournalError> {
+        self.append_rows(rows, host, true)
+    }
+
+    /// Write-back's write-out hook: log only the parity of rows whose data pages are
+    /// already in the log as data-only records (md's r5c logs parity at write-out the
+    /// same way), and flush. `pieces` must be all the cached pages of every row touched:
+    /// replay pairs the parity with every data page logged for the row since its last
+    /// parity.
+    pub fn log_parity(
+        &self,
+        g: &ParityGeometry,
+        stripe: u64,
+        pieces: &[Option<(usize, &[u8])>],
+        p: &[u8],
+        q: Option<&[u8]>,
+        host: &dyn JournalHost,
+    ) -> Result<LogTicket, JournalError> {
+        let rows = rows_for_stripe(g, stripe, pieces, p, q)?;
+        self.append_rows(&rows, host, false)
+    }
+
+    fn append_rows(
+        &self,
+        rows: &[RowWrite<'_>],
+        host: &dyn JournalHost,
+        with_data: bool,
+    ) -> Result<LogTicket, JournalError> {
         let parity_pages = rows.first().map_or(0, |r| r.parity.len());
         for r in rows {
             let pages_ok = r
@@ -655,8 +682,8 @@ impl Journal {
         let mut cur_pages: Vec<&[u8]> = Vec::new();
         let mut cur_bytes = fmt::META_HEADER_BYTES;
         for r in rows {
-            let mut payloads: Vec<Payload> = r
-                .data
+            let data = if with_data { &r.data[..] } else { &[] };
+            let mut payloads: Vec<Payload> = data
                 .iter()
                 .map(|(loc, d)| Payload::Data {
                     flags: 0,
@@ -686,7 +713,7 @@ impl Journal {
             }
             cur_bytes += bytes;
             cur.extend(payloads);
-            cur_pages.extend(r.data.iter().map(|(_, d)| *d));
+            cur_pages.extend(data.iter().map(|(_, d)| *d));
             cur_pages.extend(r.parity.iter().copied());
         }
         if !cur.is_empty() {

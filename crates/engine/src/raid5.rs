@@ -491,12 +491,13 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
-    write_stripe_pieces(a, g, map, stripe, &pieces, exclude)
+    write_stripe_pieces(a, g, map, stripe, &pieces, exclude, false)
 }
 
 /// Write-back's write-out: write `pieces` (per logical data chunk: start in the chunk, new
-/// bytes, whole pages) into `stripe`, whose lock the caller holds. With a journal the rows
-/// are logged with their parity first, as every write-through stripe write is.
+/// bytes, whole pages) into `stripe`, whose lock the caller holds. The data is in the
+/// journal already (data-only records): only the rows' parity is logged before the
+/// member writes.
 pub(crate) fn write_pieces_locked(
     a: &Array,
     g: &ParityGeometry,
@@ -509,7 +510,7 @@ pub(crate) fn write_pieces_locked(
         .map(|p| p.map(|(start, data)| Piece { start, data }))
         .collect();
     retrying(a, &map, stripe, g, |exclude| {
-        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude)
+        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, true)
     })
 }
 
@@ -520,6 +521,7 @@ fn write_stripe_pieces(
     stripe: u64,
     pieces: &[Option<Piece>],
     exclude: &[MemberIdx],
+    parity_only: bool,
 ) -> Result<Outcome, ArrayError> {
     let dd = g.data_disks();
     let lo = pieces
@@ -690,10 +692,12 @@ fn write_stripe_pieces(
                     })
                 })
                 .collect();
-            Some(
+            let logged = if parity_only {
+                j.log_parity(g, stripe, &pages, &p, q.as_deref(), a)
+            } else {
                 j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)
-                    .map_err(|e| a.journal_error(e))?,
-            )
+            };
+            Some(logged.map_err(|e| a.journal_error(e))?)
         }
         None => None,
     };

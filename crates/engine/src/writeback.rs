@@ -29,7 +29,7 @@ use crate::error::ArrayError;
 use crate::journal::LogTicket;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uraid_core::geometry::ParityGeometry;
 
@@ -119,6 +119,9 @@ pub(crate) struct WriteBack {
     written_out: AtomicU64,
     /// Tickets of write-back data carried over by replay, released once drained.
     recovered: Mutex<Vec<LogTicket>>,
+    /// Wakes the reclaim daemon.
+    wake_mx: Mutex<bool>,
+    wake_cv: Condvar,
 }
 
 impl Default for WriteBack {
@@ -131,6 +134,8 @@ impl Default for WriteBack {
             max_pages: AtomicUsize::new(DEFAULT_MAX_PAGES),
             written_out: AtomicU64::new(0),
             recovered: Mutex::new(Vec::new()),
+            wake_mx: Mutex::new(false),
+            wake_cv: Condvar::new(),
         }
     }
 }
@@ -146,6 +151,11 @@ impl WriteBack {
         } else {
             JournalMode::WriteThrough
         }
+    }
+
+    fn wake(&self) {
+        *self.wake_mx.lock().unwrap() = true;
+        self.wake_cv.notify_one();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -355,22 +365,43 @@ impl Array {
         Ok(())
     }
 
-    /// Housekeeping for the write-back cache (serve calls it periodically): fall back to
-    /// write-through if a member failed, else write out full stripes and stripes cached
-    /// longer than [`PERIODIC_AGE`].
+    /// One pass of the reclaim daemon (md's r5c reclaim thread): fall back to
+    /// write-through if a member failed, apply the reclaim rules, and write out stripes
+    /// cached longer than [`PERIODIC_AGE`].
     pub fn writeback_periodic(&self) -> Result<(), ArrayError> {
         let Some(g) = self.parity_geometry() else {
             return Ok(());
         };
-        if self.journal.is_none() || self.wb.is_empty() {
-            return self.writeback_fallback();
-        }
         self.writeback_fallback()?;
+        if self.journal.is_none() || self.wb.is_empty() || self.journal_failed() {
+            return Ok(());
+        }
         let _gate = self.wb.gate.read().unwrap();
-        for s in self.wb.pick(g, true, 0, Some(PERIODIC_AGE)) {
+        reclaim(self, g, 0, false)?;
+        for s in self.wb.pick(g, false, 0, Some(PERIODIC_AGE)) {
             write_out_stripe(self, g, s)?;
         }
         Ok(())
+    }
+
+    /// The reclaim daemon: run [`Array::writeback_periodic`] whenever the write path asks
+    /// (log tight, cache filling, full stripes) and at least every 100 ms, until `stop`.
+    pub fn writeback_daemon(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            {
+                let w = self.wb.wake_mx.lock().unwrap();
+                let (mut w, _) = self
+                    .wb
+                    .wake_cv
+                    .wait_timeout_while(w, Duration::from_millis(100), |w| !*w)
+                    .unwrap();
+                *w = false;
+            }
+            if let Err(e) = self.writeback_periodic() {
+                tracing::warn!("write-back reclaim: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 
     /// In write-back with a member gone: write the cache out and go write-through.
@@ -434,7 +465,7 @@ pub(crate) fn write(
         } else {
             let need =
                 (n / PAGE) as u64 * PAGE_SECTORS + PAGE_SECTORS * (1 + (n / PAGE) as u64 / 200);
-            reclaim(a, g, need)?;
+            reclaim(a, g, need, true)?;
             let pages: Vec<(u64, &[u8])> = data
                 .chunks(PAGE)
                 .enumerate()
@@ -449,14 +480,15 @@ pub(crate) fn write(
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. })
-                        if tries < 4 && !a.wb.is_empty() =>
+                        if tries < 64 && !a.wb.is_empty() =>
                     {
                         // Other writers took the space: write out the oldest and retry.
                         drop(lock);
                         tries += 1;
-                        for st in a.wb.pick(g, false, 4, None) {
+                        for st in a.wb.pick(g, false, 16, None) {
                             write_out_stripe(a, g, st)?;
                         }
+                        j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
                     }
                     Err(e) => return Err(a.journal_error(e)),
                 }
@@ -468,29 +500,46 @@ pub(crate) fn write(
     Ok(())
 }
 
-/// md's reclaim rules, before appending `need` sectors: write out until the log is not
-/// tight, the cache not under pressure, and full stripes are not piling up.
-fn reclaim(a: &Array, g: &ParityGeometry, need: u64) -> Result<(), ArrayError> {
+/// md's reclaim rules. In the write path (`foreground`, before appending `need` sectors)
+/// only what cannot wait is done inline: the log critical (free space under twice what
+/// writing the cache out needs) or the cache over its size, and the tail moved once three
+/// quarters of the ring are in use; anything less wakes the reclaim daemon, which writes
+/// out when the log is tight (under three times), the cache is 3/4 full, or full stripes
+/// pile up, and moves the tail at half the ring (md's reclaim thread does the same).
+fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result<(), ArrayError> {
     let j = a.journal.as_ref().expect("journal");
-    let max = a.wb.max_pages.load(Ordering::Relaxed);
+    // The cache also stays under an eighth of the ring: writing it out needs about three
+    // times its size in log space, and the critical threshold is twice that.
+    let max =
+        a.wb.max_pages
+            .load(Ordering::Relaxed)
+            .min((j.space().1 / (8 * PAGE_SECTORS)) as usize)
+            .max(1);
     for _ in 0..1024 {
-        if a.wb.is_empty() {
-            return Ok(());
-        }
         let (mut used, size) = j.space();
-        if 2 * (used + need) > size {
+        let tail_at = if foreground { size / 4 * 3 } else { size / 2 };
+        if used + need > tail_at {
             j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
             used = j.space().0;
+        }
+        if a.wb.is_empty() {
+            return Ok(());
         }
         let free = size.saturating_sub(used + need);
         let required = a.wb.required_sectors(g);
         let critical = free < 2 * required;
         let tight = free < 3 * required;
         let pages = a.wb.cached_pages.load(Ordering::SeqCst);
+        let over = pages >= max;
         let pressure = pages > max * 3 / 4;
         let full = a.wb.cache.lock().unwrap().full_stripes;
-        let picked = if critical {
+        let picked = if critical || over {
             a.wb.pick(g, false, 8, None)
+        } else if foreground {
+            if tight || pressure || full >= FULL_STRIPE_BATCH {
+                a.wb.wake();
+            }
+            return Ok(());
         } else if tight || pressure {
             a.wb.pick(g, true, 4, None)
         } else if full >= FULL_STRIPE_BATCH {
