@@ -494,15 +494,16 @@ fn write_stripe(
     write_stripe_pieces(a, g, map, stripe, &pieces, exclude, false)
 }
 
-/// Write-back's write-out: write `pieces` (per logical data chunk: start in the chunk, new
-/// bytes, whole pages) into `stripe`, whose lock the caller holds. The data is in the
-/// journal already (data-only records): only the rows' parity is logged before the
-/// member writes.
+/// Write-back's hook: write `pieces` (per logical data chunk: start in the chunk, new
+/// bytes, whole pages) into `stripe`, whose lock the caller holds. For a write-out the
+/// data is in the journal already (data-only records) and only the rows' parity is
+/// logged before the member writes (`parity_only`); otherwise data and parity are.
 pub(crate) fn write_pieces_locked(
     a: &Array,
     g: &ParityGeometry,
     stripe: u64,
     pieces: &[Option<(usize, &[u8])>],
+    parity_only: bool,
 ) -> Result<(), ArrayError> {
     let map = g.stripe_map(stripe);
     let pieces: Vec<Option<Piece>> = pieces
@@ -510,7 +511,7 @@ pub(crate) fn write_pieces_locked(
         .map(|p| p.map(|(start, data)| Piece { start, data }))
         .collect();
     retrying(a, &map, stripe, g, |exclude| {
-        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, true)
+        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, parity_only)
     })
 }
 

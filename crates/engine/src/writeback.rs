@@ -27,7 +27,7 @@
 use crate::array::Array;
 use crate::error::ArrayError;
 use crate::journal::LogTicket;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -85,6 +85,8 @@ struct Entry {
     /// Cached pages per row (page index in the chunk): bit i = logical data chunk i.
     rows: BTreeMap<u64, u64>,
     pages: usize,
+    /// Rows with every data page cached.
+    full_rows: usize,
     tickets: Vec<LogTicket>,
     /// Log order of the first data cached here, for oldest-first write-out.
     first_seq: u64,
@@ -99,7 +101,10 @@ struct Cache {
     /// Cached pages per array data chunk: a read of a chunk with none skips the cache.
     per_chunk: HashMap<u64, u32>,
     total_rows: usize,
-    full_stripes: usize,
+    /// Stripes by log order of their first cached data (oldest first).
+    order: BTreeSet<(u64, u64)>,
+    /// Full stripes: every cached row has all its data pages.
+    full: BTreeSet<u64>,
 }
 
 /// Counters for `detail`.
@@ -178,18 +183,21 @@ impl WriteBack {
         pages: &[(u64, &[u8])],
         t: Option<LogTicket>,
     ) {
-        let dd = g.data_disks();
+        let all = all_chunks(g.data_disks());
         let mut c = self.cache.lock().unwrap();
         let c = &mut *c;
         let seq = t.as_ref().map_or(0, LogTicket::seq);
-        let e = c.stripes.entry(stripe).or_insert_with(|| Entry {
-            rows: BTreeMap::new(),
-            pages: 0,
-            tickets: Vec::new(),
-            first_seq: seq,
-            since: Instant::now(),
+        let e = c.stripes.entry(stripe).or_insert_with(|| {
+            c.order.insert((seq, stripe));
+            Entry {
+                rows: BTreeMap::new(),
+                pages: 0,
+                full_rows: 0,
+                tickets: Vec::new(),
+                first_seq: seq,
+                since: Instant::now(),
+            }
         });
-        let was_full = is_full(e, dd);
         e.tickets.extend(t);
         for (sector, page) in pages {
             let loc = g.locate(*sector);
@@ -201,15 +209,18 @@ impl WriteBack {
             });
             if c.pages.insert(*sector, page.to_vec().into()).is_none() {
                 *mask |= bit;
+                if *mask == all {
+                    e.full_rows += 1;
+                }
                 e.pages += 1;
                 *c.per_chunk.entry(sector / g.chunk_sectors).or_default() += 1;
                 self.cached_pages.fetch_add(1, Ordering::SeqCst);
             }
         }
-        match (was_full, is_full(e, dd)) {
-            (false, true) => c.full_stripes += 1,
-            (true, false) => c.full_stripes -= 1,
-            _ => {}
+        if e.full_rows == e.rows.len() {
+            c.full.insert(stripe);
+        } else {
+            c.full.remove(&stripe);
         }
     }
 
@@ -238,9 +249,8 @@ impl WriteBack {
         let Some(e) = c.stripes.remove(&stripe) else {
             return Vec::new();
         };
-        if is_full(&e, g.data_disks()) {
-            c.full_stripes -= 1;
-        }
+        c.full.remove(&stripe);
+        c.order.remove(&(e.first_seq, stripe));
         c.total_rows -= e.rows.len();
         let lo = g.array_sector(stripe, 0);
         let hi = g.array_sector(stripe + 1, 0);
@@ -268,52 +278,36 @@ impl WriteBack {
 
     /// Stripes to write out now, in order: full ones first (if `full`), then the oldest
     /// partial ones (up to `partial`), then any older than `older`.
-    fn pick(
-        &self,
-        g: &ParityGeometry,
-        full: bool,
-        partial: usize,
-        older: Option<Duration>,
-    ) -> Vec<u64> {
+    fn pick(&self, full: bool, partial: usize, older: Option<Duration>) -> Vec<u64> {
         let c = self.cache.lock().unwrap();
-        let dd = g.data_disks();
         let mut v: Vec<u64> = Vec::new();
         if full {
-            v.extend(
-                c.stripes
-                    .iter()
-                    .filter(|(_, e)| is_full(e, dd))
-                    .map(|(s, _)| *s),
-            );
+            v.extend(c.full.iter().copied());
         }
-        let mut by_age: Vec<(u64, u64, Instant)> = c
-            .stripes
+        let mut rest = c
+            .order
             .iter()
-            .filter(|(s, _)| !v.contains(s))
-            .map(|(s, e)| (e.first_seq, *s, e.since))
-            .collect();
-        by_age.sort_unstable();
-        v.extend(by_age.iter().take(partial).map(|(_, s, _)| *s));
+            .map(|(_, s)| *s)
+            .filter(|s| !(full && c.full.contains(s)));
+        v.extend(rest.by_ref().take(partial));
         if let Some(age) = older {
-            v.extend(
-                by_age
-                    .iter()
-                    .skip(partial)
-                    .filter(|(_, _, t)| t.elapsed() >= age)
-                    .map(|(_, s, _)| *s),
-            );
+            // Log order is age order: stop at the first young one.
+            v.extend(rest.take_while(|s| c.stripes[s].since.elapsed() >= age));
         }
         v
     }
+
+    fn full_stripes(&self) -> usize {
+        self.cache.lock().unwrap().full.len()
+    }
 }
 
-fn is_full(e: &Entry, data_disks: usize) -> bool {
-    let all = if data_disks >= 64 {
+fn all_chunks(data_disks: usize) -> u64 {
+    if data_disks >= 64 {
         u64::MAX
     } else {
         (1u64 << data_disks) - 1
-    };
-    !e.rows.is_empty() && e.rows.values().all(|m| *m == all)
+    }
 }
 
 impl Array {
@@ -378,7 +372,7 @@ impl Array {
         }
         let _gate = self.wb.gate.read().unwrap();
         reclaim(self, g, 0, false)?;
-        for s in self.wb.pick(g, false, 0, Some(PERIODIC_AGE)) {
+        for s in self.wb.pick(false, 0, Some(PERIODIC_AGE)) {
             write_out_stripe(self, g, s)?;
         }
         Ok(())
@@ -457,7 +451,24 @@ pub(crate) fn write(
         let next_stripe = g.array_sector(loc.stripe + 1, 0);
         let n = (((next_stripe - s) * 512) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
-        if !s.is_multiple_of(PAGE_SECTORS) || !n.is_multiple_of(PAGE) {
+        let stripe_bytes = (g.stripe_data_sectors() * 512) as usize;
+        if n == stripe_bytes {
+            // A whole stripe needs no reads and gains nothing from the cache: it goes
+            // through (data and parity logged and flushed, then the members), and replaces
+            // whatever the stripe had cached.
+            let rows = g.chunk_sectors / PAGE_SECTORS;
+            let need =
+                g.stripe_data_sectors() + rows * PAGE_SECTORS * (g.parity_disks() as u64 + 1);
+            reclaim(a, g, need, true)?;
+            let _lock = a.lock_bucket(loc.stripe);
+            let cb = (g.chunk_sectors * 512) as usize;
+            let pieces: Vec<Option<(usize, &[u8])>> =
+                data.chunks(cb).map(|c| Some((0, c))).collect();
+            crate::raid5::write_pieces_locked(a, g, loc.stripe, &pieces, false)?;
+            for t in a.wb.remove(g, loc.stripe) {
+                j.stripe_written(t);
+            }
+        } else if !s.is_multiple_of(PAGE_SECTORS) || !n.is_multiple_of(PAGE) {
             // Sub-page: the journal logs whole pages. Write the stripe's cache out and
             // write this piece through (rare: exports use 4 KiB blocks).
             write_out_stripe(a, g, loc.stripe)?;
@@ -485,7 +496,7 @@ pub(crate) fn write(
                         // Other writers took the space: write out the oldest and retry.
                         drop(lock);
                         tries += 1;
-                        for st in a.wb.pick(g, false, 16, None) {
+                        for st in a.wb.pick(false, 16, None) {
                             write_out_stripe(a, g, st)?;
                         }
                         j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
@@ -526,24 +537,28 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
             return Ok(());
         }
         let free = size.saturating_sub(used + need);
-        let required = a.wb.required_sectors(g);
+        // What writing the cache out (or carrying it over at replay) needs, counting the
+        // pages about to be logged.
+        let required = a.wb.required_sectors(g) + need;
         let critical = free < 2 * required;
         let tight = free < 3 * required;
         let pages = a.wb.cached_pages.load(Ordering::SeqCst);
         let over = pages >= max;
         let pressure = pages > max * 3 / 4;
-        let full = a.wb.cache.lock().unwrap().full_stripes;
-        let picked = if critical || over {
-            a.wb.pick(g, false, 8, None)
+        let full = a.wb.full_stripes();
+        let picked = if critical {
+            a.wb.pick(false, 8, None)
+        } else if over {
+            a.wb.pick(false, 1, None)
         } else if foreground {
             if tight || pressure || full >= FULL_STRIPE_BATCH {
                 a.wb.wake();
             }
             return Ok(());
         } else if tight || pressure {
-            a.wb.pick(g, true, 4, None)
+            a.wb.pick(true, 4, None)
         } else if full >= FULL_STRIPE_BATCH {
-            a.wb.pick(g, true, 0, None)
+            a.wb.pick(true, 0, None)
         } else {
             return Ok(());
         };
@@ -560,7 +575,7 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
 /// Write every cached stripe out.
 pub(crate) fn drain(a: &Array, g: &ParityGeometry) -> Result<(), ArrayError> {
     while !a.wb.is_empty() {
-        let picked = a.wb.pick(g, false, usize::MAX, None);
+        let picked = a.wb.pick(false, usize::MAX, None);
         for s in picked {
             write_out_stripe(a, g, s)?;
         }
@@ -622,7 +637,7 @@ pub(crate) fn write_out_stripe(
             .iter()
             .map(|b| b.as_ref().map(|b| (start, &b[..])))
             .collect();
-        crate::raid5::write_pieces_locked(a, g, stripe, &pieces)?;
+        crate::raid5::write_pieces_locked(a, g, stripe, &pieces, true)?;
         i = k;
     }
     let j = a.journal.as_ref().expect("journal");

@@ -4,7 +4,8 @@
 //! flush copies it to the durable one, and a power cut after a seeded number of IOs stops
 //! all later IO (the array does not notice). The crash keeps, drops or tears (sector by
 //! sector) every write since the last flush, in random order. The workload: partial-stripe
-//! writes, flushes, FUA writes (write + flush), and in some runs a member failed on the way.
+//! writes (and some whole-stripe ones), flushes, FUA writes (write + flush), and in some
+//! runs a member failed on the way.
 //!
 //! After the crash the array is assembled twice from copies of the crashed images:
 //! - whole (when no member was failed): the journal is replayed, and a check must find no
@@ -293,8 +294,14 @@ fn run_case(level: Level, seed: u64, mode: Mode, verbose: bool) -> Outcome {
         match rng.gen_range(0..10) {
             0..=6 => {
                 let fua = rng.gen_bool(0.2);
-                let n = rng.gen_range(1..=3u64);
-                let first = rng.gen_range(0..=pages - n);
+                // Mostly partial-stripe writes; sometimes a whole stripe (no reads).
+                let stripe_pages = pages / STRIPES;
+                let (first, n) = if rng.gen_bool(0.15) {
+                    (rng.gen_range(0..STRIPES) * stripe_pages, stripe_pages)
+                } else {
+                    let n = rng.gen_range(1..=3u64);
+                    (rng.gen_range(0..=pages - n), n)
+                };
                 let data: Vec<u8> = (0..n as usize * PAGE).map(|_| rng.gen()).collect();
                 let r = a.write(first * PAGE as u64, &data);
                 for k in 0..n {
