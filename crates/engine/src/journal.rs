@@ -102,9 +102,30 @@ pub trait ReplayTarget {
     /// missing member is skipped (Ok).
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()>;
     fn flush(&self) -> io::Result<()>;
+    /// Write one row of write-back data (`pages`: array sector, page) straight to the
+    /// members, with parity computed from the other data members; Ok(false), having
+    /// written nothing, when that cannot be done safely (a data member it needs is
+    /// missing). Replay's fallback when the rows do not fit the new log.
+    fn write_data_row(
+        &self,
+        _g: &ParityGeometry,
+        _stripe_sector: u64,
+        _pages: &[(u64, &[u8])],
+    ) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 impl ReplayTarget for Array {
+    fn write_data_row(
+        &self,
+        g: &ParityGeometry,
+        stripe_sector: u64,
+        pages: &[(u64, &[u8])],
+    ) -> io::Result<bool> {
+        crate::writeback::write_row_direct(self, g, stripe_sector, pages)
+    }
+
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
         match self.live(role) {
             Some(dev) => dev.write_at(page, self.member_byte(role, member_sector)),
@@ -555,6 +576,47 @@ impl Journal {
             }
         }
         let end = scan.end;
+        // The old log (old tail .. end) must stay intact until the new tail is recorded, so
+        // the carried-over records must fit in the rest of the ring. If they do not, write
+        // the rows straight to the members instead: parity from the logged pages and the
+        // other data members, which this does not change, so a crash during it replays the
+        // same way (a row whose unlogged data member is missing cannot be done so).
+        let old_used = self.ring.distance(scan_start_tail, end.tail_sectors);
+        let relog_sectors: u64 = {
+            let refs: Vec<(u64, &[u8])> = cached.iter().map(|(l, b)| (*l, &b[..])).collect();
+            self.data_records(&refs)?
+                .iter()
+                .map(|(m, _)| m.record_sectors())
+                .sum()
+        };
+        if !cached.is_empty()
+            && relog_sectors + BLOCK_SECTORS + old_used >= self.ring.size_sectors()
+        {
+            let mut at = 0;
+            for s in &scan.data_only {
+                let row: Vec<(u64, &[u8])> = cached[at..at + s.data.len()]
+                    .iter()
+                    .map(|(l, b)| (*l, &b[..]))
+                    .collect();
+                at += s.data.len();
+                let done = target
+                    .write_data_row(g, s.stripe_sector, &row)
+                    .map_err(JournalError::Members)?;
+                if !done {
+                    return Err(JournalError::Full {
+                        dev: self.dev.name(),
+                        need_sectors: relog_sectors,
+                        free_sectors: self.ring.size_sectors() - old_used - BLOCK_SECTORS,
+                    });
+                }
+            }
+            target.flush().map_err(JournalError::Members)?;
+            tracing::info!(
+                "journal: {} pages of write-back data written straight to the members",
+                cached.len()
+            );
+            cached.clear();
+        }
         let seq = end.seq.wrapping_add(SEQ_JUMP_AFTER_RECOVERY);
         self.write_empty(end.tail_sectors, seq)?;
         let mut st = self.state.lock().unwrap();
@@ -566,16 +628,6 @@ impl Journal {
         if !cached.is_empty() {
             let refs: Vec<(u64, &[u8])> = cached.iter().map(|(l, b)| (*l, &b[..])).collect();
             let records = self.data_records(&refs)?;
-            let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
-            // The old log (old tail .. end) must stay intact until the new tail is recorded.
-            let old_used = self.ring.distance(scan_start_tail, end.tail_sectors);
-            if need + BLOCK_SECTORS + old_used >= self.ring.size_sectors() {
-                return Err(JournalError::Full {
-                    dev: self.dev.name(),
-                    need_sectors: need,
-                    free_sectors: self.ring.size_sectors() - old_used - BLOCK_SECTORS,
-                });
-            }
             let first_seq = self.write_records(&mut st, records)?;
             tickets.push(LogTicket { first_seq });
         }

@@ -321,7 +321,7 @@ impl Rows {
 }
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
-fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
+pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     match q {
         None => uraid_parity::xor_gen(p, data),
         Some(q) => {

@@ -5,19 +5,21 @@
 //! A flush (or FUA) flushes the journal device, so whatever was acknowledged before it
 //! survives a crash. Reads take member data and lay the cached pages over it.
 //!
-//! Write-out (md's reclaim) goes through the ordinary write-through stripe write: each
-//! 4 KiB row's cached pages are logged again with the row's parity in one record, the log
-//! is flushed, the members are written, and only then are the data-only records released
-//! (so the journal tail may pass them). Logging the data again with the parity costs log
-//! space but makes every record that carries parity self-contained: replay never pairs
-//! parity with data it was not computed from. All cached pages of a row go out in one
-//! record for the same reason.
+//! Write-out (md's reclaim) goes through the ordinary stripe write: the new parity of each
+//! row is computed against the members, logged alone (the row's data pages are in the log
+//! already), the log flushed, then data and parity go to the members, and only then are the
+//! data-only records released (so the journal tail may pass them). Replay pairs a parity
+//! record with every data page logged for its row since the row's last parity, so all
+//! cached pages of a row go out in one stripe write. A write of a whole stripe skips the
+//! cache (logged with its parity, as in write-through).
 //!
 //! When to write out, as md decides: full stripes (every cached row has all its data
 //! pages) in batches; partial stripes, oldest first, when the log is tight (free space
 //! under three times what writing out the cache needs) or critical (under twice), when
-//! the cache holds more than 3/4 of its pages, and on the periodic pass; everything on
-//! stop and when switching to write-through.
+//! the cache holds more than 3/4 of its pages, and when they are older than
+//! [`PERIODIC_AGE`]; everything on stop and when switching to write-through. The reclaim
+//! daemon ([`Array::writeback_daemon`]) does the work; the write path only when the log is
+//! critical or the cache full.
 //!
 //! Locking: a stripe's cached pages change only under the stripe's lock (the array's
 //! lock bucket), which write-out also holds while it writes the members. Writes hold the
@@ -269,8 +271,9 @@ impl WriteBack {
         e.tickets
     }
 
-    /// Log space needed to write the whole cache out: every page again, plus parity and a
-    /// meta block per row (md's r5c_log_required_to_flush_cache, in our record shape).
+    /// Log space the cache may need: every page again (carried over by a replay), plus
+    /// parity and a meta block per row for its write-out (md's
+    /// r5c_log_required_to_flush_cache, in our record shape, with margin).
     fn required_sectors(&self, g: &ParityGeometry) -> u64 {
         let c = self.cache.lock().unwrap();
         PAGE_SECTORS * (c.pages.len() + c.total_rows * (g.parity_disks() + 1)) as u64
@@ -674,4 +677,60 @@ pub(crate) fn cached_for_read(
         return Vec::new();
     }
     a.wb.overlapping(g, sector, sectors)
+}
+
+/// Replay's fallback for one row of write-back data that does not fit the new log: write
+/// the logged pages and the row's new parity straight to the members. Parity comes from the
+/// logged pages and the other data members, which this never writes, so doing it again
+/// after a crash gives the same result. A row whose unlogged data member is missing would
+/// need the old parity, which an interrupted earlier attempt may have changed: refused.
+pub(crate) fn write_row_direct(
+    a: &Array,
+    g: &ParityGeometry,
+    stripe_sector: u64,
+    pages: &[(u64, &[u8])],
+) -> std::io::Result<bool> {
+    use crate::buf::AlignedBuf;
+    let stripe = stripe_sector / g.chunk_sectors;
+    let map = g.stripe_map(stripe);
+    let dd = g.data_disks();
+    let mut data: Vec<AlignedBuf> = (0..dd).map(|_| AlignedBuf::new(PAGE)).collect();
+    let mut logged = vec![false; dd];
+    for (sector, page) in pages {
+        let loc = g.locate(*sector);
+        assert_eq!(loc.stripe, stripe, "page of this row");
+        data[loc.data_index].copy_from_slice(page);
+        logged[loc.data_index] = true;
+    }
+    for i in (0..dd).filter(|&i| !logged[i]) {
+        let role = map.data[i];
+        match a.live(role) {
+            Some(dev) => dev.read_at(&mut data[i], a.member_byte(role, stripe_sector))?,
+            None => {
+                tracing::error!(
+                    "write-back row at member sector {stripe_sector}: member {role} is \
+                     missing and its data is not in the log"
+                );
+                return Ok(false);
+            }
+        }
+    }
+    let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let mut p = AlignedBuf::new(PAGE);
+    let mut q = map.q.map(|_| AlignedBuf::new(PAGE));
+    crate::raid5::gen_parity(&map, &refs, &mut p, q.as_deref_mut());
+    let mut writes: Vec<(uraid_core::MemberIdx, &[u8])> = (0..dd)
+        .filter(|&i| logged[i])
+        .map(|i| (map.data[i], &data[i][..]))
+        .collect();
+    writes.push((map.p, &p[..]));
+    if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
+        writes.push((qr, q));
+    }
+    for (role, buf) in writes {
+        if let Some(dev) = a.live(role) {
+            dev.write_at(buf, a.member_byte(role, stripe_sector))?;
+        }
+    }
+    Ok(true)
 }
