@@ -23,7 +23,7 @@ use crate::error::ArrayError;
 use crate::member::Member;
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 use uraid_core::geometry::ParityGeometry;
@@ -292,6 +292,8 @@ pub struct Journal {
     state: Mutex<LogState>,
     /// An IO error on the journal device failed the journal: no more appends.
     failed: AtomicBool,
+    /// Sectors kept free for write-back's write-outs ([`Journal::set_reserved`]).
+    reserved: AtomicU64,
     /// Write-back data found by replay and logged again in the new log, until the array
     /// takes it ([`Journal::take_recovered`]) and writes it out.
     recovered: Mutex<Option<Recovered>>,
@@ -328,6 +330,7 @@ impl Journal {
                 inflight: BTreeMap::new(),
             }),
             failed: AtomicBool::new(false),
+            reserved: AtomicU64::new(0),
             recovered: Mutex::new(None),
         };
         Ok((j, ring))
@@ -686,6 +689,12 @@ impl Journal {
         self.append_rows(rows, host, true)
     }
 
+    /// Log space write-back keeps free for writing its cache out: appends that carry
+    /// data leave it alone, parity-only appends (write-outs) may use it.
+    pub(crate) fn set_reserved(&self, sectors: u64) {
+        self.reserved.store(sectors, Ordering::SeqCst);
+    }
+
     /// Write-back's write-out hook: log only the parity of rows whose data pages are
     /// already in the log as data-only records (md's r5c logs parity at write-out the
     /// same way), and flush. `pieces` must be all the cached pages of every row touched:
@@ -778,7 +787,12 @@ impl Journal {
                 payloads,
             }
         }
-        self.append_records(records, host, true)
+        let keep_free = if with_data {
+            self.reserved.load(Ordering::SeqCst)
+        } else {
+            0
+        };
+        self.append_records(records, host, true, keep_free)
     }
 
     /// Log data pages without parity (write-back, md's data-only records): `pages` are
@@ -788,6 +802,7 @@ impl Journal {
         &self,
         pages: &[(u64, &[u8])],
         host: &dyn JournalHost,
+        keep_free_sectors: u64,
     ) -> Result<LogTicket, JournalError> {
         if pages.is_empty()
             || pages
@@ -797,7 +812,8 @@ impl Journal {
             return Err(JournalError::BadWrite("data pages are not whole pages"));
         }
         let records = self.data_records(pages)?;
-        self.append_records(records, host, false)
+        let keep_free = self.reserved.load(Ordering::SeqCst) + keep_free_sectors;
+        self.append_records(records, host, false, keep_free)
     }
 
     /// Data-only records for `pages`, packed into as few meta blocks as fit.
@@ -824,11 +840,15 @@ impl Journal {
             .collect())
     }
 
+    /// Append records; `keep_free` sectors must stay free after them (write-back's
+    /// reserve for writing its cache out: md reserves log space the same way, or the
+    /// oldest cached stripe could pin the tail with no room left to log its parity).
     fn append_records(
         &self,
         records: Vec<Record<'_>>,
         host: &dyn JournalHost,
         flush: bool,
+        keep_free: u64,
     ) -> Result<LogTicket, JournalError> {
         if self.is_failed() {
             return Err(self.failed_err());
@@ -836,10 +856,10 @@ impl Journal {
         let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
         let mut st = self.state.lock().unwrap();
         assert_ne!(st.head, st.tail, "append before replay");
-        if !self.fits(&st, need) {
+        if !self.fits(&st, need + keep_free) {
             self.reclaim(&mut st, host)?;
         }
-        if !self.fits(&st, need) {
+        if !self.fits(&st, need + keep_free) {
             let used = self.ring.distance(st.tail, st.head);
             return Err(JournalError::Full {
                 dev: self.dev.name(),

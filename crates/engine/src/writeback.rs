@@ -28,7 +28,7 @@
 
 use crate::array::Array;
 use crate::error::ArrayError;
-use crate::journal::LogTicket;
+use crate::journal::{Journal, LogTicket};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
@@ -180,6 +180,7 @@ impl WriteBack {
 
     fn insert(
         &self,
+        j: &Journal,
         g: &ParityGeometry,
         stripe: u64,
         pages: &[(u64, &[u8])],
@@ -224,6 +225,7 @@ impl WriteBack {
         } else {
             c.full.remove(&stripe);
         }
+        j.set_reserved(reserve_sectors(c, g));
     }
 
     /// Cached pages overlapping array sectors [sector, sector + sectors).
@@ -245,7 +247,7 @@ impl WriteBack {
     }
 
     /// Remove a written-out stripe; returns its tickets.
-    fn remove(&self, g: &ParityGeometry, stripe: u64) -> Vec<LogTicket> {
+    fn remove(&self, j: &Journal, g: &ParityGeometry, stripe: u64) -> Vec<LogTicket> {
         let mut c = self.cache.lock().unwrap();
         let c = &mut *c;
         let Some(e) = c.stripes.remove(&stripe) else {
@@ -268,6 +270,7 @@ impl WriteBack {
             }
             self.cached_pages.fetch_sub(1, Ordering::SeqCst);
         }
+        j.set_reserved(reserve_sectors(c, g));
         e.tickets
     }
 
@@ -303,6 +306,12 @@ impl WriteBack {
     fn full_stripes(&self) -> usize {
         self.cache.lock().unwrap().full.len()
     }
+}
+
+/// Log space to keep free for writing the cache out: a meta block and the parity of every
+/// cached row (set in the journal under the cache lock, so it never lags the cache).
+fn reserve_sectors(c: &Cache, g: &ParityGeometry) -> u64 {
+    PAGE_SECTORS * (c.total_rows * (g.parity_disks() + 1)) as u64
 }
 
 fn all_chunks(data_disks: usize) -> u64 {
@@ -428,7 +437,7 @@ impl Array {
         let j = self.journal.as_ref().expect("journal attached");
         // The replay's tickets pin all of it until every stripe is out.
         for (stripe, pages) in by_stripe {
-            self.wb.insert(g, stripe, &pages, None);
+            self.wb.insert(j, g, stripe, &pages, None);
         }
         *self.wb.recovered.lock().unwrap() = r.tickets;
         drain(self, g)?;
@@ -468,7 +477,7 @@ pub(crate) fn write(
             let pieces: Vec<Option<(usize, &[u8])>> =
                 data.chunks(cb).map(|c| Some((0, c))).collect();
             crate::raid5::write_pieces_locked(a, g, loc.stripe, &pieces, false)?;
-            for t in a.wb.remove(g, loc.stripe) {
+            for t in a.wb.remove(j, g, loc.stripe) {
                 j.stripe_written(t);
             }
         } else if !s.is_multiple_of(PAGE_SECTORS) || !n.is_multiple_of(PAGE) {
@@ -488,9 +497,11 @@ pub(crate) fn write(
             let mut tries = 0;
             loop {
                 let lock = a.lock_bucket(loc.stripe);
-                match j.append_data(&pages, a) {
+                // Room to log the parity of these rows too, once they go out.
+                let keep = pages.len() as u64 * PAGE_SECTORS * (g.parity_disks() as u64 + 1);
+                match j.append_data(&pages, a, keep) {
                     Ok(t) => {
-                        a.wb.insert(g, loc.stripe, &pages, Some(t));
+                        a.wb.insert(j, g, loc.stripe, &pages, Some(t));
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. })
@@ -644,7 +655,7 @@ pub(crate) fn write_out_stripe(
         i = k;
     }
     let j = a.journal.as_ref().expect("journal");
-    for t in a.wb.remove(g, stripe) {
+    for t in a.wb.remove(j, g, stripe) {
         j.stripe_written(t);
     }
     a.wb.written_out.fetch_add(1, Ordering::Relaxed);

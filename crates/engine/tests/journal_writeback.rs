@@ -305,8 +305,8 @@ fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
                 .copied()
                 .zip(pages.iter().map(|p| &p[..]))
                 .collect();
-            let t = j.append_data(&refs, &NoHost).unwrap();
-            std::mem::forget(t);
+            let t = j.append_data(&refs, &NoHost, 0).unwrap();
+            let _pinned = t; // never released: these records stay in the log
             last = pages;
         }
         j.flush().unwrap();
