@@ -456,6 +456,19 @@ impl Journal {
         self.reclaim(&mut st, host)
     }
 
+    pub fn debug_state(&self) -> String {
+        let st = self.state.lock().unwrap();
+        format!(
+            "head {} seq {} tail {} tail_seq {} inflight {:?} reserved {}",
+            st.head,
+            st.seq,
+            st.tail,
+            st.tail_seq,
+            st.inflight,
+            self.reserved.load(Ordering::SeqCst)
+        )
+    }
+
     /// The write-back data that replay carried over, once.
     pub fn take_recovered(&self) -> Option<Recovered> {
         self.recovered.lock().unwrap().take()
@@ -857,6 +870,18 @@ impl Journal {
         let mut st = self.state.lock().unwrap();
         assert_ne!(st.head, st.tail, "append before replay");
         if !self.fits(&st, need + keep_free) {
+            self.reclaim(&mut st, host)?;
+        }
+        // A stripe write (flush) may wait a little for space pinned by stripe writes in
+        // flight in other threads; data-only appends return at once (write-back frees
+        // space by writing its cache out).
+        let mut waits = 0;
+        while flush && !self.fits(&st, need + keep_free) && !st.inflight.is_empty() && waits < 1000
+        {
+            drop(st);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            waits += 1;
+            st = self.state.lock().unwrap();
             self.reclaim(&mut st, host)?;
         }
         if !self.fits(&st, need + keep_free) {

@@ -77,6 +77,8 @@ impl std::str::FromStr for JournalMode {
 /// Full stripes are written out once this many are cached (md batches them too:
 /// R5C_FULL_STRIPE_FLUSH_BATCH).
 const FULL_STRIPE_BATCH: usize = 8;
+/// Times a write retries when the log is full (with 1 ms waits while nothing is cached).
+const FULL_RETRIES: u32 = 2000;
 /// Default cache size: 64 MiB of pages.
 pub const DEFAULT_MAX_PAGES: usize = 16384;
 /// The periodic pass writes out stripes cached longer than this.
@@ -504,18 +506,29 @@ pub(crate) fn write(
                         a.wb.insert(j, g, loc.stripe, &pages, Some(t));
                         break;
                     }
-                    Err(crate::journal::JournalError::Full { .. })
-                        if tries < 64 && !a.wb.is_empty() =>
-                    {
-                        // Other writers took the space: write out the oldest and retry.
+                    Err(crate::journal::JournalError::Full { .. }) if tries < FULL_RETRIES => {
+                        // Other writers took the space: write out the oldest and retry. With
+                        // nothing cached, the space is pinned by stripe writes in flight in
+                        // other threads: give them a moment.
                         drop(lock);
                         tries += 1;
+                        if a.wb.is_empty() {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
                         for st in a.wb.pick(false, 16, None) {
                             write_out_stripe(a, g, st)?;
                         }
                         j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
                     }
-                    Err(e) => return Err(a.journal_error(e)),
+                    Err(e) => {
+                        eprintln!(
+                            "DEBUG tries {tries} empty {} stats {:?} journal {}",
+                            a.wb.is_empty(),
+                            a.wb.stats(),
+                            j.debug_state()
+                        );
+                        return Err(a.journal_error(e));
+                    }
                 }
             }
         }
