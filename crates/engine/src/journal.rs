@@ -1,4 +1,6 @@
-//! The raid5/6 journal device in write-through mode (md's raid5-cache).
+//! The raid5/6 journal device (md's raid5-cache): the log, its replay, and the appends of
+//! write-through (data and parity per stripe write) and write-back (data-only records, then
+//! parity at write-out; the cache itself is in `writeback.rs`).
 //!
 //! Write-through closes the write hole: before a stripe's member writes begin, its new data
 //! and parity are appended to the journal and flushed. After a crash, replay on assembly
