@@ -695,7 +695,11 @@ impl Array {
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
         if let Some(j) = &self.journal {
-            if self.wb.is_on() || !self.wb.is_empty() {
+            if j.is_failed() && !self.wb.is_empty() {
+                // Cached writes were durable only in the journal, which failed.
+                return Err(self.journal_failed_error());
+            }
+            if !j.is_failed() && (self.wb.is_on() || !self.wb.is_empty()) {
                 j.flush().map_err(|e| self.journal_error(e))?;
             }
         }
@@ -729,11 +733,10 @@ impl Array {
     /// Flush and mark the array clean (md's clean shutdown): every superblock gets
     /// resync_offset = MaxSector unless a resync is still owed.
     pub fn stop(&self) -> Result<(), ArrayError> {
-        if let (Some(j), Some(g)) = (&self.journal, self.parity_geometry()) {
-            if !j.is_failed() {
-                let _gate = self.wb.gate.write().unwrap();
-                crate::writeback::drain(self, g)?;
-            }
+        if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
+            // Even with a failed journal: the cached data then goes straight to the members.
+            let _gate = self.wb.gate.write().unwrap();
+            crate::writeback::drain(self, g)?;
         }
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();

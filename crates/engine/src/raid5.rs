@@ -491,19 +491,28 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
-    write_stripe_pieces(a, g, map, stripe, &pieces, exclude, false)
+    write_stripe_pieces(a, g, map, stripe, &pieces, exclude, Log::Stripe)
+}
+
+/// What a stripe write logs to the journal (if there is one) before its member writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    /// Data and parity (write-through).
+    Stripe,
+    /// Parity only: the data is in the log already (write-back's write-out).
+    ParityOnly,
+    /// Nothing: the journal failed and cached data must still reach the members.
+    Skip,
 }
 
 /// Write-back's hook: write `pieces` (per logical data chunk: start in the chunk, new
-/// bytes, whole pages) into `stripe`, whose lock the caller holds. For a write-out the
-/// data is in the journal already (data-only records) and only the rows' parity is
-/// logged before the member writes (`parity_only`); otherwise data and parity are.
+/// bytes, whole pages) into `stripe`, whose lock the caller holds, logging as `log` says.
 pub(crate) fn write_pieces_locked(
     a: &Array,
     g: &ParityGeometry,
     stripe: u64,
     pieces: &[Option<(usize, &[u8])>],
-    parity_only: bool,
+    log: Log,
 ) -> Result<(), ArrayError> {
     let map = g.stripe_map(stripe);
     let pieces: Vec<Option<Piece>> = pieces
@@ -511,7 +520,7 @@ pub(crate) fn write_pieces_locked(
         .map(|p| p.map(|(start, data)| Piece { start, data }))
         .collect();
     retrying(a, &map, stripe, g, |exclude| {
-        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, parity_only)
+        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, log)
     })
 }
 
@@ -522,7 +531,7 @@ fn write_stripe_pieces(
     stripe: u64,
     pieces: &[Option<Piece>],
     exclude: &[MemberIdx],
-    parity_only: bool,
+    log: Log,
 ) -> Result<Outcome, ArrayError> {
     let dd = g.data_disks();
     let lo = pieces
@@ -678,7 +687,7 @@ fn write_stripe_pieces(
 
     // Write-through: the stripe's new pages are durable in the journal before any member write.
     let ticket = match &a.journal {
-        Some(j) => {
+        Some(j) if log != Log::Skip => {
             let pages: Vec<Option<(usize, &[u8])>> = pieces
                 .iter()
                 .enumerate()
@@ -693,14 +702,14 @@ fn write_stripe_pieces(
                     })
                 })
                 .collect();
-            let logged = if parity_only {
+            let logged = if log == Log::ParityOnly {
                 j.log_parity(g, stripe, &pages, &p, q.as_deref(), a)
             } else {
                 j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)
             };
             Some(logged.map_err(|e| a.journal_error(e))?)
         }
-        None => None,
+        _ => None,
     };
     // Excluded members (read errors) still take writes: writing is how a bad sector heals.
     let msec_lo = g.member_sector(stripe, sectors(lo));

@@ -29,6 +29,7 @@
 use crate::array::Array;
 use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
+use crate::raid5::Log;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
@@ -478,7 +479,7 @@ pub(crate) fn write(
             let cb = (g.chunk_sectors * 512) as usize;
             let pieces: Vec<Option<(usize, &[u8])>> =
                 data.chunks(cb).map(|c| Some((0, c))).collect();
-            crate::raid5::write_pieces_locked(a, g, loc.stripe, &pieces, false)?;
+            crate::raid5::write_pieces_locked(a, g, loc.stripe, &pieces, Log::Stripe)?;
             for t in a.wb.remove(j, g, loc.stripe) {
                 j.stripe_written(t);
             }
@@ -619,6 +620,7 @@ pub(crate) fn write_out_stripe(
 ) -> Result<(), ArrayError> {
     // Member writes need the array marked active, as any write does.
     a.ensure_dirty()?;
+    let j = a.journal.as_ref().expect("journal");
     let _lock = a.lock_bucket(stripe);
     let lo = g.array_sector(stripe, 0);
     let pages = a.wb.overlapping(g, lo, g.stripe_data_sectors());
@@ -664,10 +666,16 @@ pub(crate) fn write_out_stripe(
             .iter()
             .map(|b| b.as_ref().map(|b| (start, &b[..])))
             .collect();
-        crate::raid5::write_pieces_locked(a, g, stripe, &pieces, true)?;
+        // With a failed journal the cache can only go straight to the members (stop):
+        // acknowledged data is kept, without write-hole protection for these stripes.
+        let log = if j.is_failed() {
+            Log::Skip
+        } else {
+            Log::ParityOnly
+        };
+        crate::raid5::write_pieces_locked(a, g, stripe, &pieces, log)?;
         i = k;
     }
-    let j = a.journal.as_ref().expect("journal");
     for t in a.wb.remove(j, g, stripe) {
         j.stripe_written(t);
     }
