@@ -458,19 +458,6 @@ impl Journal {
         self.reclaim(&mut st, host)
     }
 
-    pub fn debug_state(&self) -> String {
-        let st = self.state.lock().unwrap();
-        format!(
-            "head {} seq {} tail {} tail_seq {} inflight {:?} reserved {}",
-            st.head,
-            st.seq,
-            st.tail,
-            st.tail_seq,
-            st.inflight,
-            self.reserved.load(Ordering::SeqCst)
-        )
-    }
-
     /// The write-back data that replay carried over, once.
     pub fn take_recovered(&self) -> Option<Recovered> {
         self.recovered.lock().unwrap().take()

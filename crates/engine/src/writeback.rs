@@ -208,7 +208,9 @@ impl WriteBack {
         for (sector, page) in pages {
             let loc = g.locate(*sector);
             let row = loc.offset_sectors / PAGE_SECTORS;
-            let bit = 1u64 << loc.data_index;
+            // Arrays of more than 64 data disks are never "full" here: their stripes go
+            // out as partial ones, which is only slower.
+            let bit = 1u64.checked_shl(loc.data_index as u32).unwrap_or(0);
             let mask = e.rows.entry(row).or_insert_with(|| {
                 c.total_rows += 1;
                 0
@@ -521,15 +523,7 @@ pub(crate) fn write(
                         }
                         j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
                     }
-                    Err(e) => {
-                        eprintln!(
-                            "DEBUG tries {tries} empty {} stats {:?} journal {}",
-                            a.wb.is_empty(),
-                            a.wb.stats(),
-                            j.debug_state()
-                        );
-                        return Err(a.journal_error(e));
-                    }
+                    Err(e) => return Err(a.journal_error(e)),
                 }
             }
         }
@@ -636,24 +630,19 @@ pub(crate) fn write_out_stripe(
         let row = loc.offset_sectors / PAGE_SECTORS;
         rows.entry(row).or_insert_with(|| vec![None; dd])[loc.data_index] = Some(&page[..]);
     }
-    let mask = |v: &Vec<Option<&[u8]>>| -> u64 {
-        v.iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_some())
-            .fold(0, |m, (i, _)| m | (1 << i))
-    };
+    let present = |v: &Vec<Option<&[u8]>>| -> Vec<bool> { v.iter().map(Option::is_some).collect() };
     let rows: Vec<(u64, Vec<Option<&[u8]>>)> = rows.into_iter().collect();
     let mut i = 0;
     while i < rows.len() {
         // A run of consecutive rows with the same chunks cached: one stripe write.
-        let m = mask(&rows[i].1);
+        let m = present(&rows[i].1);
         let mut k = i + 1;
-        while k < rows.len() && rows[k].0 == rows[k - 1].0 + 1 && mask(&rows[k].1) == m {
+        while k < rows.len() && rows[k].0 == rows[k - 1].0 + 1 && present(&rows[k].1) == m {
             k += 1;
         }
         let bufs: Vec<Option<Vec<u8>>> = (0..dd)
             .map(|c| {
-                (m & (1 << c) != 0).then(|| {
+                m[c].then(|| {
                     rows[i..k]
                         .iter()
                         .flat_map(|(_, v)| v[c].expect("in mask").iter().copied())
