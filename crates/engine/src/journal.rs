@@ -294,7 +294,8 @@ pub struct Journal {
     state: Mutex<LogState>,
     /// An IO error on the journal device failed the journal: no more appends.
     failed: AtomicBool,
-    /// Sectors kept free for write-back's write-outs ([`Journal::set_reserved`]).
+    /// Sectors kept free for write-back's write-outs: added by data-only appends, given
+    /// back by the cache ([`Journal::unreserve`]).
     reserved: AtomicU64,
     /// Write-back data found by replay and logged again in the new log, until the array
     /// takes it ([`Journal::take_recovered`]) and writes it out.
@@ -691,10 +692,17 @@ impl Journal {
         self.append_rows(rows, host, true)
     }
 
-    /// Log space write-back keeps free for writing its cache out: appends that carry
-    /// data leave it alone, parity-only appends (write-outs) may use it.
-    pub(crate) fn set_reserved(&self, sectors: u64) {
-        self.reserved.store(sectors, Ordering::SeqCst);
+    /// Reserve log space for write-back's write-outs (cached data that came without an
+    /// append: carried over by replay).
+    pub(crate) fn reserve(&self, sectors: u64) {
+        self.reserved.fetch_add(sectors, Ordering::SeqCst);
+    }
+
+    /// Give back log space reserved by [`Journal::append_data`] (write-back's cache no
+    /// longer needs it: written out, or less than reserved).
+    pub(crate) fn unreserve(&self, sectors: u64) {
+        let prev = self.reserved.fetch_sub(sectors, Ordering::SeqCst);
+        assert!(prev >= sectors, "unreserve more than was reserved");
     }
 
     /// Write-back's write-out hook: log only the parity of rows whose data pages are
@@ -789,12 +797,9 @@ impl Journal {
                 payloads,
             }
         }
-        let keep_free = if with_data {
-            self.reserved.load(Ordering::SeqCst)
-        } else {
-            0
-        };
-        self.append_records(records, host, true, keep_free)
+        // Appends with data leave write-back's reserve alone; parity-only ones (write-outs)
+        // may use it.
+        self.append_records(records, host, true, with_data, 0)
     }
 
     /// Log data pages without parity (write-back, md's data-only records): `pages` are
@@ -814,8 +819,7 @@ impl Journal {
             return Err(JournalError::BadWrite("data pages are not whole pages"));
         }
         let records = self.data_records(pages)?;
-        let keep_free = self.reserved.load(Ordering::SeqCst) + keep_free_sectors;
-        self.append_records(records, host, false, keep_free)
+        self.append_records(records, host, false, true, keep_free_sectors)
     }
 
     /// Data-only records for `pages`, packed into as few meta blocks as fit.
@@ -842,21 +846,29 @@ impl Journal {
             .collect())
     }
 
-    /// Append records; `keep_free` sectors must stay free after them (write-back's
-    /// reserve for writing its cache out: md reserves log space the same way, or the
-    /// oldest cached stripe could pin the tail with no room left to log its parity).
+    /// Append records. With `respect_reserve`, write-back's reserve (space to log the
+    /// parity of its cache) plus `add_reserve` must stay free after them, and
+    /// `add_reserve` joins the reserve: md reserves log space the same way, or the oldest
+    /// cached stripe could pin the tail with no room left to log its parity.
     fn append_records(
         &self,
         records: Vec<Record<'_>>,
         host: &dyn JournalHost,
         flush: bool,
-        keep_free: u64,
+        respect_reserve: bool,
+        add_reserve: u64,
     ) -> Result<LogTicket, JournalError> {
         if self.is_failed() {
             return Err(self.failed_err());
         }
         let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
         let mut st = self.state.lock().unwrap();
+        // Read under the state lock: reservations are added under it too.
+        let keep_free = if respect_reserve {
+            self.reserved.load(Ordering::SeqCst) + add_reserve
+        } else {
+            0
+        };
         assert_ne!(st.head, st.tail, "append before replay");
         if !self.fits(&st, need + keep_free) {
             self.reclaim(&mut st, host)?;
@@ -882,6 +894,7 @@ impl Journal {
             });
         }
         let first_seq = self.write_records(&mut st, records)?;
+        self.reserved.fetch_add(add_reserve, Ordering::SeqCst);
         // Write-through: durable before any member write of the stripe begins.
         if flush {
             self.flush_log()?;

@@ -188,6 +188,7 @@ impl WriteBack {
         stripe: u64,
         pages: &[(u64, &[u8])],
         t: Option<LogTicket>,
+        reserved: u64,
     ) {
         let all = all_chunks(g.data_disks());
         let mut c = self.cache.lock().unwrap();
@@ -205,6 +206,7 @@ impl WriteBack {
             }
         });
         e.tickets.extend(t);
+        let rows_before = e.rows.len() as u64;
         for (sector, page) in pages {
             let loc = g.locate(*sector);
             let row = loc.offset_sectors / PAGE_SECTORS;
@@ -230,7 +232,13 @@ impl WriteBack {
         } else {
             c.full.remove(&stripe);
         }
-        j.set_reserved(reserve_sectors(c, g));
+        // The append reserved log space for a row per page; keep what the new rows need.
+        let need = (e.rows.len() as u64 - rows_before) * row_reserve(g);
+        if reserved >= need {
+            j.unreserve(reserved - need);
+        } else {
+            j.reserve(need - reserved);
+        }
     }
 
     /// Cached pages overlapping array sectors [sector, sector + sectors).
@@ -275,7 +283,7 @@ impl WriteBack {
             }
             self.cached_pages.fetch_sub(1, Ordering::SeqCst);
         }
-        j.set_reserved(reserve_sectors(c, g));
+        j.unreserve(e.rows.len() as u64 * row_reserve(g));
         e.tickets
     }
 
@@ -313,10 +321,9 @@ impl WriteBack {
     }
 }
 
-/// Log space to keep free for writing the cache out: a meta block and the parity of every
-/// cached row (set in the journal under the cache lock, so it never lags the cache).
-fn reserve_sectors(c: &Cache, g: &ParityGeometry) -> u64 {
-    PAGE_SECTORS * (c.total_rows * (g.parity_disks() + 1)) as u64
+/// Log space a cached row keeps reserved for its write-out: a meta block and its parity.
+fn row_reserve(g: &ParityGeometry) -> u64 {
+    PAGE_SECTORS * (g.parity_disks() as u64 + 1)
 }
 
 fn all_chunks(data_disks: usize) -> u64 {
@@ -442,7 +449,7 @@ impl Array {
         let j = self.journal.as_ref().expect("journal attached");
         // The replay's tickets pin all of it until every stripe is out.
         for (stripe, pages) in by_stripe {
-            self.wb.insert(j, g, stripe, &pages, None);
+            self.wb.insert(j, g, stripe, &pages, None, 0);
         }
         *self.wb.recovered.lock().unwrap() = r.tickets;
         drain(self, g)?;
@@ -503,10 +510,10 @@ pub(crate) fn write(
             loop {
                 let lock = a.lock_bucket(loc.stripe);
                 // Room to log the parity of these rows too, once they go out.
-                let keep = pages.len() as u64 * PAGE_SECTORS * (g.parity_disks() as u64 + 1);
+                let keep = pages.len() as u64 * row_reserve(g);
                 match j.append_data(&pages, a, keep) {
                     Ok(t) => {
-                        a.wb.insert(j, g, loc.stripe, &pages, Some(t));
+                        a.wb.insert(j, g, loc.stripe, &pages, Some(t), keep);
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. }) if tries < FULL_RETRIES => {
