@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::{parse_chunk, parse_size_bytes, raid10, raid5};
 use uraid_core::Level;
+use uraid_engine::writeback::JournalMode;
 use uraid_engine::{CreateOptions, MemMember, Member};
 
 #[derive(Args)]
@@ -104,6 +105,10 @@ pub struct BenchArgs {
     /// Turn off full-stripe write batching (for ablation).
     #[arg(long)]
     no_batching: bool,
+    /// Write journal modes to run each level with, comma separated: none, write-through,
+    /// write-back (the journal is one more member of the same kind; raid4/5/6 only).
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    journal: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -183,6 +188,33 @@ struct Setup {
     label: String,
     target: Target,
     member_bytes: u64,
+    /// The write-back reclaim daemon, stopped when the setup goes.
+    daemon: Option<(
+        Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    )>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some((stop, h)) = self.daemon.take() {
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            let _ = h.join();
+        }
+    }
+}
+
+/// `--journal` values: None for no journal.
+fn parse_journal(s: &str) -> Result<Option<JournalMode>> {
+    match s {
+        "none" => Ok(None),
+        "wt" => Ok(Some(JournalMode::WriteThrough)),
+        "wb" => Ok(Some(JournalMode::WriteBack)),
+        other => other
+            .parse()
+            .map(Some)
+            .map_err(|e: String| anyhow::anyhow!(e)),
+    }
 }
 
 /// Files this run created, removed when it ends.
@@ -285,7 +317,7 @@ impl Ctx<'_> {
         Ok((m, self.member_size))
     }
 
-    fn setup(&mut self, spec: &str) -> Result<Setup> {
+    fn setup(&mut self, spec: &str, journal: Option<JournalMode>) -> Result<Setup> {
         let a = self.args;
         if !a.members.is_empty() {
             if a.rw.writes() && !a.destroy_data {
@@ -301,6 +333,7 @@ impl Ctx<'_> {
                 label,
                 target: Target::Array(Arc::new(array)),
                 member_bytes: 0,
+                daemon: None,
             });
         }
         match parse_level(spec, a.disks)? {
@@ -310,6 +343,7 @@ impl Ctx<'_> {
                     label: "raw".into(),
                     target: Target::Raw(m),
                     member_bytes: bytes,
+                    daemon: None,
                 })
             }
             Some((level, disks)) => {
@@ -330,6 +364,11 @@ impl Ctx<'_> {
                 // Members start zeroed (memory, new sparse files): consistent already.
                 o.assume_clean = true;
                 o.name = "bench".into();
+                if journal.is_some() {
+                    let (j, b) = self.member(&format!("{level}-journal"))?;
+                    o.journal = Some(j);
+                    member_bytes += b;
+                }
                 let array = uraid_engine::create(devs, &o)
                     .with_context(|| format!("cannot create {level} on {disks} members"))?;
                 array
@@ -340,10 +379,30 @@ impl Ctx<'_> {
                     .tuning
                     .batching
                     .store(!a.no_batching, std::sync::atomic::Ordering::Relaxed);
+                let array = Arc::new(array);
+                let mut label = format!("{level}:{disks}");
+                let mut daemon = None;
+                if let Some(mode) = journal {
+                    array.set_journal_mode(mode)?;
+                    label.push_str(match mode {
+                        JournalMode::WriteThrough => "+wt",
+                        JournalMode::WriteBack => "+wb",
+                    });
+                    if mode == JournalMode::WriteBack {
+                        // serve runs this daemon too (md's reclaim thread).
+                        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                        let (a2, s2) = (array.clone(), stop.clone());
+                        let h = std::thread::Builder::new()
+                            .name("r5c-reclaim".into())
+                            .spawn(move || a2.writeback_daemon(&s2))?;
+                        daemon = Some((stop, h));
+                    }
+                }
                 Ok(Setup {
-                    label: format!("{level}:{disks}"),
-                    target: Target::Array(Arc::new(array)),
+                    label,
+                    target: Target::Array(array),
                     member_bytes,
+                    daemon,
                 })
             }
         }
@@ -612,7 +671,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         cleanup: Cleanup(Vec::new()),
     };
     let raw = if a.compare_raw {
-        Some(ctx.setup("raw")?)
+        Some(ctx.setup("raw", None)?)
     } else {
         None
     };
@@ -639,9 +698,21 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     } else {
         vec!["existing".into()]
     };
-    for spec in &specs {
+    let journals: Vec<Option<JournalMode>> = a
+        .journal
+        .iter()
+        .map(|j| parse_journal(j))
+        .collect::<Result<_>>()?;
+    if !a.members.is_empty() && journals.iter().any(Option::is_some) {
+        bail!("--journal applies to arrays the bench creates, not to --members");
+    }
+    let runs: Vec<(&String, Option<JournalMode>)> = specs
+        .iter()
+        .flat_map(|s| journals.iter().map(move |j| (s, *j)))
+        .collect();
+    for (spec, journal) in runs {
         // One array at a time, so that only its members (and the raw one) are resident.
-        let s = ctx.setup(spec)?;
+        let s = ctx.setup(spec, journal)?;
         if s.target.size_bytes() < bs {
             bail!("{} is smaller than one request", s.label);
         }
@@ -879,8 +950,14 @@ mod tests {
             bs: 4096,
             seed: 3,
         };
-        for spec in ["raid5:3", "raw"] {
-            let s = ctx.setup(spec).unwrap();
+        let journals = [
+            ("raid5:3", None),
+            ("raw", None),
+            ("raid5:3", Some(JournalMode::WriteThrough)),
+            ("raid5:3", Some(JournalMode::WriteBack)),
+        ];
+        for (spec, journal) in journals {
+            let s = ctx.setup(spec, journal).unwrap();
             let p = run_point(
                 &s,
                 pat,
@@ -894,7 +971,7 @@ mod tests {
             assert!(p.requests > 0, "{spec}: no requests");
             if spec == "raw" {
                 assert_eq!(p.member_ios_per_request, 1.0);
-            } else {
+            } else if journal.is_none() {
                 // Reads take one member IO, raid5 rmw/rcw writes at least two.
                 assert!(
                     p.member_ios_per_request >= 1.0 && p.member_ios_per_request <= 4.5,

@@ -113,6 +113,13 @@ pub struct WriteArgs {
     pub input: Option<std::path::PathBuf>,
     #[arg(short, long)]
     pub force: bool,
+    /// Write through the journal in this mode (write-through or write-back).
+    #[arg(long, value_name = "MODE")]
+    pub journal_mode: Option<String>,
+    /// Testing: after the write, flush and exit as a crash would (no write-out of the
+    /// write-back cache, no clean stop), so that the next assembly must replay the journal.
+    #[arg(long, hide = true)]
+    pub crash_after: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
@@ -347,6 +354,11 @@ pub fn read(a: ReadArgs) -> Result<()> {
 
 pub fn write(a: WriteArgs) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force)?;
+    if let Some(m) = &a.journal_mode {
+        let mode: uraid_engine::writeback::JournalMode =
+            m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        array.set_journal_mode(mode)?;
+    }
     let offset = parse_bytes(&a.offset)?;
     let size = array.size_bytes();
     let mut input: Box<dyn Read> = match &a.input {
@@ -383,6 +395,14 @@ pub fn write(a: WriteArgs) -> Result<()> {
         }
         array.write(pos, &buf[..n])?;
         pos += n as u64;
+    }
+    if a.crash_after {
+        array.flush()?;
+        let cached = array.writeback_stats().map_or(0, |s| s.cached_pages);
+        eprintln!(
+            "uraid: exiting without a clean stop, {cached} pages left in the write-back cache"
+        );
+        std::process::exit(0);
     }
     array.stop()?;
     Ok(())

@@ -27,6 +27,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use uraid_core::MemberIdx;
+use uraid_engine::writeback::JournalMode;
 use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
 
 /// Longest request line accepted on the control socket.
@@ -334,6 +335,14 @@ impl ControlServer {
 /// clean, so a crash while idle needs no resync) and the bitmap daemon (every daemon_sleep
 /// seconds, bits of chunks idle for a whole pass are cleared).
 fn housekeeping(ctx: &Arc<Ctx>, stop: Arc<AtomicBool>) -> Result<()> {
+    if ctx.array.has_journal() {
+        // md's r5c reclaim thread: writes the write-back cache out under log or cache
+        // pressure and when it gets old, and leaves write-back if a member failed.
+        let (ctx, stop) = (ctx.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("r5c-reclaim".into())
+            .spawn(move || ctx.array.writeback_daemon(&stop))?;
+    }
     let ctx = ctx.clone();
     std::thread::Builder::new()
         .name("md-daemon".into())
@@ -513,6 +522,26 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 Err(e) => (fail_reply(e), None),
             },
             None => (fail_reply("add needs \"device\""), None),
+        },
+        "journal-mode" => match req["mode"].as_str().map(str::parse::<JournalMode>) {
+            Some(Ok(mode)) => match a.set_journal_mode(mode) {
+                Ok(()) => {
+                    eprintln!("uraid: journal mode set to {mode}");
+                    (
+                        json!({"ok": true, "mode": mode.name(), "detail": detail()}),
+                        None,
+                    )
+                }
+                Err(e) => (fail_reply(e), None),
+            },
+            Some(Err(e)) => (fail_reply(e), None),
+            None => match a.journal_mode() {
+                Some(mode) => (
+                    json!({"ok": true, "mode": mode.name(), "detail": detail()}),
+                    None,
+                ),
+                None => (fail_reply("the array has no write journal"), None),
+            },
         },
         "stop" => {
             let (rtx, rrx) = mpsc::channel();
@@ -854,6 +883,43 @@ pub fn fail(a: MemberCmdArgs) -> Result<()> {
             v["device"].as_str().unwrap_or("")
         ),
     )
+}
+
+#[derive(Args)]
+pub struct JournalModeArgs {
+    /// Control socket of the running array.
+    #[arg(long, value_name = "PATH", required_unless_present = "array")]
+    pub control: Option<PathBuf>,
+    /// Any member path of the running array (instead of --control).
+    #[arg(long, value_name = "MEMBER")]
+    pub array: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// write-through or write-back (md's journal_mode); without it, print the mode.
+    pub mode: Option<String>,
+}
+
+/// `uraid journal-mode`: md's `journal_mode` of a served array with a write journal.
+pub fn journal_mode(a: JournalModeArgs) -> Result<()> {
+    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
+    let control = resolve(&a.control, &members)?;
+    let mut req = json!({"cmd": "journal-mode"});
+    if let Some(m) = &a.mode {
+        let mode: JournalMode = m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        req["mode"] = json!(mode.name());
+    }
+    let v = request(&control, &req)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v["detail"])?);
+    } else if a.mode.is_some() {
+        eprintln!(
+            "uraid: journal mode is now {}",
+            v["mode"].as_str().unwrap_or("?")
+        );
+    } else {
+        println!("{}", v["mode"].as_str().unwrap_or("?"));
+    }
+    Ok(())
 }
 
 pub fn remove(a: MemberCmdArgs) -> Result<()> {

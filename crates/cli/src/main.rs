@@ -72,6 +72,9 @@ enum Cmd {
     Replace(control::ReplaceArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
+    /// Show or set the write journal's mode of a served array: write-through or write-back
+    /// (md's journal_mode; write-back is refused while degraded).
+    JournalMode(control::JournalModeArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Add(a) => control::add(a),
         Cmd::Replace(a) => control::replace(a),
         Cmd::Stop(a) => control::stop(a),
+        Cmd::JournalMode(a) => control::journal_mode(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
     };

@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 use uraid_core::geometry::{raid10, raid5};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
+use uraid_engine::writeback::JournalMode;
 use uraid_engine::{Array, SlotState};
 
 pub fn layout_name(level: Level, layout: u32) -> String {
@@ -248,6 +249,33 @@ pub fn detail_human(a: &Array) -> String {
     if sb.bitmap_sector().is_some() {
         line("Intent Bitmap", "Internal".into());
     }
+    if let Some(mode) = a.journal_mode() {
+        let state = if a.journal_failed() {
+            "faulty"
+        } else {
+            "active"
+        };
+        line(
+            "Journal",
+            format!(
+                "{} ({state}, {mode})",
+                a.journal_device().unwrap_or_default()
+            ),
+        );
+        if let Some(st) = a
+            .writeback_stats()
+            .filter(|_| mode == JournalMode::WriteBack)
+        {
+            line(
+                "Write-back Cache",
+                format!(
+                    "{} stripes, {} KiB cached",
+                    st.cached_stripes,
+                    st.cached_pages * 4
+                ),
+            );
+        }
+    }
     line("Update Time", ctime(sb.utime_secs()));
     line("State", state_words(a));
     let missing = a.missing_roles().len();
@@ -359,6 +387,17 @@ pub fn detail_json(a: &Array) -> Value {
         "replacing": a.replacing_roles().iter().map(|r| r.0).collect::<Vec<_>>(),
         "resync_pending": needs_resync,
         "bitmap": sb.bitmap_sector().is_some(),
+        "journal": a.journal_mode().map(|mode| {
+            let st = a.writeback_stats().unwrap_or_default();
+            json!({
+                "device": a.journal_device(),
+                "state": if a.journal_failed() { "faulty" } else { "active" },
+                "mode": mode.name(),
+                "cached_stripes": st.cached_stripes,
+                "cached_bytes": st.cached_pages as u64 * 4096,
+                "written_out_stripes": st.written_out_stripes,
+            })
+        }),
         "members": members,
         "spares": a.spares(),
     })

@@ -516,3 +516,61 @@ fn ublk_missing_driver_message() {
         .arg("512")
         .args(&members));
 }
+
+/// The write journal's mode through the control socket: write-back shown in detail, a
+/// write that stays in the cache, a kill, and the next assembly replays it.
+#[test]
+fn journal_mode_write_back_survives_a_kill() {
+    if !have("qemu-io", "journal_mode_write_back_survives_a_kill") {
+        return;
+    }
+    let dir = Dir::new("jmode");
+    let mut all = Vec::new();
+    for name in ["m0", "m1", "m2", "m3", "j"] {
+        let p = dir.path(&format!("{name}.img"));
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_len(16 * MIB)
+            .unwrap();
+        all.push(p);
+    }
+    ok(uraid()
+        .args([
+            "create",
+            "-l",
+            "5",
+            "-n",
+            "4",
+            "--chunk",
+            "64K",
+            "--write-journal",
+        ])
+        .arg(&all[4])
+        .args(&all[..4]));
+    let mut srv = Served::start(&dir, &all, &[]);
+    let out = ok(srv.cmd().args(["journal-mode", "--array"]).arg(&all[0]));
+    assert_eq!(stdout(&out).trim(), "write-through");
+    ok(srv
+        .cmd()
+        .args(["journal-mode", "--array"])
+        .arg(&all[0])
+        .arg("write-back"));
+    assert_eq!(srv.detail(&all[0])["journal"]["mode"], "write-back");
+    ok(Command::new("qemu-io")
+        .args(["-f", "raw"])
+        .arg(srv.uri())
+        .args(["-c", "write -P 0x5a 4096 8192", "-c", "flush"]));
+    let d = srv.detail(&all[0]);
+    assert!(
+        d["journal"]["cached_bytes"].as_u64().unwrap_or(0) > 0,
+        "the write should still be cached: {d}"
+    );
+    let st = srv.signal_and_wait(libc::SIGKILL);
+    assert!(!st.success());
+    let out = ok(uraid()
+        .args(["read", "--offset", "4096", "--length", "8192"])
+        .args(&all));
+    assert!(out.stdout.len() == 8192 && out.stdout.iter().all(|b| *b == 0x5a));
+    let out = ok(uraid().args(["check", "-q"]).args(&all));
+    assert!(stdout(&out).contains("mismatch_cnt: 0"), "{}", stdout(&out));
+}

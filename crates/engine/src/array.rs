@@ -93,10 +93,12 @@ pub struct Array {
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
     has_bitmap: bool,
-    /// raid4/5/6 write journal (md's raid5-cache, write-through).
+    /// raid4/5/6 write journal (md's raid5-cache).
     pub(crate) journal: Option<crate::journal::Journal>,
     /// Wall clock in seconds, for read-error decay; tests inject their own.
     clock: std::sync::RwLock<Clock>,
+    /// The journal's write-back mode and its stripe cache.
+    pub(crate) wb: crate::writeback::WriteBack,
 }
 
 /// A source of seconds (the array's notion of "now").
@@ -104,7 +106,7 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl crate::journal::JournalHost for Array {
     fn flush_members(&self) -> io::Result<()> {
-        self.flush().map_err(io::Error::from)
+        Array::flush_members(self).map_err(io::Error::from)
     }
 
     /// journal_tail lives in the journal device's superblock (its recovery_offset field);
@@ -148,6 +150,7 @@ impl Array {
             has_bitmap,
             journal: None,
             clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
+            wb: crate::writeback::WriteBack::default(),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -180,6 +183,63 @@ impl Array {
 
     pub fn has_journal(&self) -> bool {
         self.journal.is_some()
+    }
+
+    /// Whether the write journal failed (writes are refused, reads go on).
+    pub fn journal_failed(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.is_failed())
+    }
+
+    /// The journal device's name, with a journal.
+    pub fn journal_device(&self) -> Option<String> {
+        self.journal.as_ref().map(|j| j.device_name())
+    }
+
+    pub(crate) fn parity_geometry(&self) -> Option<&uraid_core::geometry::ParityGeometry> {
+        match &self.personality {
+            Personality::Parity(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// A journal error on the write path: an IO error fails the journal, which the
+    /// superblocks record (the journal's role faulty, as md does), so that assembly will
+    /// not trust it again without --force.
+    pub(crate) fn journal_error(&self, e: crate::journal::JournalError) -> ArrayError {
+        if let Some(j) = &self.journal {
+            if matches!(e, crate::journal::JournalError::Io { .. }) || j.is_failed() {
+                j.set_failed();
+                self.record_journal_failure();
+            }
+        }
+        e.into()
+    }
+
+    fn record_journal_failure(&self) {
+        let mut meta = self.meta();
+        if meta.mark_journal_faulty() {
+            tracing::error!("write journal failed: writes are refused from now on");
+            if let Err(e) = meta.write_all(self) {
+                tracing::error!("could not record the journal failure: {e}");
+            }
+        }
+    }
+
+    pub(crate) fn journal_failed_error(&self) -> ArrayError {
+        ArrayError::JournalFailed(format!(
+            "journal {} failed earlier",
+            self.journal_device().unwrap_or_default()
+        ))
+    }
+
+    /// Fail the journal on request (tests, `uraid fail` of the journal device).
+    pub fn fail_journal(&self) -> Result<(), ArrayError> {
+        let Some(j) = &self.journal else {
+            return Err(ArrayError::Failed("the array has no write journal".into()));
+        };
+        j.set_failed();
+        self.record_journal_failure();
+        Ok(())
     }
 
     pub fn level(&self) -> Level {
@@ -432,7 +492,7 @@ impl Array {
         }
     }
 
-    fn ensure_dirty(&self) -> Result<(), ArrayError> {
+    pub(crate) fn ensure_dirty(&self) -> Result<(), ArrayError> {
         // SeqCst pairs with safemode(): either it sees this write in flight, or this write
         // sees the array clean and waits for the superblock lock.
         if self.dirty.load(Ordering::SeqCst) {
@@ -546,7 +606,22 @@ impl Array {
             Personality::Raid0(g) => crate::raid0::read(self, g, sector, buf),
             Personality::Raid1(_) => crate::raid1::read(self, sector, buf),
             Personality::Raid10(g) => crate::raid10::read(self, g, sector, buf),
-            Personality::Parity(g) => crate::raid5::read(self, g, sector, buf),
+            Personality::Parity(g) => {
+                // Write-back: cached pages are newer than the members. Taken before the
+                // member read, so a write-out finishing meanwhile cannot hide them.
+                let cached = match &self.journal {
+                    Some(_) => crate::writeback::cached_for_read(
+                        self,
+                        g,
+                        sector,
+                        buf.len() as u64 / SECTOR_BYTES,
+                    ),
+                    None => Vec::new(),
+                };
+                crate::raid5::read(self, g, sector, buf)?;
+                crate::writeback::overlay(&cached, sector, buf);
+                Ok(())
+            }
         }
     }
 
@@ -640,7 +715,21 @@ impl Array {
             Personality::Raid0(g) => crate::raid0::write(self, g, sector, buf),
             Personality::Raid1(_) => crate::raid1::write(self, sector, buf),
             Personality::Raid10(g) => crate::raid10::write(self, g, sector, buf),
-            Personality::Parity(g) => crate::raid5::write(self, g, sector, buf),
+            Personality::Parity(g) => match &self.journal {
+                None => crate::raid5::write(self, g, sector, buf),
+                Some(j) => {
+                    if j.is_failed() {
+                        return Err(self.journal_failed_error());
+                    }
+                    self.writeback_fallback()?;
+                    let _gate = self.wb.gate.read().unwrap();
+                    if self.wb.is_on() {
+                        crate::writeback::write(self, g, sector, buf)
+                    } else {
+                        crate::raid5::write(self, g, sector, buf)
+                    }
+                }
+            },
         }
     }
 
@@ -665,8 +754,23 @@ impl Array {
         Ok(())
     }
 
-    /// Make every completed write durable on every live member.
+    /// Make every completed write durable: the journal first (write-back acknowledges a
+    /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
+        if let Some(j) = &self.journal {
+            if j.is_failed() && !self.wb.is_empty() {
+                // Cached writes were durable only in the journal, which failed.
+                return Err(self.journal_failed_error());
+            }
+            if !j.is_failed() && (self.wb.is_on() || !self.wb.is_empty()) {
+                j.flush().map_err(|e| self.journal_error(e))?;
+            }
+        }
+        self.flush_members()
+    }
+
+    /// Flush every live member.
+    pub(crate) fn flush_members(&self) -> Result<(), ArrayError> {
         let mut first_err = None;
         for (i, s) in self.slots.iter().enumerate() {
             let dev = match s.state() {
@@ -692,6 +796,11 @@ impl Array {
     /// Flush and mark the array clean (md's clean shutdown): every superblock gets
     /// resync_offset = MaxSector unless a resync is still owed.
     pub fn stop(&self) -> Result<(), ArrayError> {
+        if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
+            // Even with a failed journal: the cached data then goes straight to the members.
+            let _gate = self.wb.gate.write().unwrap();
+            crate::writeback::drain(self, g)?;
+        }
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
@@ -734,7 +843,7 @@ impl Drop for InFlight<'_> {
 
 impl Drop for Array {
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) {
+        if self.dirty.load(Ordering::Acquire) || !self.wb.is_empty() {
             if let Err(e) = self.stop() {
                 tracing::error!("could not stop the array cleanly: {e}");
             }

@@ -28,6 +28,10 @@ pub enum ArrayError {
     Create(String),
     #[error("array is read-only: {0}")]
     ReadOnly(String),
+    /// The write journal failed: writes stop (they would have no write-hole protection,
+    /// and write-back data could not be logged); reads go on.
+    #[error("write journal failed, writes are refused (reads still work): {0}")]
+    JournalFailed(String),
 }
 
 impl ArrayError {
@@ -36,7 +40,7 @@ impl ArrayError {
         match self {
             ArrayError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             ArrayError::OutOfRange { .. } => libc::EINVAL,
-            ArrayError::ReadOnly(_) => libc::EROFS,
+            ArrayError::ReadOnly(_) | ArrayError::JournalFailed(_) => libc::EROFS,
             _ => libc::EIO,
         }
     }

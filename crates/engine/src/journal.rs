@@ -1,4 +1,6 @@
-//! The raid5/6 journal device in write-through mode (md's raid5-cache).
+//! The raid5/6 journal device (md's raid5-cache): the log, its replay, and the appends of
+//! write-through (data and parity per stripe write) and write-back (data-only records, then
+//! parity at write-out; the cache itself is in `writeback.rs`).
 //!
 //! Write-through closes the write hole: before a stripe's member writes begin, its new data
 //! and parity are appended to the journal and flushed. After a crash, replay on assembly
@@ -23,6 +25,7 @@ use crate::error::ArrayError;
 use crate::member::Member;
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 use uraid_core::geometry::ParityGeometry;
@@ -56,10 +59,14 @@ pub enum JournalError {
     Members(io::Error),
 }
 
-/// A journal that cannot log stops writes (EIO) with its reason; reads go on.
+/// A journal that cannot log stops writes with its reason; reads go on. An IO error on
+/// the journal device is a journal failure (EROFS for exports).
 impl From<JournalError> for ArrayError {
     fn from(e: JournalError) -> ArrayError {
-        ArrayError::Failed(format!("write journal: {e}"))
+        match e {
+            e @ JournalError::Io { .. } => ArrayError::JournalFailed(e.to_string()),
+            e => ArrayError::Failed(format!("write journal: {e}")),
+        }
     }
 }
 
@@ -71,6 +78,9 @@ impl From<JournalError> for io::Error {
         }
     }
 }
+
+/// A meta block and the pages that follow it.
+type Record<'a> = (MetaBlock, Vec<&'a [u8]>);
 
 /// Where the journal lives on its member: md's data area of the journal device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,9 +104,30 @@ pub trait ReplayTarget {
     /// missing member is skipped (Ok).
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()>;
     fn flush(&self) -> io::Result<()>;
+    /// Write one row of write-back data (`pages`: array sector, page) straight to the
+    /// members, with parity computed from the other data members; Ok(false), having
+    /// written nothing, when that cannot be done safely (a data member it needs is
+    /// missing). Replay's fallback when the rows do not fit the new log.
+    fn write_data_row(
+        &self,
+        _g: &ParityGeometry,
+        _stripe_sector: u64,
+        _pages: &[(u64, &[u8])],
+    ) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 impl ReplayTarget for Array {
+    fn write_data_row(
+        &self,
+        g: &ParityGeometry,
+        stripe_sector: u64,
+        pages: &[(u64, &[u8])],
+    ) -> io::Result<bool> {
+        crate::writeback::write_row_direct(self, g, stripe_sector, pages)
+    }
+
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
         match self.live(role) {
             Some(dev) => dev.write_at(page, self.member_byte(role, member_sector)),
@@ -221,13 +252,22 @@ pub struct LogTicket {
     first_seq: u64,
 }
 
+impl LogTicket {
+    /// Sequence number of the ticket's first record (log order).
+    pub(crate) fn seq(&self) -> u64 {
+        self.first_seq
+    }
+}
+
 /// What a replay did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplayReport {
     /// Rows rewritten to the members.
     pub stripes: usize,
-    /// Rows with data but no parity: a write-back log, not replayed here.
+    /// Rows with data but no parity: write-back data, carried over into the new log and
+    /// handed to the array with [`Journal::take_recovered`].
     pub data_only: usize,
+    pub data_only_pages: usize,
     pub meta_blocks: u64,
     /// The new `journal_tail`: the caller records it in the journal superblock.
     pub tail_sectors: u64,
@@ -252,6 +292,22 @@ pub struct Journal {
     ring: LogRing,
     seed: LogSeed,
     state: Mutex<LogState>,
+    /// An IO error on the journal device failed the journal: no more appends.
+    failed: AtomicBool,
+    /// Sectors kept free for write-back's write-outs: added by data-only appends, given
+    /// back by the cache ([`Journal::unreserve`]).
+    reserved: AtomicU64,
+    /// Write-back data found by replay and logged again in the new log, until the array
+    /// takes it ([`Journal::take_recovered`]) and writes it out.
+    recovered: Mutex<Option<Recovered>>,
+}
+
+/// Write-back data (data-only rows) that replay carried over into the new log: the pages
+/// and the tickets that pin them there until they reach the members.
+pub struct Recovered {
+    /// (array sector, 4 KiB page), newest copy of each page, in log order per row.
+    pub pages: Vec<(u64, Vec<u8>)>,
+    pub tickets: Vec<LogTicket>,
 }
 
 impl Journal {
@@ -276,6 +332,9 @@ impl Journal {
                 tail_seq: 0,
                 inflight: BTreeMap::new(),
             }),
+            failed: AtomicBool::new(false),
+            reserved: AtomicU64::new(0),
+            recovered: Mutex::new(None),
         };
         Ok((j, ring))
     }
@@ -347,11 +406,75 @@ impl Journal {
         self.ring
     }
 
+    /// The journal device failed an IO (or was failed by request): appends are refused.
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Fail the journal (an IO error elsewhere, or by request).
+    pub fn set_failed(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn device_name(&self) -> String {
+        self.dev.name()
+    }
+
+    /// (sectors in use between tail and head, size of the ring).
+    pub fn space(&self) -> (u64, u64) {
+        let st = self.state.lock().unwrap();
+        (
+            self.ring.distance(st.tail, st.head),
+            self.ring.size_sectors(),
+        )
+    }
+
+    /// Make every record appended so far durable (write-back's flush and FUA).
+    pub fn flush(&self) -> Result<(), JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        self.flush_log()
+    }
+
+    fn failed_err(&self) -> JournalError {
+        JournalError::Io {
+            dev: self.dev.name(),
+            source: io::Error::other("the journal has failed"),
+        }
+    }
+
+    /// Move the tail up to the oldest pinned record now (flushing the members), instead of
+    /// waiting for the ring to fill. Write-back calls it when half the ring is in use, so
+    /// that the log after the tail stays short: replay must fit the cached data into the
+    /// space the old log leaves free.
+    pub fn reclaim_now(&self, host: &dyn JournalHost) -> Result<(), JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        let mut st = self.state.lock().unwrap();
+        if st.head == st.tail {
+            return Ok(()); // not replayed yet
+        }
+        self.reclaim(&mut st, host)
+    }
+
+    /// The write-back data that replay carried over, once.
+    pub fn take_recovered(&self) -> Option<Recovered> {
+        self.recovered.lock().unwrap().take()
+    }
+
     fn byte(&self, pos: u64) -> u64 {
         self.area.data_offset_bytes + pos * SECTOR_BYTES
     }
 
     fn io_err(&self, source: io::Error) -> JournalError {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                "journal {}: {source}; the journal has failed",
+                self.dev.name()
+            );
+        }
         JournalError::Io {
             dev: self.dev.name(),
             source,
@@ -409,6 +532,7 @@ impl Journal {
         g: &ParityGeometry,
         target: &dyn ReplayTarget,
     ) -> Result<ReplayReport, JournalError> {
+        let scan_start_tail = self.state.lock().unwrap().tail;
         let scan = {
             let st = self.state.lock().unwrap();
             assert_eq!(st.head, st.tail, "replay runs once, right after load");
@@ -446,19 +570,86 @@ impl Journal {
             }
         }
         target.flush().map_err(JournalError::Members)?;
+        // Write-back data (rows with data but no parity) is carried over into the new log,
+        // as md does: read it now, log it again after the new tail block, and only then
+        // may the caller record the new tail. A crash before that finds the old log whole.
+        let mut cached: Vec<(u64, Vec<u8>)> = Vec::new();
+        for s in &scan.data_only {
+            for d in &s.data {
+                let mut b = vec![0u8; BLOCK_BYTES];
+                self.read_page(d, &mut b)?;
+                cached.push((d.location_sectors, b));
+            }
+        }
         let end = scan.end;
+        // The old log (old tail .. end) must stay intact until the new tail is recorded, so
+        // the carried-over records must fit in the rest of the ring. If they do not, write
+        // the rows straight to the members instead: parity from the logged pages and the
+        // other data members, which this does not change, so a crash during it replays the
+        // same way (a row whose unlogged data member is missing cannot be done so).
+        let old_used = self.ring.distance(scan_start_tail, end.tail_sectors);
+        let relog_sectors: u64 = {
+            let refs: Vec<(u64, &[u8])> = cached.iter().map(|(l, b)| (*l, &b[..])).collect();
+            self.data_records(&refs)?
+                .iter()
+                .map(|(m, _)| m.record_sectors())
+                .sum()
+        };
+        if !cached.is_empty()
+            && relog_sectors + BLOCK_SECTORS + old_used >= self.ring.size_sectors()
+        {
+            let mut at = 0;
+            for s in &scan.data_only {
+                let row: Vec<(u64, &[u8])> = cached[at..at + s.data.len()]
+                    .iter()
+                    .map(|(l, b)| (*l, &b[..]))
+                    .collect();
+                at += s.data.len();
+                let done = target
+                    .write_data_row(g, s.stripe_sector, &row)
+                    .map_err(JournalError::Members)?;
+                if !done {
+                    return Err(JournalError::Full {
+                        dev: self.dev.name(),
+                        need_sectors: relog_sectors,
+                        free_sectors: self.ring.size_sectors() - old_used - BLOCK_SECTORS,
+                    });
+                }
+            }
+            target.flush().map_err(JournalError::Members)?;
+            tracing::info!(
+                "journal: {} pages of write-back data written straight to the members",
+                cached.len()
+            );
+            cached.clear();
+        }
         let seq = end.seq.wrapping_add(SEQ_JUMP_AFTER_RECOVERY);
         self.write_empty(end.tail_sectors, seq)?;
-        self.flush_log()?;
         let mut st = self.state.lock().unwrap();
         st.tail = end.tail_sectors;
         st.tail_seq = seq;
         st.head = self.ring.add(end.tail_sectors, BLOCK_SECTORS);
         st.seq = seq.wrapping_add(1);
+        let mut tickets = Vec::new();
+        if !cached.is_empty() {
+            let refs: Vec<(u64, &[u8])> = cached.iter().map(|(l, b)| (*l, &b[..])).collect();
+            let records = self.data_records(&refs)?;
+            let first_seq = self.write_records(&mut st, records)?;
+            tickets.push(LogTicket { first_seq });
+        }
         drop(st);
+        self.flush_log()?;
+        let data_only_pages = cached.len();
+        if !cached.is_empty() {
+            *self.recovered.lock().unwrap() = Some(Recovered {
+                pages: cached,
+                tickets,
+            });
+        }
         Ok(ReplayReport {
             stripes: scan.stripes.len(),
             data_only: scan.data_only.len(),
+            data_only_pages,
             meta_blocks: scan.meta_blocks,
             tail_sectors: end.tail_sectors,
             why_stopped: scan.why,
@@ -498,6 +689,46 @@ impl Journal {
         rows: &[RowWrite<'_>],
         host: &dyn JournalHost,
     ) -> Result<LogTicket, JournalError> {
+        self.append_rows(rows, host, true)
+    }
+
+    /// Reserve log space for write-back's write-outs (cached data that came without an
+    /// append: carried over by replay).
+    pub(crate) fn reserve(&self, sectors: u64) {
+        self.reserved.fetch_add(sectors, Ordering::SeqCst);
+    }
+
+    /// Give back log space reserved by [`Journal::append_data`] (write-back's cache no
+    /// longer needs it: written out, or less than reserved).
+    pub(crate) fn unreserve(&self, sectors: u64) {
+        let prev = self.reserved.fetch_sub(sectors, Ordering::SeqCst);
+        assert!(prev >= sectors, "unreserve more than was reserved");
+    }
+
+    /// Write-back's write-out hook: log only the parity of rows whose data pages are
+    /// already in the log as data-only records (md's r5c logs parity at write-out the
+    /// same way), and flush. `pieces` must be all the cached pages of every row touched:
+    /// replay pairs the parity with every data page logged for the row since its last
+    /// parity.
+    pub fn log_parity(
+        &self,
+        g: &ParityGeometry,
+        stripe: u64,
+        pieces: &[Option<(usize, &[u8])>],
+        p: &[u8],
+        q: Option<&[u8]>,
+        host: &dyn JournalHost,
+    ) -> Result<LogTicket, JournalError> {
+        let rows = rows_for_stripe(g, stripe, pieces, p, q)?;
+        self.append_rows(&rows, host, false)
+    }
+
+    fn append_rows(
+        &self,
+        rows: &[RowWrite<'_>],
+        host: &dyn JournalHost,
+        with_data: bool,
+    ) -> Result<LogTicket, JournalError> {
         let parity_pages = rows.first().map_or(0, |r| r.parity.len());
         for r in rows {
             let pages_ok = r
@@ -522,8 +753,8 @@ impl Journal {
         let mut cur_pages: Vec<&[u8]> = Vec::new();
         let mut cur_bytes = fmt::META_HEADER_BYTES;
         for r in rows {
-            let mut payloads: Vec<Payload> = r
-                .data
+            let data = if with_data { &r.data[..] } else { &[] };
+            let mut payloads: Vec<Payload> = data
                 .iter()
                 .map(|(loc, d)| Payload::Data {
                     flags: 0,
@@ -553,7 +784,7 @@ impl Journal {
             }
             cur_bytes += bytes;
             cur.extend(payloads);
-            cur_pages.extend(r.data.iter().map(|(_, d)| *d));
+            cur_pages.extend(data.iter().map(|(_, d)| *d));
             cur_pages.extend(r.parity.iter().copied());
         }
         if !cur.is_empty() {
@@ -566,14 +797,95 @@ impl Journal {
                 payloads,
             }
         }
-        let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
+        // Appends with data leave write-back's reserve alone; parity-only ones (write-outs)
+        // may use it.
+        self.append_records(records, host, true, with_data, 0)
+    }
 
+    /// Log data pages without parity (write-back, md's data-only records): `pages` are
+    /// (array sector, 4 KiB page). Not flushed: [`Journal::flush`] makes them durable.
+    /// The ticket pins the records until the data reaches the members.
+    pub fn append_data(
+        &self,
+        pages: &[(u64, &[u8])],
+        host: &dyn JournalHost,
+        keep_free_sectors: u64,
+    ) -> Result<LogTicket, JournalError> {
+        if pages.is_empty()
+            || pages
+                .iter()
+                .any(|(l, p)| l % 8 != 0 || p.len() != BLOCK_BYTES)
+        {
+            return Err(JournalError::BadWrite("data pages are not whole pages"));
+        }
+        let records = self.data_records(pages)?;
+        self.append_records(records, host, false, true, keep_free_sectors)
+    }
+
+    /// Data-only records for `pages`, packed into as few meta blocks as fit.
+    fn data_records<'a>(&self, pages: &[(u64, &'a [u8])]) -> Result<Vec<Record<'a>>, JournalError> {
+        let per = (BLOCK_BYTES - fmt::META_HEADER_BYTES) / (fmt::DATA_PARITY_HEADER_BYTES + 4);
+        Ok(pages
+            .chunks(per)
+            .map(|c| {
+                let payloads = c
+                    .iter()
+                    .map(|(loc, d)| Payload::Data {
+                        flags: 0,
+                        location_sectors: *loc,
+                        checksums: vec![self.seed.page_checksum(d)],
+                    })
+                    .collect();
+                let mb = MetaBlock {
+                    seq: 0,
+                    position_sectors: 0,
+                    payloads,
+                };
+                (mb, c.iter().map(|(_, d)| *d).collect())
+            })
+            .collect())
+    }
+
+    /// Append records. With `respect_reserve`, write-back's reserve (space to log the
+    /// parity of its cache) plus `add_reserve` must stay free after them, and
+    /// `add_reserve` joins the reserve: md reserves log space the same way, or the oldest
+    /// cached stripe could pin the tail with no room left to log its parity.
+    fn append_records(
+        &self,
+        records: Vec<Record<'_>>,
+        host: &dyn JournalHost,
+        flush: bool,
+        respect_reserve: bool,
+        add_reserve: u64,
+    ) -> Result<LogTicket, JournalError> {
+        if self.is_failed() {
+            return Err(self.failed_err());
+        }
+        let need: u64 = records.iter().map(|(m, _)| m.record_sectors()).sum();
         let mut st = self.state.lock().unwrap();
+        // Read under the state lock: reservations are added under it too.
+        let keep_free = if respect_reserve {
+            self.reserved.load(Ordering::SeqCst) + add_reserve
+        } else {
+            0
+        };
         assert_ne!(st.head, st.tail, "append before replay");
-        if !self.fits(&st, need) {
+        if !self.fits(&st, need + keep_free) {
             self.reclaim(&mut st, host)?;
         }
-        if !self.fits(&st, need) {
+        // A stripe write (flush) may wait a little for space pinned by stripe writes in
+        // flight in other threads; data-only appends return at once (write-back frees
+        // space by writing its cache out).
+        let mut waits = 0;
+        while flush && !self.fits(&st, need + keep_free) && !st.inflight.is_empty() && waits < 1000
+        {
+            drop(st);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            waits += 1;
+            st = self.state.lock().unwrap();
+            self.reclaim(&mut st, host)?;
+        }
+        if !self.fits(&st, need + keep_free) {
             let used = self.ring.distance(st.tail, st.head);
             return Err(JournalError::Full {
                 dev: self.dev.name(),
@@ -581,6 +893,21 @@ impl Journal {
                 free_sectors: self.ring.size_sectors() - used,
             });
         }
+        let first_seq = self.write_records(&mut st, records)?;
+        self.reserved.fetch_add(add_reserve, Ordering::SeqCst);
+        // Write-through: durable before any member write of the stripe begins.
+        if flush {
+            self.flush_log()?;
+        }
+        Ok(LogTicket { first_seq })
+    }
+
+    /// Write records at the head; the first one is pinned (in flight) from now on.
+    fn write_records(
+        &self,
+        st: &mut LogState,
+        records: Vec<Record<'_>>,
+    ) -> Result<u64, JournalError> {
         let first_seq = st.seq;
         let first_pos = st.head;
         for (mut mb, pages) in records {
@@ -596,10 +923,8 @@ impl Journal {
             st.head = pos;
             st.seq = st.seq.wrapping_add(1);
         }
-        // Write-through: durable before any member write of the stripe begins.
-        self.flush_log()?;
         st.inflight.insert(first_seq, first_pos);
-        Ok(LogTicket { first_seq })
+        Ok(first_seq)
     }
 
     /// The member writes of a logged stripe are done (issued and completed, failed or

@@ -33,6 +33,7 @@ pub mod recovery;
 pub mod replace;
 pub mod sim;
 pub mod slot;
+pub mod writeback;
 
 pub use array::Array;
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};

@@ -103,6 +103,19 @@ impl Meta {
         self.needs_resync = false;
     }
 
+    /// The journal device failed: its role becomes faulty in dev_roles and its superblock
+    /// is no longer written. Returns false if it was already done.
+    pub(crate) fn mark_journal_faulty(&mut self) -> bool {
+        let Some((_, sb)) = self.journal.take() else {
+            return false;
+        };
+        let n = sb.dev_number as usize;
+        if n < self.template.dev_roles.len() {
+            self.template.dev_roles[n] = ROLE_FAULTY;
+        }
+        true
+    }
+
     pub fn mark_faulty(&mut self, role: MemberIdx) {
         if let Some(sb) = self.members.get(role.0).and_then(|m| m.as_ref()) {
             let n = sb.dev_number as usize;

@@ -321,7 +321,7 @@ impl Rows {
 }
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
-fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
+pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     match q {
         None => uraid_parity::xor_gen(p, data),
         Some(q) => {
@@ -491,6 +491,49 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
+    write_stripe_pieces(a, g, map, stripe, &pieces, exclude, Log::Stripe)
+}
+
+/// What a stripe write logs to the journal (if there is one) before its member writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    /// Data and parity (write-through).
+    Stripe,
+    /// Parity only: the data is in the log already (write-back's write-out).
+    ParityOnly,
+    /// Nothing: the journal failed and cached data must still reach the members.
+    Skip,
+}
+
+/// Write-back's hook: write `pieces` (per logical data chunk: start in the chunk, new
+/// bytes, whole pages) into `stripe`, whose lock the caller holds, logging as `log` says.
+pub(crate) fn write_pieces_locked(
+    a: &Array,
+    g: &ParityGeometry,
+    stripe: u64,
+    pieces: &[Option<(usize, &[u8])>],
+    log: Log,
+) -> Result<(), ArrayError> {
+    let map = g.stripe_map(stripe);
+    let pieces: Vec<Option<Piece>> = pieces
+        .iter()
+        .map(|p| p.map(|(start, data)| Piece { start, data }))
+        .collect();
+    retrying(a, &map, stripe, g, |exclude| {
+        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, log)
+    })
+}
+
+fn write_stripe_pieces(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    pieces: &[Option<Piece>],
+    exclude: &[MemberIdx],
+    log: Log,
+) -> Result<Outcome, ArrayError> {
+    let dd = g.data_disks();
     let lo = pieces
         .iter()
         .flatten()
@@ -644,7 +687,7 @@ fn write_stripe(
 
     // Write-through: the stripe's new pages are durable in the journal before any member write.
     let ticket = match &a.journal {
-        Some(j) => {
+        Some(j) if log != Log::Skip => {
             let pages: Vec<Option<(usize, &[u8])>> = pieces
                 .iter()
                 .enumerate()
@@ -659,9 +702,14 @@ fn write_stripe(
                     })
                 })
                 .collect();
-            Some(j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)?)
+            let logged = if log == Log::ParityOnly {
+                j.log_parity(g, stripe, &pages, &p, q.as_deref(), a)
+            } else {
+                j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)
+            };
+            Some(logged.map_err(|e| a.journal_error(e))?)
         }
-        None => None,
+        _ => None,
     };
     // Excluded members (read errors) still take writes: writing is how a bad sector heals.
     let msec_lo = g.member_sector(stripe, sectors(lo));
