@@ -91,6 +91,12 @@ pub struct Array {
     has_bitmap: bool,
     /// raid4/5/6 write journal (md's raid5-cache, write-through).
     pub(crate) journal: Option<crate::journal::Journal>,
+    /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
+    pub(crate) barriers: crate::barrier::Barriers,
+    /// Request references, for [`Array::quiesce`].
+    pub(crate) quiesce: crate::quiesce::Quiesce,
+    /// Per-role read state for mirror read balancing.
+    pub(crate) heads: Vec<crate::read_balance::Head>,
 }
 
 impl crate::journal::JournalHost for Array {
@@ -120,6 +126,7 @@ impl Array {
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
         let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
+        let raid_disks = geometry.raid_disks;
         let a = Array {
             geometry,
             personality,
@@ -138,6 +145,9 @@ impl Array {
             reconfig: Mutex::new(()),
             has_bitmap,
             journal: None,
+            barriers: Default::default(),
+            quiesce: Default::default(),
+            heads: (0..raid_disks).map(|_| Default::default()).collect(),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -309,7 +319,9 @@ impl Array {
         if self.is_degraded() {
             self.events.emit(crate::events::Event::DegradedArray);
         }
-        if let Err(e) = self.activate_spare() {
+        // Inside a request: no quiesce (it would wait for this very request). The slot it
+        // fills is one no request uses: missing or faulty, and recovering from zero after.
+        if let Err(e) = self.activate_spare_now() {
             tracing::error!("could not activate a spare: {e}");
         }
     }
@@ -426,6 +438,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        let _active = self.quiesce.enter();
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
         {
             let (start, mut tmp) = self.covering(offset, buf.len());
@@ -444,6 +457,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        let _active = self.quiesce.enter();
         let _in_flight = InFlight::new(self);
         self.check_metadata()?;
         self.ensure_dirty()?;
@@ -626,9 +640,18 @@ impl Array {
         Ok(())
     }
 
+    /// Hold new requests (and sync steps) and wait until none is inside; they resume when
+    /// the guard drops (md's mddev_suspend). Used by stop and member changes; must not be
+    /// called from inside a request (it panics rather than wait for itself).
+    pub fn quiesce(&self) -> crate::quiesce::QuiesceGuard<'_> {
+        self.quiesce.quiesce()
+    }
+
     /// Flush and mark the array clean (md's clean shutdown): every superblock gets
-    /// resync_offset = MaxSector unless a resync is still owed.
+    /// resync_offset = MaxSector unless a resync is still owed. Requests in flight finish
+    /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
+        let _quiet = self.quiesce();
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();

@@ -11,6 +11,7 @@
 
 pub mod array;
 pub mod assemble;
+pub(crate) mod barrier;
 pub mod bitmap;
 pub mod buf;
 pub mod create;
@@ -23,10 +24,12 @@ pub mod journal;
 pub mod member;
 pub mod meta;
 pub mod mirror;
+pub mod quiesce;
 pub mod raid0;
 pub mod raid1;
 pub mod raid10;
 pub mod raid5;
+pub(crate) mod read_balance;
 pub mod recovery;
 pub mod sim;
 pub mod slot;

@@ -5,6 +5,7 @@
 use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::read_balance;
 use std::sync::atomic::Ordering;
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
@@ -12,25 +13,41 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 pub(crate) type Copies = Vec<(MemberIdx, u64)>;
 
 /// Read `buf` (one piece, contiguous on every copy) from a valid copy, trying the others on
-/// error; a copy that failed to read gets the good data written back. `hint` spreads reads
-/// over the copies (sequential reads stay on one member).
+/// error; a copy that failed to read gets the good data written back. The first copy tried
+/// is the read balancer's choice (see [`crate::read_balance`]).
 pub(crate) fn read_piece(
     a: &Array,
     copies: &Copies,
     unit: u64,
-    hint: usize,
     buf: &mut [u8],
 ) -> Result<(), ArrayError> {
-    let n = copies.len();
+    let sectors = buf.len() as u64 / SECTOR_BYTES;
+    let valid: Vec<(MemberIdx, u64, std::sync::Arc<dyn crate::member::Member>)> = copies
+        .iter()
+        .filter_map(|&(role, msec)| a.usable(role, unit).map(|d| (role, msec, d)))
+        .collect();
+    let cands: Vec<read_balance::Candidate> = valid
+        .iter()
+        .map(|(role, msec, _)| {
+            let (head, pending) = a.heads[role.0].snapshot();
+            read_balance::Candidate {
+                member_sector: *msec,
+                head,
+                pending,
+            }
+        })
+        .collect();
+    let first = read_balance::choose(&cands).unwrap_or(0);
+    let n = valid.len();
     let mut bad: Vec<(MemberIdx, u64)> = Vec::new();
     for attempt in 0..n {
-        let (role, msec) = copies[(hint + attempt) % n];
-        let Some(dev) = a.usable(role, unit) else {
-            continue;
-        };
+        let (role, msec, dev) = &valid[(first + attempt) % n];
         let mut ops = OpList::new();
-        ops.read(a, dev, role, msec, buf);
-        if ops.run(a).is_empty() {
+        ops.read(a, dev.clone(), *role, *msec, buf);
+        let reading = a.heads[role.0].start(*msec, sectors);
+        let failed = ops.run(a);
+        drop(reading);
+        if failed.is_empty() {
             if !bad.is_empty() {
                 a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
                 for (r, m) in bad {
@@ -39,7 +56,7 @@ pub(crate) fn read_piece(
             }
             return Ok(());
         }
-        bad.push((role, msec));
+        bad.push((*role, *msec));
     }
     // Every copy failed somewhere in the piece; the bad sectors may lie in different places
     // on each copy, so go sector by sector, as md's fix_read_error does, before giving up.
