@@ -97,6 +97,8 @@ pub struct Array {
     pub(crate) quiesce: crate::quiesce::Quiesce,
     /// Per-role read state for mirror read balancing.
     pub(crate) heads: Vec<crate::read_balance::Head>,
+    /// The shape requests read, under a sequence counter (see [`crate::shape`]).
+    shape: crate::shape::ShapeLock,
 }
 
 impl crate::journal::JournalHost for Array {
@@ -127,6 +129,14 @@ impl Array {
         let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
         let raid_disks = geometry.raid_disks;
+        let shape = crate::shape::ShapeLock::new(crate::shape::Shape {
+            level: geometry.level,
+            raid_disks,
+            chunk_sectors: geometry.chunk_sectors,
+            layout: geometry.layout,
+            array_sectors: personality.array_sectors(),
+            epoch: 0,
+        });
         let a = Array {
             geometry,
             personality,
@@ -148,6 +158,7 @@ impl Array {
             barriers: Default::default(),
             quiesce: Default::default(),
             heads: (0..raid_disks).map(|_| Default::default()).collect(),
+            shape,
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -183,6 +194,20 @@ impl Array {
 
     pub fn personality(&self) -> &Personality {
         &self.personality
+    }
+
+    /// The shape as requests see it (level, disks, chunk, layout, size, personality epoch):
+    /// read without a lock under a sequence counter, retried if a change raced it.
+    pub fn shape(&self) -> crate::shape::Shape {
+        self.shape.read()
+    }
+
+    /// Change the shape (reshape will; tests do now). The array is quiesced meanwhile, so
+    /// no request runs across the change; one that reads the shape during it retries.
+    #[doc(hidden)]
+    pub fn set_shape(&self, s: crate::shape::Shape) {
+        let _quiet = self.quiesce();
+        self.shape.write(s);
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -370,14 +395,12 @@ impl Array {
         Ok(())
     }
 
+    /// Requests are checked against the shape's size (which reshape may change).
     fn check_range(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        let size = self.shape().array_sectors * SECTOR_BYTES;
         match offset.checked_add(len) {
-            Some(end) if end <= self.array_bytes => Ok(()),
-            _ => Err(ArrayError::OutOfRange {
-                offset,
-                len,
-                size: self.array_bytes,
-            }),
+            Some(end) if end <= size => Ok(()),
+            _ => Err(ArrayError::OutOfRange { offset, len, size }),
         }
     }
 
@@ -433,12 +456,13 @@ impl Array {
 
     /// Read `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
+        // The reference first: the shape cannot change while a request holds one.
+        let _active = self.quiesce.enter();
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        let _active = self.quiesce.enter();
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
         {
             let (start, mut tmp) = self.covering(offset, buf.len());
@@ -452,12 +476,12 @@ impl Array {
 
     /// Write `buf` at `offset`.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ArrayError> {
+        let _active = self.quiesce.enter();
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
             return Ok(());
         }
-        let _active = self.quiesce.enter();
         let _in_flight = InFlight::new(self);
         self.check_metadata()?;
         self.ensure_dirty()?;

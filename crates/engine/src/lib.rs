@@ -31,6 +31,7 @@ pub mod raid10;
 pub mod raid5;
 pub(crate) mod read_balance;
 pub mod recovery;
+pub mod shape;
 pub mod sim;
 pub mod slot;
 

@@ -19,7 +19,8 @@ fn to_boundary(s: u64, unit: u64) -> u64 {
 }
 
 fn copies(a: &Array, sector: u64) -> mirror::Copies {
-    (0..a.raid_disks())
+    // The mirror count is read through the shape's sequence counter (reshape may grow it).
+    (0..a.shape().raid_disks)
         .map(|i| (MemberIdx(i), sector))
         .collect()
 }

@@ -438,3 +438,50 @@ fn the_tag_oracle_rejects_torn_and_moved_sectors() {
     torn[300..].copy_from_slice(&o[300..]);
     assert!(read_tag(&torn, 77).is_err());
 }
+
+/// The shape changes (a new epoch, as reshape will make) while requests run: requests keep
+/// working, and every shape read is whole (its fields are those of one version).
+#[test]
+fn shape_changes_under_io_are_seen_whole() {
+    let seed = base_seed();
+    let (_, c) = configs().remove(0);
+    let mems = mem_members(&c, "shape");
+    let a = uraid_engine::create(as_members(&mems), &create_opts(&c)).expect("create");
+    let base = a.shape();
+    let changes = if full() { 2000 } else { 200 };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let (a, done) = (&a, &done);
+            s.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed ^ t);
+                let mut buf = vec![0u8; 4096];
+                while !done.load(Ordering::Acquire) {
+                    let sh = a.shape();
+                    // Only the epoch and the layout word change, together.
+                    assert_eq!(
+                        u64::from(sh.layout),
+                        sh.epoch % 7,
+                        "torn shape (seed {seed})"
+                    );
+                    assert_eq!(sh.raid_disks, base.raid_disks);
+                    let off = rng.gen_range(0..256u64) * 4096;
+                    rng.fill(&mut buf[..]);
+                    a.write(off, &buf).expect("write");
+                    let mut back = vec![0u8; 4096];
+                    a.read(off, &mut back).expect("read");
+                    assert_eq!(back, buf, "read back (seed {seed})");
+                }
+            });
+        }
+        for k in 1..=changes {
+            a.set_shape(uraid_engine::shape::Shape {
+                epoch: k,
+                layout: (k % 7) as u32,
+                ..base
+            });
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert_eq!(a.shape().epoch, changes);
+}
