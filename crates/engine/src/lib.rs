@@ -24,6 +24,7 @@ pub mod journal;
 pub mod member;
 pub mod meta;
 pub mod mirror;
+pub mod plug;
 pub mod quiesce;
 pub mod raid0;
 pub mod raid1;

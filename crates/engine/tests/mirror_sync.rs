@@ -465,7 +465,7 @@ fn shape_changes_under_io_are_seen_whole() {
                         "torn shape (seed {seed})"
                     );
                     assert_eq!(sh.raid_disks, base.raid_disks);
-                    let off = rng.gen_range(0..256u64) * 4096;
+                    let off = rng.gen_range(0..a.size_bytes() / 4096) * 4096;
                     rng.fill(&mut buf[..]);
                     a.write(off, &buf).expect("write");
                     let mut back = vec![0u8; 4096];
