@@ -22,29 +22,31 @@ pub(crate) fn read_piece(
     buf: &mut [u8],
 ) -> Result<(), ArrayError> {
     let sectors = buf.len() as u64 / SECTOR_BYTES;
-    let valid: Vec<(MemberIdx, u64, std::sync::Arc<dyn crate::member::Member>)> = copies
+    // Choose without building lists or touching the devices' locks: this runs per read.
+    let cands = copies
         .iter()
-        .filter_map(|&(role, msec)| a.usable(role, unit).map(|d| (role, msec, d)))
-        .collect();
-    let cands: Vec<read_balance::Candidate> = valid
-        .iter()
-        .map(|(role, msec, _)| {
+        .enumerate()
+        .filter(|(_, (role, _))| a.slot(*role).valid_for(unit))
+        .map(|(i, &(role, msec))| {
             let (head, pending) = a.heads[role.0].snapshot();
-            read_balance::Candidate {
-                member_sector: *msec,
+            let c = read_balance::Candidate {
+                member_sector: msec,
                 head,
                 pending,
-            }
-        })
-        .collect();
-    let first = read_balance::choose(&cands).unwrap_or(0);
-    let n = valid.len();
+            };
+            (i, c)
+        });
+    let first = read_balance::choose(cands).unwrap_or(0);
+    let n = copies.len();
     let mut bad: Vec<(MemberIdx, u64)> = Vec::new();
     for attempt in 0..n {
-        let (role, msec, dev) = &valid[(first + attempt) % n];
+        let (role, msec) = copies[(first + attempt) % n];
+        let Some(dev) = a.usable(role, unit) else {
+            continue;
+        };
         let mut ops = OpList::new();
-        ops.read(a, dev.clone(), *role, *msec, buf);
-        let reading = a.heads[role.0].start(*msec, sectors);
+        ops.read(a, dev, role, msec, buf);
+        let reading = a.heads[role.0].start(msec, sectors);
         let failed = ops.run(a);
         drop(reading);
         if failed.is_empty() {
@@ -56,7 +58,7 @@ pub(crate) fn read_piece(
             }
             return Ok(());
         }
-        bad.push((*role, *msec));
+        bad.push((role, msec));
     }
     // Every copy failed somewhere in the piece; the bad sectors may lie in different places
     // on each copy, so go sector by sector, as md's fix_read_error does, before giving up.

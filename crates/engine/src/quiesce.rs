@@ -73,11 +73,13 @@ fn my_stripe() -> usize {
     })
 }
 
-/// A request's reference; dropping it may wake the quiescer.
+/// A request's reference; dropping it may wake the quiescer. Not `Send`: it is counted in
+/// its thread's `HELD`, so it must be dropped where it was taken.
 #[must_use]
 pub(crate) struct Active<'a> {
     q: &'a Quiesce,
     stripe: usize,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for Active<'_> {
@@ -118,7 +120,11 @@ impl Quiesce {
             c.fetch_add(1, SeqCst);
             if !self.quiescing.load(SeqCst) {
                 HELD.with(|h| h.set(h.get() + 1));
-                return Active { q: self, stripe };
+                return Active {
+                    q: self,
+                    stripe,
+                    _not_send: std::marker::PhantomData,
+                };
             }
             // Back out, tell the quiescer, wait at the door.
             c.fetch_sub(1, SeqCst);

@@ -52,12 +52,20 @@ pub(crate) struct Candidate {
     pub pending: u32,
 }
 
-/// Index (into `c`) of the copy to read; None when there is no candidate.
-pub(crate) fn choose(c: &[Candidate]) -> Option<usize> {
-    if let Some(i) = c.iter().position(|x| x.head == x.member_sector) {
-        return Some(i);
+/// The copy to read among (index, candidate) pairs; None when there is none. Streams
+/// over the candidates, so the caller builds no list.
+pub(crate) fn choose(c: impl IntoIterator<Item = (usize, Candidate)>) -> Option<usize> {
+    let mut best: Option<(usize, (u32, u64))> = None;
+    for (i, x) in c {
+        if x.head == x.member_sector {
+            return Some(i);
+        }
+        let key = (x.pending, x.head.abs_diff(x.member_sector));
+        if best.is_none_or(|(_, k)| key < k) {
+            best = Some((i, key));
+        }
     }
-    (0..c.len()).min_by_key(|&i| (c[i].pending, c[i].head.abs_diff(c[i].member_sector)))
+    best.map(|(i, _)| i)
 }
 
 #[cfg(test)]
@@ -70,6 +78,10 @@ mod tests {
             head,
             pending,
         }
+    }
+
+    fn choose(c: &[Candidate]) -> Option<usize> {
+        super::choose(c.iter().copied().enumerate())
     }
 
     #[test]
