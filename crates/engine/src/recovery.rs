@@ -3,7 +3,8 @@
 //!
 //! All sync work goes through one driver, [`Array::sync_step`], which hands a range of
 //! recovery units (stripes for raid4/5/6, sectors for raid1, array chunks for raid10) to the
-//! level's `sync_range`. A recovering member's cursor advances under the unit's lock, so IO
+//! level's `sync_range`. A recovering member's cursor advances under the unit's lock (raid4/5/6)
+//! or with the unit's resync barrier raised (raid1/raid10, see `barrier`), so IO
 //! sees it valid exactly where it has been rebuilt.
 
 use crate::array::Array;
