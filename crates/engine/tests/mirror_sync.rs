@@ -485,3 +485,109 @@ fn shape_changes_under_io_are_seen_whole() {
     });
     assert_eq!(a.shape().epoch, changes);
 }
+
+/// Counts reads of the data area (past the 64-sector data offset).
+struct CountReads {
+    inner: Arc<dyn Member>,
+    reads: AtomicU64,
+}
+
+impl Member for CountReads {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if offset >= 64 * 512 {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// Read balancing: a sequential stream stays on the copy where it started (md's
+/// head-position rule), and once that copy is faulty the stream moves to another.
+#[test]
+fn a_sequential_stream_stays_on_one_copy() {
+    for (name, c) in configs() {
+        let mems = mem_members(&c, "seq");
+        let counted: Vec<Arc<CountReads>> = as_members(&mems)
+            .into_iter()
+            .map(|m| {
+                Arc::new(CountReads {
+                    inner: m.unwrap(),
+                    reads: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let devs = counted
+            .iter()
+            .map(|m| Some(m.clone() as Arc<dyn Member>))
+            .collect();
+        let a = uraid_engine::create(devs, &create_opts(&c)).expect("create");
+        let counts = || -> Vec<u64> {
+            counted
+                .iter()
+                .map(|m| m.reads.load(Ordering::SeqCst))
+                .collect()
+        };
+        let base = counts();
+        let mut buf = vec![0u8; 4096];
+        // 64 KiB in 4 KiB reads, chunk-aligned so raid10 pieces follow each other too.
+        let start = 0u64;
+        for i in 0..16u64 {
+            a.read(start + i * 4096, &mut buf).expect("read");
+        }
+        let used: Vec<usize> = counts()
+            .iter()
+            .zip(&base)
+            .enumerate()
+            .filter(|(_, (n, b))| *n > *b)
+            .map(|(i, _)| i)
+            .collect();
+        if c.level == Level::Raid1 {
+            assert_eq!(
+                used.len(),
+                1,
+                "{name}: a sequential stream used members {used:?}"
+            );
+            // Fail that copy: the stream continues elsewhere, and stays there.
+            a.fail_member(MemberIdx(used[0])).expect("fail");
+            let before = counts();
+            for i in 16..32u64 {
+                a.read(start + i * 4096, &mut buf).expect("read");
+            }
+            let moved: Vec<usize> = counts()
+                .iter()
+                .zip(&before)
+                .enumerate()
+                .filter(|(_, (n, b))| *n > *b)
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(
+                moved.len(),
+                1,
+                "{name}: after the failure, members {moved:?}"
+            );
+            assert_ne!(moved[0], used[0], "{name}: read from the failed member");
+        } else if name == "raid10-n2" {
+            // Chunks alternate between the pairs (0,1) and (2,3); member sectors advance
+            // every other chunk, so each pair's stream continues on the copy it started on:
+            // one member per pair.
+            assert_eq!(
+                used.len(),
+                2,
+                "{name}: a sequential stream used members {used:?}"
+            );
+            assert!(used[0] < 2 && used[1] >= 2, "{name}: used {used:?}");
+        }
+    }
+}
