@@ -99,6 +99,14 @@ pub struct Array {
     clock: std::sync::RwLock<Clock>,
     /// The journal's write-back mode and its stripe cache.
     pub(crate) wb: crate::writeback::WriteBack,
+    /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
+    pub(crate) barriers: crate::barrier::Barriers,
+    /// Request references, for [`Array::quiesce`].
+    pub(crate) quiesce: crate::quiesce::Quiesce,
+    /// Per-role read state for mirror read balancing.
+    pub(crate) heads: Vec<crate::read_balance::Head>,
+    /// The shape requests read, under a sequence counter (see [`crate::shape`]).
+    shape: crate::shape::ShapeLock,
 }
 
 /// A source of seconds (the array's notion of "now").
@@ -131,6 +139,15 @@ impl Array {
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
         let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
+        let raid_disks = geometry.raid_disks;
+        let shape = crate::shape::ShapeLock::new(crate::shape::Shape {
+            level: geometry.level,
+            raid_disks,
+            chunk_sectors: geometry.chunk_sectors,
+            layout: geometry.layout,
+            array_sectors: personality.array_sectors(),
+            epoch: 0,
+        });
         let a = Array {
             geometry,
             personality,
@@ -151,6 +168,10 @@ impl Array {
             journal: None,
             clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
             wb: crate::writeback::WriteBack::default(),
+            barriers: Default::default(),
+            quiesce: Default::default(),
+            heads: (0..raid_disks).map(|_| Default::default()).collect(),
+            shape,
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -252,6 +273,20 @@ impl Array {
 
     pub fn personality(&self) -> &Personality {
         &self.personality
+    }
+
+    /// The shape as requests see it (level, disks, chunk, layout, size, personality epoch):
+    /// read without a lock under a sequence counter, retried if a change raced it.
+    pub fn shape(&self) -> crate::shape::Shape {
+        self.shape.read()
+    }
+
+    /// Change the shape (reshape will; tests do now). The array is quiesced meanwhile, so
+    /// no request runs across the change; one that reads the shape during it retries.
+    #[doc(hidden)]
+    pub fn set_shape(&self, s: crate::shape::Shape) {
+        let _quiet = self.quiesce();
+        self.shape.write(s);
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -423,7 +458,9 @@ impl Array {
         if self.is_degraded() {
             self.events.emit(crate::events::Event::DegradedArray);
         }
-        if let Err(e) = self.activate_spare() {
+        // Inside a request: no quiesce (it would wait for this very request). The slot it
+        // fills is one no request uses: missing or faulty, and recovering from zero after.
+        if let Err(e) = self.activate_spare_now() {
             tracing::error!("could not activate a spare: {e}");
         }
     }
@@ -481,14 +518,12 @@ impl Array {
         Ok(())
     }
 
+    /// Requests are checked against the shape's size (which reshape may change).
     fn check_range(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        let size = self.shape().array_sectors * SECTOR_BYTES;
         match offset.checked_add(len) {
-            Some(end) if end <= self.array_bytes => Ok(()),
-            _ => Err(ArrayError::OutOfRange {
-                offset,
-                len,
-                size: self.array_bytes,
-            }),
+            Some(end) if end <= size => Ok(()),
+            _ => Err(ArrayError::OutOfRange { offset, len, size }),
         }
     }
 
@@ -544,6 +579,8 @@ impl Array {
 
     /// Read `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
+        // The reference first: the shape cannot change while a request holds one.
+        let _active = self.quiesce.enter();
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
@@ -562,6 +599,7 @@ impl Array {
 
     /// Write `buf` at `offset`.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ArrayError> {
+        let _active = self.quiesce.enter();
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
@@ -793,9 +831,18 @@ impl Array {
         Ok(())
     }
 
+    /// Hold new requests (and sync steps) and wait until none is inside; they resume when
+    /// the guard drops (md's mddev_suspend). Used by stop and member changes; must not be
+    /// called from inside a request (it panics rather than wait for itself).
+    pub fn quiesce(&self) -> crate::quiesce::QuiesceGuard<'_> {
+        self.quiesce.quiesce()
+    }
+
     /// Flush and mark the array clean (md's clean shutdown): every superblock gets
-    /// resync_offset = MaxSector unless a resync is still owed.
+    /// resync_offset = MaxSector unless a resync is still owed. Requests in flight finish
+    /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
+        let _quiet = self.quiesce();
         if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
             // Even with a failed journal: the cached data then goes straight to the members.
             let _gate = self.wb.gate.write().unwrap();

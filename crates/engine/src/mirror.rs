@@ -5,6 +5,7 @@
 use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::read_balance;
 use std::sync::atomic::Ordering;
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
@@ -12,25 +13,43 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 pub(crate) type Copies = Vec<(MemberIdx, u64)>;
 
 /// Read `buf` (one piece, contiguous on every copy) from a valid copy, trying the others on
-/// error; a copy that failed to read gets the good data written back. `hint` spreads reads
-/// over the copies (sequential reads stay on one member).
+/// error; a copy that failed to read gets the good data written back. The first copy tried
+/// is the read balancer's choice (see [`crate::read_balance`]).
 pub(crate) fn read_piece(
     a: &Array,
     copies: &Copies,
     unit: u64,
-    hint: usize,
     buf: &mut [u8],
 ) -> Result<(), ArrayError> {
+    let sectors = buf.len() as u64 / SECTOR_BYTES;
+    // Choose without building lists or touching the devices' locks: this runs per read.
+    let cands = copies
+        .iter()
+        .enumerate()
+        .filter(|(_, (role, _))| a.slot(*role).valid_for(unit))
+        .map(|(i, &(role, msec))| {
+            let (head, pending) = a.heads[role.0].snapshot();
+            let c = read_balance::Candidate {
+                member_sector: msec,
+                head,
+                pending,
+            };
+            (i, c)
+        });
+    let first = read_balance::choose(cands).unwrap_or(0);
     let n = copies.len();
     let mut bad: Vec<(MemberIdx, u64)> = Vec::new();
     for attempt in 0..n {
-        let (role, msec) = copies[(hint + attempt) % n];
+        let (role, msec) = copies[(first + attempt) % n];
         let Some(dev) = a.usable(role, unit) else {
             continue;
         };
         let mut ops = OpList::new();
         ops.read(a, dev, role, msec, buf);
-        if ops.run(a).is_empty() {
+        let reading = a.heads[role.0].start(msec, sectors);
+        let failed = ops.run(a);
+        drop(reading);
+        if failed.is_empty() {
             if !bad.is_empty() {
                 a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
                 for (r, m) in bad {

@@ -9,8 +9,18 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 /// Mirror write-lock region, in sectors: pieces never cross one.
 pub(crate) const REGION_SECTORS: u64 = 128;
 
+/// Resync barrier unit (md's BARRIER_UNIT_SECTOR_SIZE, 64 MiB): requests are split at its
+/// boundaries and enter its barrier bucket; sync raises the bucket of the piece it works on.
+pub(crate) const BARRIER_UNIT_SECTORS: u64 = 1 << 17;
+
+/// Sectors from `s` to the next multiple of `unit`.
+fn to_boundary(s: u64, unit: u64) -> u64 {
+    unit - s % unit
+}
+
 fn copies(a: &Array, sector: u64) -> mirror::Copies {
-    (0..a.raid_disks())
+    // The mirror count is read through the shape's sequence counter (reshape may grow it).
+    (0..a.shape().raid_disks)
         .map(|i| (MemberIdx(i), sector))
         .collect()
 }
@@ -22,19 +32,19 @@ fn unit(sector: u64, len: usize) -> u64 {
 }
 
 pub(crate) fn read(a: &Array, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
-    // Sequential affinity: 1 MiB regions stick to one member, neighbours go to the next.
-    let hint = (sector >> 11) as usize;
-    // Only a recovering member needs reads cut at its cursor's granularity.
-    let split = a.any_recovering();
+    // Only a recovering member needs reads cut at its cursor's granularity; every read is
+    // cut at barrier units, so that it waits on one barrier at a time (as md splits).
+    let split = if a.any_recovering() {
+        REGION_SECTORS
+    } else {
+        BARRIER_UNIT_SECTORS
+    };
     let mut s = sector;
     let mut off = 0;
     while off < buf.len() {
-        let n = if split {
-            (((REGION_SECTORS - s % REGION_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off)
-        } else {
-            buf.len() - off
-        };
-        mirror::read_piece(a, &copies(a, s), unit(s, n), hint, &mut buf[off..off + n])?;
+        let n = ((to_boundary(s, split) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
+        mirror::read_piece(a, &copies(a, s), unit(s, n), &mut buf[off..off + n])?;
         off += n;
         s += (n as u64) / SECTOR_BYTES;
     }
@@ -42,12 +52,14 @@ pub(crate) fn read(a: &Array, sector: u64, buf: &mut [u8]) -> Result<(), ArrayEr
 }
 
 pub(crate) fn write(a: &Array, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
-    // Lock region by region so that two overlapping writes cannot leave the copies different.
+    // Region by region: inside the barrier (against sync), and under the region's write
+    // lock so that two overlapping writes cannot leave the copies different (reads never
+    // take it; see ARCHITECTURE.md).
     let mut s = sector;
     let mut off = 0;
     while off < buf.len() {
-        let n =
-            (((REGION_SECTORS - s % REGION_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let n = ((to_boundary(s, REGION_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
         let _g = a.lock_bucket(s / REGION_SECTORS);
         mirror::write_piece(a, &copies(a, s), unit(s, n), &buf[off..off + n])?;
         off += n;
@@ -72,7 +84,9 @@ pub(crate) fn sync_range(
         let n = RESYNC_STEP_SECTORS
             .min(REGION_SECTORS - s % REGION_SECTORS)
             .min(end - s);
-        let _g = a.lock_bucket(s / REGION_SECTORS);
+        // md's raise_barrier: no request is inside this piece's barrier unit meanwhile, and
+        // the recovery cursor moves before the barrier drops.
+        let _raised = a.barriers.raise(s / BARRIER_UNIT_SECTORS);
         let skip = ctx.skip_clean && a.bitmap_clean(s, n);
         if !skip
             && mirror::sync_piece(

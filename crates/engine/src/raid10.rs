@@ -26,22 +26,19 @@ fn for_pieces(
 }
 
 pub(crate) fn read(a: &Array, g: &Raid10, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
-    let hint = (sector >> 11) as usize;
     for_pieces(g, sector, buf.len(), |s, copies, off, n| {
-        mirror::read_piece(
-            a,
-            &copies,
-            s / g.chunk_sectors,
-            hint,
-            &mut buf[off..off + n],
-        )
+        let chunk = s / g.chunk_sectors;
+        let _pending = a.barriers.wait_barrier(chunk);
+        mirror::read_piece(a, &copies, chunk, &mut buf[off..off + n])
     })
 }
 
 pub(crate) fn write(a: &Array, g: &Raid10, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
     for_pieces(g, sector, buf.len(), |s, copies, off, n| {
-        // Pieces never cross a chunk, so locking the chunk serialises overlapping writes.
+        // Pieces never cross a chunk: the chunk's barrier keeps sync out, its write lock
+        // serialises overlapping writes (reads take only the barrier).
         let chunk = s / g.chunk_sectors;
+        let _pending = a.barriers.wait_barrier(chunk);
         let _g = a.lock_bucket(chunk);
         mirror::write_piece(a, &copies, chunk, &buf[off..off + n])
     })
@@ -64,7 +61,7 @@ pub(crate) fn sync_range(
         let m = g.map(s);
         let n = m.contiguous_sectors.min(total - s);
         let chunk = s / g.chunk_sectors;
-        let _g = a.lock_bucket(chunk);
+        let _raised = a.barriers.raise(chunk);
         let skip = ctx.skip_clean && a.bitmap_clean(s, n);
         if !skip && mirror::sync_piece(a, &m.copies, chunk, bytes(n), ctx.mode, ctx.targets)? {
             mismatches += n;

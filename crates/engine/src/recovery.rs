@@ -3,7 +3,8 @@
 //!
 //! All sync work goes through one driver, [`Array::sync_step`], which hands a range of
 //! recovery units (stripes for raid4/5/6, sectors for raid1, array chunks for raid10) to the
-//! level's `sync_range`. A recovering member's cursor advances under the unit's lock, so IO
+//! level's `sync_range`. A recovering member's cursor advances under the unit's lock (raid4/5/6)
+//! or with the unit's resync barrier raised (raid1/raid10, see `barrier`), so IO
 //! sees it valid exactly where it has been rebuilt.
 
 use crate::array::Array;
@@ -142,6 +143,8 @@ impl Array {
         start: u64,
         max: u64,
     ) -> Result<(u64, u64), ArrayError> {
+        // A sync step counts as a request for quiesce.
+        let _active = self.quiesce.enter();
         let targets = if kind == SyncKind::Recovery {
             self.recovering_roles()
         } else {
@@ -354,6 +357,9 @@ impl Array {
                 "raid0 has no redundancy: members cannot be added".into(),
             ));
         }
+        // Quiesce before the reconfig lock: a request inside may need that lock (failure
+        // handling activates spares) before it can leave.
+        let _quiet = self.quiesce();
         let _g = self.reconfig.lock().unwrap();
         let name = dev.name();
         for r in 0..self.raid_disks() {
@@ -491,6 +497,12 @@ impl Array {
 
     /// Give a missing or faulty role to a spare, if there is one.
     pub fn activate_spare(&self) -> Result<Option<MemberIdx>, ArrayError> {
+        let _quiet = self.quiesce();
+        self.activate_spare_now()
+    }
+
+    /// [`Array::activate_spare`] without quiescing, for failure handling inside a request.
+    pub(crate) fn activate_spare_now(&self) -> Result<Option<MemberIdx>, ArrayError> {
         let _g = self.reconfig.lock().unwrap();
         let Some(role) = (0..self.raid_disks())
             .map(MemberIdx)
@@ -520,6 +532,7 @@ impl Array {
 
     /// Remove a faulty member (or a spare, by device name) from the array, as mdadm --remove.
     pub fn remove_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
+        let _quiet = self.quiesce();
         let _g = self.reconfig.lock().unwrap();
         if role.0 >= self.raid_disks() {
             return Err(ArrayError::Failed(format!("there is no member {role}")));

@@ -262,6 +262,15 @@ impl Slot {
         }
     }
 
+    /// Whether the slot holds valid data for `unit`, without taking the device (no lock).
+    pub(crate) fn valid_for(&self, unit: u64) -> bool {
+        match self.state() {
+            SlotState::InSync => true,
+            SlotState::Recovering => unit < self.recovery_cursor(),
+            _ => false,
+        }
+    }
+
     /// The device, if it is fully in sync.
     pub fn in_sync(&self) -> Option<Arc<dyn Member>> {
         match self.state() {

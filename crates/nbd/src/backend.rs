@@ -74,6 +74,7 @@ pub struct MemBackend {
     flushes: AtomicU64,
     fua_writes: AtomicU64,
     trims: AtomicU64,
+    writes: AtomicU64,
 }
 
 impl MemBackend {
@@ -90,6 +91,7 @@ impl MemBackend {
             block_size: 4096,
             flushes: AtomicU64::new(0),
             fua_writes: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
             trims: AtomicU64::new(0),
         }
     }
@@ -119,6 +121,11 @@ impl MemBackend {
     /// Number of writes and write-zeroes with FUA so far.
     pub fn fua_count(&self) -> u64 {
         self.fua_writes.load(Ordering::Relaxed)
+    }
+
+    /// Number of `write` calls so far.
+    pub fn write_count(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
     }
 
     /// Number of `trim` calls so far.
@@ -159,6 +166,7 @@ impl Backend for MemBackend {
         let mut data = self.lock_write();
         let r = self.range(data.len(), offset, buf.len() as u64)?;
         data[r].copy_from_slice(buf);
+        self.writes.fetch_add(1, Ordering::Relaxed);
         if fua {
             self.fua_writes.fetch_add(1, Ordering::Relaxed);
         }

@@ -8,6 +8,13 @@
 //! Workers are started lazily, when a request arrives and no worker is
 //! waiting for the input, up to `max_workers`: that is the bound on requests
 //! in flight per connection.
+//!
+//! Plugging: a worker that has read a plain write also takes the writes that
+//! follow it back to back, if they are already in the input buffer (no
+//! waiting for the socket), and runs them as one backend write, then answers
+//! each. NBD gives no order between requests in flight, so this changes
+//! nothing a client may rely on; it turns a burst of small sequential writes
+//! into one large one (full stripes for a RAID backend).
 
 use std::io::{self, Read};
 use std::net::Shutdown;
@@ -22,6 +29,9 @@ use crate::socket::Stream;
 /// Bytes of socket input buffered per connection; many request headers fit,
 /// so one `read` usually serves several requests.
 const INPUT_BUFFER_BYTES: usize = 64 * 1024;
+/// Largest write made by merging buffered adjacent writes (a worker's
+/// retained buffer, so merging never waits for the budget).
+const MERGED_WRITE_MAX_BYTES: usize = RETAINED_BUFFER_BYTES;
 /// A worker keeps a data buffer up to this size between requests; larger
 /// ones go back to the budget after each request.
 const RETAINED_BUFFER_BYTES: usize = 256 * 1024;
@@ -157,6 +167,40 @@ impl Input {
         Ok(Some(req))
     }
 
+    /// The next request, if it is a plain write of `offset` whose header and
+    /// whole payload are already buffered, valid, and fit `room` bytes; it is
+    /// then consumed and its payload appended to `out`.
+    fn take_adjacent_write(
+        &mut self,
+        offset: u64,
+        room: usize,
+        limits: &ExportLimits,
+        out: &mut Vec<u8>,
+    ) -> Option<Request> {
+        let avail = &self.buf[self.start..self.end];
+        if avail.len() < REQUEST_HEADER_BYTES {
+            return None;
+        }
+        let r = parse_request(avail).ok()?;
+        let len = r.length as usize;
+        if r.command != Command::Write
+            || r.flags != 0
+            || r.offset != offset
+            || len > room
+            || avail.len() < REQUEST_HEADER_BYTES + len
+            || r.validate(limits).is_err()
+        {
+            return None;
+        }
+        out.extend_from_slice(&avail[REQUEST_HEADER_BYTES..REQUEST_HEADER_BYTES + len]);
+        self.start += REQUEST_HEADER_BYTES + len;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Some(r)
+    }
+
     fn read_payload(&mut self, stream: &Stream, out: &mut [u8]) -> Result<(), NbdError> {
         let buffered = (self.end - self.start).min(out.len());
         out[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
@@ -233,7 +277,9 @@ pub(crate) fn serve(
 
 /// What a worker took from the input.
 enum Next {
-    Run(Request),
+    /// A request, and for a merged write the cookies of the writes merged
+    /// into it (their payloads follow the first's in the buffer).
+    Run(Request, Vec<u64>),
     Stop,
 }
 
@@ -241,12 +287,12 @@ fn worker<'scope, 'env>(sh: &'scope Shared<'env>, scope: &'scope std::thread::Sc
     let mut buf = WorkBuf::new(sh.budget);
     let mut scratch = Vec::with_capacity(64);
     loop {
-        let req = match next_request(sh, &mut buf) {
-            Next::Run(req) => req,
+        let (req, merged) = match next_request(sh, &mut buf) {
+            Next::Run(req, merged) => (req, merged),
             Next::Stop => return,
         };
         maybe_add_worker(sh, scope);
-        let result = execute(sh, &req, &mut buf, &mut scratch);
+        let result = execute(sh, &req, &merged, &mut buf, &mut scratch);
         buf.shrink();
         if let Err(e) = result {
             fail(sh, e, Shutdown::Both);
@@ -343,13 +389,35 @@ fn next_request(sh: &Shared<'_>, buf: &mut WorkBuf<'_>) -> Next {
             return Next::Stop;
         }
     }
-    Next::Run(req)
+    let mut req = req;
+    let mut merged = Vec::new();
+    if req.command == Command::Write
+        && req.flags == 0
+        && (payload as usize) <= MERGED_WRITE_MAX_BYTES
+        && req.validate(&sh.config.limits).is_ok()
+    {
+        let mut total = payload as usize;
+        let data = &mut buf.data;
+        data.truncate(total);
+        while let Some(r) = input.take_adjacent_write(
+            req.offset + total as u64,
+            MERGED_WRITE_MAX_BYTES - total,
+            &sh.config.limits,
+            data,
+        ) {
+            total += r.length as usize;
+            merged.push(r.cookie);
+        }
+        req.length = total as u32;
+    }
+    Next::Run(req, merged)
 }
 
 /// Runs one request and sends its reply; `Err` only for socket errors.
 fn execute(
     sh: &Shared<'_>,
     req: &Request,
+    merged: &[u64],
     buf: &mut WorkBuf<'_>,
     scratch: &mut Vec<u8>,
 ) -> Result<(), NbdError> {
@@ -388,11 +456,24 @@ fn execute(
         Command::Disc | Command::Unknown(_) => unreachable!("filtered by next_request/validate"),
     };
     match result {
-        Ok(()) => send(sh, &[&encode_simple_reply(req.cookie, 0)]),
+        Ok(()) if merged.is_empty() => send(sh, &[&encode_simple_reply(req.cookie, 0)]),
+        Ok(()) => {
+            // One reply per merged write, in one write.
+            let replies: Vec<u8> = std::iter::once(req.cookie)
+                .chain(merged.iter().copied())
+                .flat_map(|c| encode_simple_reply(c, 0))
+                .collect();
+            send(sh, &[&replies])
+        }
         Err(e) => {
             let errno = errno_of(&e);
             let msg = e.to_string();
-            send_error(sh, req, errno, &msg, scratch)
+            // A failed merged write fails every write in it.
+            for cookie in std::iter::once(req.cookie).chain(merged.iter().copied()) {
+                let one = Request { cookie, ..*req };
+                send_error(sh, &one, errno, &msg, scratch)?;
+            }
+            Ok(())
         }
     }
 }

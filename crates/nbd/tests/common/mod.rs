@@ -252,6 +252,28 @@ impl Client {
         Ok(cookie)
     }
 
+    /// Several writes sent with one `write` call: (offset, payload, flags) each;
+    /// returns their cookies.
+    pub fn send_writes(&mut self, writes: &[(u64, Vec<u8>, u16)]) -> io::Result<Vec<u64>> {
+        let mut m = Vec::new();
+        let mut cookies = Vec::new();
+        for (offset, payload, flags) in writes {
+            let cookie = self.next_cookie;
+            self.next_cookie += 1;
+            m.extend_from_slice(&encode_request(&Request {
+                flags: *flags,
+                command: Command::Write,
+                cookie,
+                offset: *offset,
+                length: payload.len() as u32,
+            }));
+            m.extend_from_slice(payload);
+            cookies.push(cookie);
+        }
+        self.stream.write_all(&m)?;
+        Ok(cookies)
+    }
+
     pub fn recv(&mut self) -> io::Result<Reply> {
         let magic = read_exact(&mut self.stream, 4)?;
         let magic = u32::from_be_bytes(magic.try_into().unwrap());
