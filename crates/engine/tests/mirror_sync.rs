@@ -465,7 +465,9 @@ fn shape_changes_under_io_are_seen_whole() {
                         "torn shape (seed {seed})"
                     );
                     assert_eq!(sh.raid_disks, base.raid_disks);
-                    let off = rng.gen_range(0..a.size_bytes() / 4096) * 4096;
+                    // Each thread its own blocks (block % 3 == t): a read-back must see
+                    // this thread's write, not another's.
+                    let off = (rng.gen_range(0..a.size_bytes() / 4096 / 3) * 3 + t) * 4096;
                     rng.fill(&mut buf[..]);
                     a.write(off, &buf).expect("write");
                     let mut back = vec![0u8; 4096];
