@@ -69,6 +69,9 @@ enum Cmd {
     Add(control::AddArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
+    /// Show or set a served raid4/5/6 array's knobs by md's sysfs names
+    /// (stripe_cache_size=1024 group_thread_cnt=2 rmw_level=1 skip_copy=0 batching=1).
+    Set(control::SetArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Cmd::Remove(a) => control::remove(a),
         Cmd::Add(a) => control::add(a),
         Cmd::Stop(a) => control::stop(a),
+        Cmd::Set(a) => control::set(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
     };

@@ -30,6 +30,9 @@ pub mod raid5;
 pub mod recovery;
 pub mod sim;
 pub mod slot;
+pub mod stripe_cache;
+pub mod stripe_plan;
+pub mod stripe_workers;
 
 pub use array::Array;
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
