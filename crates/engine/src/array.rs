@@ -101,6 +101,8 @@ pub struct Array {
     pub(crate) stripe_cache: crate::stripe_cache::StripeCache,
     /// raid4/5/6: stripe workers (md's group_thread_cnt); None = submitters do the work.
     workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
+    /// Workers in `workers`, so that the common case (none) takes no lock.
+    group_threads: std::sync::atomic::AtomicUsize,
 }
 
 impl crate::journal::JournalHost for Array {
@@ -153,6 +155,7 @@ impl Array {
                 crate::stripe_cache::PARTITIONS,
             ),
             workers: std::sync::RwLock::new(None),
+            group_threads: std::sync::atomic::AtomicUsize::new(0),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -279,16 +282,20 @@ impl Array {
             )));
         }
         let new = (n > 0).then(|| crate::stripe_workers::Workers::new(n));
-        let old = std::mem::replace(
-            &mut *self.workers.write().unwrap_or_else(|e| e.into_inner()),
-            new,
-        );
+        let old = {
+            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
+            self.group_threads.store(n, Ordering::SeqCst);
+            std::mem::replace(&mut *w, new)
+        };
         drop(old);
         Ok(())
     }
 
     /// Run one stripe's work: on a stripe worker if there are any, else here.
     pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.group_threads.load(Ordering::Relaxed) == 0 {
+            return f();
+        }
         let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
         match w.as_ref() {
             Some(w) => w.run(f),

@@ -1,12 +1,14 @@
 //! raid4/5/6 IO over chunk-high stripes. The recovery unit is the stripe.
 //!
-//! Per stripe, under the stripe's lock:
-//! - reads go straight to the data members; a piece on a missing member is rebuilt from the
+//! Per stripe, holding the stripe's head in the stripe cache ([`crate::stripe_cache`]):
+//! - reads go straight to the data members (waiting first for a write in progress on the
+//!   stripe, without holding the head); a piece on a missing member is rebuilt from the
 //!   rest of its rows (XOR for one loss, P and Q for two); a piece whose read fails is
 //!   rebuilt the same way and written back to the member (read-error repair);
 //! - writes are full-stripe (no reads), read-modify-write (old data and parity) or
 //!   reconstruct-write (the untouched data), whichever reads fewer member blocks, as md
 //!   counts them; a degraded stripe always reconstructs, rebuilding missing blocks first.
+//!   Each stripe write is analyse -> plan ([`crate::stripe_plan`], pure) -> execute.
 //!
 //! Row ranges `[lo, hi)` are byte offsets inside the chunk.
 
@@ -213,6 +215,32 @@ impl Rows {
         exclude: &[MemberIdx],
         want: impl Fn(MemberIdx) -> bool,
     ) -> Result<Rows, Vec<MemberIdx>> {
+        Rows::load_into(
+            a,
+            g,
+            map,
+            stripe,
+            lo,
+            hi,
+            exclude,
+            want,
+            &mut AlignedBuf::scratch,
+        )
+    }
+
+    /// [`Rows::load`] with the buffers from `take` (a stripe head's).
+    #[allow(clippy::too_many_arguments)]
+    fn load_into(
+        a: &Array,
+        g: &ParityGeometry,
+        map: &StripeMap,
+        stripe: u64,
+        lo: usize,
+        hi: usize,
+        exclude: &[MemberIdx],
+        want: impl Fn(MemberIdx) -> bool,
+        take: &mut dyn FnMut(usize) -> AlignedBuf,
+    ) -> Result<Rows, Vec<MemberIdx>> {
         let len = hi - lo;
         let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
         let mut devs: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
@@ -222,7 +250,7 @@ impl Rows {
                 continue;
             }
             if let Some(dev) = a.usable(role, stripe) {
-                bufs[role.0] = Some(AlignedBuf::scratch(len));
+                bufs[role.0] = Some(take(len));
                 devs[role.0] = Some(dev);
             }
         }
@@ -723,7 +751,9 @@ fn execute(
                         .position(|&d| d == r)
                         .is_some_and(|i| read_data.contains(&i))
             };
-            let mut rows = match Rows::load(a, g, map, stripe, lo, hi, exclude, want) {
+            let mut take = |len| bufs.take(len);
+            let loaded = Rows::load_into(a, g, map, stripe, lo, hi, exclude, want, &mut take);
+            let mut rows = match loaded {
                 Ok(r) => r,
                 Err(failed) => return Ok(Outcome::Retry(failed)),
             };
@@ -748,6 +778,9 @@ fn execute(
             }
             let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
             gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+            for b in rows.bufs.into_iter().flatten() {
+                bufs.put(b);
+            }
         }
     }
 

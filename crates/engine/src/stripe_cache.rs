@@ -9,11 +9,15 @@
 //! and wait queue, so that requests on different partitions never meet.
 //!
 //! Waiting, as md's exclusive wake-ups: a thread that finds its stripe owned, or no free head
-//! in its partition, queues itself and sleeps. A release hands its head straight to the
-//! first queued thread that can use it (one waiting for that stripe, else one waiting for
-//! any free head) and wakes exactly that thread; with nobody queued (an atomic count says
-//! so) it takes no wake-up path at all. A woken thread never has to re-check and sleep again,
-//! so there are no lost or wasted wake-ups.
+//! in its partition, queues itself and sleeps. A release hands free heads straight to the
+//! queued threads that can use them now (in queue order, those whose stripe nobody owns:
+//! usually the one waiting for the stripe just released, or one waiting for any head) and
+//! wakes exactly those; with nobody queued (an atomic count says so) it takes no wake-up path
+//! at all. A woken thread owns its head already: no re-check, no lost or wasted wake-ups.
+//! (A plain condvar with notify_one can wake a thread waiting for another, still busy
+//! stripe and so lose the wake-up; and handing over only the released head strands a second
+//! waiter while free heads sit idle, which the seeded stress test below caught in an early
+//! version.)
 //!
 //! Size: each partition's quota is its share of `stripe_cache_size`. Under sustained
 //! pressure (a partition's getters had to wait for a free head [`GROW_AFTER_WAITS`] times in
