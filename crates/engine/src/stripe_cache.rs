@@ -27,6 +27,7 @@
 
 use crate::buf::AlignedBuf;
 use std::collections::{HashMap, VecDeque};
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
@@ -91,9 +92,35 @@ struct Waiter {
     thread: Thread,
 }
 
+/// Stripe numbers hash well enough by one multiplication; SipHash would cost more than the
+/// rest of a lookup.
+#[derive(Default, Clone, Copy)]
+struct StripeHasher(u64);
+
+impl std::hash::Hasher for StripeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (x ^ self.0)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29);
+    }
+}
+
+type StripeMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<StripeHasher>>;
+
+/// Slots of the lock-free "maybe active" hint that healthy reads consult.
+const HINT_SLOTS: usize = 4096;
+
 struct PartState {
     /// Stripes whose head is owned.
-    active: HashMap<u64, ()>,
+    active: StripeMap<()>,
     free: Vec<HeadBufs>,
     /// Heads of this partition: active + free.
     heads: usize,
@@ -102,7 +129,7 @@ struct PartState {
     share: usize,
     waitq: VecDeque<Waiter>,
     /// Heads handed to woken waiters, by waiter id.
-    grants: HashMap<u64, HeadBufs>,
+    grants: StripeMap<HeadBufs>,
     next_id: u64,
     /// Waits for a free head since the last growth or idle moment.
     pressure: u32,
@@ -129,6 +156,9 @@ pub struct CacheStats {
 
 pub struct StripeCache {
     parts: Box<[Partition]>,
+    /// Owned heads per stripe hash slot: zero means no stripe of the slot is owned, so a
+    /// healthy read can skip the partition lock (it is one atomic load).
+    hint: Box<[AtomicUsize]>,
     size: AtomicUsize,
     heads: AtomicUsize,
     pub stats: CacheStats,
@@ -155,13 +185,13 @@ impl StripeCache {
         let parts: Box<[Partition]> = shares(size, parts)
             .map(|share| Partition {
                 st: Mutex::new(PartState {
-                    active: HashMap::new(),
+                    active: StripeMap::default(),
                     free: Vec::new(),
                     heads: 0,
                     quota: share,
                     share,
                     waitq: VecDeque::new(),
-                    grants: HashMap::new(),
+                    grants: StripeMap::default(),
                     next_id: 0,
                     pressure: 0,
                 }),
@@ -170,6 +200,7 @@ impl StripeCache {
             .collect();
         StripeCache {
             parts,
+            hint: (0..HINT_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
             size: AtomicUsize::new(size),
             heads: AtomicUsize::new(0),
             stats: CacheStats::default(),
@@ -179,6 +210,16 @@ impl StripeCache {
     fn part_of(&self, stripe: u64) -> usize {
         // Fibonacci hashing: neighbouring stripes land in different partitions.
         ((stripe.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % self.parts.len() as u64) as usize
+    }
+
+    fn hint_slot(stripe: u64) -> usize {
+        (stripe.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % HINT_SLOTS
+    }
+
+    /// Mark `stripe` owned (under its partition's lock).
+    fn activate(&self, st: &mut PartState, stripe: u64) {
+        self.hint[Self::hint_slot(stripe)].fetch_add(1, Ordering::SeqCst);
+        st.active.insert(stripe, ());
     }
 
     fn lock(&self, p: usize) -> MutexGuard<'_, PartState> {
@@ -233,7 +274,7 @@ impl StripeCache {
         let busy = st.active.contains_key(&stripe);
         if !busy {
             if let Some(bufs) = self.take_free(&mut st) {
-                st.active.insert(stripe, ());
+                self.activate(&mut st, stripe);
                 return Some(self.head(p, stripe, bufs));
             }
         }
@@ -250,7 +291,7 @@ impl StripeCache {
                 st.heads += 1;
                 self.new_head();
                 self.stats.grown.fetch_add(1, Ordering::Relaxed);
-                st.active.insert(stripe, ());
+                self.activate(&mut st, stripe);
                 return Some(self.head(p, stripe, HeadBufs::default()));
             }
         }
@@ -281,8 +322,12 @@ impl StripeCache {
         }
     }
 
-    /// Whether a head of `stripe` is owned now (a write or sync may be in progress).
+    /// Whether a head of `stripe` is owned now (a write or sync may be in progress). Without
+    /// any owned stripe in its hint slot, this takes no lock.
     pub fn is_active(&self, stripe: u64) -> bool {
+        if self.hint[Self::hint_slot(stripe)].load(Ordering::SeqCst) == 0 {
+            return false;
+        }
         self.lock(self.part_of(stripe)).active.contains_key(&stripe)
     }
 
@@ -301,7 +346,7 @@ impl StripeCache {
                 return;
             };
             let w = st.waitq.remove(i).expect("waiter");
-            st.active.insert(w.stripe, ());
+            self.activate(st, w.stripe);
             st.grants.insert(w.id, bufs);
             self.parts[p].waiters.fetch_sub(1, Ordering::SeqCst);
             self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
@@ -314,6 +359,7 @@ impl StripeCache {
         let st = &mut *guard;
         let was = st.active.remove(&stripe);
         assert!(was.is_some(), "released stripe {stripe} was not active");
+        self.hint[Self::hint_slot(stripe)].fetch_sub(1, Ordering::SeqCst);
         if st.heads > st.quota {
             // The cache shrank: this head goes away.
             st.heads -= 1;
