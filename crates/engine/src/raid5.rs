@@ -48,7 +48,7 @@ fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
 fn lost_roles(a: &Array, map: &StripeMap, stripe: u64, exclude: &[MemberIdx]) -> Vec<MemberIdx> {
     stripe_roles(map)
         .into_iter()
-        .filter(|r| exclude.contains(r) || a.usable(*r, stripe).is_none())
+        .filter(|r| exclude.contains(r) || !a.slot(*r).is_usable(stripe))
         .collect()
 }
 

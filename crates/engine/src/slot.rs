@@ -161,6 +161,17 @@ impl Slot {
         }
     }
 
+    /// Whether [`Slot::usable`] would give a device for `unit`, by state alone: no lock and
+    /// no reference count, for the per-stripe "what is lost" checks (a device that goes away
+    /// meanwhile is caught when the IO asks [`Slot::usable`]).
+    pub fn is_usable(&self, unit: u64) -> bool {
+        match self.state() {
+            SlotState::InSync => true,
+            SlotState::Recovering => unit < self.recovery_cursor(),
+            _ => false,
+        }
+    }
+
     /// The device, if it is fully in sync.
     pub fn in_sync(&self) -> Option<Arc<dyn Member>> {
         match self.state() {
