@@ -109,6 +109,21 @@ pub struct BenchArgs {
     /// write-back (the journal is one more member of the same kind; raid4/5/6 only).
     #[arg(long, value_delimiter = ',', default_value = "none")]
     journal: Vec<String>,
+    /// md's group_thread_cnt for raid4/5/6: stripe worker threads (0 = submitters).
+    #[arg(long, default_value_t = 0)]
+    group_thread_cnt: usize,
+    /// md's stripe_cache_size for raid4/5/6 (heads in the stripe cache).
+    #[arg(long, default_value_t = uraid_engine::stripe_cache::DEFAULT_SIZE)]
+    stripe_cache_size: usize,
+    /// md's skip_copy for raid4/5/6: write straight from the request buffer.
+    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    skip_copy: OnOff,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -379,6 +394,18 @@ impl Ctx<'_> {
                     .tuning
                     .batching
                     .store(!a.no_batching, std::sync::atomic::Ordering::Relaxed);
+                if matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) {
+                    let knobs = [
+                        ("group_thread_cnt", a.group_thread_cnt.to_string()),
+                        ("stripe_cache_size", a.stripe_cache_size.to_string()),
+                        ("skip_copy", u8::from(a.skip_copy == OnOff::On).to_string()),
+                    ];
+                    for (k, v) in knobs {
+                        array
+                            .set_tunable(k, &v)
+                            .with_context(|| format!("{k}={v}"))?;
+                    }
+                }
                 let array = Arc::new(array);
                 let mut label = format!("{level}:{disks}");
                 let mut daemon = None;

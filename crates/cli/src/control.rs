@@ -543,6 +543,27 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 None => (fail_reply("the array has no write journal"), None),
             },
         },
+        "set" => {
+            // md's sysfs knobs (stripe_cache_size, group_thread_cnt, rmw_level, skip_copy...):
+            // {"cmd":"set","values":{"stripe_cache_size":"1024"}}; no values lists them.
+            if let Some(vals) = req["values"].as_object() {
+                for (k, v) in vals {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    if let Err(e) = a.set_tunable(k, &v) {
+                        return (fail_reply(e), None);
+                    }
+                }
+            }
+            let t: serde_json::Map<String, Value> = a
+                .tunables()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v)))
+                .collect();
+            (json!({"ok": true, "tunables": t}), None)
+        }
         "stop" => {
             let (rtx, rrx) = mpsc::channel();
             let (wtx, wrx) = mpsc::channel();
@@ -978,6 +999,44 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
             v["replace"]["replacement"].as_str().unwrap_or("")
         ),
     )
+}
+
+/// `uraid set`: show or change a served raid4/5/6 array's knobs, by md's sysfs names.
+#[derive(clap::Args)]
+pub struct SetArgs {
+    /// Control socket of the running array.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Member paths of the running array (instead of --control).
+    #[arg(long = "member", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+    /// NAME=VALUE pairs: stripe_cache_size, group_thread_cnt, rmw_level, skip_copy,
+    /// batching. None: print the current values.
+    pub values: Vec<String>,
+}
+
+pub fn set(a: SetArgs) -> Result<()> {
+    let control = resolve(&a.control, &a.devices)?;
+    let mut vals = serde_json::Map::new();
+    for kv in &a.values {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("{kv:?}: expected NAME=VALUE (e.g. stripe_cache_size=1024)");
+        };
+        vals.insert(k.trim().to_string(), Value::String(v.trim().to_string()));
+    }
+    let v = request(&control, &json!({"cmd": "set", "values": vals}))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if let Some(t) = v["tunables"].as_object() {
+        for (k, val) in t {
+            println!("{k} = {}", val.as_str().unwrap_or_default());
+        }
+    }
+    Ok(())
 }
 
 pub fn stop(a: StopArgs) -> Result<()> {

@@ -75,6 +75,9 @@ enum Cmd {
     /// Show or set the write journal's mode of a served array: write-through or write-back
     /// (md's journal_mode; write-back is refused while degraded).
     JournalMode(control::JournalModeArgs),
+    /// Show or set a served raid4/5/6 array's knobs by md's sysfs names
+    /// (stripe_cache_size=1024 group_thread_cnt=2 rmw_level=1 skip_copy=0 batching=1).
+    Set(control::SetArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         Cmd::Replace(a) => control::replace(a),
         Cmd::Stop(a) => control::stop(a),
         Cmd::JournalMode(a) => control::journal_mode(a),
+        Cmd::Set(a) => control::set(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
     };

@@ -32,6 +32,11 @@ pub struct Tuning {
     /// Member bytes per batched sync pass (raid4/5/6): each pass reads every member once
     /// and writes once, overlapped with the next pass's reads.
     pub sync_batch_bytes: std::sync::atomic::AtomicUsize,
+    /// md's skip_copy: write straight from the caller's buffer instead of copying the new
+    /// data into the stripe's buffers first. Off by default, as in md: with it off, a caller
+    /// whose buffer changes during the write (a page under writeback, a buffer shared with
+    /// the kernel or another process) cannot make data and parity disagree.
+    pub skip_copy: AtomicBool,
 }
 
 impl Default for Tuning {
@@ -40,6 +45,7 @@ impl Default for Tuning {
             batching: AtomicBool::new(true),
             rmw_level: std::sync::atomic::AtomicU8::new(1),
             sync_batch_bytes: std::sync::atomic::AtomicUsize::new(2 << 20),
+            skip_copy: AtomicBool::new(false),
         }
     }
 }
@@ -107,6 +113,12 @@ pub struct Array {
     pub(crate) heads: Vec<crate::read_balance::Head>,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
+    /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
+    pub(crate) stripe_cache: crate::stripe_cache::StripeCache,
+    /// raid4/5/6: stripe workers (md's group_thread_cnt); None = submitters do the work.
+    workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
+    /// Workers in `workers`, so that the common case (none) takes no lock.
+    group_threads: std::sync::atomic::AtomicUsize,
 }
 
 /// A source of seconds (the array's notion of "now").
@@ -172,6 +184,12 @@ impl Array {
             quiesce: Default::default(),
             heads: (0..raid_disks).map(|_| Default::default()).collect(),
             shape,
+            stripe_cache: crate::stripe_cache::StripeCache::new(
+                crate::stripe_cache::DEFAULT_SIZE,
+                crate::stripe_cache::PARTITIONS,
+            ),
+            workers: std::sync::RwLock::new(None),
+            group_threads: std::sync::atomic::AtomicUsize::new(0),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -337,6 +355,139 @@ impl Array {
         self.meta.lock().unwrap()
     }
 
+    /// The stripe cache of a raid4/5/6 array (counters, size).
+    pub fn stripe_cache(&self) -> &crate::stripe_cache::StripeCache {
+        &self.stripe_cache
+    }
+
+    /// Set md's stripe_cache_size (raid4/5/6; heads in the stripe cache).
+    pub fn set_stripe_cache_size(&self, n: usize) -> Result<(), ArrayError> {
+        use crate::stripe_cache::{MAX_SIZE, MIN_SIZE};
+        if !matches!(self.personality, Personality::Parity(_)) {
+            return Err(ArrayError::Failed(format!(
+                "stripe_cache_size applies to raid4/5/6, not {}",
+                self.geometry.level
+            )));
+        }
+        if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
+            return Err(ArrayError::Failed(format!(
+                "stripe_cache_size must be {MIN_SIZE}..={MAX_SIZE}, not {n}"
+            )));
+        }
+        self.stripe_cache.set_size(n);
+        Ok(())
+    }
+
+    /// md's group_thread_cnt: stripe worker threads (0 = each submitter handles its stripes).
+    pub fn group_thread_cnt(&self) -> usize {
+        self.workers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |w| w.threads())
+    }
+
+    /// Set group_thread_cnt: the old workers finish what they hold and stop.
+    pub fn set_group_thread_cnt(&self, n: usize) -> Result<(), ArrayError> {
+        const MAX_WORKERS: usize = 8192; // md's limit
+        if n > MAX_WORKERS {
+            return Err(ArrayError::Failed(format!(
+                "group_thread_cnt must be at most {MAX_WORKERS}, not {n}"
+            )));
+        }
+        let new = (n > 0).then(|| crate::stripe_workers::Workers::new(n));
+        let old = {
+            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
+            self.group_threads.store(n, Ordering::SeqCst);
+            std::mem::replace(&mut *w, new)
+        };
+        drop(old);
+        Ok(())
+    }
+
+    /// Run one stripe's work: on a stripe worker if there are any, else here.
+    pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.group_threads.load(Ordering::Relaxed) == 0 {
+            return f();
+        }
+        let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
+        match w.as_ref() {
+            Some(w) => w.run(f),
+            None => {
+                drop(w);
+                f()
+            }
+        }
+    }
+
+    /// The run-time knobs by md's sysfs names, with their values.
+    pub fn tunables(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if matches!(self.personality, Personality::Parity(_)) {
+            let t = &self.tuning;
+            v.push(("stripe_cache_size", self.stripe_cache.size().to_string()));
+            v.push((
+                "stripe_cache_active",
+                self.stripe_cache.active().to_string(),
+            ));
+            v.push(("group_thread_cnt", self.group_thread_cnt().to_string()));
+            v.push(("rmw_level", t.rmw_level.load(Ordering::Relaxed).to_string()));
+            v.push((
+                "skip_copy",
+                u8::from(t.skip_copy.load(Ordering::Relaxed)).to_string(),
+            ));
+            v.push((
+                "batching",
+                u8::from(t.batching.load(Ordering::Relaxed)).to_string(),
+            ));
+        }
+        v
+    }
+
+    /// Set a run-time knob by its md sysfs name (see [`Array::tunables`]).
+    pub fn set_tunable(&self, name: &str, value: &str) -> Result<(), ArrayError> {
+        let num = || {
+            value
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| ArrayError::Failed(format!("{name}: {value:?} is not a number")))
+        };
+        let flag = || match num()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(ArrayError::Failed(format!("{name} is 0 or 1, not {n}"))),
+        };
+        if !matches!(self.personality, Personality::Parity(_)) {
+            return Err(ArrayError::Failed(format!(
+                "{} has no tunable {name}",
+                self.geometry.level
+            )));
+        }
+        match name {
+            "stripe_cache_size" => self.set_stripe_cache_size(num()?),
+            "group_thread_cnt" => self.set_group_thread_cnt(num()?),
+            "rmw_level" => match num()? {
+                n @ 0..=2 => {
+                    self.tuning.rmw_level.store(n as u8, Ordering::Relaxed);
+                    Ok(())
+                }
+                n => Err(ArrayError::Failed(format!("rmw_level is 0..=2, not {n}"))),
+            },
+            "skip_copy" => {
+                self.tuning.skip_copy.store(flag()?, Ordering::Relaxed);
+                Ok(())
+            }
+            "batching" => {
+                self.tuning.batching.store(flag()?, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(ArrayError::Failed(format!(
+                "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
+                 rmw_level, skip_copy, batching)"
+            ))),
+        }
+    }
+
     fn bucket_of(key: u64) -> usize {
         // Fibonacci hashing spreads neighbouring stripes over buckets.
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % LOCK_BUCKETS
@@ -344,31 +495,6 @@ impl Array {
 
     pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
         self.locks[Self::bucket_of(key)].lock().unwrap()
-    }
-
-    /// Lock the buckets of several keys, in bucket order so that two multi-lockers cannot
-    /// deadlock (single-key lockers hold one bucket and wait for nothing else).
-    pub(crate) fn lock_buckets(&self, keys: impl Iterator<Item = u64>) -> Vec<MutexGuard<'_, ()>> {
-        let mut b: Vec<usize> = keys.map(Self::bucket_of).collect();
-        b.sort_unstable();
-        b.dedup();
-        b.into_iter()
-            .map(|i| self.locks[i].lock().unwrap())
-            .collect()
-    }
-
-    /// As [`Array::lock_buckets`], but without waiting: None if any bucket is taken (also
-    /// by this thread), so a holder of other buckets can never deadlock on them.
-    pub(crate) fn try_lock_buckets(
-        &self,
-        keys: impl Iterator<Item = u64>,
-    ) -> Option<Vec<MutexGuard<'_, ()>>> {
-        let mut b: Vec<usize> = keys.map(Self::bucket_of).collect();
-        b.sort_unstable();
-        b.dedup();
-        b.into_iter()
-            .map(|i| self.locks[i].try_lock().ok())
-            .collect()
     }
 
     /// Byte offset on a member of a member sector (relative to the data area).

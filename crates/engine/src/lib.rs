@@ -38,6 +38,9 @@ pub mod replace;
 pub mod shape;
 pub mod sim;
 pub mod slot;
+pub mod stripe_cache;
+pub mod stripe_plan;
+pub mod stripe_workers;
 pub mod writeback;
 
 pub use array::Array;

@@ -1,12 +1,14 @@
 //! raid4/5/6 IO over chunk-high stripes. The recovery unit is the stripe.
 //!
-//! Per stripe, under the stripe's lock:
-//! - reads go straight to the data members; a piece on a missing member is rebuilt from the
+//! Per stripe, holding the stripe's head in the stripe cache ([`crate::stripe_cache`]):
+//! - reads go straight to the data members (waiting first for a write in progress on the
+//!   stripe, without holding the head); a piece on a missing member is rebuilt from the
 //!   rest of its rows (XOR for one loss, P and Q for two); a piece whose read fails is
 //!   rebuilt the same way and written back to the member (read-error repair);
 //! - writes are full-stripe (no reads), read-modify-write (old data and parity) or
 //!   reconstruct-write (the untouched data), whichever reads fewer member blocks, as md
 //!   counts them; a degraded stripe always reconstructs, rebuilding missing blocks first.
+//!   Each stripe write is analyse -> plan ([`crate::stripe_plan`], pure) -> execute.
 //!
 //! Row ranges `[lo, hi)` are byte offsets inside the chunk.
 
@@ -14,6 +16,8 @@ use crate::array::{no_redundancy, Array, OpList};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::mirror::{SyncCtx, SyncMode};
+use crate::stripe_cache::{Get, HeadBufs, StripeHead};
+use crate::stripe_plan::{self, Cover, Plan, Summary};
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
@@ -44,7 +48,7 @@ fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
 fn lost_roles(a: &Array, map: &StripeMap, stripe: u64, exclude: &[MemberIdx]) -> Vec<MemberIdx> {
     stripe_roles(map)
         .into_iter()
-        .filter(|r| exclude.contains(r) || a.usable(*r, stripe).is_none())
+        .filter(|r| exclude.contains(r) || !a.slot(*r).is_usable(stripe))
         .collect()
 }
 
@@ -106,6 +110,11 @@ pub(crate) fn read(
             let n = (cb - in_chunk).min(rest.len());
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
             let role = g.stripe_map(loc.stripe).data[loc.data_index];
+            // A write in progress on the stripe: wait for it, then read what it wrote (md
+            // sends such reads through the stripe cache instead of around it).
+            if a.stripe_cache.is_active(loc.stripe) {
+                drop(a.stripe_cache.get(loc.stripe, Get::Wait));
+            }
             match a.usable(role, loc.stripe) {
                 Some(dev) => {
                     ops.read(
@@ -138,7 +147,7 @@ pub(crate) fn read(
         let loc = g.locate(s);
         let map = g.stripe_map(loc.stripe);
         let piece = &mut buf[off..off + n];
-        let _lock = a.lock_bucket(loc.stripe);
+        let _head = a.stripe_cache.get(loc.stripe, Get::Wait);
         let first_exclude: Vec<MemberIdx> = direct.map(|(r, _)| r).into_iter().collect();
         retrying(a, &map, loc.stripe, g, |exclude| {
             let mut ex = exclude.to_vec();
@@ -206,6 +215,32 @@ impl Rows {
         exclude: &[MemberIdx],
         want: impl Fn(MemberIdx) -> bool,
     ) -> Result<Rows, Vec<MemberIdx>> {
+        Rows::load_into(
+            a,
+            g,
+            map,
+            stripe,
+            lo,
+            hi,
+            exclude,
+            want,
+            &mut AlignedBuf::scratch,
+        )
+    }
+
+    /// [`Rows::load`] with the buffers from `take` (a stripe head's).
+    #[allow(clippy::too_many_arguments)]
+    fn load_into(
+        a: &Array,
+        g: &ParityGeometry,
+        map: &StripeMap,
+        stripe: u64,
+        lo: usize,
+        hi: usize,
+        exclude: &[MemberIdx],
+        want: impl Fn(MemberIdx) -> bool,
+        take: &mut dyn FnMut(usize) -> AlignedBuf,
+    ) -> Result<Rows, Vec<MemberIdx>> {
         let len = hi - lo;
         let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
         let mut devs: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
@@ -215,7 +250,7 @@ impl Rows {
                 continue;
             }
             if let Some(dev) = a.usable(role, stripe) {
-                bufs[role.0] = Some(AlignedBuf::scratch(len));
+                bufs[role.0] = Some(take(len));
                 devs[role.0] = Some(dev);
             }
         }
@@ -351,6 +386,7 @@ pub(crate) fn write(
     let mut s = sector;
     let mut off = 0usize;
     let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
+    let skip_copy = a.tuning.skip_copy.load(Ordering::Relaxed);
     while off < buf.len() {
         let loc = g.locate(s);
         // A run of whole stripes goes out in one pass (md's full-stripe batching).
@@ -361,9 +397,17 @@ pub(crate) fn write(
             && a.tuning.batching.load(Ordering::Relaxed)
             && a.journal.is_none()
         {
-            let n = whole.min(MAX_BATCH_STRIPES);
+            let mut n = whole.min(MAX_BATCH_STRIPES);
+            if !skip_copy {
+                // The copy of the new data is per batch: bound it.
+                n = n.min((COPY_BATCH_BYTES / stripe_bytes).max(1));
+            }
+            let heads = take_run(a, loc.stripe, n);
+            let n = heads.len();
             let data = &buf[off..off + n * stripe_bytes];
-            if write_full_stripes(a, g, loc.stripe, n, data)? {
+            let done = a.run_stripe(|| write_full_stripes(a, g, loc.stripe, n, data, skip_copy))?;
+            drop(heads);
+            if done {
                 off += n * stripe_bytes;
                 s += sectors(n * stripe_bytes);
                 continue;
@@ -374,9 +418,12 @@ pub(crate) fn write(
         let data = &buf[off..off + n];
         {
             let map = g.stripe_map(loc.stripe);
-            let _lock = a.lock_bucket(loc.stripe);
-            retrying(a, &map, loc.stripe, g, |exclude| {
-                write_stripe(a, g, &map, loc.stripe, s, data, exclude)
+            let mut head = a.stripe_cache.get(loc.stripe, Get::Wait).expect("waited");
+            let bufs = head.bufs();
+            a.run_stripe(|| {
+                retrying(a, &map, loc.stripe, g, |exclude| {
+                    write_stripe(a, g, &map, loc.stripe, s, data, exclude, bufs, skip_copy)
+                })
             })?;
         }
         off += n;
@@ -387,18 +434,48 @@ pub(crate) fn write(
 
 /// Most stripes written in one batch.
 const MAX_BATCH_STRIPES: usize = 64;
+/// Most new data copied per batch when skip_copy is off.
+const COPY_BATCH_BYTES: usize = 4 << 20;
 
-/// Write `n` whole stripes from `first` in one pass: parity from the new data, every member
-/// write submitted together (the IO layer merges each member's adjacent pieces into one).
-/// Returns false, having done nothing, when a stripe has lost members: those go one by one.
+/// The heads of up to `n` stripes from `first`: the first waited for, the others only while
+/// they are at hand, so that a thread never waits while it holds a head (no deadlock between
+/// batches, whatever the cache size).
+/// As [`take_run`], but without waiting at all: None if the first head is not at hand.
+fn try_take_run(a: &Array, first: u64, n: usize) -> Option<Vec<StripeHead<'_>>> {
+    let mut heads = vec![a.stripe_cache.get(first, Get::Try)?];
+    for s in first + 1..first + n as u64 {
+        match a.stripe_cache.get(s, Get::Try) {
+            Some(h) => heads.push(h),
+            None => break,
+        }
+    }
+    Some(heads)
+}
+
+fn take_run(a: &Array, first: u64, n: usize) -> Vec<StripeHead<'_>> {
+    let mut heads = vec![a.stripe_cache.get(first, Get::Wait).expect("waited")];
+    for s in first + 1..first + n as u64 {
+        match a.stripe_cache.get(s, Get::Try) {
+            Some(h) => heads.push(h),
+            None => break,
+        }
+    }
+    heads
+}
+
+/// Write `n` whole stripes from `first` in one pass (the caller holds their heads): parity
+/// from the new data, every member write submitted together (the IO layer merges each
+/// member's adjacent pieces into one). Without skip_copy the new data is copied first and
+/// parity and member writes both come from the copy. Returns false, having done nothing,
+/// when a stripe has lost members: those go one by one.
 fn write_full_stripes(
     a: &Array,
     g: &ParityGeometry,
     first: u64,
     n: usize,
     data: &[u8],
+    skip_copy: bool,
 ) -> Result<bool, ArrayError> {
-    let _locks = a.lock_buckets(first..first + n as u64);
     let maps: Vec<StripeMap> = (first..first + n as u64).map(|s| g.stripe_map(s)).collect();
     if maps
         .iter()
@@ -407,14 +484,23 @@ fn write_full_stripes(
     {
         return Ok(false);
     }
+    let copy;
+    let data = if skip_copy {
+        data
+    } else {
+        let mut b = AlignedBuf::scratch(data.len());
+        b.copy_from_slice(data);
+        copy = b;
+        &copy[..]
+    };
     let cb = chunk_bytes(g);
     let stripe_bytes = cb * g.data_disks();
     let mut parity: Vec<(AlignedBuf, Option<AlignedBuf>)> = Vec::with_capacity(n);
     for (k, map) in maps.iter().enumerate() {
         let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
         let srcs: Vec<&[u8]> = sd.chunks(cb).collect();
-        let mut p = AlignedBuf::new(cb);
-        let mut q = map.q.map(|_| AlignedBuf::new(cb));
+        let mut p = AlignedBuf::scratch(cb);
+        let mut q = map.q.map(|_| AlignedBuf::scratch(cb));
         gen_parity(map, &srcs, &mut p, q.as_deref_mut());
         parity.push((p, q));
     }
@@ -465,15 +551,25 @@ impl Piece<'_> {
     }
 }
 
-fn write_stripe(
+/// Analyse: split the write into per-chunk pieces, the rows [lo, hi) they span, and what the
+/// stripe's members can give (a [`Summary`] for the plan step).
+struct Analysis<'d> {
+    pieces: Vec<Option<Piece<'d>>>,
+    lo: usize,
+    hi: usize,
+    summary: Summary,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn analyse<'d>(
     a: &Array,
     g: &ParityGeometry,
     map: &StripeMap,
     stripe: u64,
     sector: u64,
-    data: &[u8],
+    data: &'d [u8],
     exclude: &[MemberIdx],
-) -> Result<Outcome, ArrayError> {
+) -> Analysis<'d> {
     let cb = chunk_bytes(g);
     let dd = g.data_disks();
     let first = g.locate(sector);
@@ -491,7 +587,7 @@ fn write_stripe(
         idx += 1;
         start = 0;
     }
-    write_stripe_pieces(a, g, map, stripe, &pieces, exclude, Log::Stripe)
+    analyse_pieces(a, g, map, stripe, pieces, exclude)
 }
 
 /// What a stripe write logs to the journal (if there is one) before its member writes.
@@ -506,33 +602,37 @@ pub(crate) enum Log {
 }
 
 /// Write-back's hook: write `pieces` (per logical data chunk: start in the chunk, new
-/// bytes, whole pages) into `stripe`, whose lock the caller holds, logging as `log` says.
+/// bytes, whole pages) into the stripe whose head the caller holds, logging as `log` says.
 pub(crate) fn write_pieces_locked(
     a: &Array,
     g: &ParityGeometry,
-    stripe: u64,
+    head: &mut StripeHead<'_>,
     pieces: &[Option<(usize, &[u8])>],
     log: Log,
 ) -> Result<(), ArrayError> {
+    let stripe = head.stripe();
     let map = g.stripe_map(stripe);
-    let pieces: Vec<Option<Piece>> = pieces
-        .iter()
-        .map(|p| p.map(|(start, data)| Piece { start, data }))
-        .collect();
+    let bufs = head.bufs();
     retrying(a, &map, stripe, g, |exclude| {
-        write_stripe_pieces(a, g, &map, stripe, &pieces, exclude, log)
+        let pieces: Vec<Option<Piece>> = pieces
+            .iter()
+            .map(|p| p.map(|(start, data)| Piece { start, data }))
+            .collect();
+        let an = analyse_pieces(a, g, &map, stripe, pieces, exclude);
+        let plan = stripe_plan::plan(&an.summary);
+        execute(a, g, &map, stripe, &an, &plan, exclude, bufs, log)
     })
 }
 
-fn write_stripe_pieces(
+/// Analyse the per-chunk pieces of one stripe write (see [`analyse`]).
+fn analyse_pieces<'d>(
     a: &Array,
     g: &ParityGeometry,
     map: &StripeMap,
     stripe: u64,
-    pieces: &[Option<Piece>],
+    pieces: Vec<Option<Piece<'d>>>,
     exclude: &[MemberIdx],
-    log: Log,
-) -> Result<Outcome, ArrayError> {
+) -> Analysis<'d> {
     let dd = g.data_disks();
     let lo = pieces
         .iter()
@@ -551,138 +651,197 @@ fn write_stripe_pieces(
         Some(_) => (lo / 4096 * 4096, hi.div_ceil(4096) * 4096),
         None => (lo, hi),
     };
-    let covers = |i: usize| {
-        pieces[i]
-            .as_ref()
-            .is_some_and(|p| p.start == lo && p.end() == hi)
-    };
+    let cover = pieces
+        .iter()
+        .map(|p| match p {
+            None => Cover::None,
+            Some(p) if p.start == lo && p.end() == hi => Cover::Full,
+            Some(_) => Cover::Partial,
+        })
+        .collect();
     let lost = lost_roles(a, map, stripe, exclude);
-    if lost.len() > g.parity_disks() {
-        return Err(no_redundancy(a, "write"));
-    }
-    let raid6 = g.level == Level::Raid6;
-    let mut p = AlignedBuf::new(hi - lo);
-    let mut q = raid6.then(|| AlignedBuf::new(hi - lo));
-
-    let full = (0..dd).all(covers);
-    let sub_page = a.journal.is_some()
+    let lost_data = (0..dd).filter(|&i| lost.contains(&map.data[i])).collect();
+    let lost_parity = lost.iter().filter(|r| !map.data.contains(r)).count();
+    let sub_page_journal = a.journal.is_some()
         && pieces
             .iter()
             .flatten()
             .any(|pc| pc.start % 4096 != 0 || pc.end() % 4096 != 0);
+    Analysis {
+        pieces,
+        lo,
+        hi,
+        summary: Summary {
+            cover,
+            lost_data,
+            lost_parity,
+            parity_disks: g.parity_disks(),
+            sub_page_journal,
+            rmw_level: a.tuning.rmw_level.load(Ordering::Relaxed),
+        },
+    }
+}
+
+/// One stripe write: analyse, plan, execute. Buffers come from the stripe's head.
+#[allow(clippy::too_many_arguments)]
+fn write_stripe(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    sector: u64,
+    data: &[u8],
+    exclude: &[MemberIdx],
+    bufs: &mut HeadBufs,
+    skip_copy: bool,
+) -> Result<Outcome, ArrayError> {
+    // Without skip_copy, parity and member writes both come from one private copy of the
+    // new data, so a caller changing its buffer meanwhile cannot make them disagree.
+    let copy = (!skip_copy).then(|| {
+        let mut b = bufs.take(data.len());
+        b.copy_from_slice(data);
+        b
+    });
+    let data = copy.as_deref().unwrap_or(data);
+    let an = analyse(a, g, map, stripe, sector, data, exclude);
+    let plan = stripe_plan::plan(&an.summary);
+    let r = execute(a, g, map, stripe, &an, &plan, exclude, bufs, Log::Stripe);
+    if let Some(c) = copy {
+        bufs.put(c);
+    }
+    r
+}
+
+/// Execute a stripe write's plan: reads, parity, journal, member writes.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    an: &Analysis<'_>,
+    plan: &Plan,
+    exclude: &[MemberIdx],
+    bufs: &mut HeadBufs,
+    log: Log,
+) -> Result<Outcome, ArrayError> {
+    let (pieces, lo, hi) = (&an.pieces, an.lo, an.hi);
+    let mut p = bufs.take(hi - lo);
+    let mut q = map.q.map(|_| bufs.take(hi - lo));
     let mut cols: Vec<AlignedBuf> = Vec::new();
-    let touched = pieces.iter().flatten().count();
-    let rcw_reads = (0..dd).filter(|&i| !covers(i)).count();
-    let rmw_reads = touched + g.parity_disks();
-    if full {
-        let srcs: Vec<&[u8]> = pieces
-            .iter()
-            .map(|p| p.as_ref().expect("full").data)
-            .collect();
-        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
-    } else if lost.is_empty()
-        && !sub_page
-        && match a.tuning.rmw_level.load(Ordering::Relaxed) {
-            0 => false,
-            1 => rmw_reads < rcw_reads,
-            _ => rmw_reads <= rcw_reads,
+    match plan {
+        Plan::Unrecoverable => return Err(no_redundancy(a, "write")),
+        Plan::Full => {
+            let srcs: Vec<&[u8]> = pieces
+                .iter()
+                .map(|p| p.as_ref().expect("full").data)
+                .collect();
+            gen_parity(map, &srcs, &mut p, q.as_deref_mut());
         }
-    {
-        // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
-        let mut old: Vec<Option<AlignedBuf>> = pieces
-            .iter()
-            .map(|pc| pc.as_ref().map(|pc| AlignedBuf::new(pc.data.len())))
-            .collect();
-        let msec_lo = g.member_sector(stripe, sectors(lo));
-        let failed = {
-            let mut ops = OpList::new();
-            for (i, b) in old.iter_mut().enumerate() {
-                if let (Some(b), Some(pc)) = (b, &pieces[i]) {
-                    let r = map.data[i];
-                    // A member may fail between the check above and here (another
-                    // request saw it): then redo the stripe with the new lost set.
-                    let Some(dev) = a.usable(r, stripe) else {
-                        return Ok(Outcome::Retry(Vec::new()));
-                    };
-                    ops.read(a, dev, r, g.member_sector(stripe, sectors(pc.start)), b);
-                }
+        Plan::Rmw { read_data } => {
+            // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
+            let mut old: Vec<Option<AlignedBuf>> = (0..pieces.len()).map(|_| None).collect();
+            for &i in read_data {
+                let pc = pieces[i].as_ref().expect("touched");
+                old[i] = Some(bufs.take(pc.data.len()));
             }
-            let Some(pdev) = a.usable(map.p, stripe) else {
-                return Ok(Outcome::Retry(Vec::new()));
-            };
-            ops.read(a, pdev, map.p, msec_lo, &mut p);
-            if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
-                let Some(qdev) = a.usable(qr, stripe) else {
+            let msec_lo = g.member_sector(stripe, sectors(lo));
+            let failed = {
+                let mut ops = OpList::new();
+                for (i, b) in old.iter_mut().enumerate() {
+                    if let (Some(b), Some(pc)) = (b, &pieces[i]) {
+                        let r = map.data[i];
+                        // A member may fail between the analysis and here (another
+                        // request saw it): then redo the stripe with the new lost set.
+                        let Some(dev) = a.usable(r, stripe) else {
+                            return Ok(Outcome::Retry(Vec::new()));
+                        };
+                        ops.read(a, dev, r, g.member_sector(stripe, sectors(pc.start)), b);
+                    }
+                }
+                let Some(pdev) = a.usable(map.p, stripe) else {
                     return Ok(Outcome::Retry(Vec::new()));
                 };
-                ops.read(a, qdev, qr, msec_lo, q);
+                ops.read(a, pdev, map.p, msec_lo, &mut p);
+                if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
+                    let Some(qdev) = a.usable(qr, stripe) else {
+                        return Ok(Outcome::Retry(Vec::new()));
+                    };
+                    ops.read(a, qdev, qr, msec_lo, q);
+                }
+                ops.run(a)
+            };
+            if !failed.reads.is_empty() {
+                return Ok(Outcome::Retry(failed.reads));
             }
-            ops.run(a)
-        };
-        if !failed.reads.is_empty() {
-            return Ok(Outcome::Retry(failed.reads));
-        }
-        for (i, b) in old.iter_mut().enumerate() {
-            if let (Some(b), Some(pc)) = (b, &pieces[i]) {
-                uraid_parity::xor_acc(b, &[pc.data]);
-                let range = pc.start - lo..pc.end() - lo;
-                match q.as_deref_mut() {
-                    None => uraid_parity::xor_acc(&mut p[range], &[&b[..]]),
-                    Some(q) => {
-                        let slot = map
-                            .syndrome_order
-                            .iter()
-                            .position(|&x| x == i)
-                            .map(|k| map.syndrome_slots[k])
-                            .expect("slot");
-                        uraid_parity::update_pq(slot, b, &mut p[range.clone()], &mut q[range]);
+            for (i, b) in old.iter_mut().enumerate() {
+                if let (Some(b), Some(pc)) = (b, &pieces[i]) {
+                    uraid_parity::xor_acc(b, &[pc.data]);
+                    let range = pc.start - lo..pc.end() - lo;
+                    match q.as_deref_mut() {
+                        None => uraid_parity::xor_acc(&mut p[range], &[&b[..]]),
+                        Some(q) => {
+                            let slot = map
+                                .syndrome_order
+                                .iter()
+                                .position(|&x| x == i)
+                                .map(|k| map.syndrome_slots[k])
+                                .expect("slot");
+                            uraid_parity::update_pq(slot, b, &mut p[range.clone()], &mut q[range]);
+                        }
                     }
                 }
             }
-        }
-    } else {
-        // Reconstruct-write: read what the write does not cover (and, when a lost chunk is
-        // not fully rewritten, everything needed to rebuild it), then compute parity afresh.
-        let lost_uncovered = map
-            .data
-            .iter()
-            .enumerate()
-            .any(|(i, r)| lost.contains(r) && !covers(i));
-        let want = |r: MemberIdx| {
-            lost_uncovered
-                || map
-                    .data
-                    .iter()
-                    .position(|&d| d == r)
-                    .is_some_and(|i| !covers(i))
-        };
-        let mut rows = match Rows::load(a, g, map, stripe, lo, hi, exclude, want) {
-            Ok(r) => r,
-            Err(failed) => return Ok(Outcome::Retry(failed)),
-        };
-        if lost_uncovered {
-            rows.reconstruct(a, g, map)?;
-        } else if map
-            .data
-            .iter()
-            .enumerate()
-            .any(|(i, r)| !covers(i) && rows.bufs[r.0].is_none())
-        {
-            // A member failed after `lost` was taken: redo with the new set.
-            return Ok(Outcome::Retry(Vec::new()));
-        }
-        for (i, r) in map.data.iter().enumerate() {
-            let mut b = AlignedBuf::new(hi - lo);
-            if !covers(i) {
-                b.copy_from_slice(rows.get(*r));
+            for b in old.into_iter().flatten() {
+                bufs.put(b);
             }
-            if let Some(pc) = &pieces[i] {
-                b[pc.start - lo..pc.end() - lo].copy_from_slice(pc.data);
-            }
-            cols.push(b);
         }
-        let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
-        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+        Plan::Rcw {
+            read_data,
+            reconstruct,
+        } => {
+            // Reconstruct-write: read what the write does not cover (and, when a lost chunk
+            // is not fully rewritten, everything needed to rebuild it), then compute parity
+            // afresh.
+            let want = |r: MemberIdx| {
+                *reconstruct
+                    || map
+                        .data
+                        .iter()
+                        .position(|&d| d == r)
+                        .is_some_and(|i| read_data.contains(&i))
+            };
+            let mut take = |len| bufs.take(len);
+            let loaded = Rows::load_into(a, g, map, stripe, lo, hi, exclude, want, &mut take);
+            let mut rows = match loaded {
+                Ok(r) => r,
+                Err(failed) => return Ok(Outcome::Retry(failed)),
+            };
+            if *reconstruct {
+                rows.reconstruct(a, g, map)?;
+            } else if read_data
+                .iter()
+                .any(|&i| rows.bufs[map.data[i].0].is_none())
+            {
+                // A member failed after the analysis: redo with the new set.
+                return Ok(Outcome::Retry(Vec::new()));
+            }
+            for (i, r) in map.data.iter().enumerate() {
+                let mut b = bufs.take(hi - lo);
+                if an.summary.cover[i] != Cover::Full {
+                    b.copy_from_slice(rows.get(*r));
+                }
+                if let Some(pc) = &pieces[i] {
+                    b[pc.start - lo..pc.end() - lo].copy_from_slice(pc.data);
+                }
+                cols.push(b);
+            }
+            let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
+            gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+            for b in rows.bufs.into_iter().flatten() {
+                bufs.put(b);
+            }
+        }
     }
 
     // Write-through: the stripe's new pages are durable in the journal before any member write.
@@ -740,6 +899,9 @@ fn write_stripe_pieces(
     if let (Some(j), Some(t)) = (&a.journal, ticket) {
         j.stripe_written(t);
     }
+    for b in cols.into_iter().chain(std::iter::once(p)).chain(q) {
+        bufs.put(b);
+    }
     // A failed write leaves the stripe consistent on the survivors; it only matters if
     // the array lost more than it tolerates.
     if lost_roles(a, map, stripe, &[]).len() > g.parity_disks() {
@@ -777,21 +939,23 @@ pub(crate) fn sync_range(
         let k = batch.min(end - next);
         if k >= 2 {
             // Pipelined: the writes of the previous pass go out together with the reads of
-            // this one. Its stripes are locked without waiting while the previous pass still
-            // holds locks (waiting could deadlock against a writer taking both sets in
-            // bucket order); if that fails, the previous pass completes first.
-            let locks = if pending.is_some() {
-                a.try_lock_buckets(next..next + k)
+            // this one. While the previous pass still holds stripe heads, this one's are
+            // only taken if at hand (waiting for a head while holding others could wait
+            // for ourselves in a small cache); if the first is not, the previous pass
+            // completes first. As many of the k stripes as are at hand make the pass.
+            let heads = if pending.is_some() {
+                try_take_run(a, next, k as usize)
             } else {
-                Some(a.lock_buckets(next..next + k))
+                Some(take_run(a, next, k as usize))
             };
-            let Some(locks) = locks else {
+            let Some(heads) = heads else {
                 if let Some(p) = pending.take() {
                     p.complete(a, g, ctx);
                 }
                 continue;
             };
-            let mut reads = SyncPass::plan(a, g, ctx, next, k, locks);
+            let k = heads.len() as u64;
+            let mut reads = SyncPass::plan(a, g, ctx, next, k, heads);
             let mut ops = OpList::new();
             if let Some(p) = &pending {
                 p.queue_writes(a, g, ctx, &mut ops);
@@ -816,7 +980,8 @@ pub(crate) fn sync_range(
         let stripe = next;
         next += 1;
         let map = g.stripe_map(stripe);
-        let _lock = a.lock_bucket(stripe);
+        // The recovery cursor moves only while the stripe's head is held (ctx.advance).
+        let _head = a.stripe_cache.get(stripe, Get::Wait);
         // The bitmap counts member sectors for the parity levels.
         let mut lo = if ctx.skip_clean && a.bitmap_clean(stripe * g.chunk_sectors, g.chunk_sectors)
         {
@@ -888,11 +1053,11 @@ pub(crate) fn sync_range(
 }
 
 /// `k` whole stripes from `first` synced in one pass: read (every member once), rebuilt or
-/// compared, then written; the stripes stay locked from the read until the writes complete.
+/// compared, then written; the stripes' heads are held from the read until the writes complete.
 struct SyncPass<'a> {
     first: u64,
     k: u64,
-    _locks: Vec<std::sync::MutexGuard<'a, ()>>,
+    _heads: Vec<StripeHead<'a>>,
     stripes: Vec<u64>,
     maps: Vec<StripeMap>,
     rows: Vec<Rows>,
@@ -908,7 +1073,7 @@ impl<'a> SyncPass<'a> {
         ctx: &SyncCtx,
         first: u64,
         k: u64,
-        locks: Vec<std::sync::MutexGuard<'a, ()>>,
+        heads: Vec<StripeHead<'a>>,
     ) -> SyncPass<'a> {
         let cb = chunk_bytes(g);
         let stripes: Vec<u64> = (first..first + k)
@@ -931,7 +1096,7 @@ impl<'a> SyncPass<'a> {
         SyncPass {
             first,
             k,
-            _locks: locks,
+            _heads: heads,
             stripes,
             maps,
             rows,

@@ -21,8 +21,8 @@
 //! daemon ([`Array::writeback_daemon`]) does the work; the write path only when the log is
 //! critical or the cache full.
 //!
-//! Locking: a stripe's cached pages change only under the stripe's lock (the array's
-//! lock bucket), which write-out also holds while it writes the members. Writes hold the
+//! Locking: a stripe's cached pages change only while the stripe's head in the stripe
+//! cache is held, which write-out also holds while it writes the members. Writes hold the
 //! `gate` for reading; a mode switch holds it for writing, so no write is half-way
 //! through the cache while the mode changes.
 
@@ -30,6 +30,7 @@ use crate::array::Array;
 use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
 use crate::raid5::Log;
+use crate::stripe_cache::Get;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
@@ -484,11 +485,11 @@ pub(crate) fn write(
             let need =
                 g.stripe_data_sectors() + rows * PAGE_SECTORS * (g.parity_disks() as u64 + 1);
             reclaim(a, g, need, true)?;
-            let _lock = a.lock_bucket(loc.stripe);
+            let mut head = a.stripe_cache.get(loc.stripe, Get::Wait).expect("waited");
             let cb = (g.chunk_sectors * 512) as usize;
             let pieces: Vec<Option<(usize, &[u8])>> =
                 data.chunks(cb).map(|c| Some((0, c))).collect();
-            crate::raid5::write_pieces_locked(a, g, loc.stripe, &pieces, Log::Stripe)?;
+            crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, Log::Stripe)?;
             for t in a.wb.remove(j, g, loc.stripe) {
                 j.stripe_written(t);
             }
@@ -508,7 +509,8 @@ pub(crate) fn write(
                 .collect();
             let mut tries = 0;
             loop {
-                let lock = a.lock_bucket(loc.stripe);
+                // The stripe's head: no write-out of this stripe runs meanwhile.
+                let lock = a.stripe_cache.get(loc.stripe, Get::Wait).expect("waited");
                 // Room to log the parity of these rows too, once they go out.
                 let keep = pages.len() as u64 * row_reserve(g);
                 match j.append_data(&pages, a, keep) {
@@ -622,7 +624,7 @@ pub(crate) fn write_out_stripe(
     // Member writes need the array marked active, as any write does.
     a.ensure_dirty()?;
     let j = a.journal.as_ref().expect("journal");
-    let _lock = a.lock_bucket(stripe);
+    let mut head = a.stripe_cache.get(stripe, Get::Wait).expect("waited");
     let lo = g.array_sector(stripe, 0);
     let pages = a.wb.overlapping(g, lo, g.stripe_data_sectors());
     if pages.is_empty() {
@@ -669,7 +671,7 @@ pub(crate) fn write_out_stripe(
         } else {
             Log::ParityOnly
         };
-        crate::raid5::write_pieces_locked(a, g, stripe, &pieces, log)?;
+        crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, log)?;
         i = k;
     }
     for t in a.wb.remove(j, g, stripe) {

@@ -687,6 +687,27 @@ fn overlapping(r: &Rig, seed: u64, mode: Mode, p: &Overlap) {
 // Drivers.
 
 fn each_config(test: &str, modes: &[Mode], f: impl Fn(&Rig, u64, Mode)) {
+    each_config_tuned(test, modes, |_| {}, f)
+}
+
+/// The raid4/5/6 knobs away from their defaults: two stripe workers, skip_copy on, the
+/// smallest stripe cache (one head per partition, so heads are waited for all the time).
+fn tuned(a: &Array) {
+    if matches!(a.level(), Level::Raid4 | Level::Raid5 | Level::Raid6) {
+        a.set_tunable("group_thread_cnt", "2")
+            .expect("group_thread_cnt");
+        a.set_tunable("skip_copy", "1").expect("skip_copy");
+        a.set_tunable("stripe_cache_size", "8")
+            .expect("stripe_cache_size");
+    }
+}
+
+fn each_config_tuned(
+    test: &str,
+    modes: &[Mode],
+    tune: impl Fn(&Array),
+    f: impl Fn(&Rig, u64, Mode),
+) {
     let seed = base_seed();
     let rounds = if full() { 4 } else { 1 };
     for round in 0..rounds {
@@ -695,7 +716,11 @@ fn each_config(test: &str, modes: &[Mode], f: impl Fn(&Rig, u64, Mode)) {
                 let seed = seed.wrapping_add(round * 7919);
                 let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     let r = rig(&c);
+                    tune(&r.a);
                     f(&r, seed, mode);
+                    let sc = r.a.stripe_cache();
+                    assert_eq!(sc.active(), 0, "a stripe head leaked");
+                    assert!(sc.stats.max_heads.load(Ordering::Relaxed) <= sc.cap());
                 }));
                 if res.is_err() {
                     panic!(
@@ -752,6 +777,22 @@ fn a_member_failing_mid_run_loses_nothing() {
     each_config("fail-during/overlapping", &[Mode::FailDuring], |r, s, d| {
         overlapping(r, s, d, &p)
     });
+}
+
+/// The same checks with every raid4/5/6 knob away from its default.
+#[test]
+fn overlapping_and_disjoint_with_workers_skip_copy_and_a_tiny_stripe_cache() {
+    let p = Overlap {
+        writers: 12,
+        readers: 4,
+        ops_per_writer: if full() { 2000 } else { 60 },
+        units: 2,
+    };
+    each_config_tuned("tuned/stress", MODES, tuned, |r, s, d| {
+        overlapping(r, s, d, &p)
+    });
+    each_config_tuned("tuned/disjoint", MODES, tuned, disjoint);
+    each_config_tuned("tuned/fail-during", &[Mode::FailDuring], tuned, disjoint);
 }
 
 #[test]

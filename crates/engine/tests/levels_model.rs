@@ -10,7 +10,7 @@ use common::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::Arc;
-use uraid_core::MemberIdx;
+use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, Array, AssembleOptions, Member};
 
 fn check_all(a: &Array, model: &[u8], ctx: &str) {
@@ -27,11 +27,22 @@ fn check_all(a: &Array, model: &[u8], ctx: &str) {
 }
 
 fn run_one(cfg: &Config, seed: u64) {
+    run_tuned(cfg, seed, &[])
+}
+
+/// `tunables`: md sysfs knobs set on raid4/5/6 arrays after create.
+fn run_tuned(cfg: &Config, seed: u64, tunables: &[(&str, &str)]) {
     let ctx = format!("{cfg:?} seed {seed}");
     let mut rng = rng(seed);
     let mems = mem_members(cfg, "m");
     let a = uraid_engine::create(as_members(&mems), &create_opts(cfg))
         .unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
+    if matches!(cfg.level, Level::Raid4 | Level::Raid5 | Level::Raid6) {
+        for (k, v) in tunables {
+            a.set_tunable(k, v)
+                .unwrap_or_else(|e| panic!("{ctx}: {k}={v}: {e}"));
+        }
+    }
     let size = a.size_bytes();
     assert!(size > 0, "{ctx}: empty array");
     let mut model = vec![0u8; size as usize];
@@ -126,6 +137,37 @@ fn every_level_and_layout_matches_the_model() {
             let r = std::panic::catch_unwind(|| run_one(&cfg, seed));
             if r.is_err() {
                 panic!("failed: {cfg:?} with seed {seed} (replay: URAID_SEED={seed})");
+            }
+        }
+    }
+}
+
+/// Every raid4/5/6 knob away from its default, one setting per run.
+#[test]
+fn raid456_matches_the_model_with_every_knob_setting() {
+    let settings: &[&[(&str, &str)]] = &[
+        &[
+            ("group_thread_cnt", "2"),
+            ("skip_copy", "1"),
+            ("stripe_cache_size", "8"),
+        ],
+        &[("rmw_level", "0"), ("batching", "0")],
+        &[
+            ("rmw_level", "2"),
+            ("stripe_cache_size", "4096"),
+            ("group_thread_cnt", "1"),
+        ],
+    ];
+    for cfg in all_configs()
+        .into_iter()
+        .filter(|c| matches!(c.level, Level::Raid4 | Level::Raid5 | Level::Raid6))
+    {
+        for seed in seeds() {
+            for t in settings {
+                let r = std::panic::catch_unwind(|| run_tuned(&cfg, seed, t));
+                if r.is_err() {
+                    panic!("failed: {cfg:?} {t:?} with seed {seed} (replay: URAID_SEED={seed})");
+                }
             }
         }
     }
