@@ -110,11 +110,11 @@ pub(crate) fn read(
             let n = (cb - in_chunk).min(rest.len());
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
             let role = g.stripe_map(loc.stripe).data[loc.data_index];
-            // A write in progress on the stripe: wait for it, then read what it wrote (md
-            // sends such reads through the stripe cache instead of around it).
-            if a.stripe_cache.is_active(loc.stripe) {
-                drop(a.stripe_cache.get(loc.stripe, Get::Wait));
-            }
+            // A healthy read goes around the stripe cache even when a write holds the
+            // stripe's head (md's chunk-aligned read bypass does not look at the cache
+            // either): a write changes only the blocks it writes, and a read overlapping
+            // a write in flight may see either, per sector, as with any block device.
+            // Write-back's cached pages are laid over by the caller.
             match a.usable(role, loc.stripe) {
                 Some(dev) => {
                     ops.read(

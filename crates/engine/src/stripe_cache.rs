@@ -115,7 +115,7 @@ impl std::hash::Hasher for StripeHasher {
 
 type StripeMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<StripeHasher>>;
 
-/// Slots of the lock-free "maybe active" hint that healthy reads consult.
+/// Slots of the lock-free "maybe active" hint behind [`StripeCache::is_active`].
 const HINT_SLOTS: usize = 4096;
 
 struct PartState {
