@@ -9,9 +9,11 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 /// Mirror write-lock region, in sectors: pieces never cross one.
 pub(crate) const REGION_SECTORS: u64 = 128;
 
-/// Resync barrier unit (md's BARRIER_UNIT_SECTOR_SIZE, 64 MiB): requests are split at its
-/// boundaries and enter its barrier bucket; sync raises the bucket of the piece it works on.
-pub(crate) const BARRIER_UNIT_SECTORS: u64 = 1 << 17;
+/// Resync barrier unit, 1 MiB: requests are split at its boundaries and enter its barrier
+/// bucket; sync raises the bucket of the piece it works on (pieces never cross a region, so
+/// any multiple of REGION_SECTORS works). md uses 64 MiB; that puts a small array in a few
+/// buckets whose counters every request touches, which costs on few CPUs (ARCHITECTURE.md).
+pub(crate) const BARRIER_UNIT_SECTORS: u64 = 1 << 11;
 
 /// Sectors from `s` to the next multiple of `unit`.
 fn to_boundary(s: u64, unit: u64) -> u64 {
