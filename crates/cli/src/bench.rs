@@ -116,7 +116,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = uraid_engine::stripe_cache::DEFAULT_SIZE)]
     stripe_cache_size: usize,
     /// md's skip_copy for raid4/5/6: write straight from the request buffer.
-    #[arg(long, value_enum, default_value_t = OnOff::Off)]
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
     skip_copy: OnOff,
 }
 

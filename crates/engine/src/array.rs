@@ -33,9 +33,11 @@ pub struct Tuning {
     /// and writes once, overlapped with the next pass's reads.
     pub sync_batch_bytes: std::sync::atomic::AtomicUsize,
     /// md's skip_copy: write straight from the caller's buffer instead of copying the new
-    /// data into the stripe's buffers first. Off by default, as in md: with it off, a caller
-    /// whose buffer changes during the write (a page under writeback, a buffer shared with
-    /// the kernel or another process) cannot make data and parity disagree.
+    /// data into the stripe's buffers first. On by default (md's default is off): a write
+    /// borrows its buffer as `&[u8]`, which nobody can change during the call, and uraid's
+    /// exports hand it buffers they own. Off is for callers that share the buffer with
+    /// another process or the kernel: then a change during the write cannot make data and
+    /// parity disagree.
     pub skip_copy: AtomicBool,
 }
 
@@ -45,7 +47,7 @@ impl Default for Tuning {
             batching: AtomicBool::new(true),
             rmw_level: std::sync::atomic::AtomicU8::new(1),
             sync_batch_bytes: std::sync::atomic::AtomicUsize::new(2 << 20),
-            skip_copy: AtomicBool::new(false),
+            skip_copy: AtomicBool::new(true),
         }
     }
 }

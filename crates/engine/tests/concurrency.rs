@@ -690,13 +690,13 @@ fn each_config(test: &str, modes: &[Mode], f: impl Fn(&Rig, u64, Mode)) {
     each_config_tuned(test, modes, |_| {}, f)
 }
 
-/// The raid4/5/6 knobs away from their defaults: two stripe workers, skip_copy on, the
+/// The raid4/5/6 knobs away from their defaults: two stripe workers, skip_copy off, the
 /// smallest stripe cache (one head per partition, so heads are waited for all the time).
 fn tuned(a: &Array) {
     if matches!(a.level(), Level::Raid4 | Level::Raid5 | Level::Raid6) {
         a.set_tunable("group_thread_cnt", "2")
             .expect("group_thread_cnt");
-        a.set_tunable("skip_copy", "1").expect("skip_copy");
+        a.set_tunable("skip_copy", "0").expect("skip_copy");
         a.set_tunable("stripe_cache_size", "8")
             .expect("stripe_cache_size");
     }

@@ -32,12 +32,12 @@ fn knobs_take_effect_and_show_md_names() {
     assert_eq!(get(&a, "stripe_cache_size"), "256");
     assert_eq!(get(&a, "group_thread_cnt"), "0");
     assert_eq!(get(&a, "rmw_level"), "1");
-    assert_eq!(get(&a, "skip_copy"), "0");
+    assert_eq!(get(&a, "skip_copy"), "1");
     for (k, v) in [
         ("stripe_cache_size", "1024"),
         ("group_thread_cnt", "3"),
         ("rmw_level", "2"),
-        ("skip_copy", "1"),
+        ("skip_copy", "0"),
         ("batching", "0"),
     ] {
         a.set_tunable(k, v).unwrap();
@@ -73,7 +73,7 @@ fn bad_values_are_refused_and_change_nothing() {
     }
     assert_eq!(get(&a, "stripe_cache_size"), "256");
     assert_eq!(get(&a, "rmw_level"), "1");
-    assert_eq!(get(&a, "skip_copy"), "0");
+    assert_eq!(get(&a, "skip_copy"), "1");
     // Mirrors have no stripe cache.
     let m = array(Level::Raid1, 2);
     assert!(m.set_tunable("stripe_cache_size", "512").is_err());
