@@ -139,6 +139,12 @@ fn member_io_error_under_fio() {
     ));
     wait_detail(&srv, &members[0], |d| d["state"] == "active");
     let during = fio.still_running();
+    // Between the truncation and `losetup -c` the loop device reads the truncated file as
+    // zeros without an error: silent corruption that no RAID can see (only a scrub finds
+    // it). The server is paused across that window, so that the member's first failing IO
+    // is a real error after it.
+    let srv_pid = srv.child.as_ref().unwrap().id().to_string();
+    let _ = Command::new("kill").args(["-STOP", &srv_pid]).status();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&files[2])
@@ -146,6 +152,7 @@ fn member_io_error_under_fio() {
         .set_len(0)
         .unwrap();
     ok(Command::new("losetup").args(["-c", &lo.0]));
+    let _ = Command::new("kill").args(["-CONT", &srv_pid]).status();
     let out = fio.wait_output();
     fio_check(&out);
     if !during {
