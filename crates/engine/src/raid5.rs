@@ -402,7 +402,7 @@ pub(crate) fn write(
                 // The copy of the new data is per batch: bound it.
                 n = n.min((COPY_BATCH_BYTES / stripe_bytes).max(1));
             }
-            let heads = take_run(a, loc.stripe, n);
+            let heads = take_run(a, loc.stripe, n, Get::Wait).expect("waited");
             let n = heads.len();
             let data = &buf[off..off + n * stripe_bytes];
             let done = a.run_stripe(|| write_full_stripes(a, g, loc.stripe, n, data, skip_copy))?;
@@ -437,12 +437,11 @@ const MAX_BATCH_STRIPES: usize = 64;
 /// Most new data copied per batch when skip_copy is off.
 const COPY_BATCH_BYTES: usize = 4 << 20;
 
-/// The heads of up to `n` stripes from `first`: the first waited for, the others only while
-/// they are at hand, so that a thread never waits while it holds a head (no deadlock between
-/// batches, whatever the cache size).
-/// As [`take_run`], but without waiting at all: None if the first head is not at hand.
-fn try_take_run(a: &Array, first: u64, n: usize) -> Option<Vec<StripeHead<'_>>> {
-    let mut heads = vec![a.stripe_cache.get(first, Get::Try)?];
+/// The heads of up to `n` stripes from `first`: the first as `first_how` says (None if
+/// `Get::Try` finds it taken), the others only while they are at hand, so that a thread
+/// never waits while it holds a head (no deadlock between batches, whatever the cache size).
+fn take_run(a: &Array, first: u64, n: usize, first_how: Get) -> Option<Vec<StripeHead<'_>>> {
+    let mut heads = vec![a.stripe_cache.get(first, first_how)?];
     for s in first + 1..first + n as u64 {
         match a.stripe_cache.get(s, Get::Try) {
             Some(h) => heads.push(h),
@@ -450,17 +449,6 @@ fn try_take_run(a: &Array, first: u64, n: usize) -> Option<Vec<StripeHead<'_>>> 
         }
     }
     Some(heads)
-}
-
-fn take_run(a: &Array, first: u64, n: usize) -> Vec<StripeHead<'_>> {
-    let mut heads = vec![a.stripe_cache.get(first, Get::Wait).expect("waited")];
-    for s in first + 1..first + n as u64 {
-        match a.stripe_cache.get(s, Get::Try) {
-            Some(h) => heads.push(h),
-            None => break,
-        }
-    }
-    heads
 }
 
 /// Write `n` whole stripes from `first` in one pass (the caller holds their heads): parity
@@ -943,11 +931,12 @@ pub(crate) fn sync_range(
             // only taken if at hand (waiting for a head while holding others could wait
             // for ourselves in a small cache); if the first is not, the previous pass
             // completes first. As many of the k stripes as are at hand make the pass.
-            let heads = if pending.is_some() {
-                try_take_run(a, next, k as usize)
+            let how = if pending.is_some() {
+                Get::Try
             } else {
-                Some(take_run(a, next, k as usize))
+                Get::Wait
             };
+            let heads = take_run(a, next, k as usize, how);
             let Some(heads) = heads else {
                 if let Some(p) = pending.take() {
                     p.complete(a, g, ctx);
