@@ -26,7 +26,7 @@ pub(crate) fn read_piece(
     let cands = copies
         .iter()
         .enumerate()
-        .filter(|(_, (role, _))| a.slot(*role).valid_for(unit))
+        .filter(|(_, (role, _))| a.slot(*role).is_usable(unit))
         .map(|(i, &(role, msec))| {
             let (head, pending) = a.heads[role.0].snapshot();
             let c = read_balance::Candidate {

@@ -263,14 +263,9 @@ impl Slot {
     }
 
     /// Whether [`Slot::usable`] would give a device for `unit`, by state alone: no lock and
-    /// no reference count, for the per-stripe "what is lost" checks (a device that goes away
-    /// meanwhile is caught when the IO asks [`Slot::usable`]).
+    /// no reference count, for the per-stripe "what is lost" checks and read balancing (a
+    /// device that goes away meanwhile is caught when the IO asks [`Slot::usable`]).
     pub fn is_usable(&self, unit: u64) -> bool {
-        self.valid_for(unit)
-    }
-
-    /// Whether the slot holds valid data for `unit`, without taking the device (no lock).
-    pub(crate) fn valid_for(&self, unit: u64) -> bool {
         match self.state() {
             SlotState::InSync => true,
             SlotState::Recovering => unit < self.recovery_cursor(),
