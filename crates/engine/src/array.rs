@@ -14,7 +14,7 @@ use crate::meta::Meta;
 pub use crate::slot::{Slot, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use uraid_core::geometry::{ArrayGeometry, Personality};
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
@@ -92,6 +92,9 @@ pub struct Array {
     last_write_ms: AtomicU64,
     /// A member failure could not be written to any superblock.
     metadata_failed: AtomicBool,
+    /// Member changes whose superblock update is not durable yet (md's
+    /// MD_SB_CHANGE_PENDING); writes wait for them before they complete.
+    sb_pending: SbPending,
     locks: Vec<Mutex<()>>,
     unaligned: Mutex<()>,
     array_bytes: u64,
@@ -171,6 +174,7 @@ impl Array {
             writes_in_flight: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
+            sb_pending: SbPending::default(),
             locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             unaligned: Mutex::new(()),
             array_bytes,
@@ -559,6 +563,9 @@ impl Array {
         // Under the superblock lock, so that a spare cannot take the role between the
         // failure and its recording (the wrong device would be marked faulty).
         let mut meta = self.meta();
+        // Pending before the slot turns faulty: a write that sees it faulty and skips it
+        // then waits until the superblocks say so (md's MD_SB_CHANGE_PENDING).
+        let change = self.begin_sb_change();
         let prev = slot.state();
         if !matches!(prev, SlotState::InSync | SlotState::Recovering)
             || !slot.transition(prev, SlotState::Faulty)
@@ -570,12 +577,10 @@ impl Array {
         meta.mark_faulty(role);
         // A member failing while being replaced: its replacement goes on as a recovery.
         let promoted = self.promote_replacement(role, &mut meta);
-        if let Err(e) = meta.write_all(self) {
-            // Nothing on disk says the member is stale: a write that saw the failure must
-            // not be acknowledged (md holds such completions), and no later one either.
-            tracing::error!("could not record the failure of member {role}: {e}");
-            self.metadata_failed.store(true, Ordering::SeqCst);
-        }
+        // On failure nothing on disk says the member is stale: neither a write that saw
+        // the failure nor any later one is acknowledged.
+        let _ = change.recorded(meta.write_all(self));
+        drop(change);
         drop(meta);
         self.events
             .emit(crate::events::Event::Fail { role, device: name });
@@ -745,10 +750,36 @@ impl Array {
             let skip = (offset - start) as usize;
             tmp[skip..skip + buf.len()].copy_from_slice(buf);
             self.write_sectors(start / SECTOR_BYTES, &tmp)?;
-            return self.check_metadata();
+            drop(_g);
+            return self.complete_write();
         }
         self.write_sectors(offset / SECTOR_BYTES, buf)?;
+        self.complete_write()
+    }
+
+    /// The last step before a write (or flush) is acknowledged: it may have skipped a
+    /// member whose failure, removal or replacement is not yet in the superblocks, and
+    /// after a power cut that member would be taken for in sync with its old data. So it
+    /// waits for every pending superblock update (md holds such completions while
+    /// MD_SB_CHANGE_PENDING is set), and fails if one could not be written anywhere.
+    fn complete_write(&self) -> Result<(), ArrayError> {
+        self.sb_pending.wait();
         self.check_metadata()
+    }
+
+    /// Writes that are waiting for a member change to reach the superblocks (tests).
+    #[doc(hidden)]
+    pub fn writes_waiting_for_superblocks(&self) -> u64 {
+        self.sb_pending.waiters.load(Ordering::SeqCst)
+    }
+
+    /// Start a member change that writes may depend on (a failure, a removal, a spare or
+    /// replacement taking a role): call it before the slot changes, and hand the
+    /// superblock update's result to [`SbChange::recorded`]. Writes that complete
+    /// meanwhile wait until the guard drops.
+    pub(crate) fn begin_sb_change(&self) -> SbChange<'_> {
+        self.sb_pending.changes.fetch_add(1, Ordering::SeqCst);
+        SbChange(self)
     }
 
     /// Writes are acknowledged only while member failures can be recorded on disk.
@@ -932,7 +963,10 @@ impl Array {
                 j.flush().map_err(|e| self.journal_error(e))?;
             }
         }
-        self.flush_members()
+        self.flush_members()?;
+        // Writes this flush makes durable may have skipped a member whose failure is not
+        // recorded yet; the flush answers for them only once it is.
+        self.complete_write()
     }
 
     /// Flush every live member.
@@ -997,6 +1031,59 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
+/// progress. The common case (none) costs a write one atomic load.
+#[derive(Default)]
+struct SbPending {
+    changes: AtomicU64,
+    /// Writes waiting in [`SbPending::wait`].
+    waiters: AtomicU64,
+    lock: Mutex<()>,
+    done: Condvar,
+}
+
+impl SbPending {
+    /// Wait until no member change is pending. A change that starts meanwhile is waited
+    /// for too: the writer cannot tell whether it skipped that member.
+    fn wait(&self) {
+        if self.changes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while self.changes.load(Ordering::SeqCst) > 0 {
+            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A member change in progress (see [`Array::begin_sb_change`]); dropping it lets the
+/// writes that wait for it complete.
+pub(crate) struct SbChange<'a>(&'a Array);
+
+impl SbChange<'_> {
+    /// The change's superblock update finished with `r`. If it reached no superblock,
+    /// nothing on disk records the change: no write is acknowledged from now on (set
+    /// before the waiting writes wake, so that they see it).
+    pub(crate) fn recorded(&self, r: Result<(), ArrayError>) -> Result<(), ArrayError> {
+        if let Err(e) = &r {
+            tracing::error!("a member change could not be recorded in any superblock: {e}");
+            self.0.metadata_failed.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
+impl Drop for SbChange<'_> {
+    fn drop(&mut self) {
+        let p = &self.0.sb_pending;
+        let _g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+        p.changes.fetch_sub(1, Ordering::SeqCst);
+        p.done.notify_all();
+    }
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.

@@ -288,6 +288,9 @@ impl Meta {
         }
         // md fails a member whose superblock cannot be written: otherwise it would come
         // back at the next assembly with an old superblock and nobody would know why.
+        // Pending before a slot turns faulty, as in Array::member_error: writes that skip
+        // the member wait for the update below that records it.
+        let change = (!failed_roles.is_empty()).then(|| a.begin_sb_change());
         let mut newly_failed = false;
         for i in failed_roles {
             let slot = a.slot(MemberIdx(i));
@@ -306,16 +309,23 @@ impl Meta {
             self.write_depth += 1;
             let r = self.write_all(a);
             self.write_depth -= 1;
-            return r;
+            return match &change {
+                Some(c) if newly_failed => c.recorded(r),
+                _ => r,
+            };
         }
         let events = self.template.events;
         if let Some(bm) = self.bitmap.as_mut() {
             bm.written(events);
         }
         let _ = dirty;
-        match (written, last_err) {
+        let r = match (written, last_err) {
             (0, Some(e)) => Err(e),
             _ => Ok(()),
+        };
+        match &change {
+            Some(c) if newly_failed => c.recorded(r),
+            _ => r,
         }
     }
 

@@ -464,6 +464,8 @@ impl Array {
                         .is_some_and(|b| o.events >= b.sb.events_cleared)
             })
         };
+        // A spare taking a role changes what writes skip: pending until recorded.
+        let change = self.begin_sb_change();
         let outcome = match free_role(old_role) {
             Some(role) => {
                 self.slot(MemberIdx(role))
@@ -484,7 +486,8 @@ impl Array {
                 AddOutcome::Spare
             }
         };
-        meta.write_all(self)?;
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         self.events.emit(Event::SpareAdded {
             device: name.clone(),
@@ -514,6 +517,7 @@ impl Array {
         let Some((dev, mut sb)) = meta.spares.pop() else {
             return Ok(None);
         };
+        let change = self.begin_sb_change();
         sb.feature_map |= FEATURE_RECOVERY_OFFSET;
         sb.recovery_offset = 0;
         meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;
@@ -524,7 +528,8 @@ impl Array {
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
         slot.set_state(SlotState::Recovering);
-        meta.write_all(self)?;
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         self.events.emit(Event::RebuildStarted { role: Some(role) });
         Ok(Some(role))
@@ -550,13 +555,15 @@ impl Array {
         }
         let slot = self.slot(role);
         let device = slot.device_name().unwrap_or_default();
+        let mut meta = self.meta();
+        let change = self.begin_sb_change();
         slot.set_device(None, 0);
         slot.set_state(SlotState::Missing);
-        let mut meta = self.meta();
         if let Some(sb) = meta.members[role.0].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         }
-        meta.write_all(self)?;
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         self.events.emit(Event::DeviceRemoved { device });
         Ok(())

@@ -390,11 +390,15 @@ impl Array {
             return Ok(());
         }
         let mut meta = self.meta();
+        // Writes stop reaching the replacement: pending until its superblock says faulty,
+        // or a restart would resume it with the writes it missed.
+        let change = self.begin_sb_change();
         slot.set_replacement(None, r.old());
         if let Some(sb) = meta.replacements[role.0].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         }
-        meta.write_all(self)?;
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         // mdadm's name for a rebuilding spare that failed.
         self.events.emit(Event::FailSpare {
@@ -419,13 +423,16 @@ impl Array {
         let Some(mut sb) = meta.replacements[role.0].take() else {
             return Ok(());
         };
+        // Writes stop reaching the old member: pending until the superblocks say it left.
+        let change = self.begin_sb_change();
         meta.mark_faulty(role);
         sb.feature_map &= !(FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET);
         sb.recovery_offset = MAX_SECTOR;
         meta.members[role.0] = Some(sb);
         let old = r.old().name();
         slot.set_device(Some(r.new.clone()), r.new_data_start);
-        meta.write_all(self)?;
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         self.events
             .emit(Event::RebuildFinished { role: Some(role) });
@@ -469,12 +476,14 @@ impl Array {
                 // happen): hand over now, or drop a failed replacement.
                 let _g = self.reconfig.lock().unwrap();
                 let mut meta = self.meta();
+                let change = self.begin_sb_change();
                 if self.slot_state(role) == SlotState::Faulty
                     && self.promote_replacement(role, &mut meta)
                 {
-                    meta.write_all(self)?;
+                    change.recorded(meta.write_all(self))?;
                     return Ok(None);
                 }
+                drop(change);
                 drop(meta);
                 drop(_g);
                 self.drop_replacement(role, &r)?;
