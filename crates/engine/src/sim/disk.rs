@@ -14,7 +14,7 @@ use crate::member::Member;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Virtual time in nanoseconds: advanced by IO costs and stalls, never by the real clock.
 #[derive(Debug, Default)]
@@ -51,10 +51,14 @@ pub enum FaultKind {
     MissingAtAssemble,
     LostWrite,
     LatentReadError,
+    /// A write that lands at another offset than asked, and reports success.
+    MisdirectedWrite,
+    /// A superblock write held open (slow) while the simulator goes on.
+    SlowSuperblockWrite,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::ReadError,
         FaultKind::WriteError,
         FaultKind::FlushError,
@@ -67,6 +71,8 @@ impl FaultKind {
         FaultKind::MissingAtAssemble,
         FaultKind::LostWrite,
         FaultKind::LatentReadError,
+        FaultKind::MisdirectedWrite,
+        FaultKind::SlowSuperblockWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +89,8 @@ impl FaultKind {
             FaultKind::MissingAtAssemble => "missing-at-assemble",
             FaultKind::LostWrite => "lost-write",
             FaultKind::LatentReadError => "latent-read-error",
+            FaultKind::MisdirectedWrite => "misdirected-write",
+            FaultKind::SlowSuperblockWrite => "slow-superblock-write",
         }
     }
 
@@ -317,11 +325,20 @@ struct DiskState {
     rules: Vec<FaultRule>,
 }
 
+/// Writes held open at a disk (a slow write the simulator releases when it chooses).
+#[derive(Default)]
+struct Hold {
+    range: Option<(u64, u64)>,
+    held: u32,
+}
+
 /// A simulated member disk.
 pub struct SimDisk {
     name: String,
     world: Arc<SimWorld>,
     st: Mutex<DiskState>,
+    hold: Mutex<Hold>,
+    hold_cv: Condvar,
 }
 
 impl SimDisk {
@@ -335,7 +352,41 @@ impl SimDisk {
                 gone: false,
                 rules: Vec::new(),
             }),
+            hold: Mutex::new(Hold::default()),
+            hold_cv: Condvar::new(),
         }
+    }
+
+    /// Hold every write overlapping `range` open (before it is counted or lands) until
+    /// [`SimDisk::release_writes`]: a slow write. Only for runs that drive the engine from
+    /// more than one thread, one step at a time.
+    pub fn hold_writes(&self, range: (u64, u64)) {
+        self.hold.lock().unwrap().range = Some(range);
+    }
+
+    /// Writes being held right now.
+    pub fn held_writes(&self) -> u32 {
+        self.hold.lock().unwrap().held
+    }
+
+    pub fn release_writes(&self) {
+        self.hold.lock().unwrap().range = None;
+        self.hold_cv.notify_all();
+    }
+
+    fn wait_if_held(&self, offset: u64, len: u64) {
+        let mut h = self.hold.lock().unwrap();
+        if !h.range.is_some_and(|(s, e)| offset < e && offset + len > s) {
+            return;
+        }
+        h.held += 1;
+        self.world.count(FaultKind::SlowSuperblockWrite);
+        self.world
+            .note(format!("{}: write at {offset}+{len} held open", self.name));
+        while h.range.is_some() {
+            h = self.hold_cv.wait(h).unwrap();
+        }
+        h.held -= 1;
     }
 
     pub fn add_rule(&self, rule: FaultRule) {
@@ -581,6 +632,7 @@ impl Member for SimDisk {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.wait_if_held(offset, buf.len() as u64);
         let mut st = self.st.lock().unwrap();
         let s = self.check_range(&st, offset, buf.len())?;
         if !self.io(&mut st, IoKind::Write, offset, buf.len() as u64)? {

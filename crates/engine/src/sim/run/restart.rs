@@ -325,6 +325,126 @@ impl Simulator<'_> {
             "write {off}+{len} in the power cut: {:?}, cut during it: {cut_during}",
             r.as_ref().map_err(|e| e.to_string())
         ));
+        let acked_in_cut = acked_in_cut.then_some((off, data));
+        self.after_power_cut(acked_in_cut)
+    }
+
+    /// md's MD_SB_CHANGE_PENDING under a power cut: a member fails and its superblock
+    /// update is slow (held open on every other disk) while writes that skip the member
+    /// run; the power goes out before the update lands. A write acknowledged before the
+    /// cut must survive it, although the failed member comes back looking in sync.
+    ///
+    /// The engine is driven from threads here, one step at a time (each writer finishes
+    /// or waits for the superblocks before the next starts), so the IO sequence replays.
+    pub(super) fn crash_during_failure_update(&mut self) -> Res {
+        self.crashed = true;
+        // With a bitmap a write waits for the superblock lock the update holds, before
+        // any member IO: nothing to race. A clean array's first write does the same.
+        if !self.budget.is_clear()
+            || self.array().is_degraded()
+            || self.personality.max_degraded() == 0
+            || self.cfg.bitmap
+        {
+            return Ok(());
+        }
+        self.op_write()?;
+        if !self.array().is_dirty() {
+            return Ok(());
+        }
+        self.stats.crashes += 1;
+        let victim = self.fr.index(self.cfg.disks);
+        let n = self.fr.range_incl(1, 3);
+        let writes: Vec<(u64, Vec<u8>)> = (0..n)
+            .map(|_| {
+                let (off, len) = self.random_range();
+                let mut data = vec![0u8; len as usize];
+                self.wl.fill(&mut data);
+                (off, data)
+            })
+            .collect();
+        let disks: Vec<Arc<SimDisk>> = (0..self.cfg.disks).map(|r| self.disk(r).clone()).collect();
+        for (r, d) in disks.iter().enumerate() {
+            if r != victim {
+                d.hold_writes((0, self.data_offset_bytes));
+            }
+        }
+        self.world.note(format!(
+            "failing member {victim} with its superblock update held; writes {:?}",
+            writes
+                .iter()
+                .map(|(o, d)| (*o, d.len()))
+                .collect::<Vec<_>>()
+        ));
+        let a = self.array.as_ref().expect("array is assembled");
+        let world = self.world.clone();
+        let release = || disks.iter().for_each(|d| d.release_writes());
+        // Per write: finished before the cut, and its result.
+        let outcome: Vec<(bool, Result<(), String>)> = std::thread::scope(|sc| {
+            let failing = sc.spawn(|| a.fail_member(MemberIdx(victim)));
+            while disks.iter().map(|d| d.held_writes()).sum::<u32>() == 0 && !failing.is_finished()
+            {
+                std::thread::yield_now();
+            }
+            let mut waiting = 0;
+            let mut running = Vec::new();
+            for (off, data) in &writes {
+                let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let flag = done.clone();
+                let h = sc.spawn(move || {
+                    let r = a.write(*off, data).map_err(|e| e.to_string());
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    r
+                });
+                // No timing: it finishes, or it waits for the superblocks (for good).
+                while !done.load(std::sync::atomic::Ordering::SeqCst)
+                    && a.writes_waiting_for_superblocks() <= waiting
+                {
+                    std::thread::yield_now();
+                }
+                if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    waiting += 1;
+                }
+                running.push((done, h));
+            }
+            world.cut_power();
+            let before: Vec<bool> = running
+                .iter()
+                .map(|(d, _)| d.load(std::sync::atomic::Ordering::SeqCst))
+                .collect();
+            release();
+            let _ = failing.join().expect("fail_member panicked");
+            running
+                .into_iter()
+                .zip(before)
+                .map(|((_, h), b)| (b, h.join().expect("a write panicked")))
+                .collect()
+        });
+        let mut acked = Vec::new();
+        for ((off, data), (before_cut, r)) in writes.into_iter().zip(outcome) {
+            match (before_cut, r) {
+                (true, Ok(())) => {
+                    acked.push(off);
+                    self.model.write_ok(off, &data);
+                }
+                (true, Err(e)) => {
+                    return Err(format!(
+                        "write at {off}+{} failed before the power cut, within the fault                          budget: {e}",
+                        data.len()
+                    ))
+                }
+                (false, _) => self.model.write_uncertain(off, &data),
+            }
+        }
+        self.world.note(format!(
+            "power cut during member {victim}'s failure update; acknowledged before it:              {acked:?}"
+        ));
+        self.after_power_cut(None)
+    }
+
+    /// The power is out: the array dies with it, comes back on what the disks hold, is
+    /// resynced and checked. `acked_in_cut`: a write acknowledged while the cut failed
+    /// members, which must have survived.
+    fn after_power_cut(&mut self, acked_in_cut: Option<(u64, Vec<u8>)>) -> Res {
         // The array object dies with the power; its drop sees only dead disks.
         drop(self.array.take());
         self.world.power_on();
@@ -395,7 +515,8 @@ impl Simulator<'_> {
                 .map_err(|e| format!("after the power cut: {e}"))?;
             self.model.settle(s, &buf);
         }
-        if acked_in_cut {
+        if let Some((off, data)) = acked_in_cut {
+            let len = data.len();
             let mut got = vec![0u8; data.len()];
             self.array()
                 .read(off, &mut got)
