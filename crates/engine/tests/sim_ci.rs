@@ -177,6 +177,8 @@ fn simulated_arrays_survive_faults_within_budget_and_fail_cleanly_beyond() {
             FaultKind::Stall,
             FaultKind::SilentCorruption,
             FaultKind::PowerCut,
+            FaultKind::LostWrite,
+            FaultKind::MisdirectedWrite,
         ] {
             assert!(totals.faults.get(k) > 0, "no {} fault fired", k.name());
         }

@@ -280,6 +280,9 @@ pub enum Effect {
     /// A latent sector error: reads of the range fail until a write over it succeeds
     /// (the drive remaps the sector), as md's read-error repair expects.
     LatentRead,
+    /// The write reports success but lands `delta_bytes` away from where it was sent (a
+    /// misdirected write); the intended place keeps its old bytes. Off the disk, dropped.
+    Misdirect { delta_bytes: i64 },
 }
 
 impl Effect {
@@ -428,6 +431,12 @@ impl SimDisk {
         st.rules.retain(|r| r.effect != Effect::LatentRead);
     }
 
+    /// Drop the rules with `effect` that have not fired (a one-off the engine's IO did
+    /// not meet).
+    pub fn disarm(&self, effect: Effect) {
+        self.st.lock().unwrap().rules.retain(|r| r.effect != effect);
+    }
+
     /// Whether any error or disappearance rule was ever scheduled on this disk.
     pub fn ever_faulted(&self) -> bool {
         let st = self.st.lock().unwrap();
@@ -509,9 +518,15 @@ impl SimDisk {
         buf.copy_from_slice(&st.data[offset as usize..offset as usize + buf.len()]);
     }
 
-    /// Account one IO against the clock and the fault schedule; Err if it fails, Ok(true)
-    /// if a write must be dropped silently.
-    fn io(&self, st: &mut DiskState, kind: IoKind, offset: u64, len: u64) -> io::Result<bool> {
+    /// Account one IO against the clock and the fault schedule; Err if it fails, else
+    /// where a write lands (None: dropped silently).
+    fn io(
+        &self,
+        st: &mut DiskState,
+        kind: IoKind,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<Option<u64>> {
         let io_no = st.ios;
         st.ios += 1;
         self.world
@@ -525,6 +540,7 @@ impl SimDisk {
         }
         let mut fail = None;
         let mut lose = false;
+        let mut land = offset;
         let mut remapped = false;
         for rule in st.rules.iter_mut() {
             if !rule.hits(io_no, kind, offset, len) {
@@ -554,6 +570,11 @@ impl SimDisk {
                 Effect::LoseWrite => {
                     if kind == IoKind::Write {
                         lose = true;
+                    }
+                }
+                Effect::Misdirect { delta_bytes } => {
+                    if kind == IoKind::Write {
+                        land = offset.wrapping_add_signed(delta_bytes);
                     }
                 }
                 Effect::LatentRead => match kind {
@@ -586,8 +607,21 @@ impl SimDisk {
                 self.name
             ));
         }
+        if land != offset && fail.is_none() && !lose {
+            self.world.count(FaultKind::MisdirectedWrite);
+            self.world.note(format!(
+                "{}: write at {offset}+{len} misdirected to {land}",
+                self.name
+            ));
+            if land
+                .checked_add(len)
+                .is_none_or(|e| e > st.data.len() as u64)
+            {
+                lose = true;
+            }
+        }
         match fail {
-            None => Ok(lose),
+            None => Ok((!lose).then_some(land)),
             Some(why) => {
                 if why == "injected error" {
                     self.world.count(match kind {
@@ -634,9 +668,10 @@ impl Member for SimDisk {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.wait_if_held(offset, buf.len() as u64);
         let mut st = self.st.lock().unwrap();
-        let s = self.check_range(&st, offset, buf.len())?;
-        if !self.io(&mut st, IoKind::Write, offset, buf.len() as u64)? {
-            st.data[s..s + buf.len()].copy_from_slice(buf);
+        self.check_range(&st, offset, buf.len())?;
+        if let Some(at) = self.io(&mut st, IoKind::Write, offset, buf.len() as u64)? {
+            let at = at as usize;
+            st.data[at..at + buf.len()].copy_from_slice(buf);
         }
         Ok(())
     }
@@ -721,6 +756,26 @@ mod tests {
         assert_eq!(b, [3u8; 512]);
         assert_eq!(w.counts().get(FaultKind::Disappear), 1);
         assert_eq!(w.counts().get(FaultKind::ComeBack), 1);
+    }
+
+    #[test]
+    fn a_misdirected_write_lands_elsewhere_and_leaves_the_target_old() {
+        let (w, d) = disk();
+        d.write_at(&[1u8; 512], 4096).unwrap();
+        d.add_rule(FaultRule {
+            effect: Effect::Misdirect { delta_bytes: 8192 },
+            ops: OpFilter::Write,
+            from_io: 0,
+            range: Some((4096, 4608)),
+            times: Some(1),
+        });
+        d.write_at(&[2u8; 512], 4096).unwrap();
+        let mut b = [0u8; 512];
+        d.peek(4096, &mut b);
+        assert_eq!(b, [1u8; 512], "the intended sector keeps its old bytes");
+        d.peek(12288, &mut b);
+        assert_eq!(b, [2u8; 512], "the write landed 8 KiB further");
+        assert_eq!(w.counts().get(FaultKind::MisdirectedWrite), 1);
     }
 
     #[test]

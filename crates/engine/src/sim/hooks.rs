@@ -22,6 +22,30 @@ impl Lifecycle for EngineLifecycle {
         })
     }
 
+    fn check_range(
+        &self,
+        array: &Array,
+        start: u64,
+        sectors: u64,
+    ) -> Option<Result<u64, ArrayError>> {
+        let unit = array.unit_bytes() / uraid_core::SECTOR_BYTES;
+        if unit == 0 {
+            return None;
+        }
+        let (mut at, end) = (start / unit, (start + sectors).div_ceil(unit));
+        let mut mismatched = 0;
+        while at < end {
+            match array.sync_step(SyncKind::Check, at, end - at) {
+                Ok((n, m)) => {
+                    at += n.max(1);
+                    mismatched += m;
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(mismatched))
+    }
+
     fn add_member(
         &self,
         array: &Array,

@@ -26,6 +26,7 @@ use uraid_core::geometry::Personality;
 use uraid_core::superblock::Superblock;
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
+mod lost_write;
 mod restart;
 
 /// Hooks for member lifecycle features (spares, add/remove, recovery, scrub). The
@@ -35,6 +36,18 @@ pub trait Lifecycle {
     /// md's check (`repair` false: count mismatched sectors, change nothing) or repair.
     fn scrub(&self, array: &Array, repair: bool) -> Option<Result<u64, ArrayError>> {
         let _ = (array, repair);
+        None
+    }
+
+    /// md's check over the recovery units that cover array sectors
+    /// `[start, start + sectors)` only: mismatched sectors counted, nothing changed.
+    fn check_range(
+        &self,
+        array: &Array,
+        start: u64,
+        sectors: u64,
+    ) -> Option<Result<u64, ArrayError>> {
+        let _ = (array, start, sectors);
         None
     }
 
@@ -258,6 +271,8 @@ pub struct Simulator<'h> {
     fr: SimRng,
     /// Replace decisions, a stream of their own so that runs without them are unchanged.
     rr: SimRng,
+    /// Lost and misdirected writes, a stream of their own too.
+    lw: SimRng,
     /// One member failure too many has been injected.
     over: bool,
     crashed: bool,
@@ -287,6 +302,7 @@ impl<'h> Simulator<'h> {
         let mut uuid = [0u8; 16];
         root.fill(&mut uuid);
         let rr = root.fork(3);
+        let lw = root.fork(4);
         let disks: Vec<Arc<SimDisk>> = (0..cfg.disks)
             .map(|i| {
                 Arc::new(SimDisk::new(
@@ -333,6 +349,7 @@ impl<'h> Simulator<'h> {
             wl,
             fr,
             rr,
+            lw,
             over: false,
             crashed: false,
             stats: RunStats::default(),
@@ -860,6 +877,9 @@ impl<'h> Simulator<'h> {
             return Ok(());
         }
         if self.budget.is_clear() && self.fr.chance(50) {
+            if !self.opts.lying_disk && self.lw.chance(40) {
+                return self.lost_or_misdirected_write();
+            }
             return self.corrupt_and_repair();
         }
         let missing_before = self.array().missing_roles();
@@ -1222,5 +1242,29 @@ impl<'h> Simulator<'h> {
             .map(MemberIdx)
             .filter(|&r| self.array().slot_state(r) == SlotState::Faulty)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_fails_the_run_by_default() {
+        let (cfg, mode) = SimConfig::for_seed(7);
+        let opts = SimOptions::default();
+        let mut sim = Simulator::new(7, &cfg, mode, &opts, &NoLifecycle)
+            .unwrap_or_else(|(_, e)| panic!("{e}"));
+        let r = sim.finding("acked-write-lost-in-power-cut", "a lost write".into());
+        assert!(r.is_err(), "a deviation from md was only noted");
+        let lenient = SimOptions {
+            strict: false,
+            ..SimOptions::default()
+        };
+        let mut sim = Simulator::new(7, &cfg, mode, &lenient, &NoLifecycle)
+            .unwrap_or_else(|(_, e)| panic!("{e}"));
+        sim.finding("events-off-by-one-refused", "noted".into())
+            .unwrap();
+        assert_eq!(sim.report().findings.len(), 1);
     }
 }
