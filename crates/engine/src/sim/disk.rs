@@ -2,9 +2,10 @@
 //!
 //! A [`SimDisk`] keeps its contents in memory and follows a schedule of [`FaultRule`]s that
 //! fire at chosen IO numbers and byte ranges: read or write errors (transient or
-//! persistent), stalls that advance the virtual clock, and disappearance (every IO fails
-//! until [`SimDisk::come_back`]). Silent corruption and stale images are applied directly
-//! by the simulator. All disks of one run share a [`SimWorld`]: the clock, a global IO
+//! persistent), stalls that advance the virtual clock, disappearance (every IO fails until
+//! [`SimDisk::come_back`]), lost and misdirected writes (success reported, bytes dropped or
+//! stored elsewhere). Silent corruption and stale images are applied directly by the
+//! simulator; writes can be held open ([`SimDisk::hold_writes`]) for a slow write. All disks of one run share a [`SimWorld`]: the clock, a global IO
 //! sequence (for power cuts) and the counts of faults that actually fired.
 //!
 //! Nothing here reads real time or depends on thread scheduling: the engine drives the

@@ -10,9 +10,10 @@
 //! - [`mod@run`]: the [`Simulator`] itself, with [`Lifecycle`] hooks for spares, rebuild and
 //!   scrub; [`hooks`] maps them to the engine.
 //!
-//! Determinism: one thread drives the engine, disks keep no real time, every collection
-//! iterated is ordered, and all randomness comes from [`SimRng`] streams forked from the
-//! seed. `run_seed(s)` twice gives the same report.
+//! Determinism: one thread drives the engine (the slow-superblock schedule uses threads,
+//! one step at a time: each finishes or blocks before the next starts), disks keep no real
+//! time, every collection iterated is ordered, and all randomness comes from [`SimRng`]
+//! streams forked from the seed. `run_seed(s)` twice gives the same report.
 
 pub mod budget;
 pub mod config;

@@ -3,10 +3,11 @@
 //!
 //! A run is a sequence of steps drawn from the seed: writes and reads (aligned and not,
 //! across chunk and stripe boundaries), fault scheduling, quiet points (flush, whole-array
-//! check, resync that must find nothing, or silent corruption that resync must find and
-//! repair), stop and re-assembly from the disks in a shuffled order (with failed members
-//! coming back stale, members left out or replaced by an old image), a power cut in the
-//! middle of a write, and, in over-budget runs, one member failure too many.
+//! check, resync that must find nothing, silent corruption that resync must find and
+//! repair, or a lost or misdirected write that check must find), stop and re-assembly from
+//! the disks in a shuffled order (with failed members coming back stale, members left out
+//! or replaced by an old image), a power cut in the middle of a write (or during a member
+//! failure's slow superblock update), and, in over-budget runs, one member failure too many.
 
 use super::budget::FaultBudget;
 use super::config::{Mode, SimConfig};
@@ -150,8 +151,8 @@ pub struct RunStats {
     pub replaces: u64,
 }
 
-/// A deviation from md that keeps the data safe but that md would not show; recorded
-/// (and fatal with [`SimOptions::strict`]).
+/// A deviation from md that md would not show: fatal with [`SimOptions::strict`] (the
+/// default), else recorded and the run goes on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
     pub step: u64,
