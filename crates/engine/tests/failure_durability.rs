@@ -162,10 +162,13 @@ fn chunks_on_member0(g: &ParityGeometry, n: usize) -> Vec<u64> {
         .collect()
 }
 
+/// Writes by array offset and data.
+type Writes = Vec<(u64, Vec<u8>)>;
+
 /// What the test saw: writes acknowledged before the power cut, and any that read back
 /// wrong after reassembly.
 struct Outcome {
-    acked: Vec<(u64, Vec<u8>)>,
+    acked: Writes,
     wrong: Vec<u64>,
 }
 
@@ -189,7 +192,7 @@ fn run(seed: u64, release_first: bool) -> Outcome {
     a.write(offs[0], &first).unwrap();
     a.flush().unwrap();
     // Acknowledgements count only while the power is on: `cut` takes this lock to cut.
-    let acks: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::new(Mutex::new(vec![(offs[0], first)]));
+    let acks: Arc<Mutex<Writes>> = Arc::new(Mutex::new(vec![(offs[0], first)]));
     for gt in &r.gates[1..] {
         gt.hold_sb.store(true, Ordering::SeqCst);
     }
