@@ -486,7 +486,13 @@ impl Array {
                 AddOutcome::Spare
             }
         };
-        change.recorded(meta.write_all(self))?;
+        let written = meta.write_all(self);
+        match outcome {
+            // Only a role taken is a change writes depend on; a spare that could not be
+            // recorded is just refused.
+            AddOutcome::Recovering(_) => change.recorded(written)?,
+            AddOutcome::Spare => written?,
+        }
         drop(change);
         drop(meta);
         self.events.emit(Event::SpareAdded {
