@@ -230,7 +230,10 @@ fn trim_and_write_zeroes_reach_the_member_files() {
     qio(&["flush".into()]);
     let full = member_blocks(&members);
     let data_blocks = size / 512;
-    assert!(full > data_blocks, "{full} blocks for {data_blocks} data sectors");
+    assert!(
+        full > data_blocks,
+        "{full} blocks for {data_blocks} data sectors"
+    );
 
     // Discard everything: the blocks go and the array reads zeros.
     qio(&[format!("discard 0 {size}"), "flush".into()]);

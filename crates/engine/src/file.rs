@@ -4,10 +4,10 @@
 use crate::member::{write_zero_buffers, Member, ZeroHow};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Buffer, offset and length alignment we require before using the O_DIRECT descriptor.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -189,11 +189,7 @@ impl Member for FileMember {
         }
         // A file reads a punched hole as zeros; without hole punching, write them, so that
         // discard_zeroes holds either way.
-        self.write_zeroes(
-            offset,
-            len,
-            ZeroHow { unmap: true },
-        )
+        self.write_zeroes(offset, len, ZeroHow { unmap: true })
     }
 
     fn discard_zeroes(&self) -> bool {

@@ -77,7 +77,9 @@ pub(crate) fn zero(
         s += n;
     }
     for (role, msec, n) in runs {
-        let dev = a.live(role).ok_or_else(|| no_redundancy(a, "write-zeroes"))?;
+        let dev = a
+            .live(role)
+            .ok_or_else(|| no_redundancy(a, "write-zeroes"))?;
         let off = a.member_byte(role, msec);
         let len = n * SECTOR_BYTES;
         if !crate::discard::member_zero(a, role, dev.as_ref(), off, len, kind, false) {

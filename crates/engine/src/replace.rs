@@ -271,7 +271,9 @@ impl Member for Replacing {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, how: crate::member::ZeroHow) -> io::Result<()> {
-        self.on_both(offset, len, |dev, at, _, len| dev.write_zeroes(at, len, how))
+        self.on_both(offset, len, |dev, at, _, len| {
+            dev.write_zeroes(at, len, how)
+        })
     }
 
     fn zeroes_fast(&self, unmap: bool) -> bool {

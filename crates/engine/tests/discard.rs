@@ -57,11 +57,7 @@ fn seeds() -> Vec<u64> {
 
 /// Random data everywhere, then `rounds` random changes by `op`, each checked against the
 /// model; at the end a check pass finds no mismatch and more writes still land.
-fn run_model(
-    op: &str,
-    rounds: usize,
-    change: impl Fn(&Array, u64, u64) -> Result<(), ArrayError>,
-) {
+fn run_model(op: &str, rounds: usize, change: impl Fn(&Array, u64, u64) -> Result<(), ArrayError>) {
     for cfg in all_configs() {
         for seed in seeds() {
             let ctx = format!("{op} {cfg:?} seed {seed}");
@@ -189,7 +185,11 @@ fn fast_zero_is_refused_before_anything_changes_when_it_cannot_be_fast() {
     assert_model(&b, &model, "slow members after a refused fast zero");
     // Without the fast flag they zero by writing; a discard leaves their data.
     b.discard(0, stripe).unwrap();
-    assert_model(&b, &model, "a discard on members that do not read back zeros");
+    assert_model(
+        &b,
+        &model,
+        "a discard on members that do not read back zeros",
+    );
     b.write_zeroes(0, stripe).unwrap();
     model[..stripe as usize].fill(0);
     assert_model(&b, &model, "slow members after write-zeroes");
@@ -230,7 +230,9 @@ fn file_members_give_their_blocks_back_after_a_discard() {
         }
         let members: Vec<Option<Arc<dyn Member>>> = paths
             .iter()
-            .map(|p| Some(Arc::new(FileMember::open(p, DirectMode::Off).unwrap()) as Arc<dyn Member>))
+            .map(|p| {
+                Some(Arc::new(FileMember::open(p, DirectMode::Off).unwrap()) as Arc<dyn Member>)
+            })
             .collect();
         let mut o = uraid_engine::CreateOptions::new(level);
         if level != Level::Raid1 {
@@ -338,8 +340,11 @@ fn a_crash_mid_discard_is_resynced_by_the_bitmap() {
         std::mem::forget(a);
         // Member 1's data area never saw the discard.
         let data_off = 2048 * 512;
-        mems[1].write_at(&before[data_off..], data_off as u64).unwrap();
-        let devs: Vec<Arc<dyn Member>> = mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
+        mems[1]
+            .write_at(&before[data_off..], data_off as u64)
+            .unwrap();
+        let devs: Vec<Arc<dyn Member>> =
+            mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
         let (b, rep) = assemble(devs, &AssembleOptions::default()).unwrap();
         assert!(rep.unclean, "{ctx}: crash not detected");
         b.resync().unwrap();

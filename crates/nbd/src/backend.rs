@@ -121,7 +121,10 @@ impl MemBackend {
 
     /// The flags of every write-zeroes that reached the backend, in order.
     pub fn zero_flags(&self) -> Vec<ZeroFlags> {
-        self.zeroes.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.zeroes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sets the preferred block size advertised.

@@ -416,7 +416,11 @@ fn fast_zero_is_advertised_only_when_the_backend_can_and_its_flags_reach_it() {
             .unwrap();
         assert_eq!(r.error, 0);
     }
-    assert!(srv.backend.zero_flags().iter().all(|f| f.fast && !f.no_hole));
+    assert!(srv
+        .backend
+        .zero_flags()
+        .iter()
+        .all(|f| f.fast && !f.no_hole));
     let snap = srv.backend.snapshot();
     assert!(snap[8192..12288].iter().all(|&b| b == 0));
     assert!(snap[12288..16384].iter().all(|&b| b == 0xee));
