@@ -29,6 +29,9 @@ pub struct FileMember {
     is_block: bool,
     /// A block device that reports discarded blocks to read back as zeros.
     discard_zeroes: bool,
+    /// A block device with a write-zeroes offload (it zeroes, and may unmap, without
+    /// transferring zeros).
+    zeroes_offload: bool,
     /// fallocate modes not refused (EOPNOTSUPP) so far: a refusal is remembered, so that
     /// fast zeroing is only claimed where it works.
     punch_ok: AtomicBool,
@@ -81,6 +84,7 @@ impl FileMember {
             let rc = unsafe { libc::ioctl(buffered.as_raw_fd(), BLKDISCARDZEROES, &mut z) };
             rc == 0 && z == 1
         };
+        let zeroes_offload = is_block && write_zeroes_offload(&meta);
         Ok(FileMember {
             path: path.to_path_buf(),
             buffered,
@@ -88,9 +92,27 @@ impl FileMember {
             size_bytes,
             is_block,
             discard_zeroes,
+            zeroes_offload,
             punch_ok: AtomicBool::new(true),
             zero_range_ok: AtomicBool::new(true),
         })
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        // SAFETY: plain syscall on an owned descriptor.
+        let rc = unsafe {
+            libc::fallocate(
+                self.buffered.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -139,6 +161,23 @@ impl FileMember {
     }
 }
 
+/// Whether a block device offloads write-zeroes: sysfs `queue/write_zeroes_max_bytes` above
+/// zero (a partition asks its disk).
+fn write_zeroes_offload(meta: &std::fs::Metadata) -> bool {
+    let rdev = std::os::unix::fs::MetadataExt::rdev(meta);
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{dev}/queue/write_zeroes_max_bytes"),
+        format!("{dev}/../queue/write_zeroes_max_bytes"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|s| s.trim().parse::<u64>().ok())
+    .is_some_and(|n| n > 0)
+}
+
 pub(crate) fn is_aligned(addr: usize, offset: u64, len: usize) -> bool {
     addr.is_multiple_of(DIRECT_ALIGN)
         && offset.is_multiple_of(DIRECT_ALIGN as u64)
@@ -178,6 +217,15 @@ impl Member for FileMember {
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_range(offset, len as usize)?;
+        if self.is_block && self.zeroes_offload {
+            // fallocate PUNCH_HOLE on a block device is the write-zeroes offload with unmap
+            // allowed, and never falls back to writing zeros: fast, and reads back zeros.
+            return self.fallocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            );
+        }
         if self.is_block {
             let range = [offset, len];
             // SAFETY: BLKDISCARD reads two u64 through the pointer.
@@ -193,7 +241,7 @@ impl Member for FileMember {
     }
 
     fn discard_zeroes(&self) -> bool {
-        !self.is_block || self.discard_zeroes
+        !self.is_block || self.discard_zeroes || self.zeroes_offload
     }
 
     /// Files and block devices alike: fallocate PUNCH_HOLE (may unmap) or ZERO_RANGE (keeps
@@ -217,23 +265,12 @@ impl Member for FileMember {
             )
         };
         if flag.load(Ordering::Relaxed) {
-            // SAFETY: plain syscall on an owned descriptor.
-            let rc = unsafe {
-                libc::fallocate(
-                    self.buffered.as_raw_fd(),
-                    mode,
-                    offset as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if rc == 0 {
-                return Ok(());
+            match self.fallocate(mode, offset, len) {
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    flag.store(false, Ordering::Relaxed)
+                }
+                r => return r,
             }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
-                return Err(e);
-            }
-            flag.store(false, Ordering::Relaxed);
         }
         if self.is_block {
             let range = [offset, len];
@@ -247,15 +284,17 @@ impl Member for FileMember {
         write_zero_buffers(self, offset, len)
     }
 
-    /// A file whose file system has not refused the fallocate mode; a block device never
-    /// claims it (only trying tells whether it has a zeroing offload).
+    /// A file whose file system has not refused the fallocate mode; a block device with a
+    /// write-zeroes offload.
     fn zeroes_fast(&self, unmap: bool) -> bool {
-        !self.is_block
-            && if unmap {
-                self.punch_ok.load(Ordering::Relaxed)
-            } else {
-                self.zero_range_ok.load(Ordering::Relaxed)
-            }
+        if self.is_block {
+            return self.zeroes_offload;
+        }
+        if unmap {
+            self.punch_ok.load(Ordering::Relaxed)
+        } else {
+            self.zero_range_ok.load(Ordering::Relaxed)
+        }
     }
 
     fn name(&self) -> String {

@@ -359,3 +359,94 @@ fn a_crash_mid_discard_is_resynced_by_the_bitmap() {
         }
     }
 }
+
+/// Loop devices detached when dropped.
+struct Loops(Vec<String>);
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for l in &self.0 {
+            let _ = std::process::Command::new("losetup")
+                .args(["-d", l])
+                .status();
+        }
+    }
+}
+
+/// Block-device members with a write-zeroes offload (loop devices over sparse files): a
+/// raid5 discard reaches them as zeroing with unmap, so the backing files give their
+/// blocks back, the array reads zeros and check finds nothing. Needs root and losetup.
+#[test]
+fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
+    let tool = std::process::Command::new("losetup")
+        .arg("--version")
+        .output();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if tool.is_err() || !root || !std::path::Path::new("/dev/loop-control").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI: this test needs root, /dev/loop-control and losetup"
+        );
+        eprintln!("skipping: needs root, /dev/loop-control and losetup");
+        return;
+    }
+    let dir = temp_dir("loop");
+    let files: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("b{i}.img"))).collect();
+    let mut loops = Loops(Vec::new());
+    for f in &files {
+        std::fs::File::create(f).unwrap().set_len(16 << 20).unwrap();
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(f)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        loops
+            .0
+            .push(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    }
+    let members: Vec<Arc<FileMember>> = loops
+        .0
+        .iter()
+        .map(|l| Arc::new(FileMember::open(l.as_ref(), DirectMode::Auto).unwrap()))
+        .collect();
+    assert!(
+        members
+            .iter()
+            .all(|m| m.discard_zeroes() && m.zeroes_fast(true)),
+        "loop devices offload write-zeroes"
+    );
+    let mut o = uraid_engine::CreateOptions::new(Level::Raid5);
+    o.chunk_sectors = Some(128);
+    o.assume_clean = true;
+    let a = uraid_engine::create(
+        members
+            .iter()
+            .map(|m| Some(m.clone() as Arc<dyn Member>))
+            .collect(),
+        &o,
+    )
+    .unwrap();
+    assert!(a.can_fast_zero(true));
+    let size = a.size_bytes();
+    let mut data = vec![0u8; size as usize];
+    rng(4).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    a.flush().unwrap();
+    let full = blocks(&files);
+    a.discard(0, size).unwrap();
+    a.flush().unwrap();
+    let after = blocks(&files);
+    assert!(
+        full - after >= size / 512,
+        "{full} blocks before, {after} after a discard of {} sectors",
+        size / 512
+    );
+    assert!(read_all(&a).iter().all(|&b| b == 0), "not zeros");
+    assert_eq!(a.check().unwrap(), 0);
+    drop(a);
+    drop(members);
+    drop(loops);
+    let _ = std::fs::remove_dir_all(&dir);
+}
