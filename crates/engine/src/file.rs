@@ -9,6 +9,21 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// md's devices_handle_discard_safely (a raid456 module parameter): the administrator
+/// asserts that a discard on any block-device member reads back zeros, which the device
+/// cannot report itself (a SCSI disk without LBPRZ that still unmaps). Block devices then
+/// discard with BLKDISCARD and count as zeroing discards for the levels with redundancy.
+static DEVICES_HANDLE_DISCARD_SAFELY: AtomicBool = AtomicBool::new(false);
+
+/// Set md's devices_handle_discard_safely for every block-device member of this process.
+pub fn set_devices_handle_discard_safely(on: bool) {
+    DEVICES_HANDLE_DISCARD_SAFELY.store(on, Ordering::Relaxed);
+}
+
+fn discard_safely() -> bool {
+    DEVICES_HANDLE_DISCARD_SAFELY.load(Ordering::Relaxed)
+}
+
 /// Buffer, offset and length alignment we require before using the O_DIRECT descriptor.
 pub const DIRECT_ALIGN: usize = 4096;
 
@@ -217,7 +232,7 @@ impl Member for FileMember {
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_range(offset, len as usize)?;
-        if self.is_block && self.zeroes_offload {
+        if self.is_block && self.zeroes_offload && !self.discard_zeroes && !discard_safely() {
             // fallocate PUNCH_HOLE on a block device is the write-zeroes offload with unmap
             // allowed, and never falls back to writing zeros: fast, and reads back zeros.
             return self.fallocate(
@@ -241,7 +256,7 @@ impl Member for FileMember {
     }
 
     fn discard_zeroes(&self) -> bool {
-        !self.is_block || self.discard_zeroes || self.zeroes_offload
+        !self.is_block || self.discard_zeroes || self.zeroes_offload || discard_safely()
     }
 
     /// Files and block devices alike: fallocate PUNCH_HOLE (may unmap) or ZERO_RANGE (keeps

@@ -430,21 +430,27 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
     .unwrap();
     assert!(a.can_fast_zero(true));
     let size = a.size_bytes();
-    let mut data = vec![0u8; size as usize];
-    rng(4).fill(&mut data[..]);
-    a.write(0, &data).unwrap();
-    a.flush().unwrap();
-    let full = blocks(&files);
-    a.discard(0, size).unwrap();
-    a.flush().unwrap();
-    let after = blocks(&files);
-    assert!(
-        full - after >= size / 512,
-        "{full} blocks before, {after} after a discard of {} sectors",
-        size / 512
-    );
-    assert!(read_all(&a).iter().all(|&b| b == 0), "not zeros");
-    assert_eq!(a.check().unwrap(), 0);
+    // The zeroing offload, then BLKDISCARD under md's devices_handle_discard_safely (a loop
+    // device punches a hole either way). No other test here uses block devices.
+    for safely in [false, true] {
+        uraid_engine::file::set_devices_handle_discard_safely(safely);
+        let mut data = vec![0u8; size as usize];
+        rng(4).fill(&mut data[..]);
+        a.write(0, &data).unwrap();
+        a.flush().unwrap();
+        let full = blocks(&files);
+        a.discard(0, size).unwrap();
+        a.flush().unwrap();
+        let after = blocks(&files);
+        assert!(
+            full - after >= size / 512,
+            "safely={safely}: {full} blocks before, {after} after a discard of {} sectors",
+            size / 512
+        );
+        assert!(read_all(&a).iter().all(|&b| b == 0), "not zeros");
+        assert_eq!(a.check().unwrap(), 0);
+    }
+    uraid_engine::file::set_devices_handle_discard_safely(false);
     drop(a);
     drop(members);
     drop(loops);
