@@ -456,3 +456,45 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
     drop(loops);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mirror copy whose discard (and the zeroing that replaces it) fails is failed, as for a
+/// failed write: the copies never silently differ, and the array reads zeros from the rest.
+#[test]
+fn a_copy_that_cannot_discard_is_failed_not_left_different() {
+    use uraid_engine::fault::FaultMember;
+    let faults: Vec<Arc<FaultMember>> = (0..2)
+        .map(|i| {
+            Arc::new(FaultMember::new(Arc::new(uraid_engine::MemMember::new(
+                format!("fm{i}"),
+                2 << 20,
+            ))))
+        })
+        .collect();
+    let mut o = uraid_engine::CreateOptions::new(Level::Raid1);
+    o.assume_clean = true;
+    let a = uraid_engine::create(
+        faults
+            .iter()
+            .map(|f| Some(f.clone() as Arc<dyn Member>))
+            .collect(),
+        &o,
+    )
+    .unwrap();
+    let size = a.size_bytes();
+    let mut model = vec![0u8; size as usize];
+    rng(8).fill(&mut model[..]);
+    a.write(0, &model).unwrap();
+    let data_off = a.slot(uraid_core::MemberIdx(1)).data_offset_bytes();
+    faults[1].set_range(data_off, data_off + (1 << 20));
+    faults[1]
+        .fail_writes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    a.discard(4096, 65536).unwrap();
+    model[4096..4096 + 65536].fill(0);
+    assert_eq!(
+        a.slot_state(uraid_core::MemberIdx(1)),
+        uraid_engine::SlotState::Faulty,
+        "the copy that kept its data is still in sync"
+    );
+    assert_model(&a, &model, "after a failed discard on one copy");
+}
