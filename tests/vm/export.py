@@ -9,7 +9,9 @@ A raid5 array of four 64 MiB images is created on the host. In the VM (the harne
 6.12 kernel, which has nbd and ublk_drv), uraid runs *inside the guest* on the four disks:
 
 1. `uraid serve --nbd unix:...`, `nbd-client` to /dev/nbd0, mkfs.ext4, mount, write files,
-   fstrim, umount, `fsck.ext4 -n -f` clean, disconnect, `uraid stop`; superblocks clean.
+   fstrim, umount, `fsck.ext4 -n -f` clean, disconnect, `uraid stop`; superblocks clean;
+   `uraid check` finds 0 mismatches. The host sees the member images give back the blocks
+   of a deleted scratch file once fstrim ran (the disks pass discards to the image files).
 2. `uraid serve --ublk --no-nbd`: /dev/ublkbN, mount, the files verify; a new file is written
    while `uraid fail` takes a member out; fstrim, umount, fsck clean; SIGTERM; the device goes away;
    superblocks clean.
@@ -27,6 +29,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +61,9 @@ wait_for() {
 # serve ARGS...: start uraid serve in the background on the four disks.
 serve() {
     rm -f /tmp/ctl.sock
-    uraid --io-engine sync serve "$@" --name md0 --control /tmp/ctl.sock $M >/tmp/serve.out 2>/tmp/serve.err &
+    # The scsi disks unmap (discard=unmap) and read zeros there, but report no LBPRZ:
+    # md's devices_handle_discard_safely says so for them.
+    uraid --io-engine sync --devices-handle-discard-safely serve "$@" --name md0 --control /tmp/ctl.sock $M >/tmp/serve.out 2>/tmp/serve.err &
     SPID=$!
     wait_for /tmp/ctl.sock || { echo "serve did not start"; cat /tmp/serve.err; return 1; }
     _i=0
@@ -95,11 +100,17 @@ if serve --nbd unix:/tmp/nbd.sock; then
         dd if=/dev/urandom of=/mnt/dir/f2 bs=64k count=37 2>/dev/null
         echo hello-uraid >/mnt/dir/small
         sha256sum /mnt/f1 /mnt/dir/f2 /mnt/dir/small >"$O/sums.nbd"
-        dd if=/dev/urandom of=/mnt/scratch bs=1M count=4 2>/dev/null
+        dd if=/dev/urandom of=/mnt/scratch bs=1M count=48 2>/dev/null
         sync
         rm /mnt/scratch
+        sync
+        : >/share/out/export/phase-scratch  # the host measures the images now
+        sleep 2
     fi
     check nbd-fstrim on_mnt fstrim -v /mnt
+    sync
+    : >/share/out/export/phase-trimmed
+    sleep 2
     check nbd-umount umount /mnt
     check nbd-fsck fsck.ext4 -n -f /dev/nbd0
     nbd-client -d /dev/nbd0
@@ -107,6 +118,7 @@ if serve --nbd unix:/tmp/nbd.sock; then
     wait $SPID
     check nbd-server-exit0 test $? = 0
     check nbd-superblocks-clean all_clean
+    check nbd-check-0-mismatches sh -c "uraid check -q $M | tee /dev/stderr | grep -q 'mismatch_cnt: 0'"
 else
     check nbd-serve false
 fi
@@ -162,6 +174,26 @@ cat /tmp/serve.err
 mark "export: done, $FAILS failed"
 [ $FAILS = 0 ]
 """
+
+
+class AllocationWatch:
+    """Allocated bytes of the member images when the guest reaches each phase file."""
+
+    def __init__(self, images: list[Path], out: Path, phases: list[str]):
+        self.images, self.out, self.phases = images, out, phases
+        self.seen: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def allocated(self) -> int:
+        return sum(p.stat().st_blocks * 512 for p in self.images)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for ph in self.phases:
+                if ph not in self.seen and (self.out / ph).exists():
+                    self.seen[ph] = self.allocated()
+            self.stop.wait(0.2)
 
 
 def host_checks(uraid: Path, images: list[Path], out: Path, work: Path) -> list[tuple[str, bool, str]]:
@@ -229,13 +261,17 @@ def main() -> int:
 
     boot = Boot(run_dir, "vm", Pattern(64 * MiB))
     for p in images:
-        boot.add_disk(p)
+        boot.add_disk(p, unmap=True)
     boot.guest_bins += [uraid, Path(nbd_client)]
     boot.job.append(GUEST_JOB)
     boot.budget_s = BOOT_BUDGET_S
+    watch = AllocationWatch(images, boot.share / "out" / "export", ["phase-scratch", "phase-trimmed"])
+    watch.thread.start()
     t0 = time.monotonic()
     boot.boot(args.timeout_scale)
     elapsed = time.monotonic() - t0
+    watch.stop.set()
+    watch.thread.join()
 
     out = boot.share / "out" / "export"
     log_path = boot.share / "out" / "job.log"
@@ -249,6 +285,13 @@ def main() -> int:
     if not boot.finished():
         results.append(("vm", False, f"{boot.vm_problem()}\n{boot.console_tail()}"))
     results += host_checks(uraid, images, out, run_dir)
+    # fstrim after deleting a 48 MiB file: raid5 discards the whole stripes of it, and the
+    # images (discard=unmap) give the blocks back. At least half of it, data and parity.
+    before, after = watch.seen.get("phase-scratch"), watch.seen.get("phase-trimmed")
+    freed = (before - after) if before is not None and after is not None else None
+    print(f"member images: {before} bytes allocated before fstrim, {after} after", flush=True)
+    results.append(("host-fstrim-frees-member-blocks", freed is not None and freed >= 24 * MiB,
+                    f"images allocated {before} bytes before fstrim, {after} after"))
 
     failed = [r for r in results if not r[1]]
     for name, ok, why in results:

@@ -218,6 +218,7 @@ class Boot:
         (self.share / "out").mkdir(exist_ok=True)
         self.pattern = pattern
         self.disks: list[Path] = []  # scsi id = index + 1
+        self.unmap_disks: set[Path] = set()
         self.job: list[str] = []
         self.guest_bins: list[Path] = []  # host binaries to run in the guest, from /share/bin
         self.budget_s = 60.0
@@ -225,8 +226,11 @@ class Boot:
         self.timed_out = False
         self.elapsed_s = 0.0
 
-    def add_disk(self, path: Path) -> str:
+    def add_disk(self, path: Path, unmap: bool = False) -> str:
+        """unmap: the guest's discards and zero writes punch holes in the image file."""
         self.disks.append(path)
+        if unmap:
+            self.unmap_disks.add(path)
         return f"/dev/disk/{len(self.disks)}"
 
     def boot(self, timeout_scale: float) -> None:
@@ -245,6 +249,8 @@ class Boot:
         all_disks = [(self.pattern.path, True)] + [(d, False) for d in self.disks]
         for i, (path, ro) in enumerate(all_disks):
             ro_opt = ",readonly=on" if ro else ""
+            if path in self.unmap_disks:
+                ro_opt += ",discard=unmap,detect-zeroes=unmap"
             cmd += ["-drive", f"file={path},format=raw,if=none,id=d{i},cache=unsafe{ro_opt}",
                     "-device", f"scsi-hd,bus=scsi0.0,drive=d{i},scsi-id={i},lun=0"]
         timeout = int(self.budget_s * timeout_scale)

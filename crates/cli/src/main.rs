@@ -31,6 +31,12 @@ struct Cli {
     /// Never open members with O_DIRECT.
     #[arg(long, global = true)]
     no_direct: bool,
+    /// Trust that a discard on every block-device member reads back zeros (md's raid456
+    /// devices_handle_discard_safely), so that raid4/5/6 and mirrors pass discards down to
+    /// devices that cannot report it. Wrong on a device that keeps data: check then finds
+    /// mismatches and degraded reads of discarded stripes return garbage.
+    #[arg(long, global = true)]
+    devices_handle_discard_safely: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -87,6 +93,7 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     open::configure(cli.io_engine, cli.no_direct);
+    uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     let r = match cli.cmd {
         Cmd::Create(a) => control::guard_create(&a.devices).and_then(|_l| commands::create(a)),
         Cmd::Examine(a) => commands::examine(a),

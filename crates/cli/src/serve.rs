@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use uraid_core::superblock::uuid_string;
-use uraid_engine::Array;
-use uraid_nbd::{Backend, Listener, Server, ServerConfig};
+use uraid_engine::{Array, ZeroHow};
+use uraid_nbd::{Backend, Listener, Server, ServerConfig, ZeroFlags};
 
 /// NBD's registered port.
 pub const NBD_DEFAULT_PORT: u16 = 10809;
@@ -121,14 +121,27 @@ impl Backend for ArrayBackend {
             .map_err(|e| io_err(e, "trim", offset))
     }
 
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
-        self.array
-            .write_zeroes(offset, len)
-            .map_err(|e| io_err(e, "write_zeroes", offset))?;
-        if fua {
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
+        let unmap = ZeroHow {
+            unmap: !how.no_hole,
+        };
+        match self.array.write_zeroes_with(offset, len, unmap, how.fast) {
+            Ok(()) => {}
+            // The client asked to be told at once; it then writes zeros itself.
+            Err(e @ uraid_engine::ArrayError::NotFast(_)) => {
+                tracing::debug!("fast write_zeroes at byte {offset} refused: {e}");
+                return Err(io::Error::from_raw_os_error(e.errno()));
+            }
+            Err(e) => return Err(io_err(e, "write_zeroes", offset)),
+        }
+        if how.fua {
             self.flush()?;
         }
         Ok(())
+    }
+
+    fn can_fast_zero(&self) -> bool {
+        self.array.can_fast_zero(true)
     }
 
     fn block_size(&self) -> u32 {

@@ -28,6 +28,7 @@ mod imp {
     use std::sync::mpsc;
     use std::thread::JoinHandle;
     use std::time::Duration;
+    use uraid_engine::ZeroHow;
 
     /// Queues (one thread each) and requests in flight per queue.
     const NR_QUEUES: u16 = 2;
@@ -160,7 +161,11 @@ mod imp {
             sys::UBLK_IO_OP_WRITE => array.write(offset, &buf[..len]),
             sys::UBLK_IO_OP_FLUSH => array.flush(),
             sys::UBLK_IO_OP_DISCARD => array.discard(offset, len as u64),
-            sys::UBLK_IO_OP_WRITE_ZEROES => array.write_zeroes(offset, len as u64),
+            sys::UBLK_IO_OP_WRITE_ZEROES => {
+                // REQ_NOUNMAP: the blocks stay allocated.
+                let unmap = iod.op_flags & sys::UBLK_IO_F_NOUNMAP == 0;
+                array.write_zeroes_with(offset, len as u64, ZeroHow { unmap }, false)
+            }
             _ => return -libc::EOPNOTSUPP,
         };
         let r = r.and_then(|()| {

@@ -652,7 +652,7 @@ impl Array {
     }
 
     /// Requests are checked against the shape's size (which reshape may change).
-    fn check_range(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+    pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
         let size = self.shape().array_sectors * SECTOR_BYTES;
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),
@@ -783,7 +783,7 @@ impl Array {
     }
 
     /// Writes are acknowledged only while member failures can be recorded on disk.
-    fn check_metadata(&self) -> Result<(), ArrayError> {
+    pub(crate) fn check_metadata(&self) -> Result<(), ArrayError> {
         if self.metadata_failed.load(Ordering::SeqCst) {
             return Err(ArrayError::Failed(
                 "a member failure could not be recorded in any superblock; refusing writes".into(),
@@ -886,10 +886,24 @@ impl Array {
     }
 
     fn write_sectors(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
+        self.bitmap_write(sector, buf.len() as u64 / SECTOR_BYTES, || {
+            self.write_mapped(sector, buf)
+        })
+    }
+
+    /// Run `f`, a change of array sectors [sector, sector+sectors), counted in the bitmap:
+    /// its bits are set and on disk before `f` runs (md's bitmap_startwrite), so that a
+    /// crash meanwhile resyncs the range.
+    pub(crate) fn bitmap_write<R>(
+        &self,
+        sector: u64,
+        sectors: u64,
+        f: impl FnOnce() -> Result<R, ArrayError>,
+    ) -> Result<R, ArrayError> {
         if !self.has_bitmap {
-            return self.write_mapped(sector, buf);
+            return f();
         }
-        let (bstart, blen) = self.bitmap_range(sector, buf.len() as u64 / SECTOR_BYTES);
+        let (bstart, blen) = self.bitmap_range(sector, sectors);
         {
             let mut meta = self.meta();
             let newly = meta
@@ -900,7 +914,7 @@ impl Array {
                 meta.write_bitmap(self)?;
             }
         }
-        let r = self.write_mapped(sector, buf);
+        let r = f();
         if let Some(b) = self.meta().bitmap.as_mut() {
             b.end_write(bstart, blen);
         }
@@ -930,25 +944,29 @@ impl Array {
         }
     }
 
-    /// Write zeros over a range (NBD WRITE_ZEROES); the range then reads as zeros.
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.check_range(offset, len)?;
-        const STEP: u64 = 1 << 20;
-        let zeros = AlignedBuf::new(STEP as usize);
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(STEP);
-            self.write(offset + done, &zeros[..n as usize])?;
-            done += n;
-        }
-        Ok(())
+    /// Make a range read as zeros (NBD WRITE_ZEROES, ublk WRITE_ZEROES) with the members'
+    /// zeroing where parity allows (see [`crate::discard`]). `how.unmap` lets the members
+    /// deallocate it; `fast` refuses with [`ArrayError::NotFast`], before changing anything,
+    /// when some member would have to write zeros.
+    pub fn write_zeroes_with(
+        &self,
+        offset: u64,
+        len: u64,
+        how: crate::member::ZeroHow,
+        fast: bool,
+    ) -> Result<(), ArrayError> {
+        crate::discard::write_zeroes(self, offset, len, how, fast)
     }
 
-    /// Discard is advisory: the range may keep its data. We pass it down only where every
-    /// copy and parity stays consistent, which md's personalities also ensure.
+    /// Make a range read as zeros; the members may deallocate it.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        self.write_zeroes_with(offset, len, crate::member::ZeroHow { unmap: true }, false)
+    }
+
+    /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
+    /// members only where every copy and parity stays consistent (see [`crate::discard`]).
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.check_range(offset, len)?;
-        Ok(())
+        crate::discard::discard(self, offset, len)
     }
 
     /// Make every completed write durable: the journal first (write-back acknowledges a
@@ -1087,10 +1105,10 @@ impl Drop for SbChange<'_> {
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.
-struct InFlight<'a>(&'a Array);
+pub(crate) struct InFlight<'a>(&'a Array);
 
 impl<'a> InFlight<'a> {
-    fn new(a: &'a Array) -> InFlight<'a> {
+    pub(crate) fn new(a: &'a Array) -> InFlight<'a> {
         a.writes_in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(a)
     }

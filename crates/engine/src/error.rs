@@ -32,6 +32,9 @@ pub enum ArrayError {
     /// and write-back data could not be logged); reads go on.
     #[error("write journal failed, writes are refused (reads still work): {0}")]
     JournalFailed(String),
+    /// A fast zeroing (NBD_CMD_FLAG_FAST_ZERO) that could only be done by writing zeros.
+    #[error("cannot zero quickly: {0}; zero without the fast flag")]
+    NotFast(String),
 }
 
 impl ArrayError {
@@ -41,6 +44,7 @@ impl ArrayError {
             ArrayError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
             ArrayError::OutOfRange { .. } => libc::EINVAL,
             ArrayError::ReadOnly(_) | ArrayError::JournalFailed(_) => libc::EROFS,
+            ArrayError::NotFast(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,
         }
     }

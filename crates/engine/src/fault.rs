@@ -1,7 +1,7 @@
 //! A fault-injecting member wrapper, for tests and the simulator: reads or writes fail
 //! (EIO) while a switch is on, optionally only inside a byte range.
 
-use crate::member::Member;
+use crate::member::{Member, ZeroHow};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,7 +74,27 @@ impl Member for FaultMember {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if self.fail_writes.load(Ordering::SeqCst) && self.hits(offset, len as usize) {
+            return Err(self.eio("discard", offset));
+        }
         self.inner.discard(offset, len)
+    }
+
+    fn discard_zeroes(&self) -> bool {
+        self.inner.discard_zeroes()
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroHow) -> io::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if self.fail_writes.load(Ordering::SeqCst) && self.hits(offset, len as usize) {
+            return Err(self.eio("write-zeroes", offset));
+        }
+        self.inner.write_zeroes(offset, len, how)
+    }
+
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        self.inner.zeroes_fast(unmap)
     }
 
     fn name(&self) -> String {

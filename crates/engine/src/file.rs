@@ -1,12 +1,28 @@
 //! File and block-device members: O_DIRECT where the file system allows it (with a buffered
 //! descriptor beside it for unaligned IO), and io_uring for batched IO (see [`crate::io`]).
 
-use crate::member::Member;
+use crate::member::{write_zero_buffers, Member, ZeroHow};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// md's devices_handle_discard_safely (a raid456 module parameter): the administrator
+/// asserts that a discard on any block-device member reads back zeros, which the device
+/// cannot report itself (a SCSI disk without LBPRZ that still unmaps). Block devices then
+/// discard with BLKDISCARD and count as zeroing discards for the levels with redundancy.
+static DEVICES_HANDLE_DISCARD_SAFELY: AtomicBool = AtomicBool::new(false);
+
+/// Set md's devices_handle_discard_safely for every block-device member of this process.
+pub fn set_devices_handle_discard_safely(on: bool) {
+    DEVICES_HANDLE_DISCARD_SAFELY.store(on, Ordering::Relaxed);
+}
+
+fn discard_safely() -> bool {
+    DEVICES_HANDLE_DISCARD_SAFELY.load(Ordering::Relaxed)
+}
 
 /// Buffer, offset and length alignment we require before using the O_DIRECT descriptor.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -26,10 +42,21 @@ pub struct FileMember {
     direct: Option<File>,
     size_bytes: u64,
     is_block: bool,
+    /// A block device that reports discarded blocks to read back as zeros.
+    discard_zeroes: bool,
+    /// A block device with a write-zeroes offload (it zeroes, and may unmap, without
+    /// transferring zeros).
+    zeroes_offload: bool,
+    /// fallocate modes not refused (EOPNOTSUPP) so far: a refusal is remembered, so that
+    /// fast zeroing is only claimed where it works.
+    punch_ok: AtomicBool,
+    zero_range_ok: AtomicBool,
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKDISCARD: libc::c_ulong = 0x1277;
+const BLKZEROOUT: libc::c_ulong = 0x127f;
+const BLKDISCARDZEROES: libc::c_ulong = 0x127c;
 
 impl FileMember {
     pub fn open(path: &Path, mode: DirectMode) -> io::Result<FileMember> {
@@ -66,13 +93,41 @@ impl FileMember {
                 .ok()
                 .filter(|f| probe_direct(f, size_bytes)),
         };
+        let discard_zeroes = is_block && {
+            let mut z: libc::c_uint = 0;
+            // SAFETY: BLKDISCARDZEROES writes one unsigned int through the pointer.
+            let rc = unsafe { libc::ioctl(buffered.as_raw_fd(), BLKDISCARDZEROES, &mut z) };
+            rc == 0 && z == 1
+        };
+        let zeroes_offload = is_block && write_zeroes_offload(&meta);
         Ok(FileMember {
             path: path.to_path_buf(),
             buffered,
             direct,
             size_bytes,
             is_block,
+            discard_zeroes,
+            zeroes_offload,
+            punch_ok: AtomicBool::new(true),
+            zero_range_ok: AtomicBool::new(true),
         })
+    }
+
+    fn fallocate(&self, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+        // SAFETY: plain syscall on an owned descriptor.
+        let rc = unsafe {
+            libc::fallocate(
+                self.buffered.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -121,6 +176,23 @@ impl FileMember {
     }
 }
 
+/// Whether a block device offloads write-zeroes: sysfs `queue/write_zeroes_max_bytes` above
+/// zero (a partition asks its disk).
+fn write_zeroes_offload(meta: &std::fs::Metadata) -> bool {
+    let rdev = std::os::unix::fs::MetadataExt::rdev(meta);
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    let dev = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{dev}/queue/write_zeroes_max_bytes"),
+        format!("{dev}/../queue/write_zeroes_max_bytes"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok())
+    .and_then(|s| s.trim().parse::<u64>().ok())
+    .is_some_and(|n| n > 0)
+}
+
 pub(crate) fn is_aligned(addr: usize, offset: u64, len: usize) -> bool {
     addr.is_multiple_of(DIRECT_ALIGN)
         && offset.is_multiple_of(DIRECT_ALIGN as u64)
@@ -160,41 +232,84 @@ impl Member for FileMember {
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_range(offset, len as usize)?;
-        let fd = self.buffered.as_raw_fd();
+        if self.is_block && self.zeroes_offload && !self.discard_zeroes && !discard_safely() {
+            // fallocate PUNCH_HOLE on a block device is the write-zeroes offload with unmap
+            // allowed, and never falls back to writing zeros: fast, and reads back zeros.
+            return self.fallocate(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            );
+        }
         if self.is_block {
             let range = [offset, len];
             // SAFETY: BLKDISCARD reads two u64 through the pointer.
-            let rc = unsafe { libc::ioctl(fd, BLKDISCARD, range.as_ptr()) };
+            let rc = unsafe { libc::ioctl(self.buffered.as_raw_fd(), BLKDISCARD, range.as_ptr()) };
             if rc != 0 {
                 return Err(io::Error::last_os_error());
             }
+            return Ok(());
+        }
+        // A file reads a punched hole as zeros; without hole punching, write them, so that
+        // discard_zeroes holds either way.
+        self.write_zeroes(offset, len, ZeroHow { unmap: true })
+    }
+
+    fn discard_zeroes(&self) -> bool {
+        !self.is_block || self.discard_zeroes || self.zeroes_offload || discard_safely()
+    }
+
+    /// Files and block devices alike: fallocate PUNCH_HOLE (may unmap) or ZERO_RANGE (keeps
+    /// the blocks allocated, NBD's NO_HOLE); on a block device the kernel turns these into
+    /// a zeroing offload. Refused: BLKZEROOUT on a block device (the kernel writes zeros if
+    /// the device has no offload), zero buffers on a file.
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroHow) -> io::Result<()> {
+        self.check_range(offset, len as usize)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (flag, mode) = if how.unmap {
+            (
+                &self.punch_ok,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            )
         } else {
-            // SAFETY: plain syscall on an owned descriptor.
-            let rc = unsafe {
-                libc::fallocate(
-                    fd,
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    offset as libc::off_t,
-                    len as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                let e = io::Error::last_os_error();
-                // No hole punching here: discard is advisory, so fall back to writing zeros.
-                if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                    let zeros = vec![0u8; len.min(1 << 20) as usize];
-                    let mut done = 0;
-                    while done < len {
-                        let n = (len - done).min(zeros.len() as u64) as usize;
-                        self.buffered.write_all_at(&zeros[..n], offset + done)?;
-                        done += n as u64;
-                    }
-                    return Ok(());
+            (
+                &self.zero_range_ok,
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            )
+        };
+        if flag.load(Ordering::Relaxed) {
+            match self.fallocate(mode, offset, len) {
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    flag.store(false, Ordering::Relaxed)
                 }
-                return Err(e);
+                r => return r,
             }
         }
-        Ok(())
+        if self.is_block {
+            let range = [offset, len];
+            // SAFETY: BLKZEROOUT reads two u64 through the pointer.
+            let rc = unsafe { libc::ioctl(self.buffered.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(());
+        }
+        write_zero_buffers(self, offset, len)
+    }
+
+    /// A file whose file system has not refused the fallocate mode; a block device with a
+    /// write-zeroes offload.
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        if self.is_block {
+            return self.zeroes_offload;
+        }
+        if unmap {
+            self.punch_ok.load(Ordering::Relaxed)
+        } else {
+            self.zero_range_ok.load(Ordering::Relaxed)
+        }
     }
 
     fn name(&self) -> String {

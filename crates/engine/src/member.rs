@@ -16,10 +16,30 @@ pub trait Member: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make all completed writes durable.
     fn flush(&self) -> io::Result<()>;
-    /// Tell the device the range is unused (best effort; the data may stay or read as zeros).
+    /// Tell the device the range is unused (best effort; the data may stay or read as zeros,
+    /// see [`Member::discard_zeroes`]).
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Ok(())
+    }
+    /// Whether a range reads back as zeros after [`Member::discard`] (a punched hole). The
+    /// levels with redundancy pass a discard down only when every member says so, so that
+    /// copies and parity stay consistent (parity of zeros is zeros).
+    fn discard_zeroes(&self) -> bool {
+        false
+    }
+    /// Make the range read as zeros. The default writes zero buffers. A device that finds
+    /// its fast way refused (EOPNOTSUPP) writes zeros too, and says so from then on in
+    /// [`Member::zeroes_fast`].
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroHow) -> io::Result<()> {
+        let _ = how;
+        write_zero_buffers(self, offset, len)
+    }
+    /// Whether [`Member::write_zeroes`] zeroes without writing data (punch, zero range,
+    /// a device offload); `unmap` as in [`ZeroHow`].
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        let _ = unmap;
+        false
     }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
@@ -32,6 +52,26 @@ pub trait Member: Send + Sync {
     fn known_zero(&self) -> bool {
         false
     }
+}
+
+/// How [`Member::write_zeroes`] may zero a range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZeroHow {
+    /// The range may be deallocated (a hole), as NBD allows without NBD_CMD_FLAG_NO_HOLE.
+    pub unmap: bool,
+}
+
+/// Zero a range by writing zero buffers (the fallback of every zeroing).
+pub fn write_zero_buffers<M: Member + ?Sized>(m: &M, offset: u64, len: u64) -> io::Result<()> {
+    const STEP: u64 = 1 << 20;
+    let zeros = crate::buf::AlignedBuf::new(len.min(STEP) as usize);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(STEP) as usize;
+        m.write_at(&zeros[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
 }
 
 /// A memory member (a ramdisk), for tests and benchmarks.
@@ -94,6 +134,18 @@ impl Member for MemMember {
         let r = self.range(offset, len as usize)?;
         self.data.write().unwrap()[r].fill(0);
         Ok(())
+    }
+
+    fn discard_zeroes(&self) -> bool {
+        true
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, _how: ZeroHow) -> io::Result<()> {
+        self.discard(offset, len)
+    }
+
+    fn zeroes_fast(&self, _unmap: bool) -> bool {
+        true
     }
 
     fn name(&self) -> String {

@@ -133,6 +133,40 @@ pub(crate) fn write_piece(
     Ok(())
 }
 
+/// Discard or zero `sectors` of one piece on every valid copy (the others are rebuilt from
+/// them later). A discard goes down only if every copy reads it back as zeros, so that the
+/// copies stay equal. Succeeds while at least one copy took it.
+pub(crate) fn zero_piece(
+    a: &Array,
+    copies: &Copies,
+    unit: u64,
+    sectors: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let devs: Vec<(MemberIdx, u64, std::sync::Arc<dyn crate::member::Member>)> = copies
+        .iter()
+        .filter_map(|&(role, msec)| a.usable(role, unit).map(|d| (role, msec, d)))
+        .collect();
+    if devs.is_empty() {
+        return Err(no_redundancy(a, "write-zeroes"));
+    }
+    if kind == crate::discard::Kind::Discard && !devs.iter().all(|d| d.2.discard_zeroes()) {
+        return Ok(());
+    }
+    let len = sectors * SECTOR_BYTES;
+    let took = devs
+        .iter()
+        .filter(|(role, msec, dev)| {
+            let off = a.member_byte(*role, *msec);
+            crate::discard::member_zero(a, *role, dev.as_ref(), off, len, kind, true)
+        })
+        .count();
+    if took == 0 {
+        return Err(no_redundancy(a, "write-zeroes"));
+    }
+    Ok(())
+}
+
 /// What to do with copies that differ.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum SyncMode {

@@ -51,3 +51,40 @@ pub(crate) fn write(a: &Array, g: &Raid0, sector: u64, buf: &[u8]) -> Result<(),
         Err(no_redundancy(a, "write"))
     }
 }
+
+/// Discard or zero array sectors [sector, sector+sectors): one member range per member
+/// (a member's consecutive chunks in a zone are adjacent on it).
+pub(crate) fn zero(
+    a: &Array,
+    g: &Raid0,
+    sector: u64,
+    sectors: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let mut runs: Vec<(uraid_core::MemberIdx, u64, u64)> = Vec::new(); // role, sector, sectors
+    let end = sector + sectors;
+    let mut s = sector;
+    while s < end {
+        let m = g.map(s);
+        let n = m.contiguous_sectors.min(end - s);
+        match runs
+            .iter_mut()
+            .find(|r| r.0 == m.member && r.1 + r.2 == m.member_sector)
+        {
+            Some(r) => r.2 += n,
+            None => runs.push((m.member, m.member_sector, n)),
+        }
+        s += n;
+    }
+    for (role, msec, n) in runs {
+        let dev = a
+            .live(role)
+            .ok_or_else(|| no_redundancy(a, "write-zeroes"))?;
+        let off = a.member_byte(role, msec);
+        let len = n * SECTOR_BYTES;
+        if !crate::discard::member_zero(a, role, dev.as_ref(), off, len, kind, false) {
+            return Err(no_redundancy(a, "write-zeroes"));
+        }
+    }
+    Ok(())
+}

@@ -70,6 +70,26 @@ pub(crate) fn write(a: &Array, sector: u64, buf: &[u8]) -> Result<(), ArrayError
     Ok(())
 }
 
+/// Discard or zero array sectors [sector, sector+sectors) on every copy, region by region
+/// as writes go (inside the barrier, under the region's write lock).
+pub(crate) fn zero(
+    a: &Array,
+    sector: u64,
+    sectors: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let end = sector + sectors;
+    let mut s = sector;
+    while s < end {
+        let n = to_boundary(s, REGION_SECTORS).min(end - s);
+        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
+        let _g = a.lock_bucket(s / REGION_SECTORS);
+        mirror::zero_piece(a, &copies(a, s), s + n - 1, n, kind)?;
+        s += n;
+    }
+    Ok(())
+}
+
 /// Sync (resync, check, repair, recovery) from array sector `start`, at most `max` sectors;
 /// returns (sectors done, mismatched sectors).
 pub(crate) fn sync_range(

@@ -44,6 +44,24 @@ pub(crate) fn write(a: &Array, g: &Raid10, sector: u64, buf: &[u8]) -> Result<()
     })
 }
 
+/// Discard or zero array sectors [sector, sector+sectors) on every copy, chunk by chunk as
+/// writes go.
+pub(crate) fn zero(
+    a: &Array,
+    g: &Raid10,
+    sector: u64,
+    sectors: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let len = (sectors * SECTOR_BYTES) as usize;
+    for_pieces(g, sector, len, |s, copies, _, n| {
+        let chunk = s / g.chunk_sectors;
+        let _pending = a.barriers.wait_barrier(chunk);
+        let _g = a.lock_bucket(chunk);
+        mirror::zero_piece(a, &copies, chunk, n as u64 / SECTOR_BYTES, kind)
+    })
+}
+
 /// Sync whole chunks from array sector `start` (chunk aligned), at most `max` sectors;
 /// returns (sectors done, mismatched sectors).
 pub(crate) fn sync_range(

@@ -527,6 +527,66 @@ fn write_full_stripes(
     Ok(true)
 }
 
+/// Discard or zero `n` whole stripes from `first`, holding their heads (a batch at a time):
+/// every member that holds data for them gets the same member range, so data and parity
+/// are all zeros afterwards. A discard goes down only if every such member reads it back
+/// as zeros; otherwise the stripes keep their data.
+pub(crate) fn zero(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    n: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let end = first + n;
+    let mut s = first;
+    while s < end {
+        let batch = (end - s).min(MAX_BATCH_STRIPES as u64) as usize;
+        let heads = take_run(a, s, batch, Get::Wait).expect("waited");
+        let k = heads.len() as u64;
+        a.run_stripe(|| zero_stripes(a, g, s, k, kind))?;
+        drop(heads);
+        s += k;
+    }
+    Ok(())
+}
+
+fn zero_stripes(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    k: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    // Recovering members too: below their cursor they must read zeros like the rest,
+    // above it recovery rewrites them (it takes these heads, so not meanwhile).
+    let devs: Vec<(MemberIdx, std::sync::Arc<dyn crate::member::Member>)> = (0..a.raid_disks())
+        .map(MemberIdx)
+        .filter(|&r| {
+            matches!(
+                a.slot_state(r),
+                crate::slot::SlotState::InSync | crate::slot::SlotState::Recovering
+            )
+        })
+        .filter_map(|r| a.slot(r).device().map(|d| (r, d)))
+        .collect();
+    if kind == crate::discard::Kind::Discard && !devs.iter().all(|d| d.1.discard_zeroes()) {
+        return Ok(());
+    }
+    let off_sectors = g.member_sector(first, 0);
+    let len = k * chunk_bytes(g) as u64;
+    for (role, dev) in &devs {
+        let off = a.member_byte(*role, off_sectors);
+        crate::discard::member_zero(a, *role, dev.as_ref(), off, len, kind, true);
+    }
+    // A member that failed was failed; the stripes stay consistent on the survivors.
+    if (first..first + k).any(|s| lost_roles(a, &g.stripe_map(s), s, &[]).len() > g.parity_disks())
+    {
+        return Err(no_redundancy(a, "write-zeroes"));
+    }
+    Ok(())
+}
+
 /// What one request writes into one data chunk: byte range in the chunk and the new bytes.
 struct Piece<'a> {
     start: usize,

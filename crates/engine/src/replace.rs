@@ -185,20 +185,19 @@ impl Replacing {
     }
 }
 
-impl Member for Replacing {
-    fn size_bytes(&self) -> u64 {
-        self.old.size_bytes()
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.old.read_at(buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let end = offset + buf.len() as u64;
+impl Replacing {
+    /// Run a change of the old member's [offset, offset+len) on it and, below the copy
+    /// cursor, on the replacement: `op(device, device offset, bytes into the range, bytes)`.
+    fn on_both(
+        &self,
+        offset: u64,
+        len: u64,
+        op: impl Fn(&dyn Member, u64, u64, u64) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let end = offset + len;
         let data_end = self.data_start + self.data_bytes;
         if end <= self.data_start || offset >= data_end {
-            return self.old.write_at(buf, offset);
+            return op(self.old.as_ref(), offset, 0, len);
         }
         let range = (
             offset.max(self.data_start) - self.data_start,
@@ -214,13 +213,13 @@ impl Member for Replacing {
             // write first); at or below it only this write can.
             !self.failed() && range.0 < st.cursor
         };
-        let r = self.old.write_at(buf, offset);
+        let r = op(self.old.as_ref(), offset, 0, len);
         if mirror {
             // Also when the old member failed: the replacement then carries on alone as a
             // recovering member and must hold every write below its cursor.
-            let skip = (self.data_start + range.0 - offset) as usize;
-            let piece = &buf[skip..skip + (range.1 - range.0) as usize];
-            if let Err(e) = self.new.write_at(piece, self.new_data_start + range.0) {
+            let skip = self.data_start + range.0 - offset;
+            let at = self.new_data_start + range.0;
+            if let Err(e) = op(self.new.as_ref(), at, skip, range.1 - range.0) {
                 self.fail_with(&e);
             }
         }
@@ -231,6 +230,22 @@ impl Member for Replacing {
         drop(st);
         self.cv.notify_all();
         r
+    }
+}
+
+impl Member for Replacing {
+    fn size_bytes(&self) -> u64 {
+        self.old.size_bytes()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.old.read_at(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.on_both(offset, buf.len() as u64, |dev, at, skip, len| {
+            dev.write_at(&buf[skip as usize..(skip + len) as usize], at)
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -243,8 +258,26 @@ impl Member for Replacing {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        // Advisory; the replacement keeps whatever it holds.
-        self.old.discard(offset, len)
+        if !self.discard_zeroes() {
+            // Advisory: the replacement keeps whatever it holds.
+            return self.old.discard(offset, len);
+        }
+        self.on_both(offset, len, |dev, at, _, len| dev.discard(at, len))
+    }
+
+    /// Only when both read back zeros: the copy below the cursor must stay equal.
+    fn discard_zeroes(&self) -> bool {
+        self.old.discard_zeroes() && self.new.discard_zeroes()
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, how: crate::member::ZeroHow) -> io::Result<()> {
+        self.on_both(offset, len, |dev, at, _, len| {
+            dev.write_zeroes(at, len, how)
+        })
+    }
+
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        self.old.zeroes_fast(unmap) && self.new.zeroes_fast(unmap)
     }
 
     fn name(&self) -> String {

@@ -4,7 +4,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
-use crate::proto::Errno;
+use crate::proto::{Errno, ZeroFlags};
 
 /// A byte-addressed block device served over NBD.
 ///
@@ -22,8 +22,15 @@ pub trait Backend: Send + Sync + 'static {
     fn flush(&self) -> io::Result<()>;
     /// Hint that the range is no longer needed; its contents become undefined.
     fn trim(&self, offset: u64, len: u64) -> io::Result<()>;
-    /// Makes the range read as zeroes.
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()>;
+    /// Makes the range read as zeroes; with `how.no_hole` it stays allocated. With
+    /// `how.fast`, fails with `ENOTSUP`, changing nothing, unless it is faster than
+    /// writing zeros.
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()>;
+    /// Whether some write-zeroes with `fast` can succeed: the server advertises
+    /// NBD_FLAG_SEND_FAST_ZERO only then.
+    fn can_fast_zero(&self) -> bool {
+        false
+    }
     /// Reject writes, trims and write-zeroes with `EPERM`.
     fn read_only(&self) -> bool {
         false
@@ -75,6 +82,8 @@ pub struct MemBackend {
     fua_writes: AtomicU64,
     trims: AtomicU64,
     writes: AtomicU64,
+    fast_zero: bool,
+    zeroes: RwLock<Vec<ZeroFlags>>,
 }
 
 impl MemBackend {
@@ -93,6 +102,8 @@ impl MemBackend {
             fua_writes: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             trims: AtomicU64::new(0),
+            fast_zero: false,
+            zeroes: RwLock::new(Vec::new()),
         }
     }
 
@@ -100,6 +111,20 @@ impl MemBackend {
     pub fn with_read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
         self
+    }
+
+    /// Zeroes "fast" (it is memory): fast write-zeroes succeed instead of failing.
+    pub fn with_fast_zero(mut self, fast_zero: bool) -> Self {
+        self.fast_zero = fast_zero;
+        self
+    }
+
+    /// The flags of every write-zeroes that reached the backend, in order.
+    pub fn zero_flags(&self) -> Vec<ZeroFlags> {
+        self.zeroes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Sets the preferred block size advertised.
@@ -187,11 +212,18 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
+        self.zeroes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(how);
+        if how.fast && !self.fast_zero {
+            return Err(io::Error::from_raw_os_error(libc::ENOTSUP));
+        }
         let mut data = self.lock_write();
         let r = self.range(data.len(), offset, len)?;
         data[r].fill(0);
-        if fua {
+        if how.fua {
             self.fua_writes.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
@@ -199,6 +231,10 @@ impl Backend for MemBackend {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    fn can_fast_zero(&self) -> bool {
+        self.fast_zero
     }
 
     fn block_size(&self) -> u32 {
@@ -232,7 +268,7 @@ mod tests {
         let mut b = [0u8; 7];
         m.read(99, &mut b).unwrap();
         assert_eq!(&b, b"\0hello\0");
-        m.write_zeroes(101, 2, false).unwrap();
+        m.write_zeroes(101, 2, ZeroFlags::default()).unwrap();
         m.read(99, &mut b).unwrap();
         assert_eq!(&b, b"\0h\0\0lo\0");
         assert_eq!(m.fua_count(), 1);

@@ -452,7 +452,9 @@ fn execute(
             }
             Ok(())
         }),
-        Command::WriteZeroes => guarded(|| backend.write_zeroes(req.offset, len as u64, req.fua())),
+        Command::WriteZeroes => {
+            guarded(|| backend.write_zeroes(req.offset, len as u64, req.zero_flags()))
+        }
         Command::Disc | Command::Unknown(_) => unreachable!("filtered by next_request/validate"),
     };
     match result {

@@ -28,6 +28,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
         min_block_bytes: 1,
         preferred_block_bytes: 4096,
         max_payload_bytes: 1 << 20,
+        fast_zero: true,
     };
     let budget = BufferBudget::new(8 << 20);
     let stop = AtomicBool::new(false);
@@ -51,6 +52,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
                 max_payload_bytes: export.max_payload_bytes,
                 min_block_bytes: 1,
                 structured_replies: negotiated.structured_replies,
+                fast_zero: true,
             };
             let config = ConnConfig {
                 limits,

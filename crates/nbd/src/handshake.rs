@@ -23,6 +23,8 @@ pub(crate) struct ExportInfo {
     pub min_block_bytes: u32,
     pub preferred_block_bytes: u32,
     pub max_payload_bytes: u32,
+    /// The backend can zero fast (see [`crate::Backend::can_fast_zero`]).
+    pub fast_zero: bool,
 }
 
 impl ExportInfo {
@@ -36,6 +38,9 @@ impl ExportInfo {
             flags |= FLAG_READ_ONLY;
         } else {
             flags |= FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES;
+            if self.fast_zero {
+                flags |= FLAG_SEND_FAST_ZERO;
+            }
         }
         if structured_replies {
             // Reads always come back as one chunk, so "don't fragment" is free.

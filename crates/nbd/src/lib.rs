@@ -70,7 +70,7 @@ mod socket;
 
 pub use backend::{errno_of, Backend, MemBackend};
 pub use error::NbdError;
-pub use proto::{Errno, ProtocolError};
+pub use proto::{Errno, ProtocolError, ZeroFlags};
 pub use server::{
     RunningServer, ServeStats, Server, ServerConfig, ShutdownHandle, DEFAULT_MAX_PAYLOAD_BYTES,
 };

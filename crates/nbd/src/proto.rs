@@ -37,6 +37,7 @@ pub const FLAG_SEND_TRIM: u16 = 1 << 5;
 pub const FLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
 pub const FLAG_SEND_DF: u16 = 1 << 7;
 pub const FLAG_CAN_MULTI_CONN: u16 = 1 << 8;
+pub const FLAG_SEND_FAST_ZERO: u16 = 1 << 11;
 
 /// Options.
 pub const OPT_EXPORT_NAME: u32 = 1;
@@ -67,6 +68,7 @@ pub const INFO_BLOCK_SIZE: u16 = 3;
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
+pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
 
 /// Structured reply chunk flags and types.
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
@@ -186,6 +188,18 @@ pub struct Request {
     pub length: u32,
 }
 
+/// The flags of NBD_CMD_WRITE_ZEROES.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZeroFlags {
+    /// Durable when the reply is sent (NBD_CMD_FLAG_FUA).
+    pub fua: bool,
+    /// The range stays allocated (NBD_CMD_FLAG_NO_HOLE).
+    pub no_hole: bool,
+    /// Fail at once with `ENOTSUP` rather than be slower than a write of zeros
+    /// (NBD_CMD_FLAG_FAST_ZERO).
+    pub fast: bool,
+}
+
 /// What the export allows, for [`Request::validate`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExportLimits {
@@ -197,6 +211,8 @@ pub struct ExportLimits {
     pub min_block_bytes: u32,
     /// Structured replies were negotiated (enables `NBD_CMD_FLAG_DF` on reads).
     pub structured_replies: bool,
+    /// NBD_FLAG_SEND_FAST_ZERO was advertised (enables `NBD_CMD_FLAG_FAST_ZERO`).
+    pub fast_zero: bool,
 }
 
 impl Request {
@@ -213,11 +229,23 @@ impl Request {
         self.flags & CMD_FLAG_FUA != 0
     }
 
+    /// How a write-zeroes request wants its zeros.
+    pub fn zero_flags(&self) -> ZeroFlags {
+        ZeroFlags {
+            fua: self.fua(),
+            no_hole: self.flags & CMD_FLAG_NO_HOLE != 0,
+            fast: self.flags & CMD_FLAG_FAST_ZERO != 0,
+        }
+    }
+
     /// Checks a request against the export; `Err` is the error to reply with,
     /// without touching the backend.
     pub fn validate(&self, limits: &ExportLimits) -> Result<(), Errno> {
         let allowed_flags = match self.command {
             Command::Read if limits.structured_replies => CMD_FLAG_FUA | CMD_FLAG_DF,
+            Command::WriteZeroes if limits.fast_zero => {
+                CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO
+            }
             Command::WriteZeroes => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
             Command::Unknown(_) => return Err(Errno::Inval),
             _ => CMD_FLAG_FUA,
@@ -448,6 +476,7 @@ mod tests {
             max_payload_bytes: 32 << 20,
             min_block_bytes: 1,
             structured_replies: true,
+            fast_zero: false,
         }
     }
 
@@ -535,6 +564,16 @@ mod tests {
         assert_eq!(r.validate(&l), Ok(()));
         r.command = Command::Write;
         assert_eq!(r.validate(&l), Err(Errno::Inval));
+        // FAST_ZERO only where it was advertised.
+        let mut r = req(Command::WriteZeroes, 0, 512);
+        r.flags = CMD_FLAG_FAST_ZERO;
+        assert_eq!(r.validate(&l), Err(Errno::Inval));
+        let fz = ExportLimits {
+            fast_zero: true,
+            ..l
+        };
+        assert_eq!(r.validate(&fz), Ok(()));
+        assert!(r.zero_flags().fast && !r.zero_flags().no_hole);
         let mut r = req(Command::Read, 0, 512);
         r.flags = CMD_FLAG_DF;
         assert_eq!(r.validate(&l), Ok(()));

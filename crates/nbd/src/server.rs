@@ -164,6 +164,7 @@ impl Server {
             min_block_bytes,
             preferred_block_bytes: preferred,
             max_payload_bytes: self.config.max_payload_bytes / min_block_bytes * min_block_bytes,
+            fast_zero: !backend.read_only() && backend.can_fast_zero(),
         }
     }
 
@@ -327,6 +328,7 @@ impl ConnCtx {
             max_payload_bytes: self.export.max_payload_bytes,
             min_block_bytes: self.export.min_block_bytes,
             structured_replies: negotiated.structured_replies,
+            fast_zero: self.export.fast_zero,
         };
         conn::serve(
             &self.stream,

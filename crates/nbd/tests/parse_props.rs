@@ -19,6 +19,7 @@ fn limits() -> impl Strategy<Value = ExportLimits> {
                 max_payload_bytes,
                 min_block_bytes: 1 << shift,
                 structured_replies,
+                fast_zero: false,
             },
         )
 }

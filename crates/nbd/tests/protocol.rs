@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use common::*;
 use uraid_nbd::proto::*;
-use uraid_nbd::{MemBackend, ServerConfig};
+use uraid_nbd::{MemBackend, ServerConfig, ZeroFlags};
 
 const MIB: usize = 1 << 20;
 
@@ -374,6 +374,111 @@ fn large_writes_under_a_tight_buffer_budget_all_complete() {
     }
 }
 
+#[test]
+fn fast_zero_is_advertised_only_when_the_backend_can_and_its_flags_reach_it() {
+    // A backend that cannot zero fast: no NBD_FLAG_SEND_FAST_ZERO, and the flag is refused.
+    let srv = TestServer::start_with(
+        MemBackend::from_vec(vec![0xee; MIB]),
+        ServerConfig::default(),
+    );
+    let mut c = Client::connect(&srv.socket, "", true).unwrap();
+    assert_eq!(c.flags & FLAG_SEND_FAST_ZERO, 0, "flags {:#x}", c.flags);
+    let r = c
+        .call(Command::WriteZeroes, CMD_FLAG_FAST_ZERO, 0, 4096, &[])
+        .unwrap();
+    assert_eq!(r.error, 22);
+    assert!(srv.backend.zero_flags().is_empty());
+    assert!(srv.backend.snapshot()[..4096].iter().all(|&b| b == 0xee));
+    // NO_HOLE reaches the backend.
+    let r = c
+        .call(Command::WriteZeroes, CMD_FLAG_NO_HOLE, 0, 4096, &[])
+        .unwrap();
+    assert_eq!(r.error, 0);
+    assert_eq!(
+        srv.backend.zero_flags(),
+        vec![ZeroFlags {
+            fua: false,
+            no_hole: true,
+            fast: false
+        }]
+    );
+
+    // One that can: advertised, and a fast zero zeroes.
+    let srv = TestServer::start_with(
+        MemBackend::from_vec(vec![0xee; MIB]).with_fast_zero(true),
+        ServerConfig::default(),
+    );
+    for structured in [true, false] {
+        let mut c = Client::connect(&srv.socket, "", structured).unwrap();
+        assert_ne!(c.flags & FLAG_SEND_FAST_ZERO, 0, "flags {:#x}", c.flags);
+        let r = c
+            .call(Command::WriteZeroes, CMD_FLAG_FAST_ZERO, 8192, 4096, &[])
+            .unwrap();
+        assert_eq!(r.error, 0);
+    }
+    assert!(srv
+        .backend
+        .zero_flags()
+        .iter()
+        .all(|f| f.fast && !f.no_hole));
+    let snap = srv.backend.snapshot();
+    assert!(snap[8192..12288].iter().all(|&b| b == 0));
+    assert!(snap[12288..16384].iter().all(|&b| b == 0xee));
+
+    // One that advertises but finds a range it cannot zero fast: ENOTSUP, data untouched.
+    use std::sync::Arc;
+    use uraid_nbd::{Backend, Listener, Server};
+    struct SlowHere(MemBackend);
+    impl Backend for SlowHere {
+        fn size_bytes(&self) -> u64 {
+            self.0.size_bytes()
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.0.read(offset, buf)
+        }
+        fn write(&self, offset: u64, buf: &[u8], fua: bool) -> std::io::Result<()> {
+            self.0.write(offset, buf, fua)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+        fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            self.0.trim(offset, len)
+        }
+        fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> std::io::Result<()> {
+            if how.fast && offset == 0 {
+                return Err(std::io::Error::from_raw_os_error(95));
+            }
+            self.0.write_zeroes(offset, len, how)
+        }
+        fn can_fast_zero(&self) -> bool {
+            true
+        }
+    }
+    let dir = TempDir::new("slowhere");
+    let path = dir.path("s.sock");
+    let backend = Arc::new(SlowHere(MemBackend::from_vec(vec![0xee; MIB])));
+    let running = Server::new(ServerConfig::default())
+        .unwrap()
+        .spawn(
+            Listener::bind_unix(&path).unwrap(),
+            backend.clone() as Arc<dyn Backend>,
+        )
+        .unwrap();
+    let mut c = Client::connect(&path, "", true).unwrap();
+    let r = c
+        .call(Command::WriteZeroes, CMD_FLAG_FAST_ZERO, 0, 4096, &[])
+        .unwrap();
+    assert_eq!(r.error, 95, "ENOTSUP");
+    assert!(backend.0.snapshot()[..4096].iter().all(|&b| b == 0xee));
+    // The connection goes on; without the flag the zeroing happens.
+    let r = c.call(Command::WriteZeroes, 0, 0, 4096, &[]).unwrap();
+    assert_eq!(r.error, 0);
+    assert!(backend.0.snapshot()[..4096].iter().all(|&b| b == 0));
+    c.disconnect();
+    running.shutdown().unwrap();
+}
+
 /// Panics on reads at offset 0, otherwise a MemBackend.
 struct PanickyBackend(MemBackend);
 
@@ -397,8 +502,8 @@ impl uraid_nbd::Backend for PanickyBackend {
     fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
         self.0.trim(offset, len)
     }
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> std::io::Result<()> {
-        self.0.write_zeroes(offset, len, fua)
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> std::io::Result<()> {
+        self.0.write_zeroes(offset, len, how)
     }
 }
 

@@ -180,7 +180,9 @@ fn fio_randrw_with_verify() {
     // fio wrote its verify headers into the export: something non-zero landed.
     assert!(srv.backend.snapshot()[..16 * MIB].iter().any(|&b| b != 0));
     // Control: the same verification must fail once the data is gone.
-    srv.backend.write_zeroes(0, 16 * MIB as u64, false).unwrap();
+    srv.backend
+        .write_zeroes(0, 16 * MIB as u64, Default::default())
+        .unwrap();
     let out = Command::new("fio")
         .args(args)
         .arg("--verify_only=1")

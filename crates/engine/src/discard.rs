@@ -1,0 +1,217 @@
+//! Discard and write-zeroes, passed down to the members as md passes discards:
+//! - raid0, raid1, raid10: per piece, on every copy of it;
+//! - raid4/5/6: whole stripes only, on every member at once while the stripes' heads are
+//!   held (md's make_discard_request); a partial stripe keeps its data on a discard and
+//!   gets a normal write of zeros on a write-zeroes, so parity stays right.
+//!
+//! Where a level has redundancy a discard goes down only if every member's discard reads
+//! back zeros ([`Member::discard_zeroes`]; md asks the same of raid4/5/6 members with
+//! devices_handle_discard_safely): the copies stay equal, and the parity of zero data is
+//! zero (P and Q alike), so a check finds no mismatch afterwards. A member whose discard
+//! fails gets zeros written instead; if that fails too it is failed, as for a failed write.
+//!
+//! Both count as writes: the array is marked dirty and the bitmap bits are on disk before
+//! any member changes, so a crash in the middle resyncs the range. With a write journal a
+//! discard is not passed down: the journal logs no discards and a journal array does not
+//! resync after a crash, so a half-done discard would stay inconsistent. Write-zeroes then
+//! writes zeros through the journal.
+
+use crate::array::{Array, InFlight};
+use crate::error::ArrayError;
+use crate::member::{Member, ZeroHow};
+use crate::slot::SlotState;
+use std::sync::atomic::Ordering;
+use uraid_core::geometry::Personality;
+use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+/// What a range change does on the members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Discard,
+    Zero(ZeroHow),
+}
+
+/// The devices of every role that holds data now (in sync or recovering, with any
+/// replacement behind it).
+fn active_devices(a: &Array) -> Vec<std::sync::Arc<dyn Member>> {
+    a.slots
+        .iter()
+        .filter(|s| matches!(s.state(), SlotState::InSync | SlotState::Recovering))
+        .filter_map(|s| s.device())
+        .collect()
+}
+
+impl Array {
+    /// Whether [`Array::write_zeroes_with`] with `fast` can succeed: no journal, and every
+    /// member zeroes without writing data (for NBD's NBD_FLAG_SEND_FAST_ZERO).
+    pub fn can_fast_zero(&self, unmap: bool) -> bool {
+        self.journal.is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
+    }
+
+    /// Whether a discard reaches the members (see [`crate::discard`]).
+    pub fn discard_passes_down(&self) -> bool {
+        self.journal.is_none()
+            && (self.personality.max_degraded() == 0
+                || active_devices(self).iter().all(|d| d.discard_zeroes()))
+    }
+}
+
+/// Array sectors [start, end) of the byte range that the members can change as a whole:
+/// whole sectors, and whole stripes on raid4/5/6.
+fn inner_sectors(a: &Array, offset: u64, len: u64) -> (u64, u64) {
+    let start = offset.div_ceil(SECTOR_BYTES);
+    let end = (offset + len) / SECTOR_BYTES;
+    match &a.personality {
+        Personality::Parity(g) => {
+            let d = g.stripe_data_sectors();
+            (start.div_ceil(d) * d, end / d * d)
+        }
+        _ => (start, end),
+    }
+}
+
+pub(crate) fn discard(a: &Array, offset: u64, len: u64) -> Result<(), ArrayError> {
+    let _active = a.quiesce.enter();
+    a.check_range(offset, len)?;
+    a.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let (start, end) = inner_sectors(a, offset, len);
+    if end <= start || !a.discard_passes_down() {
+        return Ok(());
+    }
+    change(a, start, end - start, Kind::Discard)
+}
+
+pub(crate) fn write_zeroes(
+    a: &Array,
+    offset: u64,
+    len: u64,
+    how: ZeroHow,
+    fast: bool,
+) -> Result<(), ArrayError> {
+    a.check_range(offset, len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let (start, end) = if a.journal.is_some() {
+        (0, 0)
+    } else {
+        inner_sectors(a, offset, len)
+    };
+    let (start, end) = (start * SECTOR_BYTES, end * SECTOR_BYTES);
+    if fast {
+        // Everything by member zeroing, or nothing.
+        let why = if a.journal.is_some() {
+            Some("the write journal logs zeros as data".to_string())
+        } else if start != offset || end != offset + len {
+            Some(format!(
+                "{offset}+{len} is not made of whole {}",
+                match a.personality {
+                    Personality::Parity(_) => "stripes",
+                    _ => "sectors",
+                }
+            ))
+        } else if !a.can_fast_zero(how.unmap) {
+            Some("a member would have to write zeros".to_string())
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(ArrayError::NotFast(why));
+        }
+    }
+    if end <= start {
+        return write_zero_data(a, offset, len);
+    }
+    // The edges (partial sectors, partial stripes) are normal writes, outside this
+    // request's own quiesce reference (each write takes one).
+    write_zero_data(a, offset, start - offset)?;
+    {
+        let _active = a.quiesce.enter();
+        a.check_range(start, end - start)?;
+        a.stats.requests.fetch_add(1, Ordering::Relaxed);
+        change(
+            a,
+            start / SECTOR_BYTES,
+            (end - start) / SECTOR_BYTES,
+            Kind::Zero(how),
+        )?;
+    }
+    write_zero_data(a, end, offset + len - end)
+}
+
+/// Zeros written as data, through the normal write path.
+fn write_zero_data(a: &Array, offset: u64, len: u64) -> Result<(), ArrayError> {
+    const STEP: u64 = 1 << 20;
+    if len == 0 {
+        return Ok(());
+    }
+    let zeros = crate::buf::AlignedBuf::new(len.min(STEP) as usize);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(STEP);
+        a.write(offset + done, &zeros[..n as usize])?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// A change of array sectors [sector, sector+sectors) on the members, counted as a write.
+fn change(a: &Array, sector: u64, sectors: u64, kind: Kind) -> Result<(), ArrayError> {
+    let _in_flight = InFlight::new(a);
+    a.check_metadata()?;
+    a.ensure_dirty()?;
+    a.bitmap_write(sector, sectors, || match &a.personality {
+        Personality::Raid0(g) => crate::raid0::zero(a, g, sector, sectors, kind),
+        Personality::Raid1(_) => crate::raid1::zero(a, sector, sectors, kind),
+        Personality::Raid10(g) => crate::raid10::zero(a, g, sector, sectors, kind),
+        Personality::Parity(g) => {
+            let d = g.stripe_data_sectors();
+            crate::raid5::zero(a, g, sector / d, sectors / d, kind)
+        }
+    })?;
+    a.check_metadata()
+}
+
+/// Discard or zero `len` bytes at `offset` of a member. `redundant`: the range must read
+/// zeros afterwards (copies or parity depend on it), so a failed discard falls back to
+/// zeroing, and a failed zeroing fails the member. Returns whether the member took it.
+pub(crate) fn member_zero(
+    a: &Array,
+    role: MemberIdx,
+    dev: &dyn Member,
+    offset: u64,
+    len: u64,
+    kind: Kind,
+    redundant: bool,
+) -> bool {
+    a.stats.member_writes.fetch_add(1, Ordering::Relaxed);
+    let r = match kind {
+        Kind::Discard => dev.discard(offset, len),
+        Kind::Zero(how) => dev.write_zeroes(offset, len, how),
+    };
+    let r = match (r, kind) {
+        (Err(e), Kind::Discard) if redundant => {
+            tracing::debug!("member {role}: discard failed ({e}); writing zeros instead");
+            dev.write_zeroes(offset, len, ZeroHow { unmap: false })
+        }
+        (Err(e), Kind::Discard) => {
+            tracing::debug!("member {role}: discard failed ({e}); the range keeps its data");
+            return true;
+        }
+        (r, _) => r,
+    };
+    match r {
+        Ok(()) => {
+            if matches!(kind, Kind::Zero(_)) || dev.discard_zeroes() {
+                // Like a write: the range holds known data again.
+                a.slot(role)
+                    .clear_bad(offset / SECTOR_BYTES, len / SECTOR_BYTES);
+            }
+            true
+        }
+        Err(e) => {
+            a.member_error(role, &e);
+            false
+        }
+    }
+}
