@@ -1063,11 +1063,15 @@ pub fn stop(a: StopArgs) -> Result<()> {
     )
 }
 
-/// `uraid detail`: through the control socket when a server holds the members, else by
-/// assembling them here (under the member locks).
+/// `uraid detail`: through the control socket (`--control`, or found when a server holds the
+/// members), else by assembling the members here (under the member locks).
 pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
-    if let Some(found) = find_server(&a.devices) {
-        let v = request(&found.control, &json!({"cmd": "detail"}))?;
+    let served = match &a.control {
+        Some(c) => Some(c.clone()),
+        None => find_server(&a.devices).map(|f| f.control),
+    };
+    if let Some(control) = served {
+        let v = request(&control, &json!({"cmd": "detail"}))?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
@@ -1085,8 +1089,8 @@ pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
             }
             println!(
                 "\n  Served by pid {} (control {})",
-                found.pid,
-                found.control.display()
+                v["detail"]["serve"]["pid"],
+                control.display()
             );
         }
         return Ok(());

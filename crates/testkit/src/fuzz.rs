@@ -61,7 +61,11 @@ fn fnv(bytes: &[u8]) -> u64 {
 
 fn files_in(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect(),
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect(),
         Err(_) => Vec::new(),
     };
     v.sort();
@@ -107,7 +111,9 @@ pub fn run_with(t: &Target<'_>, seed: u64, time: Duration, max_cases: u64) -> Re
     if corpus.is_empty() {
         corpus.push(Vec::new());
     }
-    eprintln!("fuzz {name}: seed {seed:#x} (URAID_FUZZ_SEED replays it), {replayed} files replayed");
+    eprintln!(
+        "fuzz {name}: seed {seed:#x} (URAID_FUZZ_SEED replays it), {replayed} files replayed"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let start = Instant::now();
     let mut cases = 0;
@@ -140,7 +146,10 @@ fn save_crash(name: &str, input: &[u8]) -> PathBuf {
     let path = dir.join(format!("crash-{:016x}", fnv(input)));
     let _ = std::fs::create_dir_all(&dir);
     if let Err(e) = std::fs::write(&path, input) {
-        eprintln!("fuzz {name}: cannot save the input to {}: {e}", path.display());
+        eprintln!(
+            "fuzz {name}: cannot save the input to {}: {e}",
+            path.display()
+        );
     }
     path
 }
@@ -255,7 +264,13 @@ mod tests {
         let msg = panic_text(&*r.expect_err("the planted bug is found"));
         assert!(msg.contains("fuzz testkit-planted: case"), "{msg}");
         assert!(msg.contains("of seed 0x7 failed: planted"), "{msg}");
-        let saved = msg.split("saved to ").nth(1).unwrap().split(';').next().unwrap();
+        let saved = msg
+            .split("saved to ")
+            .nth(1)
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap();
         let input = std::fs::read(saved).unwrap();
         assert!(catch_unwind(|| body(&input)).is_err());
 

@@ -26,7 +26,10 @@ pub fn need_tool(tool: &str, test: &str) -> bool {
     if find_tool(tool).is_some() {
         return true;
     }
-    skip(test, &format!("{tool} is not installed (.ci/run installs it)"));
+    skip(
+        test,
+        &format!("{tool} is not installed (.ci/run installs it)"),
+    );
     false
 }
 
@@ -68,7 +71,10 @@ fn record(test: &str, reason: &str) {
         .open(&log)
         .and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = written {
-        panic!("cannot record a skip in URAID_SKIP_LOG={}: {e}", Path::new(&log).display());
+        panic!(
+            "cannot record a skip in URAID_SKIP_LOG={}: {e}",
+            Path::new(&log).display()
+        );
     }
 }
 
@@ -97,7 +103,10 @@ mod tests {
         let r = std::panic::catch_unwind(|| need_tool("uraid-no-such-tool", "demo_test"));
         let msg = r.expect_err("a missing tool must fail in CI");
         let msg = msg.downcast_ref::<String>().unwrap();
-        assert!(msg.contains("demo_test: uraid-no-such-tool is not installed"), "{msg}");
+        assert!(
+            msg.contains("demo_test: uraid-no-such-tool is not installed"),
+            "{msg}"
+        );
         // Not applicable stays a skip in CI.
         skip_not_applicable("other_test", "kernel has it");
         std::env::remove_var("CI");
