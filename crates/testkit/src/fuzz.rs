@@ -12,6 +12,7 @@
 //! Bounds: `URAID_FUZZ_SECS` seconds per target (2, or 30 with `URAID_FULL=1`) and at most
 //! `URAID_FUZZ_CASES` cases. `URAID_FUZZ_SEED` replays a printed seed. A failing input is
 //! saved under `target/fuzz-crashes/NAME/`; the message says where to check it in.
+//! `URAID_FUZZ_WRITE_SEEDS=1` writes each target's built-in seeds into `fuzz/seeds/NAME/`.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -86,7 +87,21 @@ pub fn run(t: &Target<'_>) -> Report {
     let secs = env_u64("URAID_FUZZ_SECS").unwrap_or(if full { 30 } else { 2 });
     let max_cases = env_u64("URAID_FUZZ_CASES").unwrap_or(u64::MAX);
     let seed = env_u64("URAID_FUZZ_SEED").unwrap_or_else(|| fnv(t.name.as_bytes()));
+    if std::env::var_os("URAID_FUZZ_WRITE_SEEDS").is_some() {
+        write_seeds(t);
+    }
     run_with(t, seed, Duration::from_secs(secs), max_cases)
+}
+
+/// Writes the target's own seeds into `fuzz/seeds/NAME/` (the corpus cargo-fuzz starts
+/// from), named by their hash; run after a format change, then check them in.
+fn write_seeds(t: &Target<'_>) {
+    let dir = fuzz_dir().join("seeds").join(t.name);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for s in &t.seeds {
+        let p = dir.join(format!("seed-{:016x}", fnv(s)));
+        std::fs::write(&p, s).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    }
 }
 
 /// [`run`] with explicit bounds.
