@@ -38,9 +38,25 @@ fn check_superblock(b: &[u8]) {
     back.sb_csum = sb.sb_csum;
     assert_eq!(back, sb, "a superblock changed through encode and decode");
     // The accessors the engine and the reports use must take any accepted record.
-    let _ = (sb.name(), sb.homehost(), sb.bitmap_sector(), sb.bblog_sector());
-    let _ = (sb.ppl(), sb.slot_counts(), sb.role_of_this_device(), sb.active_slot());
-    let _ = (sb.sb_bytes(), sb.max_dev(), sb.is_clean(), sb.ctime_secs(), sb.utime_secs());
+    let _ = (
+        sb.name(),
+        sb.homehost(),
+        sb.bitmap_sector(),
+        sb.bblog_sector(),
+    );
+    let _ = (
+        sb.ppl(),
+        sb.slot_counts(),
+        sb.role_of_this_device(),
+        sb.active_slot(),
+    );
+    let _ = (
+        sb.sb_bytes(),
+        sb.max_dev(),
+        sb.is_clean(),
+        sb.ctime_secs(),
+        sb.utime_secs(),
+    );
 }
 
 /// md superblock v1.x (1.0, 1.1 and 1.2 differ only in where it sits): decode, and decode
@@ -72,7 +88,11 @@ pub fn superblock_seeds() -> Vec<Vec<u8>> {
         clean: false,
     };
     let mut out = Vec::new();
-    for (s, dev) in [(spec(5, 4, true), 0), (spec(6, 5, false), 5), (spec(1, 2, true), 0)] {
+    for (s, dev) in [
+        (spec(5, 4, true), 0),
+        (spec(6, 5, false), 5),
+        (spec(1, 2, true), 0),
+    ] {
         let sb = Superblock::new_for_create(&s, dev, [7; 16], 131_072).expect("seed superblock");
         out.push(sb.encode());
         if s.level == 1 {
@@ -105,7 +125,12 @@ fn check_bitmap(b: &[u8]) {
         Ok(&bms),
         "a bitmap superblock changed through encode and decode"
     );
-    let _ = (bms.chunks(), bms.bits_bytes(), bms.space_bytes(), bms.chunk_sectors());
+    let _ = (
+        bms.chunks(),
+        bms.bits_bytes(),
+        bms.space_bytes(),
+        bms.chunk_sectors(),
+    );
     let _ = (bms.cluster_name_str(), bms.chunk_of_sector(u64::MAX >> 9));
 }
 
