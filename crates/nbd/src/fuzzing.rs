@@ -74,10 +74,10 @@ pub fn request(data: &[u8]) {
         let size_bytes = u64::from(data.len() as u32) << 12;
         let limits = ExportLimits {
             size_bytes,
-            read_only: data.len() % 2 == 0,
+            read_only: data.len().is_multiple_of(2),
             max_payload_bytes: 32 << 20,
             min_block_bytes: 1 << (data.len() % 13),
-            structured_replies: data.len() % 3 == 0,
+            structured_replies: data.len().is_multiple_of(3),
         };
         if req.validate(&limits).is_ok() {
             if let Command::Read | Command::Write | Command::Trim | Command::WriteZeroes =

@@ -249,7 +249,7 @@ fn mutate(rng: &mut StdRng, v: &mut Vec<u8>, corpus: &[Vec<u8>]) {
             let n = rng.gen_range(1..=32);
             let to = rng.gen_range(0..=v.len());
             let fill: u8 = if rng.gen() { 0 } else { rng.gen() };
-            v.splice(to..to, std::iter::repeat(fill).take(n));
+            v.splice(to..to, std::iter::repeat_n(fill, n));
         }
     }
 }
