@@ -9,6 +9,23 @@ full=0
 [ "${1:-}" = "--full" ] && full=1
 [ $full = 1 ] && export URAID_FULL=1
 
+# Tests that skip (a tool missing, not root) append "test: reason" here; the count and the
+# reasons are printed at the end, pass or fail. Under CI (CI set) such a test fails instead.
+URAID_SKIP_LOG=$(mktemp "${TMPDIR:-/tmp}/uraid-skips.XXXXXX")
+export URAID_SKIP_LOG
+report_skips() {
+    local n
+    n=$(sort -u "$URAID_SKIP_LOG" | grep -c . || true)
+    if [ "$n" = 0 ]; then
+        echo "== 0 skipped"
+    else
+        echo "== $n skipped:"
+        sort -u "$URAID_SKIP_LOG" | sed 's/^/   /'
+    fi
+    rm -f "$URAID_SKIP_LOG"
+}
+trap report_skips EXIT
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -17,6 +17,8 @@ A raid5 array of four 64 MiB images is created on the host. In the VM (the harne
    superblocks clean.
 3. `uraid serve --nbd` again, now degraded: every file verifies, fsck clean, `uraid stop`.
 
+Passes 1 and 2 use the default IO engine (io_uring), pass 3 `--io-engine sync`.
+
 Then on the host: `uraid read` of the members gives an image that `e2fsck -n -f` finds clean
 and whose files (read with debugfs) have the checksums the guest recorded.
 Prints `PASS name` / `FAIL name` lines and `N passed, N failed`; exits non-zero on failure.
@@ -58,12 +60,15 @@ wait_for() {
         _i=$((_i + 1)); [ $_i -gt 1200 ] && return 1; sleep 0.1
     done
 }
-# serve ARGS...: start uraid serve in the background on the four disks.
+# serve ARGS...: start uraid serve in the background on the four disks, with the default IO
+# engine (io_uring) unless ENGINE says otherwise.
+ENGINE=
 serve() {
     rm -f /tmp/ctl.sock
     # The scsi disks unmap (discard=unmap) and read zeros there, but report no LBPRZ:
     # md's devices_handle_discard_safely says so for them.
-    uraid --io-engine sync --devices-handle-discard-safely serve "$@" --name md0 --control /tmp/ctl.sock $M >/tmp/serve.out 2>/tmp/serve.err &
+    uraid ${ENGINE:+--io-engine $ENGINE} --devices-handle-discard-safely serve "$@" --name md0 \
+        --control /tmp/ctl.sock $M >/tmp/serve.out 2>/tmp/serve.err &
     SPID=$!
     wait_for /tmp/ctl.sock || { echo "serve did not start"; cat /tmp/serve.err; return 1; }
     _i=0
@@ -155,6 +160,7 @@ else
 fi
 
 mark "export: nbd again, degraded"
+ENGINE=sync  # the degraded pass with pread/pwrite, the first two with io_uring
 if serve --nbd unix:/tmp/nbd.sock; then
     check nbd2-degraded grep -q degraded /tmp/serve.out
     check nbd2-client-connect nbd_up

@@ -82,7 +82,9 @@ pub struct DetailArgs {
     pub force: bool,
     #[arg(long)]
     pub json: bool,
-    #[arg(required = true)]
+    /// Control socket of a running array (instead of its member paths).
+    #[arg(long, value_name = "PATH", required_unless_present = "devices")]
+    pub control: Option<std::path::PathBuf>,
     pub devices: Vec<std::path::PathBuf>,
 }
 

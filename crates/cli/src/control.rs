@@ -6,15 +6,20 @@
 //! - The control socket speaks one JSON object per line each way:
 //!   `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}` (a role or a member path),
 //!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`,
-//!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional), `{"cmd":"stop"}`.
-//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
+//!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional),
+//!   `{"cmd":"journal-mode","mode":...}`, `{"cmd":"set","values":{...}}`, `{"cmd":"stop"}`.
+//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`. A line is parsed
+//!   ([`request::parse`], fuzzed) before anything touches the array.
 //! - Finding a running array from its member paths: each server writes
 //!   `<run dir>/<uuid>.json` (its pid, control path and canonical member paths) beside its
 //!   socket `<run dir>/<uuid>.sock` (a symlink when `--control` put it elsewhere).
 
+mod request;
+
 use crate::serve::{Event, ServeInfo};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use request::{fail_reply, Request};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -438,12 +443,9 @@ fn handle_conn(conn: UnixStream, ctx: &Ctx) {
             let _ = writeln!(w, "{}", json!({"ok": false, "error": "request too long"}));
             return;
         }
-        let (reply, written) = match serde_json::from_str::<Value>(line.trim()) {
+        let (reply, written) = match request::parse(&line) {
             Ok(req) => handle_request(&req, ctx),
-            Err(e) => (
-                json!({"ok": false, "error": format!("bad request: {e}")}),
-                None,
-            ),
+            Err(e) => (fail_reply(e), None),
         };
         let ok = writeln!(w, "{reply}").is_ok();
         if let Some(done) = written {
@@ -456,14 +458,9 @@ fn handle_conn(conn: UnixStream, ctx: &Ctx) {
     }
 }
 
-fn fail_reply(msg: impl std::fmt::Display) -> Value {
-    json!({"ok": false, "error": msg.to_string()})
-}
-
 /// One request; for `stop`, also the channel that tells the main thread the reply is out.
-fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
+fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
     let a = &ctx.array;
-    let cmd = req["cmd"].as_str().unwrap_or("");
     let detail = || {
         let info = ctx.info.lock().unwrap_or_else(|e| e.into_inner());
         let mut d = crate::report::detail_json(a);
@@ -478,13 +475,13 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
         }
         d
     };
-    match cmd {
-        "ping" => (json!({"ok": true}), None),
-        "detail" => (
+    match req {
+        Request::Ping => (json!({"ok": true}), None),
+        Request::Detail => (
             json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a)}),
             None,
         ),
-        "fail" => match member_role(a, &req["member"]) {
+        Request::Fail { member } => match member_role(a, member) {
             Ok(role) => match a.fail_member(role) {
                 Ok(()) => {
                     let name = device_name(a, role);
@@ -499,7 +496,7 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
             },
             Err(e) => (fail_reply(e), None),
         },
-        "remove" => match member_role(a, &req["member"]) {
+        Request::Remove { member } => match member_role(a, member) {
             Ok(role) => match engine_remove(ctx, role) {
                 Ok(()) => (
                     json!({"ok": true, "role": role.0, "detail": detail()}),
@@ -509,21 +506,18 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
             },
             Err(e) => (fail_reply(e), None),
         },
-        "replace" => match member_role(a, &req["member"]) {
-            Ok(role) => match engine_replace(ctx, role, req["with"].as_str()) {
+        Request::Replace { member, with } => match member_role(a, member) {
+            Ok(role) => match engine_replace(ctx, role, with.as_deref()) {
                 Ok(v) => (json!({"ok": true, "replace": v, "detail": detail()}), None),
                 Err(e) => (fail_reply(e), None),
             },
             Err(e) => (fail_reply(e), None),
         },
-        "add" => match req["device"].as_str() {
-            Some(dev) => match engine_add(ctx, Path::new(dev)) {
-                Ok(v) => (json!({"ok": true, "added": v, "detail": detail()}), None),
-                Err(e) => (fail_reply(e), None),
-            },
-            None => (fail_reply("add needs \"device\""), None),
+        Request::Add { device } => match engine_add(ctx, Path::new(device)) {
+            Ok(v) => (json!({"ok": true, "added": v, "detail": detail()}), None),
+            Err(e) => (fail_reply(e), None),
         },
-        "journal-mode" => match req["mode"].as_str().map(str::parse::<JournalMode>) {
+        Request::JournalMode { mode } => match mode.as_deref().map(str::parse::<JournalMode>) {
             Some(Ok(mode)) => match a.set_journal_mode(mode) {
                 Ok(()) => {
                     eprintln!("uraid: journal mode set to {mode}");
@@ -543,18 +537,12 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 None => (fail_reply("the array has no write journal"), None),
             },
         },
-        "set" => {
+        Request::Set { values } => {
             // md's sysfs knobs (stripe_cache_size, group_thread_cnt, rmw_level, skip_copy...):
             // {"cmd":"set","values":{"stripe_cache_size":"1024"}}; no values lists them.
-            if let Some(vals) = req["values"].as_object() {
-                for (k, v) in vals {
-                    let v = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    if let Err(e) = a.set_tunable(k, &v) {
-                        return (fail_reply(e), None);
-                    }
+            for (k, v) in values {
+                if let Err(e) = a.set_tunable(k, v) {
+                    return (fail_reply(e), None);
                 }
             }
             let t: serde_json::Map<String, Value> = a
@@ -564,7 +552,7 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 .collect();
             (json!({"ok": true, "tunables": t}), None)
         }
-        "stop" => {
+        Request::Stop => {
             let (rtx, rrx) = mpsc::channel();
             let (wtx, wrx) = mpsc::channel();
             let sent = ctx
@@ -587,7 +575,6 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 Err(_) => (fail_reply("the server is already stopping"), None),
             }
         }
-        other => (fail_reply(format!("unknown command {other:?}")), None),
     }
 }
 
@@ -596,12 +583,7 @@ fn device_name(a: &Array, role: MemberIdx) -> String {
 }
 
 /// A role number or the path of a member device.
-fn member_role(a: &Array, v: &Value) -> Result<MemberIdx> {
-    let s = match v {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        _ => bail!("give a member: a role number or a member path"),
-    };
+fn member_role(a: &Array, s: &str) -> Result<MemberIdx> {
     if let Ok(r) = s.parse::<usize>() {
         if r >= a.raid_disks() {
             bail!(
@@ -1063,11 +1045,15 @@ pub fn stop(a: StopArgs) -> Result<()> {
     )
 }
 
-/// `uraid detail`: through the control socket when a server holds the members, else by
-/// assembling them here (under the member locks).
+/// `uraid detail`: through the control socket (`--control`, or found when a server holds the
+/// members), else by assembling the members here (under the member locks).
 pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
-    if let Some(found) = find_server(&a.devices) {
-        let v = request(&found.control, &json!({"cmd": "detail"}))?;
+    let served = match &a.control {
+        Some(c) => Some(c.clone()),
+        None => find_server(&a.devices).map(|f| f.control),
+    };
+    if let Some(control) = served {
+        let v = request(&control, &Request::Detail.to_json())?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
@@ -1085,8 +1071,8 @@ pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
             }
             println!(
                 "\n  Served by pid {} (control {})",
-                found.pid,
-                found.control.display()
+                v["detail"]["serve"]["pid"],
+                control.display()
             );
         }
         return Ok(());

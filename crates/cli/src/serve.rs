@@ -189,6 +189,11 @@ impl ServeInfo {
             "ublk": self.ublk_dev,
             "control": self.control,
             "members": self.members,
+            // After a fallback (no io_uring here) this says sync.
+            "io_engine": match uraid_engine::io::io_engine() {
+                uraid_engine::io::IoEngine::Uring => "io_uring",
+                uraid_engine::io::IoEngine::Sync => "sync",
+            },
         })
     }
 }

@@ -67,11 +67,15 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn mdadm() -> Option<PathBuf> {
-    ["/usr/sbin/mdadm", "/sbin/mdadm"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
+fn mdadm(test: &str) -> Option<PathBuf> {
+    let found = uraid_testkit::skip::find_tool("mdadm");
+    if found.is_none() {
+        uraid_testkit::skip(
+            test,
+            "mdadm is not installed, so its comparison is left out",
+        );
+    }
+    found
 }
 
 fn mdadm_field(text: &str, key: &str) -> Option<String> {
@@ -97,10 +101,7 @@ const LEVELS: &[(&str, Option<&str>, usize)] = &[
 
 #[test]
 fn create_write_read_examine_every_level() {
-    let md = mdadm();
-    if md.is_none() {
-        eprintln!("SKIP mdadm comparison: mdadm is not installed");
-    }
+    let md = mdadm("create_write_read_examine_every_level");
     for (i, &(level, layout, n)) in LEVELS.iter().enumerate() {
         let d = Dir::new(&format!("lvl{i}"));
         let imgs = d.images(n, 24, "d");
@@ -319,5 +320,64 @@ fn stale_member_is_left_out_and_force_brings_it_back() {
     assert!(
         out.stdout == data,
         "read with a stale member present returned old data"
+    );
+}
+
+/// The text of `--flag`'s entry in clap's help, up to the next option.
+fn help_entry<'a>(help: &'a str, flag: &str) -> &'a str {
+    let at = help
+        .find(&format!("{flag} "))
+        .unwrap_or_else(|| panic!("no {flag} in:\n{help}"));
+    let rest = &help[at + flag.len()..];
+    let end = rest.find("\n  -").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// scripts/bench-ablation.sh states `uraid bench`'s defaults (skip_copy is on) and varies
+/// every knob away from its default, never to it.
+#[test]
+fn bench_ablation_script_states_the_defaults() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/bench-ablation.sh"
+    );
+    let script = std::fs::read_to_string(path).unwrap();
+    let defaults = script
+        .lines()
+        .find_map(|l| l.strip_prefix("DEFAULTS=\""))
+        .expect("a DEFAULTS= line")
+        .trim_end_matches('"');
+    let help = String::from_utf8(ok(uraid().args(["bench", "--help"])).stdout).unwrap();
+    for (knob, flag) in [
+        ("group_thread_cnt", "--group-thread-cnt"),
+        ("rmw_level", "--rmw-level"),
+        ("skip_copy", "--skip-copy"),
+        ("stripe_cache_size", "--stripe-cache-size"),
+    ] {
+        let entry = help_entry(&help, flag);
+        let default = entry
+            .split("[default: ")
+            .nth(1)
+            .and_then(|d| d.split(']').next())
+            .unwrap_or_else(|| panic!("no default for {flag}: {entry}"));
+        assert!(
+            defaults.contains(&format!("{knob} {default}")),
+            "the script says defaults {defaults:?}; uraid bench's {knob} is {default}"
+        );
+        let rows: Vec<&str> = script
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with(&format!("\"{knob} ")))
+            .collect();
+        assert!(!rows.is_empty(), "no row varies {knob}");
+        for r in rows {
+            let value = r.rsplit(' ').next().unwrap().trim_end_matches('"');
+            assert_ne!(value, default, "row {r} sets {knob} to its default");
+        }
+    }
+    assert!(defaults.contains("batching on") && script.contains("|--no-batching\""));
+    assert!(
+        defaults.contains("skip_copy on"),
+        "uraid's skip_copy default is on"
     );
 }

@@ -123,7 +123,10 @@ fn member_io_error_under_fio() {
     let dir = Dir::new("ioerr");
     let files = create_array(&dir, "5", 4, 16, &[]);
     let Some(lo) = Loop::attach(&files[2]) else {
-        eprintln!("SKIP member_io_error_under_fio: cannot attach a loop device (not root?)");
+        uraid_testkit::skip(
+            "member_io_error_under_fio",
+            "cannot attach a loop device (needs root)",
+        );
         return;
     };
     let mut members = files.clone();
@@ -218,6 +221,23 @@ fn served_members_are_locked() {
     let d = srv.detail(&members[2]);
     assert_eq!(d["serve"]["pid"].as_u64(), Some(srv.pid() as u64));
     assert_eq!(d["raid_disks"], 3);
+    // detail --control, as the serve banner says, without a member path (and without the
+    // run dir, so the socket is not found from an index file).
+    let by_socket = json(&ok(uraid()
+        .args(["detail", "--json", "--control"])
+        .arg(&srv.control)));
+    assert_eq!(by_socket["uuid"], d["uuid"]);
+    let human = stdout(&ok(uraid()
+        .arg("detail")
+        .arg("--control")
+        .arg(&srv.control)));
+    assert!(
+        human.contains(&format!("Served by pid {} (control", srv.pid())),
+        "{human}"
+    );
+    let neither = uraid().arg("detail").output().unwrap();
+    assert!(!neither.status.success());
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--control"));
     // The default socket name (<uuid>.sock) links to the --control path.
     let uuid = d["uuid"].as_str().unwrap();
     let link = srv.run_dir.join(format!("{uuid}.sock"));
@@ -291,7 +311,7 @@ fn remove_and_add_rebuilds() {
     );
 }
 
-/// A spare added to a whole array waits; when a member fails it takes the role and is
+/// A spare added to a whole array waits (served with the sync IO engine); when a member fails it takes the role and is
 /// rebuilt while served, then holds every byte on its own.
 #[test]
 fn spare_takes_over() {
@@ -305,7 +325,7 @@ fn spare_takes_over() {
         .unwrap()
         .set_len(10 * MIB)
         .unwrap();
-    let mut srv = Served::start(&dir, &members, &[]);
+    let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 8);
     let src = dir.path("in.img");
@@ -340,7 +360,7 @@ fn spare_takes_over() {
     );
 }
 
-/// mdadm --replace while served: the named device is added as a spare, rebuilt beside the
+/// mdadm --replace while served (with the sync IO engine): the named device is added as a spare, rebuilt beside the
 /// member, then takes its role; the array is never degraded, and the new member set holds
 /// the data (also without one of the old members).
 #[test]
@@ -355,7 +375,7 @@ fn replace_while_served() {
         .unwrap()
         .set_len(10 * MIB)
         .unwrap();
-    let mut srv = Served::start(&dir, &members, &[]);
+    let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 21);
     let src = dir.path("in.img");
@@ -499,7 +519,10 @@ fn demo_serves_and_reuses() {
 #[test]
 fn ublk_missing_driver_message() {
     if std::path::Path::new("/dev/ublk-control").exists() {
-        eprintln!("SKIP ublk_missing_driver_message: this kernel has ublk");
+        uraid_testkit::skip_not_applicable(
+            "ublk_missing_driver_message",
+            "this kernel has ublk (tests/vm/export.sh serves through it)",
+        );
         return;
     }
     let dir = Dir::new("noublk");

@@ -1,7 +1,8 @@
 //! `uraid serve` over NBD against real clients: nbdinfo, qemu-img, qemu-io, nbdcopy and fio,
 //! on raid1, raid5 and raid6 arrays of sparse files, whole and degraded. After each run the
 //! server is stopped and the array is read back with `uraid read`, so what the clients wrote
-//! must be on the members, not just in the server.
+//! must be on the members, not just in the server. Each suite runs with the default IO
+//! engine (io_uring) or `--io-engine sync`, so both serve real clients.
 
 mod serve_common;
 
@@ -9,13 +10,14 @@ use serve_common::*;
 use std::process::Command;
 
 /// Every client against one array; returns nothing, panics with the failing step.
-fn suite(tag: &str, level: &str, n: usize, missing: &[usize]) {
+fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
     if !have_all(&["nbdinfo", "qemu-img", "qemu-io", "nbdcopy", "fio"], tag) {
         return;
     }
     let dir = Dir::new(tag);
     let members = create_array(&dir, level, n, 12, missing);
-    let mut srv = Served::start(&dir, &members, &[]);
+    let engine: &[&str] = if sync { &SYNC } else { &[] };
+    let mut srv = Served::start(&dir, &members, engine);
     let uri = srv.uri();
 
     // nbdinfo: size and name agree with the array.
@@ -92,6 +94,7 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize]) {
     // What the clients see now must be what the members hold after a clean stop.
     let final_img = dir.path("final.img");
     ok(Command::new("nbdcopy").arg(&uri).arg(&final_img));
+    check_engine(&srv.detail(&members[0]), sync, tag);
     ok(srv.cmd().arg("stop").arg("--control").arg(&srv.control));
     assert!(srv.wait().success(), "server exit: {}", srv.stderr());
     assert!(member_states(&members).iter().all(|s| s == "clean"));
@@ -102,7 +105,7 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize]) {
         "the members do not hold what NBD clients saw"
     );
     // fio's verify headers survive a restart.
-    let mut srv = Served::start(&dir, &members, &[]);
+    let mut srv = Served::start(&dir, &members, engine);
     let out = Command::new("fio")
         .args(fio_args(&srv.uri(), 8, 7))
         .arg("--verify_only=1")
@@ -121,32 +124,32 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize]) {
 
 #[test]
 fn raid1_clients() {
-    suite("raid1", "1", 2, &[]);
+    suite("raid1", "1", 2, &[], true);
 }
 
 #[test]
 fn raid1_degraded_clients() {
-    suite("raid1-deg", "1", 3, &[0, 2]);
+    suite("raid1-deg", "1", 3, &[0, 2], false);
 }
 
 #[test]
 fn raid5_clients() {
-    suite("raid5", "5", 4, &[]);
+    suite("raid5", "5", 4, &[], false);
 }
 
 #[test]
 fn raid5_degraded_clients() {
-    suite("raid5-deg", "5", 4, &[1]);
+    suite("raid5-deg", "5", 4, &[1], true);
 }
 
 #[test]
 fn raid6_clients() {
-    suite("raid6", "6", 5, &[]);
+    suite("raid6", "6", 5, &[], false);
 }
 
 #[test]
 fn raid6_degraded_clients() {
-    suite("raid6-deg", "6", 5, &[0, 3]);
+    suite("raid6-deg", "6", 5, &[0, 3], false);
 }
 
 /// The default TCP listener is on loopback; a port of 0 picks a free one and the banner

@@ -41,7 +41,7 @@ pub const BITMAP_STATE_WRITE_ERROR: u32 = 1 << 2;
 pub const BITMAP_STATE_HOSTENDIAN: u32 = 1 << 15;
 
 /// Byte offsets of `bitmap_super_t` (md-bitmap.h).
-mod off {
+pub(crate) mod off {
     pub const MAGIC: usize = 0;
     pub const VERSION: usize = 4;
     pub const UUID: usize = 8;

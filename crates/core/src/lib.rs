@@ -4,9 +4,11 @@
 //! - [`geometry`]: md's data layouts for every RAID level (array sector -> member, offset),
 //! - [`superblock`]: the md v1.2 superblock codec,
 //! - [`bitmap`]: the md write-intent bitmap superblock codec,
-//! - [`types`]: newtypes shared by all crates.
+//! - [`types`]: newtypes shared by all crates,
+//! - [`fuzzing`]: fuzz target bodies for the parsers above (run in CI by `tests/fuzz.rs`).
 
 pub mod bitmap;
+pub mod fuzzing;
 pub mod geometry;
 pub mod journal;
 pub mod superblock;

@@ -118,7 +118,7 @@ pub const BBLOG_SECTORS: u16 = 8;
 pub const MIN_DATA_SIZE_SECTORS: u64 = 10;
 
 /// Byte offsets of the fields of `mdp_superblock_1` (md_p.h).
-mod off {
+pub(crate) mod off {
     pub const MAGIC: usize = 0;
     pub const MAJOR_VERSION: usize = 4;
     pub const FEATURE_MAP: usize = 8;

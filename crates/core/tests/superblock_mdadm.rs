@@ -1,7 +1,7 @@
 //! Interop with mdadm: images carrying our encoded superblocks (and bitmap) must be read by
 //! `mdadm --examine` / `mdadm --examine-bitmap` as the array we meant.
 //!
-//! Skips, with a SKIP line, when mdadm is not installed (.ci/run installs it).
+//! Without mdadm (.ci/run installs it) a test fails in CI and skips elsewhere.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
@@ -19,13 +19,10 @@ const DEVICE_UUID: [u8; 16] = [
     0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xf0, 0x01,
 ];
 
-fn mdadm() -> Option<PathBuf> {
-    let found = ["/sbin/mdadm", "/usr/sbin/mdadm", "/usr/local/sbin/mdadm"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
+fn mdadm(test: &str) -> Option<PathBuf> {
+    let found = uraid_testkit::skip::find_tool("mdadm");
     if found.is_none() {
-        println!("SKIP: mdadm is not installed (apt-get install -y mdadm); interop not checked");
+        uraid_testkit::skip(test, "mdadm is not installed; interop not checked");
     }
     found
 }
@@ -301,7 +298,9 @@ const CASES: &[Case] = &[
 
 #[test]
 fn mdadm_examines_our_superblocks() {
-    let Some(mdadm) = mdadm() else { return };
+    let Some(mdadm) = mdadm("mdadm_examines_our_superblocks") else {
+        return;
+    };
     for c in CASES {
         let mut sb =
             Superblock::new_for_create(&spec_for(c), c.dev_number, DEVICE_UUID, DEVICE_SECTORS)
@@ -318,7 +317,9 @@ fn mdadm_examines_our_superblocks() {
 
 #[test]
 fn mdadm_examines_our_internal_bitmap() {
-    let Some(mdadm) = mdadm() else { return };
+    let Some(mdadm) = mdadm("mdadm_examines_our_internal_bitmap") else {
+        return;
+    };
     let c = &CASES[3]; // raid5
     let mut spec = spec_for(c);
     let room = default_bitmap_space_sectors(spec.size_sectors);
@@ -359,7 +360,10 @@ fn mdadm_examines_our_internal_bitmap() {
             let x = run_path(&mdadm, &["--examine-bitmap"], &dev.path);
             check_examine_bitmap(&x, &bms);
         }
-        None => println!("SKIP: no loop device (needs root and losetup); -X checked on a file"),
+        None => uraid_testkit::skip(
+            "mdadm_examines_our_internal_bitmap",
+            "no loop device (needs root and losetup); -X checked on a file only",
+        ),
     }
 }
 

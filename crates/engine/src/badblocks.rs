@@ -15,6 +15,11 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 /// md's longest entry (BB_MAX_LEN), in units.
 const MAX_ENTRY_UNITS: u64 = 512;
 
+/// A superblock's `bblog_shift` names units of 2^shift sectors; from 64 on no sector fits.
+fn shift_usable(shift: u8) -> bool {
+    shift < 64
+}
+
 /// Sorted, non-overlapping, non-adjacent ranges of absolute device sectors.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BadBlocks {
@@ -82,29 +87,40 @@ impl BadBlocks {
 
     /// Entries the list needs with `shift` (ranges rounded out to whole units, split at
     /// md's 512-unit limit).
-    fn entries(&self, shift: u8) -> Vec<u64> {
+    /// None where a start does not fit an entry's 54 bits (a range that a log entry
+    /// near the top named, split here at 512 units).
+    fn entries(&self, shift: u8) -> Option<Vec<u64>> {
         let mut v = Vec::new();
         for &(s, e) in &self.ranges {
             let mut u = s >> shift;
             let end = e.div_ceil(1 << shift);
             while u < end {
+                if u >= 1 << 54 {
+                    return None;
+                }
                 let n = (end - u).min(MAX_ENTRY_UNITS);
                 v.push((u << 10) | n);
                 u += n;
             }
         }
-        v
+        Some(v)
     }
 
-    /// Whether the list fits a log of `size_sectors`.
+    /// Whether the list fits a log of `size_sectors` (never with an unusable shift).
     pub fn fits(&self, shift: u8, size_sectors: u16) -> bool {
-        self.entries(shift).len() * 8 <= usize::from(size_sectors) * 512
+        shift_usable(shift)
+            && self
+                .entries(shift)
+                .is_some_and(|v| v.len() * 8 <= usize::from(size_sectors) * 512)
     }
 
-    /// The log area's bytes; None if the list does not fit.
+    /// The log area's bytes; None if the list does not fit or the shift is unusable.
     pub fn encode(&self, shift: u8, size_sectors: u16) -> Option<Vec<u8>> {
+        if !shift_usable(shift) {
+            return None;
+        }
         let mut buf = vec![0xffu8; usize::from(size_sectors) * 512];
-        let entries = self.entries(shift);
+        let entries = self.entries(shift)?;
         if entries.len() * 8 > buf.len() {
             return None;
         }
@@ -117,6 +133,11 @@ impl BadBlocks {
     /// Read a log area. Entries stop at the first all-ones one; an entry of length 0 is
     /// refused (md refuses the member too).
     pub fn decode(buf: &[u8], shift: u8) -> Result<BadBlocks, String> {
+        if !shift_usable(shift) {
+            return Err(format!(
+                "bad block log shift {shift} is out of range (sectors are 64-bit)"
+            ));
+        }
         let mut bb = BadBlocks::default();
         for (i, c) in buf.chunks_exact(8).enumerate() {
             let e = u64::from_le_bytes(c.try_into().expect("8 bytes"));
@@ -127,10 +148,18 @@ impl BadBlocks {
             if len == 0 {
                 return Err(format!("bad block log entry {i} has length 0 ({e:#018x})"));
             }
-            let start = (e >> 10)
-                .checked_shl(u32::from(shift))
-                .ok_or_else(|| format!("bad block log entry {i} is out of range"))?;
-            bb.add(start, len << shift);
+            // Units to sectors without losing high bits, and an end that fits.
+            let sectors = |units: u64| (units <= u64::MAX >> shift).then(|| units << shift);
+            let range = sectors(e >> 10)
+                .zip(sectors(len))
+                .filter(|&(start, n)| start.checked_add(n).is_some());
+            let Some((start, n)) = range else {
+                return Err(format!(
+                    "bad block log entry {i} ({e:#018x}, shift {shift}) lies beyond the \
+                     largest sector"
+                ));
+            };
+            bb.add(start, n);
         }
         Ok(bb)
     }

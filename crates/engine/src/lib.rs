@@ -22,6 +22,8 @@ pub mod error;
 pub mod events;
 pub mod fault;
 pub mod file;
+/// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
+pub mod fuzzing;
 pub mod io;
 pub mod journal;
 pub mod member;

@@ -620,23 +620,44 @@ mod tests {
 
     /// Seeded stress: many threads, a tiny cache, mixed stripes and batches taken with
     /// Try after a Wait (as the write path does). Checks one owner per stripe at any time,
-    /// the bound, no deadlock (a watchdog fails with the seed), no leak.
+    /// the bound, no deadlock (a watchdog fails with the seed), no leak. The seed is
+    /// printed; `URAID_SEED=n` replays one (threads interleave as they will, but each
+    /// thread's sequence of stripes is the seed's).
     #[test]
     fn stress_tiny_cache_many_threads() {
-        let seed = std::env::var("URAID_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(rand_seed);
+        let seed = stress_seed(std::env::var("URAID_SEED").ok());
+        eprintln!("stripe cache stress: seed {seed} (URAID_SEED={seed} replays it)");
         let full = std::env::var("URAID_FULL").is_ok();
         for (size, parts) in [(2, 1), (3, 2), (4, 4), (8, 8)] {
             stress_once(seed, size, parts, if full { 20_000 } else { 2_000 });
         }
     }
 
-    fn rand_seed() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64 % 100_000)
+    /// The stress run's seed when none is given.
+    const DEFAULT_STRESS_SEED: u64 = 13;
+
+    /// `URAID_SEED`'s value, else the default; never the clock, so every run can be
+    /// replayed. A value that is not a number is refused rather than ignored.
+    fn stress_seed(var: Option<String>) -> u64 {
+        match var {
+            None => DEFAULT_STRESS_SEED,
+            Some(v) => v
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("URAID_SEED={v:?} is not a number; give e.g. 42")),
+        }
+    }
+
+    #[test]
+    fn stress_seed_is_given_or_fixed() {
+        assert_eq!(stress_seed(None), DEFAULT_STRESS_SEED);
+        assert_eq!(stress_seed(None), stress_seed(None));
+        assert_eq!(stress_seed(Some("42".into())), 42);
+        let junk = std::panic::catch_unwind(|| stress_seed(Some("x1".into())));
+        assert!(
+            junk.is_err(),
+            "a bad URAID_SEED must not fall back silently"
+        );
     }
 
     fn stress_once(seed: u64, size: usize, parts: usize, ops: usize) {

@@ -157,12 +157,7 @@ fn without_a_log_the_member_is_failed() {
 /// mdadm reads the log uraid writes.
 #[test]
 fn mdadm_examine_badblocks_lists_our_log() {
-    let have = std::process::Command::new("mdadm")
-        .arg("--version")
-        .output()
-        .is_ok();
-    if !have {
-        eprintln!("skipped: mdadm is not installed");
+    if !uraid_testkit::need_tool("mdadm", "mdadm_examine_badblocks_lists_our_log") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("uraid-bb-{}", std::process::id()));

@@ -18,7 +18,10 @@
 //!
 //! Modes: no journal (the test must find the write hole, so it can fail), write-through
 //! and write-back (none may be found). `URAID_FULL=1` runs thousands of seeds per mode;
-//! `URAID_SEED=n` runs one seed (all modes and levels) and prints what it did.
+//! `URAID_SEED=n` runs one seed (all modes and levels), prints what it did and checks it
+//! as the sweep does. Either way a run fails unless some crash had unflushed writes to
+//! keep, drop or tear and some seed was checked whole: a rig that crashes nothing tests
+//! nothing.
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -131,6 +134,8 @@ struct Outcome {
     /// Write-back stripes written out during the run.
     written_out: u64,
     cut: bool,
+    /// Unflushed writes on the devices at the crash (what it could keep, drop or tear).
+    in_flight: usize,
 }
 
 fn legal(m: &PageModel, base: &[u8], got: &[u8]) -> bool {
@@ -248,6 +253,7 @@ fn run_case(level: Level, seed: u64, mode: Mode, verbose: bool) -> Outcome {
     }
     out.written_out = a.writeback_stats().map_or(0, |s| s.written_out_stripes);
     out.cut = !power.on();
+    out.in_flight = devs.iter().map(|d| d.unflushed_writes()).sum();
     // Crash: nothing more reaches the devices (the drop's clean stop goes nowhere).
     power.ops_left.store(i64::MIN / 2, Ordering::SeqCst);
     drop(a);
@@ -330,19 +336,24 @@ fn one_seed() -> Option<u64> {
 }
 
 fn run_mode(level: Level, mode: Mode) {
-    if let Some(seed) = one_seed() {
-        let o = run_case(level, seed, mode, true);
-        eprintln!("{level} {mode:?} seed {seed}: {o:?}");
-        return;
-    }
-    let n = seeds();
+    // A given seed runs alone, verbosely, under the same checks as the sweep.
+    let one = one_seed();
+    let seeds: Vec<u64> = match one {
+        Some(seed) => vec![seed],
+        None => (0..seeds()).collect(),
+    };
+    let n = seeds.len();
     let mut holes = Vec::new();
-    let (mut cut, mut written_out, mut whole) = (0, 0, 0);
-    for seed in 0..n {
-        let o = run_case(level, seed, mode, false);
+    let (mut cut, mut written_out, mut whole, mut crashes) = (0, 0, 0, 0);
+    for seed in seeds {
+        let o = run_case(level, seed, mode, one.is_some());
+        if one.is_some() {
+            eprintln!("{level} {mode:?} seed {seed}: {o:?}");
+        }
         cut += u64::from(o.cut);
         written_out += o.written_out;
         whole += u64::from(!o.skipped_whole);
+        crashes += u64::from(o.in_flight > 0);
         if o.hole {
             holes.push(seed);
         }
@@ -355,11 +366,35 @@ fn run_mode(level: Level, mode: Mode) {
         }
     }
     eprintln!(
-        "{level} {mode:?}: {n} seeds, {cut} power cuts mid-run, {whole} checked whole, \
-         {written_out} stripes written out, write hole in {} (first {:?})",
+        "{level} {mode:?}: {n} seeds, {crashes} crashes with writes in flight, {cut} power cuts \
+         mid-run, {whole} checked whole, {written_out} stripes written out, write hole in {} \
+         (first {:?})",
         holes.len(),
         &holes[..holes.len().min(5)]
     );
+    // Without these the test would pass having tested no crash.
+    assert!(
+        crashes > 0,
+        "{level} {mode:?}: in {n} seeds no crash had an unflushed write to keep, drop or tear: \
+         no crash was tested{}",
+        if one.is_some() {
+            " (this seed tests nothing; try another)"
+        } else {
+            ""
+        }
+    );
+    assert!(
+        whole > 0,
+        "{level} {mode:?}: none of {n} seeds was checked whole (replay, check, every page){}",
+        if one.is_some() {
+            " (this seed fails a member; try another)"
+        } else {
+            ""
+        }
+    );
+    if one.is_some() {
+        return; // one seed need not show the hole nor a write-out
+    }
     if mode == Mode::NoJournal {
         assert!(
             !holes.is_empty(),

@@ -476,12 +476,7 @@ fn read_error_on_the_old_member_is_repaired_from_redundancy() {
 #[test]
 fn mdadm_examine_shows_the_replacement() {
     use uraid_engine::file::{DirectMode, FileMember};
-    if std::process::Command::new("mdadm")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: mdadm is not installed");
+    if !uraid_testkit::need_tool("mdadm", "mdadm_examine_shows_the_replacement") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("uraid-repl-{}", std::process::id()));

@@ -283,7 +283,33 @@ enum Next {
     Stop,
 }
 
+/// One worker of a connection. A panic in it (a bug here: the backend's own panics are
+/// answered with EIO by [`guarded`]) ends this connection, logged: the socket is shut so
+/// the other workers stop waiting for input and the client sees a close, not a hang.
+/// Other connections have their own threads and go on.
 fn worker<'scope, 'env>(sh: &'scope Shared<'env>, scope: &'scope std::thread::Scope<'scope, 'env>) {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker_loop(sh, scope)));
+    if let Err(panic) = run {
+        let msg = panic_message(&*panic);
+        tracing::error!("nbd: a connection thread panicked ({msg}); closing the connection");
+        let err = io::Error::other(format!("connection thread panicked: {msg}"));
+        fail(sh, NbdError::Io(err), Shutdown::Both);
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "no message".into())
+}
+
+fn worker_loop<'scope, 'env>(
+    sh: &'scope Shared<'env>,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+) {
     let mut buf = WorkBuf::new(sh.budget);
     let mut scratch = Vec::with_capacity(64);
     loop {

@@ -308,9 +308,17 @@ impl ConnCtx {
             }
         }
         let _release = Release(&self);
-        match self.handshake_and_serve() {
-            Ok(()) => tracing::debug!("nbd: connection {} closed", self.id),
-            Err(e) => tracing::debug!("nbd: connection {} ended: {e}", self.id),
+        let served =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.handshake_and_serve()));
+        match served {
+            Ok(Ok(())) => tracing::debug!("nbd: connection {} closed", self.id),
+            Ok(Err(e)) => tracing::debug!("nbd: connection {} ended: {e}", self.id),
+            // Release closes the socket; the server and its other connections go on.
+            Err(p) => tracing::error!(
+                "nbd: connection {} panicked ({}); closed",
+                self.id,
+                crate::conn::panic_message(&*p)
+            ),
         }
     }
 

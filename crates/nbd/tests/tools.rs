@@ -1,5 +1,5 @@
 //! Real NBD clients against the in-process server: nbdinfo, qemu-img,
-//! qemu-io, nbdcopy, fio. A test whose tool is missing prints a SKIP line.
+//! qemu-io, nbdcopy, fio. A test whose tool is missing fails in CI and skips (recorded) elsewhere.
 
 mod common;
 

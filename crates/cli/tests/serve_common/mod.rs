@@ -12,25 +12,39 @@ use std::time::{Duration, Instant};
 
 pub const MIB: u64 = 1 << 20;
 
+/// `uraid` with the default IO engine (io_uring); a test that wants pread/pwrite passes
+/// [`SYNC`] (a global flag, so it may follow the subcommand).
 pub fn uraid() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_uraid"));
-    c.arg("--io-engine").arg("sync");
-    c
+    Command::new(env!("CARGO_BIN_EXE_uraid"))
 }
 
-/// Whether a host tool is installed; prints SKIP when it is not.
-pub fn have(tool: &str, test: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!("SKIP {test}: {tool} is not installed (CI installs it)");
+/// Extra `serve` arguments for the sync IO engine.
+pub const SYNC: [&str; 2] = ["--io-engine", "sync"];
+
+/// Checks that a served array ran with the engine its test asked for (`detail["serve"]`),
+/// once traffic went through it. Where io_uring is unavailable the default engine falls back
+/// to sync: a failure in CI, a recorded skip elsewhere.
+pub fn check_engine(detail: &serde_json::Value, sync: bool, test: &str) {
+    let got = detail["serve"]["io_engine"].as_str().unwrap_or("?");
+    if sync {
+        assert_eq!(got, "sync", "{test}: served with {got}, asked for sync");
+    } else if got != "io_uring" {
+        assert_eq!(got, "sync", "{test}: unknown engine {got}");
+        uraid_testkit::skip(
+            test,
+            "io_uring is unavailable here; served with sync instead",
+        );
     }
-    found
+}
+
+/// Whether a host tool is installed; when it is not, a failure in CI and a recorded skip
+/// elsewhere.
+pub fn have(tool: &str, test: &str) -> bool {
+    uraid_testkit::need_tool(tool, test)
 }
 
 pub fn have_all(tools: &[&str], test: &str) -> bool {
-    tools.iter().all(|t| have(t, test))
+    uraid_testkit::need_tools(tools, test)
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

@@ -48,6 +48,11 @@ impl CrashMember {
         }
     }
 
+    /// Writes since the last flush: what a crash now may keep, drop or tear.
+    pub fn unflushed_writes(&self) -> usize {
+        self.pending.lock().unwrap().len()
+    }
+
     /// The image after a power cut: durable, plus each pending write kept, dropped or torn.
     pub fn crash(&self, rng: &mut StdRng) -> Vec<u8> {
         let mut img = self.durable.lock().unwrap().clone();

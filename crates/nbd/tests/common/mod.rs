@@ -85,15 +85,9 @@ impl Drop for TestServer {
     }
 }
 
-/// True if `tool` is on PATH; otherwise prints a SKIP line for `test`.
+/// True if `tool` is installed; otherwise a failure in CI and a recorded skip elsewhere.
 pub fn have_tool(tool: &str, test: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        println!("SKIP {test}: `{tool}` is not installed");
-    }
-    found
+    uraid_testkit::need_tool(tool, test)
 }
 
 /// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
