@@ -27,6 +27,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use uraid_core::MemberIdx;
+use uraid_engine::identity::Place;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
 
@@ -680,13 +681,18 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
     let spare = match with {
         None => None,
         Some(w) => {
-            let want = canonical(Path::new(w));
-            let find = || {
-                a.spares()
-                    .into_iter()
-                    .find(|s| s == w || canonical(Path::new(s)) == want)
+            // What the device is, not its path: another active member named differently
+            // must not become this one's replacement (the array would keep one copy).
+            let dev = crate::open::open_member(Path::new(w))?;
+            let find = || match a.locate_device(dev.as_ref()) {
+                Some(Place::Spare(name)) => Ok(Some(name)),
+                Some(place) => bail!(
+                    "{w} is already in the array as {place}: a replacement must be a spare \
+                     or a new device; nothing was changed"
+                ),
+                None => Ok(None),
             };
-            match find() {
+            match find()? {
                 Some(s) => Some(s),
                 None => {
                     if a.is_degraded() {
@@ -696,7 +702,7 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
                         );
                     }
                     engine_add(ctx, Path::new(w))?;
-                    Some(find().ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
+                    Some(find()?.ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
                 }
             }
         }

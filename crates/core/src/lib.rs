@@ -9,6 +9,7 @@
 pub mod bitmap;
 pub mod geometry;
 pub mod journal;
+pub mod signature;
 pub mod superblock;
 pub mod types;
 

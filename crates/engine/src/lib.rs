@@ -21,6 +21,7 @@ pub mod error;
 pub mod events;
 pub mod fault;
 pub mod file;
+pub mod identity;
 pub mod io;
 pub mod journal;
 pub mod member;
