@@ -82,8 +82,18 @@ fn try_lock(path: &Path) -> Result<Option<File>> {
 
 /// Locks every member, or says which one a running server holds.
 pub fn lock_members(paths: &[PathBuf]) -> Result<MemberLocks> {
+    use std::os::unix::fs::MetadataExt;
     let mut locks = MemberLocks(Vec::new());
+    let mut seen: Vec<(u64, u64)> = Vec::new();
     for p in paths {
+        // One file named twice (a link, ./x and x) would collide with our own lock and
+        // read as "in use": lock it once, and let the engine say it is one device.
+        if let Ok(m) = std::fs::metadata(p) {
+            if seen.contains(&(m.dev(), m.ino())) {
+                continue;
+            }
+            seen.push((m.dev(), m.ino()));
+        }
         match try_lock(p)? {
             Some(f) => locks.push(f),
             None => bail!("{}", in_use_message(p)),
@@ -637,6 +647,20 @@ fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
 /// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
 /// background, or waits as a spare.
 fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
+    // What the device is, before its lock (a member under another name collides with our
+    // own lock on it): the engine checks again under its reconfig lock.
+    let dev = crate::open::open_member(path)?;
+    match ctx.array.locate_device(dev.as_ref()) {
+        Some(place @ Place::Member(_, SlotState::Faulty)) => bail!(
+            "{} is still in the array as {place}: remove it first",
+            path.display()
+        ),
+        Some(place) => bail!(
+            "{} is already in the array as {place}; nothing was changed",
+            path.display()
+        ),
+        None => {}
+    }
     // A member this server was started with (failed, removed, now re-added) is locked
     // already, by us.
     let ours = ctx
@@ -650,7 +674,6 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
     } else {
         Some(try_lock(path)?.ok_or_else(|| anyhow::anyhow!("{}", in_use_message(path)))?)
     };
-    let dev = crate::open::open_member(path)?;
     let outcome = ctx.array.add_member(dev)?;
     if let Some(lock) = lock {
         ctx.extra_locks
