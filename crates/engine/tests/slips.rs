@@ -101,7 +101,7 @@ fn a_member_or_a_copy_of_one_is_not_added_again() {
             a.locate_device(dev.as_ref()),
             Some(Place::Member(uraid_core::MemberIdx(1), SlotState::InSync))
         );
-        let err = a.add_member(dev).err().expect("added twice").to_string();
+        let err = a.add_member(dev).expect_err("added twice").to_string();
         assert!(err.contains("already in the array as member 1"), "{err}");
     }
     assert!(a.spares().is_empty());
