@@ -209,11 +209,15 @@ pub fn create(a: CreateArgs) -> Result<()> {
             devs.push(Some(open_member(p)?));
         }
     }
-    let mut all: Vec<&dyn Member> = devs.iter().flatten().map(|d| d.as_ref()).collect();
-    let members = all.len();
-    all.extend(opts.journal.as_deref());
-    confirm_create(level, &all[..members], &all[members..], a.run || a.force)?;
-    let array = uraid_engine::create(devs, &opts)?;
+    // Asked once the engine has validated everything, before it writes.
+    let journal = opts.journal.clone();
+    let array = uraid_engine::create::create_confirmed(devs.clone(), &opts, &mut || {
+        let mut all: Vec<&dyn Member> = devs.iter().flatten().map(|d| d.as_ref()).collect();
+        let members = all.len();
+        all.extend(journal.as_deref());
+        confirm_create(level, &all[..members], &all[members..], a.run || a.force)
+            .map_err(|e| uraid_engine::ArrayError::Create(format!("{e:#}")))
+    })?;
     array.stop()?;
     if a.json {
         println!(

@@ -124,6 +124,16 @@ pub fn create(
     devs: Vec<Option<Arc<dyn Member>>>,
     opts: &CreateOptions,
 ) -> Result<Array, ArrayError> {
+    create_confirmed(devs, opts, &mut || Ok(()))
+}
+
+/// [`create`], calling `confirm` once everything is validated and before the first byte is
+/// written (mdadm asks "Continue creating array?" there); its error aborts the create.
+pub fn create_confirmed(
+    devs: Vec<Option<Arc<dyn Member>>>,
+    opts: &CreateOptions,
+    confirm: &mut dyn FnMut() -> Result<(), ArrayError>,
+) -> Result<Array, ArrayError> {
     let err = |m: String| ArrayError::Create(m);
     let level = opts.level;
     let raid_disks = devs.len();
@@ -384,6 +394,7 @@ pub fn create(
         }
         None => None,
     };
+    confirm()?;
     // Write the superblocks (and bitmaps) before any data, so a failed create leaves
     // members that say what they are.
     for (d, sb) in devs.iter().zip(&sbs) {

@@ -118,3 +118,40 @@ fn a_member_or_a_copy_of_one_is_not_added_again() {
     assert!(a.add_member(spare).is_err());
     assert_eq!(a.spares().len(), 1);
 }
+
+#[test]
+fn create_asks_after_validating_and_before_writing() {
+    let c = raid5();
+    let mems = mem_members(&c, "ask");
+    for m in &mems {
+        m.write_at(&[0xee; 8192], 0).unwrap();
+    }
+    let before: Vec<Vec<u8>> = mems.iter().map(|m| m.snapshot()).collect();
+    let mut asked = 0;
+    let no =
+        uraid_engine::create::create_confirmed(as_members(&mems), &create_opts(&c), &mut || {
+            asked += 1;
+            Err(uraid_engine::ArrayError::Create("answered no".into()))
+        });
+    assert_eq!(no.err().map(|e| e.to_string()), Some("answered no".into()));
+    assert_eq!(asked, 1);
+    for (m, b) in mems.iter().zip(&before) {
+        assert!(m.snapshot() == *b, "{} written before the answer", m.name());
+    }
+    // Invalid input is refused before anything is asked.
+    let mut bad = create_opts(&c);
+    bad.chunk_sectors = Some(3);
+    let mut asked = 0;
+    let r = uraid_engine::create::create_confirmed(as_members(&mems), &bad, &mut || {
+        asked += 1;
+        Ok(())
+    });
+    assert!(r.is_err());
+    assert_eq!(asked, 0);
+    assert!(uraid_engine::create::create_confirmed(
+        as_members(&mems),
+        &create_opts(&c),
+        &mut || Ok(())
+    )
+    .is_ok());
+}
