@@ -88,7 +88,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     open::configure(cli.io_engine, cli.no_direct);
     let r = match cli.cmd {
-        Cmd::Create(a) => control::guard_create(&a.devices).and_then(|_l| commands::create(a)),
+        Cmd::Create(a) => {
+            // The journal device too: it is overwritten like the members.
+            let mut devices = a.devices.clone();
+            devices.extend(a.write_journal.iter().map(|j| j.display().to_string()));
+            control::guard_create(&devices).and_then(|_l| commands::create(a))
+        }
         Cmd::Examine(a) => commands::examine(a),
         // A served array's members are locked: these commands refuse and point to the
         // control socket; detail asks the server.

@@ -47,12 +47,34 @@ fn dirty_raid5(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
     members
 }
 
+/// A raid1 with an internal bitmap, written and left dirty as [`dirty_raid5`].
+fn dirty_raid1_bitmap(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
+    let members: Vec<PathBuf> = (0..2)
+        .map(|i| fresh(dir, &format!("b{i}.img"), 8))
+        .collect();
+    ok(uraid()
+        .args(["create", "-l", "1", "--bitmap", "internal"])
+        .args(&members));
+    let input = dir.path("in1.bin");
+    std::fs::write(&input, data).unwrap();
+    ok(uraid()
+        .args(["write", "--crash-after", "--input"])
+        .arg(&input)
+        .args(&members));
+    assert!(member_states(&members).iter().all(|s| s == "active"));
+    members
+}
+
 #[test]
 fn reporting_commands_write_nothing_on_a_dirty_array() {
     let dir = Dir::new("nowrite");
     let data = pattern(1 << 20, 11);
-    let members = dirty_raid5(&dir, &data);
-    let before = snapshot(&members);
+    reporting_commands_write_nothing(&dirty_raid5(&dir, &data), &data);
+    reporting_commands_write_nothing(&dirty_raid1_bitmap(&dir, &data), &data);
+}
+
+fn reporting_commands_write_nothing(members: &[PathBuf], data: &[u8]) {
+    let before = snapshot(members);
     let runs: Vec<Vec<&str>> = vec![
         vec!["assemble"],
         vec!["assemble", "--json"],
@@ -64,17 +86,17 @@ fn reporting_commands_write_nothing_on_a_dirty_array() {
         vec!["examine"],
     ];
     for args in runs {
-        let out = ok(uraid().args(&args).args(&members));
+        let out = ok(uraid().args(&args).args(members));
         if args[0] == "read" {
             assert!(out.stdout == data, "read returned other bytes");
         }
-        assert_unchanged(&before, &members, &args.join(" "));
+        assert_unchanged(&before, members, &args.join(" "));
     }
     // Still dirty: the resync it owes is still owed.
-    assert!(member_states(&members).iter().all(|s| s == "active"));
+    assert!(member_states(members).iter().all(|s| s == "active"));
     // Commands that change data do write (and resync clears the debt).
-    ok(uraid().arg("resync").args(&members));
-    assert!(member_states(&members).iter().all(|s| s == "clean"));
+    ok(uraid().arg("resync").args(members));
+    assert!(member_states(members).iter().all(|s| s == "clean"));
 }
 
 /// Waits for a child to exit (it should refuse at once); kills it and fails if it serves.
@@ -388,7 +410,18 @@ fn served_array_knows_its_members_whatever_their_names() {
             "already in the array as member 1",
         );
     }
-    assert_unchanged(&before, &members, "refused add/replace");
+    // A served member is not taken as the journal of a new array either.
+    let (a, b, c) = (
+        fresh(&dir, "a.img", 8),
+        fresh(&dir, "b.img", 8),
+        fresh(&dir, "c.img", 8),
+    );
+    fails(
+        &mut in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"])
+            .args([&a, &b, &c]),
+        "control",
+    );
+    assert_unchanged(&before, &members, "refused add/replace/create");
     let d = srv.detail(&members[0]);
     assert_eq!(d["spares"].as_array().map(|s| s.len()), Some(0), "{d}");
     // A real new device is still taken, and then cannot be added a second time.
