@@ -419,8 +419,7 @@ fn served_array_knows_its_members_whatever_their_names() {
         fresh(&dir, "c.img", 8),
     );
     fails(
-        &mut in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"])
-            .args([&a, &b, &c]),
+        in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"]).args([&a, &b, &c]),
         "control",
     );
     assert_unchanged(&before, &members, "refused add/replace/create");
