@@ -270,12 +270,11 @@ fn confirm_create(
     if let (Some(s), Some(l)) = (smallest, largest) {
         if l.size_bytes() - s.size_bytes() > s.size_bytes() / 100 {
             eprintln!(
-                "uraid: members differ in size: {} has {} bytes, {} only {}; every member \
-                 will use {} bytes",
+                "uraid: members differ in size: {} has {} bytes, {} only {}; the array is \
+                 sized by the smallest, the rest of the larger ones is unused",
                 l.name(),
                 l.size_bytes(),
                 s.name(),
-                s.size_bytes(),
                 s.size_bytes()
             );
             warned = true;

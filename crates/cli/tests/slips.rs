@@ -473,3 +473,49 @@ fn one_file_under_two_names_is_refused_by_create_and_assemble() {
         "are one device",
     );
 }
+
+/// A loop device, detached on drop.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A block device is known by its major:minor, whatever node or link names it.
+#[test]
+fn one_block_device_under_two_names_is_refused() {
+    if !have("losetup", "one_block_device_under_two_names_is_refused") {
+        assert!(std::env::var_os("CI").is_none(), "losetup is missing in CI");
+        return;
+    }
+    let dir = Dir::new("blockid");
+    let file = fresh(&dir, "lo.img", 8);
+    let other = fresh(&dir, "other.img", 8);
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // Loop devices need root; CI containers may not lend them either.
+        eprintln!("SKIP one_block_device_under_two_names_is_refused: cannot attach a loop device");
+        return;
+    }
+    let lo = Loop(stdout(&out).trim().to_string());
+    let link = dir.path("lo-link");
+    std::os::unix::fs::symlink(&lo.0, &link).unwrap();
+    let files = vec![file.clone(), other.clone()];
+    let was = snapshot(&files);
+    let err = fails(
+        uraid()
+            .args(["create", "-l", "5", "--run"])
+            .arg(&lo.0)
+            .arg(&other)
+            .arg(&link),
+        "are one device",
+    );
+    assert!(err.contains("block device 7:"), "{err}");
+    assert_unchanged(&was, &files, "refused create");
+}
