@@ -49,6 +49,13 @@ pub struct CreateArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Create even if a device holds an array, a file system or a partition table, or
+    /// the sizes differ, without asking (mdadm --run).
+    #[arg(short = 'R', long)]
+    pub run: bool,
+    /// The same as --run for create (mdadm accepts either).
+    #[arg(short, long)]
+    pub force: bool,
     /// Member devices or files, in role order; `missing` leaves a role empty.
     #[arg(required = true)]
     pub devices: Vec<String>,
@@ -64,7 +71,9 @@ pub struct ExamineArgs {
 
 #[derive(Args)]
 pub struct AssembleArgs {
-    /// Start even with stale members or disagreeing superblocks.
+    /// Start even with stale members, disagreeing superblocks, or dirty and degraded
+    /// (raid4/5/6 not stopped cleanly with a member missing: stripes written at the crash
+    /// may be wrong).
     #[arg(short, long)]
     pub force: bool,
     /// Resync if the array was not stopped cleanly.
@@ -99,6 +108,7 @@ pub struct ReadArgs {
     /// Output file (default: stdout).
     #[arg(short, long)]
     pub output: Option<std::path::PathBuf>,
+    /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
     #[arg(required = true)]
@@ -113,6 +123,7 @@ pub struct WriteArgs {
     /// Input file (default: stdin).
     #[arg(short, long)]
     pub input: Option<std::path::PathBuf>,
+    /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
     /// Write through the journal in this mode (write-through or write-back).
@@ -128,6 +139,7 @@ pub struct WriteArgs {
 
 #[derive(Args)]
 pub struct ResyncArgs {
+    /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
     #[arg(required = true)]
@@ -199,7 +211,15 @@ pub fn create(a: CreateArgs) -> Result<()> {
             devs.push(Some(open_member(p)?));
         }
     }
-    let array = uraid_engine::create(devs, &opts)?;
+    // Asked once the engine has validated everything, before it writes.
+    let journal = opts.journal.clone();
+    let array = uraid_engine::create::create_confirmed(devs.clone(), &opts, &mut || {
+        let mut all: Vec<&dyn Member> = devs.iter().flatten().map(|d| d.as_ref()).collect();
+        let members = all.len();
+        all.extend(journal.as_deref());
+        confirm_create(level, &all[..members], &all[members..], a.run || a.force)
+            .map_err(|e| uraid_engine::ArrayError::Create(format!("{e:#}")))
+    })?;
     array.stop()?;
     if a.json {
         println!(
@@ -213,6 +233,72 @@ pub fn create(a: CreateArgs) -> Result<()> {
             array.level(),
             array.size_bytes()
         );
+    }
+    Ok(())
+}
+
+/// mdadm's care before create: say what each device already holds (an array of any
+/// metadata version, a file system, a partition table) and whether the member sizes
+/// differ, then ask on a terminal; without one, refuse unless `--run`. Nothing has been
+/// written when this returns an error.
+fn confirm_create(
+    level: Level,
+    members: &[&dyn Member],
+    journal: &[&dyn Member],
+    run: bool,
+) -> Result<()> {
+    let mut warned = false;
+    for d in members.iter().chain(journal) {
+        for s in uraid_engine::create::existing_signatures(*d)? {
+            let when = match &s {
+                uraid_core::signature::Signature::Md { ctime_secs, .. } => {
+                    format!(" ctime={}", crate::timefmt::ctime(*ctime_secs))
+                }
+                _ => String::new(),
+            };
+            eprintln!("uraid: {} {}{when}", d.name(), s.describe());
+            warned = true;
+        }
+    }
+    // mdadm: the largest member exceeding the smallest by more than 1% wastes space
+    // (raid0 uses each member whole, in zones).
+    let members = if level == Level::Raid0 {
+        &[][..]
+    } else {
+        members
+    };
+    let smallest = members.iter().min_by_key(|d| d.size_bytes());
+    let largest = members.iter().max_by_key(|d| d.size_bytes());
+    if let (Some(s), Some(l)) = (smallest, largest) {
+        if l.size_bytes() - s.size_bytes() > s.size_bytes() / 100 {
+            eprintln!(
+                "uraid: members differ in size: {} has {} bytes, {} only {}; the array is \
+                 sized by the smallest, the rest of the larger ones is unused",
+                l.name(),
+                l.size_bytes(),
+                s.name(),
+                s.size_bytes()
+            );
+            warned = true;
+        }
+    }
+    if !warned || run {
+        return Ok(());
+    }
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(0) } != 1 {
+        bail!(
+            "not creating the array: the devices above hold data or differ in size, and \
+             there is no terminal to ask; give --run (or --force) to create anyway. \
+             Nothing was written"
+        );
+    }
+    eprint!("Continue creating array? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer)?;
+    if !matches!(answer.trim(), "y" | "Y" | "yes" | "Yes" | "YES") {
+        bail!("create aborted: nothing was written");
     }
     Ok(())
 }
@@ -252,8 +338,28 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
 
 pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {
     let devs = open_all(paths)?;
-    let r = engine_assemble(devs, &AssembleOptions { force })?;
+    let r = engine_assemble(
+        devs,
+        &AssembleOptions {
+            force,
+            ..Default::default()
+        },
+    )?;
     Ok(r)
+}
+
+/// For commands that only report (detail): a dirty degraded raid4/5/6 is opened too, as
+/// mdadm --detail describes an array md would not start; nothing is written.
+fn open_array_to_report(paths: &Paths, force: bool) -> Result<Array> {
+    let devs = open_all(paths)?;
+    let (array, _) = engine_assemble(
+        devs,
+        &AssembleOptions {
+            force,
+            start_dirty_degraded: true,
+        },
+    )?;
+    Ok(array)
 }
 
 pub fn assemble(a: AssembleArgs) -> Result<()> {
@@ -310,7 +416,7 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
 }
 
 pub fn detail(a: DetailArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let array = open_array_to_report(&a.devices, a.force)?;
     if a.json {
         println!(
             "{}",
@@ -436,6 +542,7 @@ pub struct SyncArgs {
     pub quiet: bool,
     #[arg(long)]
     pub json: bool,
+    /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
     #[arg(required = true)]

@@ -32,6 +32,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use uraid_core::MemberIdx;
+use uraid_engine::identity::Place;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
 
@@ -86,8 +87,18 @@ fn try_lock(path: &Path) -> Result<Option<File>> {
 
 /// Locks every member, or says which one a running server holds.
 pub fn lock_members(paths: &[PathBuf]) -> Result<MemberLocks> {
+    use std::os::unix::fs::MetadataExt;
     let mut locks = MemberLocks(Vec::new());
+    let mut seen: Vec<(u64, u64)> = Vec::new();
     for p in paths {
+        // One file named twice (a link, ./x and x) would collide with our own lock and
+        // read as "in use": lock it once, and let the engine say it is one device.
+        if let Ok(m) = std::fs::metadata(p) {
+            if seen.contains(&(m.dev(), m.ino())) {
+                continue;
+            }
+            seen.push((m.dev(), m.ino()));
+        }
         match try_lock(p)? {
             Some(f) => locks.push(f),
             None => bail!("{}", in_use_message(p)),
@@ -618,6 +629,20 @@ fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
 /// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
 /// background, or waits as a spare.
 fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
+    // What the device is, before its lock (a member under another name collides with our
+    // own lock on it): the engine checks again under its reconfig lock.
+    let dev = crate::open::open_member(path)?;
+    match ctx.array.locate_device(dev.as_ref()) {
+        Some(place @ Place::Member(_, SlotState::Faulty)) => bail!(
+            "{} is still in the array as {place}: remove it first",
+            path.display()
+        ),
+        Some(place) => bail!(
+            "{} is already in the array as {place}; nothing was changed",
+            path.display()
+        ),
+        None => {}
+    }
     // A member this server was started with (failed, removed, now re-added) is locked
     // already, by us.
     let ours = ctx
@@ -631,7 +656,6 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
     } else {
         Some(try_lock(path)?.ok_or_else(|| anyhow::anyhow!("{}", in_use_message(path)))?)
     };
-    let dev = crate::open::open_member(path)?;
     let outcome = ctx.array.add_member(dev)?;
     if let Some(lock) = lock {
         ctx.extra_locks
@@ -662,13 +686,18 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
     let spare = match with {
         None => None,
         Some(w) => {
-            let want = canonical(Path::new(w));
-            let find = || {
-                a.spares()
-                    .into_iter()
-                    .find(|s| s == w || canonical(Path::new(s)) == want)
+            // What the device is, not its path: another active member named differently
+            // must not become this one's replacement (the array would keep one copy).
+            let dev = crate::open::open_member(Path::new(w))?;
+            let find = || match a.locate_device(dev.as_ref()) {
+                Some(Place::Spare(name)) => Ok(Some(name)),
+                Some(place) => bail!(
+                    "{w} is already in the array as {place}: a replacement must be a spare \
+                     or a new device; nothing was changed"
+                ),
+                None => Ok(None),
             };
-            match find() {
+            match find()? {
                 Some(s) => Some(s),
                 None => {
                     if a.is_degraded() {
@@ -678,7 +707,7 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
                         );
                     }
                     engine_add(ctx, Path::new(w))?;
-                    Some(find().ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
+                    Some(find()?.ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
                 }
             }
         }

@@ -95,7 +95,12 @@ fn main() -> ExitCode {
     open::configure(cli.io_engine, cli.no_direct);
     uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     let r = match cli.cmd {
-        Cmd::Create(a) => control::guard_create(&a.devices).and_then(|_l| commands::create(a)),
+        Cmd::Create(a) => {
+            // The journal device too: it is overwritten like the members.
+            let mut devices = a.devices.clone();
+            devices.extend(a.write_journal.iter().map(|j| j.display().to_string()));
+            control::guard_create(&devices).and_then(|_l| commands::create(a))
+        }
         Cmd::Examine(a) => commands::examine(a),
         // A served array's members are locked: these commands refuse and point to the
         // control socket; detail asks the server.

@@ -39,7 +39,9 @@ pub struct ServeArgs {
     /// Control socket path (default /run/uraid/<array-uuid>.sock).
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
-    /// Start even with stale members or disagreeing superblocks.
+    /// Start even with stale members, disagreeing superblocks, or dirty and degraded
+    /// (raid4/5/6 not stopped cleanly with a member missing: stripes written at the crash
+    /// may be wrong).
     #[arg(short, long)]
     pub force: bool,
     /// Member devices or files.

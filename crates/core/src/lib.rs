@@ -11,6 +11,7 @@ pub mod bitmap;
 pub mod fuzzing;
 pub mod geometry;
 pub mod journal;
+pub mod signature;
 pub mod superblock;
 pub mod types;
 

@@ -1031,7 +1031,11 @@ impl Array {
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
-        if self.dirty.load(Ordering::Acquire) || meta.is_dirty() {
+        // Only what this assembly changed is written: an array that was dirty on disk and
+        // still owes its resync stays exactly as it was (no events, no update time), so
+        // that commands that only report (assemble, check, detail, read) write nothing.
+        // One whose debt is paid (resync done, journal replayed) is marked clean.
+        if self.dirty.load(Ordering::Acquire) || (meta.is_dirty() && !meta.needs_resync()) {
             meta.mark_clean(self, degraded)?;
             self.dirty.store(false, Ordering::Release);
         }

@@ -15,8 +15,12 @@ use uraid_core::{Level, SECTOR_BYTES};
 
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
-    /// Start even with stale members or disagreeing superblocks, as mdadm --force.
+    /// Start even with stale members or disagreeing superblocks, as mdadm --force (also
+    /// a dirty degraded raid4/5/6).
     pub force: bool,
+    /// Start a raid4/5/6 that is both dirty (not stopped cleanly) and degraded, which md
+    /// refuses without its start_dirty_degraded parameter; for commands that only report.
+    pub start_dirty_degraded: bool,
 }
 
 /// What assembly decided about each device, for the report.
@@ -62,10 +66,19 @@ pub fn assemble(
     if devs.is_empty() {
         return Err(ArrayError::Assemble("no member devices given".into()));
     }
-    for (i, d) in devs.iter().enumerate() {
-        if devs[..i].iter().any(|o| o.name() == d.name()) {
-            return Err(ArrayError::Assemble(format!("{} is given twice", d.name())));
-        }
+    // By device, not by path: one file under two names would take two roles.
+    let named: Vec<&dyn Member> = devs.iter().map(|d| d.as_ref()).collect();
+    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+        return Err(ArrayError::Assemble(if devs[i].name() == devs[j].name() {
+            format!("{} is given twice", devs[i].name())
+        } else {
+            format!(
+                "{} and {} are one device ({}): give it once",
+                devs[i].name(),
+                devs[j].name(),
+                devs[i].device_id()
+            )
+        }));
     }
     let mut sbs = Vec::with_capacity(devs.len());
     for d in &devs {
@@ -330,6 +343,28 @@ pub fn assemble(
     }
     if let Some(i) = journal_dev {
         meta.journal = Some((devs[i].clone(), sbs[i].clone()));
+    }
+    // md's "cannot start dirty degraded array": after an unclean stop, parity may not match
+    // the data of the stripes written at the crash (the write hole); with a member missing
+    // or being rebuilt, what is read or rebuilt through that parity would be wrong, and no
+    // resync can tell. A journal replayed at start closes the hole.
+    let degraded_roles = missing(&slots).len() + recovering.len();
+    if level.has_parity()
+        && unclean
+        && degraded_roles > 0
+        && journal_dev.is_none()
+        && !opts.force
+        && !opts.start_dirty_degraded
+    {
+        return Err(ArrayError::Assemble(format!(
+            "{level} {} cannot start dirty degraded: it was not stopped cleanly and {} of its \
+             {raid_disks} members are missing or being rebuilt, so data in the stripes being \
+             written at the crash may be wrong (parity may not match it). Give every member \
+             to start it and resync; or --force to start it anyway, accepting that those \
+             stripes may be wrong",
+            uuid_string(&uuid0),
+            degraded_roles
+        )));
     }
     // A member that was being rebuilt resumes where its recovery_offset says.
     for &(r, _) in &recovering {

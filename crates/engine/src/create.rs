@@ -90,10 +90,49 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// What `dev` already holds that a new array would overwrite: md superblocks of every
+/// version (uraid opens only 1.2, but mdadm warns about all), file systems and partition
+/// tables. Reads only.
+pub fn existing_signatures(
+    dev: &dyn Member,
+) -> Result<Vec<uraid_core::signature::Signature>, ArrayError> {
+    use uraid_core::signature::{self as sig, MdVersion};
+    let size = dev.size_bytes();
+    let head_len = (size.min(sig::HEAD_BYTES) / SECTOR_BYTES * SECTOR_BYTES) as usize;
+    let mut head = crate::buf::AlignedBuf::new(head_len);
+    if head_len > 0 {
+        dev.read_at(&mut head, 0)?;
+    }
+    let mut found = Vec::new();
+    for (version, at) in sig::md_locations(size) {
+        let md = match version {
+            MdVersion::V11 | MdVersion::V12 => sig::md_at(version, &head[at as usize..]),
+            _ => {
+                let mut buf = crate::buf::AlignedBuf::new(sig::MD_TAIL_BYTES as usize);
+                dev.read_at(&mut buf, at)?;
+                sig::md_at(version, &buf)
+            }
+        };
+        found.extend(md);
+    }
+    found.extend(sig::in_head(&head));
+    Ok(found)
+}
+
 /// Create an array on `devs` (one per role; None = "missing") and return it running.
 pub fn create(
     devs: Vec<Option<Arc<dyn Member>>>,
     opts: &CreateOptions,
+) -> Result<Array, ArrayError> {
+    create_confirmed(devs, opts, &mut || Ok(()))
+}
+
+/// [`create`], calling `confirm` once everything is validated and before the first byte is
+/// written (mdadm asks "Continue creating array?" there); its error aborts the create.
+pub fn create_confirmed(
+    devs: Vec<Option<Arc<dyn Member>>>,
+    opts: &CreateOptions,
+    confirm: &mut dyn FnMut() -> Result<(), ArrayError>,
 ) -> Result<Array, ArrayError> {
     let err = |m: String| ArrayError::Create(m);
     let level = opts.level;
@@ -124,12 +163,25 @@ pub fn create(
     if present.is_empty() {
         return Err(err("no devices given (all missing)".into()));
     }
-    for (i, a) in present.iter().enumerate() {
-        for b in &present[i + 1..] {
-            if a.name() == b.name() {
-                return Err(err(format!("{} is given twice", a.name())));
-            }
-        }
+    // One device under two names (a symlink, a hard link, ./x and x) would hold two roles.
+    let mut named: Vec<&dyn Member> = present.iter().map(|d| d.as_ref()).collect();
+    named.extend(opts.journal.as_deref());
+    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+        let what = if j == present.len() {
+            "is both a member and the journal".to_string()
+        } else {
+            "is given twice".to_string()
+        };
+        return Err(err(if named[i].name() == named[j].name() {
+            format!("{} {what}", named[i].name())
+        } else {
+            format!(
+                "{} and {} are one device ({}): it {what}",
+                named[i].name(),
+                named[j].name(),
+                named[i].device_id()
+            )
+        }));
     }
     let min_dev_sectors = present
         .iter()
@@ -291,12 +343,6 @@ pub fn create(
                 "a write journal and a bitmap do not go together (as in mdadm)".into(),
             ));
         }
-        if present.iter().any(|d| d.name() == j.name()) {
-            return Err(err(format!(
-                "{} is both a member and the journal",
-                j.name()
-            )));
-        }
         if j.size_bytes() / SECTOR_BYTES < data_offset + 64 * 8 {
             return Err(err(format!("journal {} is too small", j.name())));
         }
@@ -348,6 +394,7 @@ pub fn create(
         }
         None => None,
     };
+    confirm()?;
     // Write the superblocks (and bitmaps) before any data, so a failed create leaves
     // members that say what they are.
     for (d, sb) in devs.iter().zip(&sbs) {

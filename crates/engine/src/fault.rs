@@ -100,4 +100,8 @@ impl Member for FaultMember {
     fn name(&self) -> String {
         self.inner.name()
     }
+
+    fn device_id(&self) -> crate::identity::DeviceId {
+        self.inner.device_id()
+    }
 }

@@ -323,4 +323,17 @@ impl Member for FileMember {
     fn known_zero(&self) -> bool {
         self.is_all_hole()
     }
+
+    /// From the open descriptor, so that any path to the file gives the same answer.
+    fn device_id(&self) -> crate::identity::DeviceId {
+        use std::os::unix::fs::MetadataExt;
+        match self.buffered.metadata() {
+            Ok(m) if self.is_block => crate::identity::DeviceId::Block { rdev: m.rdev() },
+            Ok(m) => crate::identity::DeviceId::File {
+                dev: m.dev(),
+                ino: m.ino(),
+            },
+            Err(_) => crate::identity::DeviceId::Named(self.name()),
+        }
+    }
 }

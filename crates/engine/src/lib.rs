@@ -24,6 +24,7 @@ pub mod fault;
 pub mod file;
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
+pub mod identity;
 pub mod io;
 pub mod journal;
 pub mod member;

@@ -52,6 +52,11 @@ pub trait Member: Send + Sync {
     fn known_zero(&self) -> bool {
         false
     }
+    /// The device itself, for telling whether two members are one device whatever their
+    /// names (see [`crate::identity`]). Wrappers return their inner device's.
+    fn device_id(&self) -> crate::identity::DeviceId {
+        crate::identity::DeviceId::Named(self.name())
+    }
 }
 
 /// How [`Member::write_zeroes`] may zero a range.

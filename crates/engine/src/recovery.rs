@@ -362,21 +362,20 @@ impl Array {
         let _quiet = self.quiesce();
         let _g = self.reconfig.lock().unwrap();
         let name = dev.name();
-        for r in 0..self.raid_disks() {
-            if self.slot(MemberIdx(r)).device_name().as_deref() == Some(name.as_str()) {
-                if self.slot_state(MemberIdx(r)) == SlotState::Faulty {
-                    return Err(ArrayError::Failed(format!(
-                        "{name} is still in the array as a faulty member: remove it first"
-                    )));
-                }
-                return Err(ArrayError::Failed(format!(
-                    "{name} is already a member (role {r})"
-                )));
-            }
-        }
+        // By what the device is, not how its path is spelt: the same file under another
+        // name must not become a spare too (its superblock would be rewritten as one).
+        let id = crate::identity::Identity::of(dev.as_ref());
         let mut meta = self.meta();
-        if meta.spares.iter().any(|(d, _)| d.name() == name) {
-            return Err(ArrayError::Failed(format!("{name} is already a spare")));
+        if let Some((place, known, why)) = crate::identity::locate(self, &meta, &id) {
+            return Err(ArrayError::Failed(match place {
+                crate::identity::Place::Member(_, SlotState::Faulty) => format!(
+                    "{name} is still in the array as {place}, named {known}: remove it first"
+                ),
+                _ => format!(
+                    "{name} is already in the array as {place}, named {known} ({why}); \
+                     nothing was changed"
+                ),
+            }));
         }
         let tmpl_member = meta
             .members

@@ -283,6 +283,10 @@ impl Member for Replacing {
     fn name(&self) -> String {
         self.old.name()
     }
+
+    fn device_id(&self) -> crate::identity::DeviceId {
+        self.old.device_id()
+    }
 }
 
 impl Array {

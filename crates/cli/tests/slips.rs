@@ -1,0 +1,521 @@
+//! Data-destroying slips the command line must catch, and commands that must not write
+//! (issue 19): one file named two ways is one member; create asks before overwriting what
+//! a device holds; a dirty degraded raid4/5/6 does not start without --force; reporting
+//! commands leave every member byte as it was.
+
+mod serve_common;
+
+use serve_common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Every byte of every file, to compare before and after a command.
+fn snapshot(files: &[PathBuf]) -> Vec<Vec<u8>> {
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+fn assert_unchanged(before: &[Vec<u8>], files: &[PathBuf], what: &str) {
+    for (b, f) in before.iter().zip(files) {
+        assert!(
+            *b == std::fs::read(f).unwrap(),
+            "{what} changed {}",
+            f.display()
+        );
+    }
+}
+
+fn fails(cmd: &mut Command, needle: &str) -> String {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{cmd:?} succeeded:\n{err}");
+    assert!(err.contains(needle), "{cmd:?}: no {needle:?} in:\n{err}");
+    err
+}
+
+/// A raid5 of four 8 MiB members with `data` written and then left dirty, as after a
+/// kill -9 of a writer (the superblocks say active, resync owed).
+fn dirty_raid5(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
+    let members = create_array(dir, "5", 4, 8, &[]);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, data).unwrap();
+    ok(uraid()
+        .args(["write", "--crash-after", "--input"])
+        .arg(&input)
+        .args(&members));
+    assert!(member_states(&members).iter().all(|s| s == "active"));
+    members
+}
+
+/// A raid1 with an internal bitmap, written and left dirty as [`dirty_raid5`].
+fn dirty_raid1_bitmap(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
+    let members: Vec<PathBuf> = (0..2)
+        .map(|i| fresh(dir, &format!("b{i}.img"), 8))
+        .collect();
+    ok(uraid()
+        .args(["create", "-l", "1", "--bitmap", "internal"])
+        .args(&members));
+    let input = dir.path("in1.bin");
+    std::fs::write(&input, data).unwrap();
+    ok(uraid()
+        .args(["write", "--crash-after", "--input"])
+        .arg(&input)
+        .args(&members));
+    assert!(member_states(&members).iter().all(|s| s == "active"));
+    members
+}
+
+#[test]
+fn reporting_commands_write_nothing_on_a_dirty_array() {
+    let dir = Dir::new("nowrite");
+    let data = pattern(1 << 20, 11);
+    reporting_commands_write_nothing(&dirty_raid5(&dir, &data), &data);
+    reporting_commands_write_nothing(&dirty_raid1_bitmap(&dir, &data), &data);
+}
+
+fn reporting_commands_write_nothing(members: &[PathBuf], data: &[u8]) {
+    let before = snapshot(members);
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["assemble"],
+        vec!["assemble", "--json"],
+        vec!["check", "--quiet"],
+        vec!["check", "--json", "--quiet"],
+        vec!["detail"],
+        vec!["detail", "--json"],
+        vec!["read", "--length", "1048576"],
+        vec!["examine"],
+    ];
+    for args in runs {
+        let out = ok(uraid().args(&args).args(members));
+        if args[0] == "read" {
+            assert!(out.stdout == data, "read returned other bytes");
+        }
+        assert_unchanged(&before, members, &args.join(" "));
+    }
+    // Still dirty: the resync it owes is still owed.
+    assert!(member_states(members).iter().all(|s| s == "active"));
+    // Commands that change data do write (and resync clears the debt).
+    ok(uraid().arg("resync").args(members));
+    assert!(member_states(members).iter().all(|s| s == "clean"));
+}
+
+/// Waits for a child to exit (it should refuse at once); kills it and fails if it serves.
+fn exits(mut child: std::process::Child, what: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn dirty_degraded_raid5_does_not_start_without_force() {
+    let dir = Dir::new("dirtydeg");
+    let data = pattern(1 << 20, 12);
+    let members = dirty_raid5(&dir, &data);
+    let three = &members[1..];
+    let before = snapshot(&members);
+    for sub in ["read", "assemble", "write", "check"] {
+        let err = fails(uraid().arg(sub).args(three), "cannot start dirty degraded");
+        assert!(err.contains("--force"), "{sub}: {err}");
+        assert_eq!(
+            err.matches("dirty degraded").count(),
+            1,
+            "said twice: {err}"
+        );
+    }
+    let sock = dir.path("x.sock");
+    let child = uraid()
+        .args(["serve", "--nbd"])
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--control")
+        .arg(dir.path("ctl.sock"))
+        .args(three)
+        .env("URAID_RUN_DIR", dir.run_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = exits(child, "serve of a dirty degraded raid5");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start dirty degraded"));
+    assert_unchanged(&before, &members, "refused starts");
+    // Reporting still works: detail describes it.
+    let d = json(&ok(uraid().args(["detail", "--json"]).args(three)));
+    assert_eq!(d["degraded"], true, "{d}");
+    assert_unchanged(&before, &members, "detail");
+    // --force starts it (the write was flushed before the crash, so it reads back).
+    let out = ok(uraid()
+        .args(["read", "--force", "--length", "1048576"])
+        .args(three));
+    assert!(out.stdout == data);
+    // All four members: not degraded, it starts (and owes a resync).
+    let out = ok(uraid().args(["read", "--length", "1048576"]).args(&members));
+    assert!(out.stdout == data);
+    // A dirty degraded mirror has no parity to disagree with: it starts.
+    let dir1 = Dir::new("dirtydeg1");
+    let m = create_array(&dir1, "1", 2, 8, &[]);
+    let input = dir1.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid()
+        .args(["write", "--crash-after", "--input"])
+        .arg(&input)
+        .args(&m));
+    let out = ok(uraid().args(["read", "--length", "1048576"]).arg(&m[1]));
+    assert!(out.stdout == data);
+}
+
+fn fresh(dir: &Dir, name: &str, mib: u64) -> PathBuf {
+    let p = dir.path(name);
+    std::fs::File::create(&p)
+        .unwrap()
+        .set_len(mib * MIB)
+        .unwrap();
+    p
+}
+
+fn put(p: &Path, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+    f.write_all_at(bytes, at).unwrap();
+}
+
+#[test]
+fn create_over_data_warns_and_refuses_without_a_terminal() {
+    let dir = Dir::new("createask");
+    let data = pattern(1 << 20, 13);
+    let members = create_array(&dir, "5", 4, 8, &[]);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid()
+        .arg("write")
+        .arg("--input")
+        .arg(&input)
+        .args(&members));
+    let uuid = json(&ok(uraid().args(["examine", "--json"]).arg(&members[0])))["uuid"].clone();
+    let before = snapshot(&members);
+    let err = fails(
+        uraid().args(["create", "-l", "1"]).args(&members[..2]),
+        "appears to be part of a raid array",
+    );
+    assert!(err.contains("metadata=1.2 level=raid5 devices=4"), "{err}");
+    assert!(err.contains("ctime="), "{err}");
+    assert!(err.contains("--run"), "{err}");
+    assert_unchanged(&before, &members, "refused create");
+
+    // Other metadata versions, file systems and partition tables: one device each.
+    let size = 8 * MIB;
+    let magic = 0xa92b_4efcu32.to_le_bytes();
+    let v090 = fresh(&dir, "v090.img", 8);
+    put(&v090, (size & !0xffff) - 0x10000, &magic);
+    let v10 = fresh(&dir, "v10.img", 8);
+    put(&v10, ((size / 512 - 16) & !7) * 512, &magic);
+    put(
+        &v10,
+        ((size / 512 - 16) & !7) * 512 + 4,
+        &1u32.to_le_bytes(),
+    );
+    let v11 = fresh(&dir, "v11.img", 8);
+    put(&v11, 0, &magic);
+    put(&v11, 4, &1u32.to_le_bytes());
+    let ext = fresh(&dir, "ext.img", 8);
+    put(&ext, 1080, &[0x53, 0xef]);
+    let xfs = fresh(&dir, "xfs.img", 8);
+    put(&xfs, 0, b"XFSB");
+    let btrfs = fresh(&dir, "btrfs.img", 8);
+    put(&btrfs, 65536 + 64, b"_BHRfS_M");
+    let mbr = fresh(&dir, "mbr.img", 8);
+    put(&mbr, 510, &[0x55, 0xaa]);
+    let gpt = fresh(&dir, "gpt.img", 8);
+    put(&gpt, 510, &[0x55, 0xaa]);
+    put(&gpt, 512, b"EFI PART");
+    let blank = fresh(&dir, "blank.img", 8);
+    for (dev, said) in [
+        (&v090, "metadata=0.90"),
+        (&v10, "metadata=1.0"),
+        (&v11, "metadata=1.1"),
+        (&ext, "ext2/ext3/ext4 file system"),
+        (&xfs, "xfs file system"),
+        (&btrfs, "btrfs file system"),
+        (&mbr, "dos (MBR) partition table"),
+        (&gpt, "gpt partition table"),
+    ] {
+        let files = vec![dev.clone(), blank.clone()];
+        let was = snapshot(&files);
+        fails(
+            uraid().args(["create", "-l", "1"]).arg(dev).arg(&blank),
+            said,
+        );
+        assert_unchanged(&was, &files, said);
+    }
+    // Members of different sizes (mdadm warns and asks too); raid0 uses them whole.
+    let big = fresh(&dir, "big.img", 16);
+    let blank2 = fresh(&dir, "blank2.img", 8);
+    fails(
+        uraid().args(["create", "-l", "1"]).arg(&blank).arg(&big),
+        "differ in size",
+    );
+    ok(uraid()
+        .args(["create", "-l", "0"])
+        .arg(&blank2)
+        .arg(&big)
+        .stdin(Stdio::null()));
+    // A journal device is looked at too.
+    let a = fresh(&dir, "ja.img", 8);
+    let b = fresh(&dir, "jb.img", 8);
+    let c = fresh(&dir, "jc.img", 8);
+    fails(
+        uraid()
+            .args(["create", "-l", "5", "--write-journal"])
+            .arg(&ext)
+            .args([&a, &b, &c]),
+        "ext2/ext3/ext4",
+    );
+    // --run and --force create anyway.
+    ok(uraid()
+        .args(["create", "-l", "5", "--run"])
+        .args(&members)
+        .stdin(Stdio::null()));
+    let new_uuid = json(&ok(uraid().args(["examine", "--json"]).arg(&members[0])))["uuid"].clone();
+    assert_ne!(new_uuid, uuid);
+    ok(uraid()
+        .args(["create", "-l", "1", "-f"])
+        .arg(&ext)
+        .arg(&blank)
+        .stdin(Stdio::null()));
+}
+
+/// On a terminal create asks; "n" (or nothing) writes nothing, "y" creates.
+#[test]
+fn create_over_data_asks_on_a_terminal() {
+    if !have("script", "create_over_data_asks_on_a_terminal") {
+        // CI installs util-linux: there a missing tool is a failure, not a skip.
+        assert!(std::env::var_os("CI").is_none(), "script is missing in CI");
+        return;
+    }
+    let dir = Dir::new("createtty");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let before = snapshot(&members);
+    let cmdline = |extra: &str| {
+        format!(
+            "{} --io-engine sync create -l 1 {} {} {extra}",
+            env!("CARGO_BIN_EXE_uraid"),
+            members[0].display(),
+            members[1].display()
+        )
+    };
+    let ask = |answer: &str| -> Output {
+        use std::io::Write;
+        let mut child = Command::new("script")
+            .args(["-q", "-e", "-c", &cmdline(""), "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(answer.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = ask("n\n");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("Continue creating array?"), "{text}");
+    assert!(text.contains("aborted"), "{text}");
+    assert_unchanged(&before, &members, "create answered no");
+    let out = ask("y\n");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("created"), "{text}");
+    assert_ne!(
+        snapshot(&members),
+        before,
+        "create answered yes wrote nothing"
+    );
+}
+
+/// `uraid serve` started in `dir` on relative member paths, as the README does.
+fn serve_relative(dir: &Dir, members: &[&str]) -> Served {
+    let sock = dir.path("nbd.sock");
+    let control = dir.path("ctl.sock");
+    let stderr_path = dir.path("serve.stderr");
+    let child = uraid()
+        .args(["serve", "--nbd"])
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--control")
+        .arg(&control)
+        .args(members)
+        .current_dir(&dir.0)
+        .env("URAID_RUN_DIR", dir.run_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let (_tx, lines) = std::sync::mpsc::channel();
+    let srv = Served {
+        child: Some(child),
+        sock,
+        control,
+        run_dir: dir.run_dir(),
+        name: "md0".into(),
+        lines,
+        stderr_path,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::os::unix::net::UnixStream::connect(&srv.control).is_err() {
+        assert!(Instant::now() < deadline, "serve: {}", srv.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    srv
+}
+
+#[test]
+fn served_array_knows_its_members_whatever_their_names() {
+    let dir = Dir::new("identity");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let data = pattern(1 << 20, 14);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid()
+        .arg("write")
+        .arg("--input")
+        .arg(&input)
+        .args(&members));
+    std::os::unix::fs::symlink(&members[1], dir.path("link.img")).unwrap();
+    std::fs::hard_link(&members[1], dir.path("hard.img")).unwrap();
+    let mut srv = serve_relative(&dir, &["m0.img", "m1.img"]);
+    let before = snapshot(&members);
+    let in_dir = |args: &[&str]| {
+        let mut c = srv.cmd();
+        c.args(args).current_dir(&dir.0);
+        c
+    };
+    for other in ["m1.img", "./m1.img", "link.img", "hard.img"] {
+        let err = fails(
+            &mut in_dir(&["add", "--array", "m0.img", other]),
+            "already in the array as member 1",
+        );
+        assert!(err.contains("nothing was changed"), "{err}");
+        fails(
+            &mut in_dir(&["replace", "--member", "m0.img", "--with", other]),
+            "already in the array as member 1",
+        );
+    }
+    // A served member is not taken as the journal of a new array either.
+    let (a, b, c) = (
+        fresh(&dir, "a.img", 8),
+        fresh(&dir, "b.img", 8),
+        fresh(&dir, "c.img", 8),
+    );
+    fails(
+        in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"]).args([&a, &b, &c]),
+        "control",
+    );
+    assert_unchanged(&before, &members, "refused add/replace/create");
+    let d = srv.detail(&members[0]);
+    assert_eq!(d["spares"].as_array().map(|s| s.len()), Some(0), "{d}");
+    // A real new device is still taken, and then cannot be added a second time.
+    let spare = fresh(&dir, "spare.img", 8);
+    std::os::unix::fs::symlink(&spare, dir.path("spare-link.img")).unwrap();
+    ok(&mut in_dir(&["add", "--array", "m0.img", "spare.img"]));
+    fails(
+        &mut in_dir(&["add", "--array", "m0.img", "spare-link.img"]),
+        "already in the array as a spare",
+    );
+    ok(srv.cmd().arg("stop").arg(&members[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    // Each member alone still holds every byte.
+    for m in &members {
+        let out = ok(uraid().args(["read", "--length", "1048576"]).arg(m));
+        assert!(out.stdout == data, "{} lost its data", m.display());
+    }
+}
+
+#[test]
+fn one_file_under_two_names_is_refused_by_create_and_assemble() {
+    let dir = Dir::new("twice");
+    let a = fresh(&dir, "a.img", 8);
+    let b = fresh(&dir, "b.img", 8);
+    std::os::unix::fs::symlink(&a, dir.path("a-link.img")).unwrap();
+    let files = vec![a.clone(), b.clone()];
+    let was = snapshot(&files);
+    fails(
+        uraid()
+            .args(["create", "-l", "1"])
+            .arg(&a)
+            .arg(dir.path("a-link.img")),
+        "are one device",
+    );
+    fails(
+        uraid()
+            .args(["create", "-l", "5", "--write-journal"])
+            .arg(dir.path("a-link.img"))
+            .arg(&a)
+            .arg(&b)
+            .arg("missing"),
+        "both a member and the journal",
+    );
+    assert_unchanged(&was, &files, "refused create");
+    ok(uraid().args(["create", "-l", "1"]).arg(&a).arg(&b));
+    fails(
+        uraid().arg("assemble").arg(&a).arg(dir.path("a-link.img")),
+        "are one device",
+    );
+}
+
+/// A loop device, detached on drop.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A block device is known by its major:minor, whatever node or link names it.
+#[test]
+fn one_block_device_under_two_names_is_refused() {
+    if !have("losetup", "one_block_device_under_two_names_is_refused") {
+        assert!(std::env::var_os("CI").is_none(), "losetup is missing in CI");
+        return;
+    }
+    let dir = Dir::new("blockid");
+    let file = fresh(&dir, "lo.img", 8);
+    let other = fresh(&dir, "other.img", 8);
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        // Loop devices need root; CI containers may not lend them either.
+        eprintln!("SKIP one_block_device_under_two_names_is_refused: cannot attach a loop device");
+        return;
+    }
+    let lo = Loop(stdout(&out).trim().to_string());
+    let link = dir.path("lo-link");
+    std::os::unix::fs::symlink(&lo.0, &link).unwrap();
+    let files = vec![file.clone(), other.clone()];
+    let was = snapshot(&files);
+    let err = fails(
+        uraid()
+            .args(["create", "-l", "5", "--run"])
+            .arg(&lo.0)
+            .arg(&other)
+            .arg(&link),
+        "are one device",
+    );
+    assert!(err.contains("block device 7:"), "{err}");
+    assert_unchanged(&was, &files, "refused create");
+}
