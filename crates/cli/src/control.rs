@@ -29,6 +29,7 @@ use std::time::Duration;
 use uraid_core::MemberIdx;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
+use uraid_nbd::WakePipe;
 
 /// Longest request line accepted on the control socket.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
@@ -220,6 +221,9 @@ pub struct ControlServer {
     index: PathBuf,
     link: Option<PathBuf>,
     stop: Arc<AtomicBool>,
+    /// Wakes the accept loop without connecting to `path`, which an operator or a tmpfiles
+    /// cleaner may have removed by the time we stop.
+    wake: Arc<WakePipe>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -303,23 +307,27 @@ impl ControlServer {
             start_resync(&ctx);
         }
         let stop2 = stop.clone();
+        let wake = Arc::new(WakePipe::new().context("creating the control wake pipe")?);
+        let wake2 = wake.clone();
+        listener.set_nonblocking(true)?;
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || accept_loop(listener, ctx, stop2))?;
+            .spawn(move || accept_loop(listener, ctx, stop2, &wake2))?;
         Ok(ControlServer {
             path,
             index,
             link,
             stop,
+            wake,
             thread: Some(thread),
         })
     }
 
-    /// Stops accepting and removes the socket, its link and the index file.
+    /// Stops accepting and removes the socket, its link and the index file. Never depends
+    /// on the socket's path still existing.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept.
-        let _ = UnixStream::connect(&self.path);
+        self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -393,12 +401,37 @@ fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
     Ok(())
 }
 
-fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>) {
-    for conn in listener.incoming() {
+/// Accepts control connections until [`ControlServer::shutdown`] wakes it. The listener is
+/// non-blocking: a client that went away between `poll` and `accept` must not leave the
+/// loop blocked where the wake pipe cannot reach it.
+fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>, wake: &WakePipe) {
+    loop {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(conn) = conn else { continue };
+        match wake.wait_readable(listener.as_raw_fd()) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!("control socket: poll failed: {e}; no more control requests");
+                break;
+            }
+        }
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // EMFILE and the like: poll says readable at once, so do not spin.
+                tracing::warn!("control socket: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        // Accepted sockets do not inherit O_NONBLOCK on Linux; be explicit anyway.
+        if conn.set_nonblocking(false).is_err() {
+            continue;
+        }
         if ctx.active.load(Ordering::SeqCst) >= MAX_CONTROL_CONNECTIONS {
             let mut c = conn;
             let _ = writeln!(

@@ -5,6 +5,9 @@
 //! start the exports and the control socket, then wait for SIGTERM/SIGINT or `uraid stop`.
 //! Stopping: no new clients, in-flight requests answered, exports torn down, then
 //! `Array::stop` flushes and marks every superblock clean, as md does at `mdadm --stop`.
+//! A stop never depends on a path still existing (the control thread is woken through a
+//! pipe), and a second SIGTERM or SIGINT during it forces the quickest safe exit
+//! ([`uraid_engine::Array::force_stop`]), non-zero.
 
 use crate::control::{self, ControlServer, MemberLocks};
 use anyhow::{bail, Context, Result};
@@ -12,14 +15,20 @@ use clap::Args;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Duration;
 use uraid_core::superblock::uuid_string;
-use uraid_engine::Array;
+use uraid_engine::{Array, ForcedStop};
 use uraid_nbd::{Backend, Listener, Server, ServerConfig};
 
 /// NBD's registered port.
 pub const NBD_DEFAULT_PORT: u16 = 10809;
+
+/// How long a forced exit waits for the members to answer their flush: a hung device must
+/// not hold the process either.
+const FORCE_STOP_FLUSH_BOUND: Duration = Duration::from_secs(10);
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -216,7 +225,8 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let array = Arc::new(array);
     let uuid = uuid_string(&array.meta().template().set_uuid);
     let (tx, rx) = mpsc::channel::<Event>();
-    let signals = watch_signals(tx.clone())?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let signals = watch_signals(tx.clone(), array.clone(), stopping.clone())?;
 
     // NBD.
     let mut nbd_running = None;
@@ -285,7 +295,11 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     print_banner(&array, &info, &opts.export_name);
 
     // Wait.
-    let stop_reply = match rx.recv() {
+    let event = rx.recv();
+    // From here on a signal forces the exit: the stop below may wait on a hung client or
+    // member, and a service manager's second SIGTERM must not be ignored.
+    stopping.store(true, Ordering::SeqCst);
+    let stop_reply = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
             None
@@ -425,8 +439,13 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
     let _ = std::io::stdout().flush();
 }
 
-/// SIGTERM and SIGINT become [`Event::Signal`].
-fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handle> {
+/// The first SIGTERM or SIGINT becomes [`Event::Signal`]; one that comes while the array
+/// is stopping (after a signal or `uraid stop`) forces the exit.
+fn watch_signals(
+    tx: mpsc::Sender<Event>,
+    array: Arc<Array>,
+    stopping: Arc<AtomicBool>,
+) -> Result<signal_hook::iterator::Handle> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .context("installing signal handlers")?;
@@ -435,6 +454,10 @@ fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handl
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
+                if stopping.swap(true, Ordering::SeqCst) {
+                    force_exit(&array, sig);
+                }
+                // The main thread has gone; nothing is left to stop.
                 if tx.send(Event::Signal(sig)).is_err() {
                     break;
                 }
@@ -442,6 +465,59 @@ fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handl
         })
         .context("starting the signal thread")?;
     Ok(handle)
+}
+
+/// A second signal during the stop: flush what can be flushed, record the members that
+/// could not be, say what was left, and exit non-zero without waiting for the clean stop.
+fn force_exit(array: &Arc<Array>, sig: i32) -> ! {
+    eprintln!("uraid: signal {sig} while stopping: forcing the quickest safe exit");
+    let (tx, rx) = mpsc::channel();
+    let a = array.clone();
+    let spawned = std::thread::Builder::new()
+        .name("force-stop".into())
+        .spawn(move || {
+            let _ = tx.send(a.force_stop());
+        });
+    let msg = match spawned
+        .ok()
+        .and_then(|_| rx.recv_timeout(FORCE_STOP_FLUSH_BOUND).ok())
+    {
+        Some(r) => forced_message(&r),
+        None => format!(
+            "uraid: forced exit: the members did not answer a flush within {} s; the array \
+             was not marked clean and resyncs at its next start",
+            FORCE_STOP_FLUSH_BOUND.as_secs()
+        ),
+    };
+    eprintln!("{msg}");
+    std::process::exit(2)
+}
+
+/// One line on what a forced stop did and what the next start will do.
+pub fn forced_message(r: &ForcedStop) -> String {
+    let mut parts = vec![format!("flushed {} member(s)", r.flushed.len())];
+    if !r.marked_faulty.is_empty() {
+        parts.push(format!(
+            "{} could not be flushed and are marked faulty",
+            r.marked_faulty.join(", ")
+        ));
+    }
+    if !r.unrecorded.is_empty() {
+        parts.push(format!(
+            "{} could not be flushed and that could not be recorded: leave them out of the \
+             next assembly (or re-add them so they are rebuilt)",
+            r.unrecorded.join(", ")
+        ));
+    }
+    if let Some(e) = &r.journal_error {
+        parts.push(format!("the journal could not be flushed ({e})"));
+    }
+    parts.push(if r.dirty {
+        "the array was not marked clean and resyncs at its next start".to_string()
+    } else {
+        "the superblocks were already clean".to_string()
+    });
+    format!("uraid: forced exit: {}", parts.join("; "))
 }
 
 /// Warnings from the engine (a member failed) and the servers go to stderr.
