@@ -288,6 +288,16 @@ pub fn assemble(
             }
         }
     }
+    // md writes the role of a device that is not in the running array as 0xffff (removed):
+    // once a degraded array writes its superblocks, the present members say `AA.`, not
+    // `AAA`, and a returning stale member is no longer taken for the holder of its role.
+    for (r, s) in slots.iter().enumerate() {
+        if s.is_none() {
+            for role in template.dev_roles.iter_mut().filter(|x| usize::from(**x) == r) {
+                *role = ROLE_SPARE;
+            }
+        }
+    }
     let unclean = template.resync_offset != uraid_core::superblock::MAX_SECTOR;
     let report = AssembleReport {
         uuid: uuid_string(&uuid0),
