@@ -299,6 +299,9 @@ impl ControlServer {
         });
         watch_failures(&ctx)?;
         housekeeping(&ctx, stop.clone())?;
+        // As md does when it starts a degraded array that has spares: each spare takes a
+        // missing role and is rebuilt.
+        activate_spares(&ctx.array);
         // As md does when it starts an array: finish an interrupted recovery, else resync
         // after an unclean stop (needs every member; degraded, the data is all there is).
         if !ctx.array.recovering_roles().is_empty() || !ctx.array.replacing_roles().is_empty() {
@@ -373,6 +376,23 @@ fn housekeeping(ctx: &Arc<Ctx>, stop: Arc<AtomicBool>) -> Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// Gives missing roles to waiting spares, as many as both allow; says which.
+pub fn activate_spares(array: &Array) {
+    while array.is_degraded() && !array.spares().is_empty() {
+        match array.activate_spare() {
+            Ok(Some(r)) => eprintln!(
+                "uraid: the array is degraded: a spare takes role {r} ({}) and is rebuilt",
+                device_name(array, r)
+            ),
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("uraid: could not activate a spare: {e}");
+                break;
+            }
+        }
+    }
 }
 
 /// md puts a waiting spare to work as soon as a member fails, whether by request or by an

@@ -293,7 +293,11 @@ pub fn assemble(
     // `AAA`, and a returning stale member is no longer taken for the holder of its role.
     for (r, s) in slots.iter().enumerate() {
         if s.is_none() {
-            for role in template.dev_roles.iter_mut().filter(|x| usize::from(**x) == r) {
+            for role in template
+                .dev_roles
+                .iter_mut()
+                .filter(|x| usize::from(**x) == r)
+            {
                 *role = ROLE_SPARE;
             }
         }
