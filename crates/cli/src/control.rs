@@ -6,8 +6,10 @@
 //! - The control socket speaks one JSON object per line each way:
 //!   `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}` (a role or a member path),
 //!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`,
-//!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional), `{"cmd":"stop"}`.
-//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`.
+//!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional), `{"cmd":"stop"}`,
+//!   `{"cmd":"events","since":N}` (the array's events numbered from N on; see [`EventLog`]).
+//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`; a `detail` reply carries
+//!   `event_seq`, the number the next event will get.
 //! - Finding a running array from its member paths: each server writes
 //!   `<run dir>/<uuid>.json` (its pid, control path and canonical member paths) beside its
 //!   socket `<run dir>/<uuid>.sock` (a symlink when `--control` put it elsewhere).
@@ -35,6 +37,50 @@ use uraid_nbd::WakePipe;
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 /// Control connections handled at once.
 const MAX_CONTROL_CONNECTIONS: usize = 16;
+/// Events kept for `uraid monitor`; a monitor that falls further behind is told so.
+const EVENT_LOG_LEN: usize = 1024;
+
+/// The array's events, numbered, so that a monitor polling every few seconds gets each one
+/// (a Fail, then a remove and an add within one interval) instead of a state diff.
+#[derive(Default)]
+pub struct EventLog {
+    next_seq: u64,
+    entries: std::collections::VecDeque<Value>,
+}
+
+impl EventLog {
+    /// Records one event in mdadm's words. A raid0 has no degraded mode (md never says
+    /// DegradedArray for one): a failed member there is a Fail and a dead array.
+    pub fn record(&mut self, level: uraid_core::Level, e: &uraid_engine::Event) {
+        if level == uraid_core::Level::Raid0 && *e == uraid_engine::Event::DegradedArray {
+            return;
+        }
+        if self.entries.len() == EVENT_LOG_LEN {
+            self.entries.pop_front();
+        }
+        self.entries
+            .push_back(json!({"seq": self.next_seq, "event": e.name(), "device": e.device()}));
+        self.next_seq += 1;
+    }
+
+    /// The number the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Events numbered `since` and later; `lost` when some of those were dropped already.
+    pub fn since(&self, since: u64) -> Value {
+        let first_kept = self.next_seq - self.entries.len() as u64;
+        let skip = since.saturating_sub(first_kept) as usize;
+        let events: Vec<&Value> = self.entries.iter().skip(skip).collect();
+        json!({
+            "ok": true,
+            "events": events,
+            "next": self.next_seq,
+            "lost": since < first_kept,
+        })
+    }
+}
 
 /// Where servers keep their sockets and index files: `$URAID_RUN_DIR`, else `/run/uraid`
 /// for root, else `$XDG_RUNTIME_DIR/uraid` or `/tmp/uraid-<uid>`.
@@ -236,6 +282,7 @@ struct Ctx {
     extra_locks: Mutex<Vec<File>>,
     recovery_running: Arc<AtomicBool>,
     progress: Arc<Mutex<Option<SyncProgress>>>,
+    events_log: Mutex<EventLog>,
 }
 
 impl ControlServer {
@@ -296,6 +343,7 @@ impl ControlServer {
             extra_locks: Mutex::new(Vec::new()),
             recovery_running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Mutex::new(None)),
+            events_log: Mutex::new(EventLog::default()),
         });
         watch_failures(&ctx)?;
         housekeeping(&ctx, stop.clone())?;
@@ -404,6 +452,10 @@ fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
         .name("md-events".into())
         .spawn(move || {
             for e in events {
+                ctx.events_log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(ctx.array.level(), &e);
                 if !matches!(e, uraid_engine::Event::Fail { .. }) {
                     continue;
                 }
@@ -533,10 +585,30 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
     };
     match cmd {
         "ping" => (json!({"ok": true}), None),
-        "detail" => (
-            json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a)}),
-            None,
-        ),
+        "detail" => {
+            // Numbered before the state is read: an event in between is reported twice by
+            // a monitor rather than not at all.
+            let seq = ctx
+                .events_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .next_seq();
+            (
+                json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a),
+                       "event_seq": seq}),
+                None,
+            )
+        }
+        "events" => match req["since"].as_u64() {
+            Some(since) => (
+                ctx.events_log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .since(since),
+                None,
+            ),
+            None => (fail_reply("events needs \"since\": an event number"), None),
+        },
         "fail" => match member_role(a, &req["member"]) {
             Ok(role) => match a.fail_member(role) {
                 Ok(()) => {

@@ -1,6 +1,7 @@
 //! md's behaviour around a degraded array: served with a spare it rebuilds onto the spare;
 //! `uraid recover` with nothing to do says so; once it writes degraded, the present members'
-//! superblocks record the absent one as removed (mdadm --examine: `AA.`).
+//! superblocks record the absent one as removed (mdadm --examine: `AA.`); `uraid monitor`
+//! reports every event of a served array, even several within one polling interval.
 
 mod serve_common;
 
@@ -110,4 +111,77 @@ fn a_degraded_write_marks_the_absent_member_removed_for_mdadm() {
     // The absent member was not written: it still says AAA, with older events.
     let out = stdout(&ok(Command::new("mdadm").arg("--examine").arg(&members[2])));
     assert!(out.contains("Array State : AAA"), "{out}");
+}
+
+/// A Fail, a remove and an add, all within one 4 s polling interval: the monitor reports
+/// each (a diff of two states would see only a rebuild, or nothing at all).
+#[test]
+fn monitor_misses_no_event_within_one_interval() {
+    let dir = Dir::new("degr-monitor");
+    let members = create_array(&dir, "5", 3, 8, &[]);
+    let srv = Served::start(&dir, &members, &[]);
+    let mut mon = ChildGuard(Some(
+        srv.cmd()
+            .args([
+                "monitor",
+                "--json",
+                "--delay",
+                "4",
+                "--count",
+                "3",
+                "--control",
+            ])
+            .arg(&srv.control)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let out = mon.0.as_mut().unwrap().stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("no first poll");
+    assert!(first.contains("NewArray"), "{first}");
+    let m1 = members[1].display().to_string();
+    ok(srv.cmd().arg("fail").arg(&members[1]));
+    ok(srv.cmd().arg("remove").arg(&members[1]));
+    ok(srv
+        .cmd()
+        .args(["add", "--control"])
+        .arg(&srv.control)
+        .arg(&members[1]));
+    let mut events = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) {
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        events.push((
+            v["event"].as_str().unwrap().to_string(),
+            v["device"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    let status = mon.0.take().unwrap().wait().unwrap();
+    assert!(status.success());
+    let pos = |name: &str| {
+        events
+            .iter()
+            .position(|(e, d)| e == name && d.ends_with(&m1))
+    };
+    let (Some(fail), Some(gone)) = (pos("Fail"), pos("DeviceDisappeared")) else {
+        panic!("missed events: {events:?}");
+    };
+    assert!(fail < gone, "{events:?}");
+    let degraded = events.iter().position(|(e, _)| e == "DegradedArray");
+    assert!(degraded.is_some_and(|d| d > fail), "{events:?}");
+    assert!(
+        events.iter().any(|(e, _)| e == "RebuildStarted"),
+        "{events:?}"
+    );
 }
