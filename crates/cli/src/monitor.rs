@@ -138,8 +138,11 @@ impl State {
     }
 }
 
-/// Events that turn `old` (None: the first poll) into `new`, in mdadm's words.
-pub fn diff(old: Option<&State>, new: &State) -> Vec<(String, Option<String>)> {
+/// Events in mdadm's words, each with the member device it is about.
+pub type Events = Vec<(String, Option<String>)>;
+
+/// Events that turn `old` (None: the first poll) into `new`.
+pub fn diff(old: Option<&State>, new: &State) -> Events {
     let mut ev = Vec::new();
     let can_degrade = new.level != "raid0";
     let Some(old) = old else {
@@ -197,7 +200,7 @@ fn poll(
     a: &MonitorArgs,
     last: Option<&State>,
     cursor: &mut Option<u64>,
-) -> Result<(State, Vec<(String, Option<String>)>)> {
+) -> Result<(State, Events)> {
     let control = match &a.control {
         Some(c) => Some(c.clone()),
         None => control::find_server(&a.devices).map(|f| f.control),

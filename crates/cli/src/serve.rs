@@ -15,7 +15,7 @@ use clap::Args;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,13 @@ use uraid_nbd::{Backend, Listener, Server, ServerConfig};
 
 /// NBD's registered port.
 pub const NBD_DEFAULT_PORT: u16 = 10809;
+
+/// Where the server is in its life, for the signal thread.
+const RUNNING: u8 = 0;
+/// A stop began: another signal forces the exit.
+const STOPPING: u8 = 1;
+/// The array is stopped cleanly: a late signal changes nothing.
+const STOPPED: u8 = 2;
 
 /// How long a forced exit waits for the members to answer their flush: a hung device must
 /// not hold the process either.
@@ -225,8 +232,8 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let array = Arc::new(array);
     let uuid = uuid_string(&array.meta().template().set_uuid);
     let (tx, rx) = mpsc::channel::<Event>();
-    let stopping = Arc::new(AtomicBool::new(false));
-    let signals = watch_signals(tx.clone(), array.clone(), stopping.clone())?;
+    let phase = Arc::new(AtomicU8::new(RUNNING));
+    let signals = watch_signals(tx.clone(), array.clone(), phase.clone())?;
 
     // NBD.
     let mut nbd_running = None;
@@ -298,7 +305,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let event = rx.recv();
     // From here on a signal forces the exit: the stop below may wait on a hung client or
     // member, and a service manager's second SIGTERM must not be ignored.
-    stopping.store(true, Ordering::SeqCst);
+    phase.store(STOPPING, Ordering::SeqCst);
     let stop_reply = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
@@ -325,8 +332,9 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         }
     }
     let stopped = array.stop();
-    if let Err(e) = &stopped {
-        errors.push(format!("stopping the array: {e}"));
+    match &stopped {
+        Ok(()) => phase.store(STOPPED, Ordering::SeqCst),
+        Err(e) => errors.push(format!("stopping the array: {e}")),
     }
     let detail = crate::report::detail_json(&array);
     if let Some((reply, written)) = stop_reply {
@@ -440,11 +448,12 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
 }
 
 /// The first SIGTERM or SIGINT becomes [`Event::Signal`]; one that comes while the array
-/// is stopping (after a signal or `uraid stop`) forces the exit.
+/// is stopping (after a signal or `uraid stop`) forces the exit; one after the array
+/// stopped cleanly is ignored (the process is about to exit 0).
 fn watch_signals(
     tx: mpsc::Sender<Event>,
     array: Arc<Array>,
-    stopping: Arc<AtomicBool>,
+    phase: Arc<AtomicU8>,
 ) -> Result<signal_hook::iterator::Handle> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
@@ -454,8 +463,11 @@ fn watch_signals(
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                if stopping.swap(true, Ordering::SeqCst) {
-                    force_exit(&array, sig);
+                match phase.compare_exchange(RUNNING, STOPPING, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => {}
+                    Err(STOPPED) => continue,
+                    Err(_) => force_exit(&array, sig),
                 }
                 // The main thread has gone; nothing is left to stop.
                 if tx.send(Event::Signal(sig)).is_err() {
