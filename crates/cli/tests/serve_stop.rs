@@ -240,16 +240,18 @@ fn stalled_client(sock: &Path) -> UnixStream {
     s.write_all(&opt).unwrap();
     let mut export = [0u8; 10];
     s.read_exact(&mut export).unwrap();
-    for i in 0..512u64 {
-        let mut req = Vec::with_capacity(28);
-        req.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-        req.extend_from_slice(&0u16.to_be_bytes()); // flags
-        req.extend_from_slice(&0u16.to_be_bytes()); // NBD_CMD_READ
-        req.extend_from_slice(&i.to_be_bytes()); // cookie
-        req.extend_from_slice(&((i % 16) * 65536).to_be_bytes());
-        req.extend_from_slice(&65536u32.to_be_bytes());
-        s.write_all(&req).unwrap();
+    // 64 reads of 64 KiB, far more than the socket buffers hold, sent in one write (2 KiB):
+    // the server need not read them for this write to complete.
+    let mut reqs = Vec::with_capacity(64 * 28);
+    for i in 0..64u64 {
+        reqs.extend_from_slice(&0x2560_9513u32.to_be_bytes());
+        reqs.extend_from_slice(&0u16.to_be_bytes()); // flags
+        reqs.extend_from_slice(&0u16.to_be_bytes()); // NBD_CMD_READ
+        reqs.extend_from_slice(&i.to_be_bytes()); // cookie
+        reqs.extend_from_slice(&((i % 16) * 65536).to_be_bytes());
+        reqs.extend_from_slice(&65536u32.to_be_bytes());
     }
+    s.write_all(&reqs).unwrap();
     s
 }
 
