@@ -127,8 +127,20 @@ pub fn assemble(
         let outcome = if newer_twin {
             MemberOutcome::Duplicate(sb.dev_number as usize)
         } else {
+            let own_role = sb
+                .dev_roles
+                .get(sb.dev_number as usize)
+                .copied()
+                .unwrap_or(ROLE_SPARE);
             match role {
                 ROLE_FAULTY => MemberOutcome::Faulty,
+                // A member that was away while the array ran degraded: the others recorded
+                // it as removed and it missed writes. mdadm leaves such a device out (its
+                // own superblock still names its role); --force may bring it back.
+                ROLE_SPARE if usize::from(own_role) < raid_disks && sb.events < template.events => {
+                    stale.push((i, usize::from(own_role)));
+                    MemberOutcome::Stale
+                }
                 ROLE_SPARE => MemberOutcome::Spare,
                 ROLE_JOURNAL => MemberOutcome::Journal,
                 r if (r as usize) < raid_disks => {

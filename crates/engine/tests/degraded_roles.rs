@@ -59,7 +59,8 @@ fn a_degraded_write_records_the_absent_member_as_removed() {
         restore("dr-mem2", &absent),
     ];
     let (b, rep) = assemble(devs, &AssembleOptions::default()).unwrap();
-    assert_ne!(rep.members[2].outcome, MemberOutcome::Active(2), "{rep:?}");
+    assert_eq!(rep.members[2].outcome, MemberOutcome::Stale, "{rep:?}");
+    assert!(b.is_degraded());
     let mut back = vec![0u8; model.len()];
     b.read(0, &mut back).unwrap();
     assert!(back == model, "the returning member's stale data was read");
