@@ -551,13 +551,21 @@ pub struct SyncArgs {
 
 fn sync_command(a: SyncArgs, kind: uraid_engine::SyncKind) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force)?;
+    sync_array(&array, &a, kind)
+}
+
+fn sync_array(
+    array: &uraid_engine::Array,
+    a: &SyncArgs,
+    kind: uraid_engine::SyncKind,
+) -> Result<()> {
     let limits = uraid_engine::SyncLimits {
         min_kib_s: a.speed_min,
         max_kib_s: a.speed_max.max(a.speed_min),
     };
-    let mismatches = crate::progress::run_sync(&array, kind, limits, a.quiet)?;
+    let mismatches = crate::progress::run_sync(array, kind, limits, a.quiet)?;
     if a.json {
-        let mut v = report::detail_json(&array);
+        let mut v = report::detail_json(array);
         v["sync_action"] = serde_json::json!(kind.name());
         v["mismatch_cnt"] = serde_json::json!(mismatches);
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -578,7 +586,29 @@ pub fn repair(a: SyncArgs) -> Result<()> {
     sync_command(a, uraid_engine::SyncKind::Repair)
 }
 
-/// Finish a pending recovery (a member added, or a rebuild interrupted by a stop).
+/// Finish a pending recovery (a member added, or a rebuild interrupted by a stop); a
+/// degraded array's spares take the missing roles first, as md does.
 pub fn recover(a: SyncArgs) -> Result<()> {
-    sync_command(a, uraid_engine::SyncKind::Recovery)
+    let (array, _) = open_array(&a.devices, a.force)?;
+    crate::control::activate_spares(&array);
+    if array.recovering_roles().is_empty() && array.replacing_roles().is_empty() {
+        let why = if array.is_degraded() {
+            let missing: Vec<String> = array
+                .missing_roles()
+                .iter()
+                .map(|r| r.to_string())
+                .collect();
+            format!(
+                "role(s) {} missing and no spare to rebuild onto: add a device first \
+                 (uraid add, or give it here as a spare)",
+                missing.join(", ")
+            )
+        } else {
+            "every member is in sync".to_string()
+        };
+        eprintln!("uraid: nothing to recover: {why}");
+        array.stop()?;
+        return Ok(());
+    }
+    sync_array(&array, &a, uraid_engine::SyncKind::Recovery)
 }

@@ -7,8 +7,10 @@
 //!   `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}` (a role or a member path),
 //!   `{"cmd":"remove","member":...}`, `{"cmd":"add","device":"/abs/path"}`,
 //!   `{"cmd":"replace","member":...,"with":"/abs/path"}` (with is optional),
-//!   `{"cmd":"journal-mode","mode":...}`, `{"cmd":"set","values":{...}}`, `{"cmd":"stop"}`.
-//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`. A line is parsed
+//!   `{"cmd":"journal-mode","mode":...}`, `{"cmd":"set","values":{...}}`, `{"cmd":"stop"}`,
+//!   `{"cmd":"events","since":N}` (the array's events numbered from N on; see [`EventLog`]).
+//!   Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`; a `detail` reply carries
+//!   `event_seq`, the number the next event will get. A line is parsed
 //!   ([`request::parse`], fuzzed) before anything touches the array.
 //! - Finding a running array from its member paths: each server writes
 //!   `<run dir>/<uuid>.json` (its pid, control path and canonical member paths) beside its
@@ -35,11 +37,56 @@ use uraid_core::MemberIdx;
 use uraid_engine::identity::Place;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{AddOutcome, Array, SlotState, SyncKind, SyncProgress};
+use uraid_nbd::WakePipe;
 
 /// Longest request line accepted on the control socket.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 /// Control connections handled at once.
 const MAX_CONTROL_CONNECTIONS: usize = 16;
+/// Events kept for `uraid monitor`; a monitor that falls further behind is told so.
+const EVENT_LOG_LEN: usize = 1024;
+
+/// The array's events, numbered, so that a monitor polling every few seconds gets each one
+/// (a Fail, then a remove and an add within one interval) instead of a state diff.
+#[derive(Default)]
+pub struct EventLog {
+    next_seq: u64,
+    entries: std::collections::VecDeque<Value>,
+}
+
+impl EventLog {
+    /// Records one event in mdadm's words. A raid0 has no degraded mode (md never says
+    /// DegradedArray for one): a failed member there is a Fail and a dead array.
+    pub fn record(&mut self, level: uraid_core::Level, e: &uraid_engine::Event) {
+        if level == uraid_core::Level::Raid0 && *e == uraid_engine::Event::DegradedArray {
+            return;
+        }
+        if self.entries.len() == EVENT_LOG_LEN {
+            self.entries.pop_front();
+        }
+        self.entries
+            .push_back(json!({"seq": self.next_seq, "event": e.name(), "device": e.device()}));
+        self.next_seq += 1;
+    }
+
+    /// The number the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Events numbered `since` and later; `lost` when some of those were dropped already.
+    pub fn since(&self, since: u64) -> Value {
+        let first_kept = self.next_seq - self.entries.len() as u64;
+        let skip = since.saturating_sub(first_kept) as usize;
+        let events: Vec<&Value> = self.entries.iter().skip(skip).collect();
+        json!({
+            "ok": true,
+            "events": events,
+            "next": self.next_seq,
+            "lost": since < first_kept,
+        })
+    }
+}
 
 /// Where servers keep their sockets and index files: `$URAID_RUN_DIR`, else `/run/uraid`
 /// for root, else `$XDG_RUNTIME_DIR/uraid` or `/tmp/uraid-<uid>`.
@@ -236,6 +283,9 @@ pub struct ControlServer {
     index: PathBuf,
     link: Option<PathBuf>,
     stop: Arc<AtomicBool>,
+    /// Wakes the accept loop without connecting to `path`, which an operator or a tmpfiles
+    /// cleaner may have removed by the time we stop.
+    wake: Arc<WakePipe>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -248,6 +298,7 @@ struct Ctx {
     extra_locks: Mutex<Vec<File>>,
     recovery_running: Arc<AtomicBool>,
     progress: Arc<Mutex<Option<SyncProgress>>>,
+    events_log: Mutex<EventLog>,
 }
 
 impl ControlServer {
@@ -308,9 +359,13 @@ impl ControlServer {
             extra_locks: Mutex::new(Vec::new()),
             recovery_running: Arc::new(AtomicBool::new(false)),
             progress: Arc::new(Mutex::new(None)),
+            events_log: Mutex::new(EventLog::default()),
         });
         watch_failures(&ctx)?;
         housekeeping(&ctx, stop.clone())?;
+        // As md does when it starts a degraded array that has spares: each spare takes a
+        // missing role and is rebuilt.
+        activate_spares(&ctx.array);
         // As md does when it starts an array: finish an interrupted recovery, else resync
         // after an unclean stop (needs every member; degraded, the data is all there is).
         if !ctx.array.recovering_roles().is_empty() || !ctx.array.replacing_roles().is_empty() {
@@ -319,23 +374,27 @@ impl ControlServer {
             start_resync(&ctx);
         }
         let stop2 = stop.clone();
+        let wake = Arc::new(WakePipe::new().context("creating the control wake pipe")?);
+        let wake2 = wake.clone();
+        listener.set_nonblocking(true)?;
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || accept_loop(listener, ctx, stop2))?;
+            .spawn(move || accept_loop(listener, ctx, stop2, &wake2))?;
         Ok(ControlServer {
             path,
             index,
             link,
             stop,
+            wake,
             thread: Some(thread),
         })
     }
 
-    /// Stops accepting and removes the socket, its link and the index file.
+    /// Stops accepting and removes the socket, its link and the index file. Never depends
+    /// on the socket's path still existing.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept.
-        let _ = UnixStream::connect(&self.path);
+        self.wake.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -383,6 +442,23 @@ fn housekeeping(ctx: &Arc<Ctx>, stop: Arc<AtomicBool>) -> Result<()> {
     Ok(())
 }
 
+/// Gives missing roles to waiting spares, as many as both allow; says which.
+pub fn activate_spares(array: &Array) {
+    while array.is_degraded() && !array.spares().is_empty() {
+        match array.activate_spare() {
+            Ok(Some(r)) => eprintln!(
+                "uraid: the array is degraded: a spare takes role {r} ({}) and is rebuilt",
+                device_name(array, r)
+            ),
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("uraid: could not activate a spare: {e}");
+                break;
+            }
+        }
+    }
+}
+
 /// md puts a waiting spare to work as soon as a member fails, whether by request or by an
 /// IO error; so do we.
 fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
@@ -392,6 +468,10 @@ fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
         .name("md-events".into())
         .spawn(move || {
             for e in events {
+                ctx.events_log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .record(ctx.array.level(), &e);
                 if !matches!(e, uraid_engine::Event::Fail { .. }) {
                     continue;
                 }
@@ -409,12 +489,37 @@ fn watch_failures(ctx: &Arc<Ctx>) -> Result<()> {
     Ok(())
 }
 
-fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>) {
-    for conn in listener.incoming() {
+/// Accepts control connections until [`ControlServer::shutdown`] wakes it. The listener is
+/// non-blocking: a client that went away between `poll` and `accept` must not leave the
+/// loop blocked where the wake pipe cannot reach it.
+fn accept_loop(listener: UnixListener, ctx: Arc<Ctx>, stop: Arc<AtomicBool>, wake: &WakePipe) {
+    loop {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(conn) = conn else { continue };
+        match wake.wait_readable(listener.as_raw_fd()) {
+            Ok(true) => break,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!("control socket: poll failed: {e}; no more control requests");
+                break;
+            }
+        }
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // EMFILE and the like: poll says readable at once, so do not spin.
+                tracing::warn!("control socket: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        // Accepted sockets do not inherit O_NONBLOCK on Linux; be explicit anyway.
+        if conn.set_nonblocking(false).is_err() {
+            continue;
+        }
         if ctx.active.load(Ordering::SeqCst) >= MAX_CONTROL_CONNECTIONS {
             let mut c = conn;
             let _ = writeln!(
@@ -488,8 +593,25 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
     };
     match req {
         Request::Ping => (json!({"ok": true}), None),
-        Request::Detail => (
-            json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a)}),
+        Request::Detail => {
+            // Numbered before the state is read: an event in between is reported twice by
+            // a monitor rather than not at all.
+            let seq = ctx
+                .events_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .next_seq();
+            (
+                json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a),
+                       "event_seq": seq}),
+                None,
+            )
+        }
+        Request::Events { since } => (
+            ctx.events_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .since(*since),
             None,
         ),
         Request::Fail { member } => match member_role(a, member) {

@@ -1,10 +1,14 @@
 //! `uraid monitor`: md's event vocabulary for an array, as mdadm --monitor reports it.
 //!
-//! Like mdadm, it polls: the state of a served array through its control socket, or the
-//! superblocks of the members when no server runs. Changes between two polls become events
-//! (Fail, DegradedArray, SpareAdded, RebuildStarted, RebuildNN, RebuildFinished,
-//! SpareActive, DeviceDisappeared, NewArray), printed as lines or JSON, and optionally
-//! passed to a program as `PROGRAM EVENT ARRAY [DEVICE]`.
+//! Like mdadm, it polls. A served array is asked through its control socket for the events
+//! numbered since the last poll, so that none is missed however quickly they follow one
+//! another (a Fail, then a remove and an add within one interval); its state is diffed only
+//! on the first poll, or when the server's event log has moved past us. Without a server,
+//! changes between two polls of the members' superblocks become events. Events (Fail,
+//! DegradedArray, SpareAdded, RebuildStarted, RebuildNN, RebuildFinished, SpareActive,
+//! DeviceDisappeared, NewArray) are printed as lines or JSON, and optionally passed to a
+//! program as `PROGRAM EVENT ARRAY [DEVICE]`. A raid0 has no degraded mode: no
+//! DegradedArray for it, as md.
 
 use crate::control;
 use anyhow::{bail, Result};
@@ -43,6 +47,8 @@ pub struct MonitorArgs {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct State {
     pub uuid: String,
+    /// md's level name, e.g. raid5.
+    pub level: String,
     pub degraded: bool,
     /// role -> (state word, device, recovery percent)
     pub roles: BTreeMap<u64, (String, String, Option<f64>)>,
@@ -65,6 +71,7 @@ impl State {
         }
         State {
             uuid: v["uuid"].as_str().unwrap_or("").to_string(),
+            level: v["level"].as_str().unwrap_or("").to_string(),
             degraded: v["degraded"].as_bool().unwrap_or(false),
             roles,
             spares: v["spares"]
@@ -121,6 +128,9 @@ impl State {
         let degraded = roles.values().any(|(w, _, _)| w != "active");
         Ok(State {
             uuid: uuid_string(&t.set_uuid),
+            level: uraid_core::Level::from_md(t.level)
+                .map(|l| l.to_string())
+                .unwrap_or_default(),
             degraded,
             roles,
             spares,
@@ -128,12 +138,16 @@ impl State {
     }
 }
 
-/// Events that turn `old` (None: the first poll) into `new`, in mdadm's words.
-pub fn diff(old: Option<&State>, new: &State) -> Vec<(String, Option<String>)> {
+/// Events in mdadm's words, each with the member device it is about.
+pub type Events = Vec<(String, Option<String>)>;
+
+/// Events that turn `old` (None: the first poll) into `new`.
+pub fn diff(old: Option<&State>, new: &State) -> Events {
     let mut ev = Vec::new();
+    let can_degrade = new.level != "raid0";
     let Some(old) = old else {
         ev.push(("NewArray".to_string(), None));
-        if new.degraded {
+        if new.degraded && can_degrade {
             ev.push(("DegradedArray".to_string(), None));
         }
         for (w, d, _) in new.roles.values() {
@@ -174,29 +188,55 @@ pub fn diff(old: Option<&State>, new: &State) -> Vec<(String, Option<String>)> {
             ev.push(("SpareAdded".into(), Some(s.clone())));
         }
     }
-    if new.degraded && !old.degraded {
+    if new.degraded && !old.degraded && can_degrade {
         ev.push(("DegradedArray".into(), None));
     }
     ev
 }
 
-fn poll(a: &MonitorArgs) -> Result<State> {
+/// One poll: the state now and the events since the last poll. `cursor` is the number of
+/// the next event the served array will report (None: not reading a server's events).
+fn poll(
+    a: &MonitorArgs,
+    last: Option<&State>,
+    cursor: &mut Option<u64>,
+) -> Result<(State, Events)> {
     let control = match &a.control {
         Some(c) => Some(c.clone()),
         None => control::find_server(&a.devices).map(|f| f.control),
     };
-    match control {
-        Some(c) => {
-            let v = control::request(&c, &json!({"cmd": "detail"}))?;
-            let d = if v.get("detail").is_some() {
-                &v["detail"]
-            } else {
-                &v
-            };
-            Ok(State::from_detail(d))
+    let Some(c) = control else {
+        *cursor = None;
+        let st = State::from_superblocks(&a.devices)?;
+        let ev = diff(last, &st);
+        return Ok((st, ev));
+    };
+    let v = control::request(&c, &json!({"cmd": "detail"}))?;
+    let st = State::from_detail(&v["detail"]);
+    let seq = v["event_seq"].as_u64();
+    if let (Some(since), Some(_), Some(_)) = (*cursor, seq, last) {
+        // A server without an event log, or one whose log moved past us: diff instead.
+        if let Ok(r) = control::request(&c, &json!({"cmd": "events", "since": since})) {
+            if r["lost"] != true {
+                *cursor = r["next"].as_u64().or(seq);
+                let ev = r["events"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        (
+                            e["event"].as_str().unwrap_or("").to_string(),
+                            e["device"].as_str().map(str::to_string),
+                        )
+                    })
+                    .collect();
+                return Ok((st, ev));
+            }
         }
-        None => State::from_superblocks(&a.devices),
     }
+    *cursor = seq;
+    let ev = diff(last, &st);
+    Ok((st, ev))
 }
 
 pub fn monitor(a: MonitorArgs) -> Result<()> {
@@ -204,16 +244,18 @@ pub fn monitor(a: MonitorArgs) -> Result<()> {
         bail!("give the array's members or --control PATH");
     }
     let mut last: Option<State> = None;
+    let mut cursor: Option<u64> = None;
     let mut polls = 0u64;
     loop {
-        match poll(&a) {
-            Ok(st) => {
-                for (event, device) in diff(last.as_ref(), &st) {
+        match poll(&a, last.as_ref(), &mut cursor) {
+            Ok((st, events)) => {
+                for (event, device) in events {
                     emit(&a, &st.uuid, &event, device.as_deref());
                 }
                 last = Some(st);
             }
             Err(e) => {
+                cursor = None;
                 if last.take().is_some() {
                     emit(&a, "", "DeviceDisappeared", None);
                 }
@@ -263,6 +305,7 @@ mod tests {
     fn st(roles: &[(u64, &str, &str, Option<f64>)], spares: &[&str]) -> State {
         State {
             uuid: "u".into(),
+            level: "raid5".into(),
             degraded: roles.iter().any(|r| r.1 != "active"),
             roles: roles
                 .iter()
@@ -305,6 +348,60 @@ mod tests {
         assert_eq!(
             names(diff(Some(&d), &e)),
             ["RebuildFinished", "SpareActive", "SpareAdded"]
+        );
+    }
+
+    #[test]
+    fn a_raid0_is_never_reported_degraded() {
+        let mut a = st(&[(0, "active", "a", None), (1, "active", "b", None)], &[]);
+        a.level = "raid0".into();
+        let mut b = st(&[(0, "active", "a", None), (1, "faulty", "b", None)], &[]);
+        b.level = "raid0".into();
+        assert_eq!(names(diff(Some(&a), &b)), ["Fail"]);
+        assert_eq!(names(diff(None, &b)), ["NewArray"]);
+    }
+
+    #[test]
+    fn the_event_log_numbers_events_and_says_when_some_were_lost() {
+        use crate::control::EventLog;
+        use uraid_core::{Level, MemberIdx};
+        use uraid_engine::Event;
+        let mut log = EventLog::default();
+        let fail = Event::Fail {
+            role: MemberIdx(1),
+            device: "/d/b".into(),
+        };
+        log.record(Level::Raid0, &fail);
+        log.record(Level::Raid0, &Event::DegradedArray);
+        log.record(Level::Raid5, &Event::DegradedArray);
+        log.record(
+            Level::Raid5,
+            &Event::DeviceRemoved {
+                device: "/d/b".into(),
+            },
+        );
+        let all = log.since(0);
+        let got: Vec<String> = all["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {}", e["seq"], e["event"].as_str().unwrap()))
+            .collect();
+        assert_eq!(got, ["0 Fail", "1 DegradedArray", "2 DeviceDisappeared"]);
+        assert_eq!(all["next"], 3);
+        assert_eq!(all["lost"], false);
+        assert_eq!(log.since(2)["events"].as_array().unwrap().len(), 1);
+        assert_eq!(log.since(3)["events"].as_array().unwrap().len(), 0);
+        for _ in 0..2000 {
+            log.record(Level::Raid5, &Event::DegradedArray);
+        }
+        assert_eq!(log.since(0)["lost"], true);
+        assert_eq!(
+            log.since(log.next_seq() - 5)["events"]
+                .as_array()
+                .unwrap()
+                .len(),
+            5
         );
     }
 }

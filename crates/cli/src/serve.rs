@@ -5,6 +5,9 @@
 //! start the exports and the control socket, then wait for SIGTERM/SIGINT or `uraid stop`.
 //! Stopping: no new clients, in-flight requests answered, exports torn down, then
 //! `Array::stop` flushes and marks every superblock clean, as md does at `mdadm --stop`.
+//! A stop never depends on a path still existing (the control thread is woken through a
+//! pipe), and a second SIGTERM or SIGINT during it forces the quickest safe exit
+//! ([`uraid_engine::Array::force_stop`]), non-zero.
 
 use crate::control::{self, ControlServer, MemberLocks};
 use anyhow::{bail, Context, Result};
@@ -12,14 +15,27 @@ use clap::Args;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Duration;
 use uraid_core::superblock::uuid_string;
-use uraid_engine::{Array, ZeroHow};
+use uraid_engine::{Array, ForcedStop, ZeroHow};
 use uraid_nbd::{Backend, Listener, Server, ServerConfig, ZeroFlags};
 
 /// NBD's registered port.
 pub const NBD_DEFAULT_PORT: u16 = 10809;
+
+/// Where the server is in its life, for the signal thread.
+const RUNNING: u8 = 0;
+/// A stop began: another signal forces the exit.
+const STOPPING: u8 = 1;
+/// The array is stopped cleanly: a late signal changes nothing.
+const STOPPED: u8 = 2;
+
+/// How long a forced exit waits for the members to answer their flush: a hung device must
+/// not hold the process either.
+const FORCE_STOP_FLUSH_BOUND: Duration = Duration::from_secs(10);
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -236,7 +252,8 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let array = Arc::new(array);
     let uuid = uuid_string(&array.meta().template().set_uuid);
     let (tx, rx) = mpsc::channel::<Event>();
-    let signals = watch_signals(tx.clone())?;
+    let phase = Arc::new(AtomicU8::new(RUNNING));
+    let signals = watch_signals(tx.clone(), array.clone(), phase.clone())?;
 
     // NBD.
     let mut nbd_running = None;
@@ -305,7 +322,11 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     print_banner(&array, &info, &opts.export_name);
 
     // Wait.
-    let stop_reply = match rx.recv() {
+    let event = rx.recv();
+    // From here on a signal forces the exit: the stop below may wait on a hung client or
+    // member, and a service manager's second SIGTERM must not be ignored.
+    phase.store(STOPPING, Ordering::SeqCst);
+    let stop_reply = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
             None
@@ -331,8 +352,9 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         }
     }
     let stopped = array.stop();
-    if let Err(e) = &stopped {
-        errors.push(format!("stopping the array: {e}"));
+    match &stopped {
+        Ok(()) => phase.store(STOPPED, Ordering::SeqCst),
+        Err(e) => errors.push(format!("stopping the array: {e}")),
     }
     let detail = crate::report::detail_json(&array);
     if let Some((reply, written)) = stop_reply {
@@ -445,8 +467,14 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
     let _ = std::io::stdout().flush();
 }
 
-/// SIGTERM and SIGINT become [`Event::Signal`].
-fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handle> {
+/// The first SIGTERM or SIGINT becomes [`Event::Signal`]; one that comes while the array
+/// is stopping (after a signal or `uraid stop`) forces the exit; one after the array
+/// stopped cleanly is ignored (the process is about to exit 0).
+fn watch_signals(
+    tx: mpsc::Sender<Event>,
+    array: Arc<Array>,
+    phase: Arc<AtomicU8>,
+) -> Result<signal_hook::iterator::Handle> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
         .context("installing signal handlers")?;
@@ -455,6 +483,13 @@ fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handl
         .name("signals".into())
         .spawn(move || {
             for sig in signals.forever() {
+                match phase.compare_exchange(RUNNING, STOPPING, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => {}
+                    Err(STOPPED) => continue,
+                    Err(_) => force_exit(&array, sig),
+                }
+                // The main thread has gone; nothing is left to stop.
                 if tx.send(Event::Signal(sig)).is_err() {
                     break;
                 }
@@ -462,6 +497,59 @@ fn watch_signals(tx: mpsc::Sender<Event>) -> Result<signal_hook::iterator::Handl
         })
         .context("starting the signal thread")?;
     Ok(handle)
+}
+
+/// A second signal during the stop: flush what can be flushed, record the members that
+/// could not be, say what was left, and exit non-zero without waiting for the clean stop.
+fn force_exit(array: &Arc<Array>, sig: i32) -> ! {
+    eprintln!("uraid: signal {sig} while stopping: forcing the quickest safe exit");
+    let (tx, rx) = mpsc::channel();
+    let a = array.clone();
+    let spawned = std::thread::Builder::new()
+        .name("force-stop".into())
+        .spawn(move || {
+            let _ = tx.send(a.force_stop());
+        });
+    let msg = match spawned
+        .ok()
+        .and_then(|_| rx.recv_timeout(FORCE_STOP_FLUSH_BOUND).ok())
+    {
+        Some(r) => forced_message(&r),
+        None => format!(
+            "uraid: forced exit: the members did not answer a flush within {} s; the array \
+             was not marked clean and resyncs at its next start",
+            FORCE_STOP_FLUSH_BOUND.as_secs()
+        ),
+    };
+    eprintln!("{msg}");
+    std::process::exit(2)
+}
+
+/// One line on what a forced stop did and what the next start will do.
+pub fn forced_message(r: &ForcedStop) -> String {
+    let mut parts = vec![format!("flushed {} member(s)", r.flushed.len())];
+    if !r.marked_faulty.is_empty() {
+        parts.push(format!(
+            "{} could not be flushed and are marked faulty",
+            r.marked_faulty.join(", ")
+        ));
+    }
+    if !r.unrecorded.is_empty() {
+        parts.push(format!(
+            "{} could not be flushed and that could not be recorded: leave them out of the \
+             next assembly (or re-add them so they are rebuilt)",
+            r.unrecorded.join(", ")
+        ));
+    }
+    if let Some(e) = &r.journal_error {
+        parts.push(format!("the journal could not be flushed ({e})"));
+    }
+    parts.push(if r.dirty {
+        "the array was not marked clean and resyncs at its next start".to_string()
+    } else {
+        "the superblocks were already clean".to_string()
+    });
+    format!("uraid: forced exit: {}", parts.join("; "))
 }
 
 /// Warnings from the engine (a member failed) and the servers go to stderr.

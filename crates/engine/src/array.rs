@@ -1042,10 +1042,93 @@ impl Array {
         Ok(())
     }
 
+    /// The quickest safe stop, for when a clean [`Array::stop`] cannot finish (a second
+    /// SIGTERM): no quiesce and no waiting for the superblock lock, since a request or the
+    /// clean stop itself may be what is stuck. Completed writes are made durable where the
+    /// journal and members still answer; a member that cannot be flushed may have lost
+    /// acknowledged writes, so it is marked faulty in the others' superblocks if the lock
+    /// can be had, else reported as unrecorded. The superblocks are not marked clean: while
+    /// writes may be in flight they already say active, and the next start resyncs.
+    pub fn force_stop(&self) -> ForcedStop {
+        let mut out = ForcedStop {
+            dirty: self.dirty.load(Ordering::SeqCst),
+            ..ForcedStop::default()
+        };
+        if let Some(j) = &self.journal {
+            if !j.is_failed() {
+                if let Err(e) = j.flush() {
+                    out.journal_error = Some(e.to_string());
+                }
+            }
+        }
+        let mut failed = Vec::new();
+        for (i, s) in self.slots.iter().enumerate() {
+            if !matches!(s.state(), SlotState::InSync | SlotState::Recovering) {
+                continue;
+            }
+            let Some(d) = s.device() else { continue };
+            match d.flush() {
+                Ok(()) => out.flushed.push(d.name()),
+                Err(e) => {
+                    tracing::error!("{}: flush failed during a forced stop: {e}", d.name());
+                    failed.push((MemberIdx(i), d.name()));
+                }
+            }
+        }
+        if failed.is_empty() {
+            return out;
+        }
+        // The clean stop may hold the lock for a moment, or for ever on a hung device.
+        let mut meta = None;
+        for _ in 0..100 {
+            if let Ok(m) = self.meta.try_lock() {
+                meta = Some(m);
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let Some(mut meta) = meta else {
+            out.unrecorded = failed.into_iter().map(|(_, n)| n).collect();
+            return out;
+        };
+        for (role, _) in &failed {
+            let slot = &self.slots[role.0];
+            let prev = slot.state();
+            if matches!(prev, SlotState::InSync | SlotState::Recovering)
+                && slot.transition(prev, SlotState::Faulty)
+            {
+                meta.mark_faulty(*role);
+            }
+        }
+        match meta.write_all(self) {
+            Ok(()) => out.marked_faulty = failed.into_iter().map(|(_, n)| n).collect(),
+            Err(e) => {
+                tracing::error!("could not record the failed members: {e}");
+                out.unrecorded = failed.into_iter().map(|(_, n)| n).collect();
+            }
+        }
+        out
+    }
+
     /// Whether a write has marked the array dirty since it was assembled or last stopped.
     pub fn is_dirty(&self) -> bool {
         self.dirty.load(Ordering::Acquire)
     }
+}
+
+/// What [`Array::force_stop`] managed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForcedStop {
+    /// Members whose flush succeeded.
+    pub flushed: Vec<String>,
+    /// Members that could not be flushed and are now faulty in the superblocks.
+    pub marked_faulty: Vec<String>,
+    /// Members that could not be flushed, whose failure could not be recorded either.
+    pub unrecorded: Vec<String>,
+    /// The journal's flush error, if it had one.
+    pub journal_error: Option<String>,
+    /// Writes had marked the array dirty: the next start resyncs.
+    pub dirty: bool,
 }
 
 fn now_ms() -> u64 {

@@ -140,8 +140,20 @@ pub fn assemble(
         let outcome = if newer_twin {
             MemberOutcome::Duplicate(sb.dev_number as usize)
         } else {
+            let own_role = sb
+                .dev_roles
+                .get(sb.dev_number as usize)
+                .copied()
+                .unwrap_or(ROLE_SPARE);
             match role {
                 ROLE_FAULTY => MemberOutcome::Faulty,
+                // A member that was away while the array ran degraded: the others recorded
+                // it as removed and it missed writes. mdadm leaves such a device out (its
+                // own superblock still names its role); --force may bring it back.
+                ROLE_SPARE if usize::from(own_role) < raid_disks && sb.events < template.events => {
+                    stale.push((i, usize::from(own_role)));
+                    MemberOutcome::Stale
+                }
                 ROLE_SPARE => MemberOutcome::Spare,
                 ROLE_JOURNAL => MemberOutcome::Journal,
                 r if (r as usize) < raid_disks => {
@@ -298,6 +310,20 @@ pub fn assemble(
             let n = sbs[*i].dev_number as usize;
             if n < template.dev_roles.len() {
                 template.dev_roles[n] = r as u16;
+            }
+        }
+    }
+    // md writes the role of a device that is not in the running array as 0xffff (removed):
+    // once a degraded array writes its superblocks, the present members say `AA.`, not
+    // `AAA`, and a returning stale member is no longer taken for the holder of its role.
+    for (r, s) in slots.iter().enumerate() {
+        if s.is_none() {
+            for role in template
+                .dev_roles
+                .iter_mut()
+                .filter(|x| usize::from(**x) == r)
+            {
+                *role = ROLE_SPARE;
             }
         }
     }

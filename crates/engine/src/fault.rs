@@ -1,5 +1,5 @@
 //! A fault-injecting member wrapper, for tests and the simulator: reads or writes fail
-//! (EIO) while a switch is on, optionally only inside a byte range.
+//! (EIO) while a switch is on, optionally only inside a byte range; flushes can fail too.
 
 use crate::member::{Member, ZeroHow};
 use std::io;
@@ -10,6 +10,8 @@ pub struct FaultMember {
     inner: Arc<dyn Member>,
     pub fail_reads: AtomicBool,
     pub fail_writes: AtomicBool,
+    /// Flushes fail (a device that vanished), whatever the range.
+    pub fail_flushes: AtomicBool,
     /// Faults apply only to IO overlapping [range_start, range_end).
     range_start: AtomicU64,
     range_end: AtomicU64,
@@ -23,6 +25,7 @@ impl FaultMember {
             inner,
             fail_reads: AtomicBool::new(false),
             fail_writes: AtomicBool::new(false),
+            fail_flushes: AtomicBool::new(false),
             range_start: AtomicU64::new(0),
             range_end: AtomicU64::new(u64::MAX),
             reads: AtomicU64::new(0),
@@ -70,6 +73,9 @@ impl Member for FaultMember {
     }
 
     fn flush(&self) -> io::Result<()> {
+        if self.fail_flushes.load(Ordering::SeqCst) {
+            return Err(self.eio("flush", 0));
+        }
         self.inner.flush()
     }
 

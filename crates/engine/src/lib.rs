@@ -47,7 +47,7 @@ pub mod stripe_plan;
 pub mod stripe_workers;
 pub mod writeback;
 
-pub use array::Array;
+pub use array::{Array, ForcedStop};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
 pub use create::{create, CreateOptions};
 pub use error::ArrayError;

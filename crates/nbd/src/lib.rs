@@ -74,4 +74,4 @@ pub use proto::{Errno, ProtocolError, ZeroFlags};
 pub use server::{
     RunningServer, ServeStats, Server, ServerConfig, ShutdownHandle, DEFAULT_MAX_PAYLOAD_BYTES,
 };
-pub use socket::Listener;
+pub use socket::{Listener, WakePipe};

@@ -204,15 +204,16 @@ impl Read for &Stream {
     }
 }
 
-/// A self-pipe that wakes the accept loop's `poll` for shutdown.
+/// A self-pipe that wakes a thread blocked in `poll` for shutdown, without touching any
+/// path (the NBD accept loop; the control socket of `uraid serve`).
 #[derive(Debug)]
-pub(crate) struct WakePipe {
+pub struct WakePipe {
     read_end: OwnedFd,
     write_end: OwnedFd,
 }
 
 impl WakePipe {
-    pub(crate) fn new() -> io::Result<WakePipe> {
+    pub fn new() -> io::Result<WakePipe> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: pipe2 writes two new descriptors into `fds`, which we then own.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
@@ -228,7 +229,7 @@ impl WakePipe {
         })
     }
 
-    pub(crate) fn wake(&self) {
+    pub fn wake(&self) {
         let byte = 1u8;
         // SAFETY: writes one byte from a valid buffer to a descriptor we own.
         // A full pipe (EAGAIN) already means a wakeup is pending.
@@ -236,7 +237,7 @@ impl WakePipe {
     }
 
     /// Waits until `fd` is readable or the pipe is woken; true if woken.
-    pub(crate) fn wait_readable(&self, fd: RawFd) -> io::Result<bool> {
+    pub fn wait_readable(&self, fd: RawFd) -> io::Result<bool> {
         let mut fds = [
             libc::pollfd {
                 fd,

@@ -9,6 +9,10 @@ use serde_json::{json, Map, Value};
 pub enum Request {
     Ping,
     Detail,
+    /// The array's events numbered from `since` on (see the control server's event log).
+    Events {
+        since: u64,
+    },
     Fail {
         member: String,
     },
@@ -49,6 +53,11 @@ pub fn parse(line: &str) -> Result<Request, String> {
     Ok(match cmd {
         "ping" => Request::Ping,
         "detail" => Request::Detail,
+        "events" => Request::Events {
+            since: req["since"]
+                .as_u64()
+                .ok_or("events needs \"since\": an event number")?,
+        },
         "fail" => Request::Fail {
             member: member(&req)?,
         },
@@ -90,6 +99,7 @@ impl Request {
         match self {
             Request::Ping => json!({"cmd": "ping"}),
             Request::Detail => json!({"cmd": "detail"}),
+            Request::Events { since } => json!({"cmd": "events", "since": since}),
             Request::Fail { member } => json!({"cmd": "fail", "member": member}),
             Request::Remove { member } => json!({"cmd": "remove", "member": member}),
             Request::Replace { member, with } => {
@@ -151,6 +161,7 @@ pub fn fuzz_seeds() -> Vec<Vec<u8>> {
     [
         r#"{"cmd":"ping"}"#,
         r#"{"cmd":"detail"}"#,
+        r#"{"cmd":"events","since":7}"#,
         r#"{"cmd":"fail","member":"2"}"#,
         r#"{"cmd":"fail","member":1}"#,
         r#"{"cmd":"remove","member":"/dev/loop3"}"#,
