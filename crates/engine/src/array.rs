@@ -955,7 +955,9 @@ impl Array {
         how: crate::member::ZeroHow,
         fast: bool,
     ) -> Result<(), ArrayError> {
-        crate::discard::write_zeroes(self, offset, len, how, fast)
+        crate::discard::write_zeroes(self, offset, len, how, fast)?;
+        // Zeroing skips failed members like a write: acknowledged only once recorded.
+        self.complete_write()
     }
 
     /// Make a range read as zeros; the members may deallocate it.
@@ -966,7 +968,8 @@ impl Array {
     /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
     /// members only where every copy and parity stays consistent (see [`crate::discard`]).
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        crate::discard::discard(self, offset, len)
+        crate::discard::discard(self, offset, len)?;
+        self.complete_write()
     }
 
     /// Make every completed write durable: the journal first (write-back acknowledges a

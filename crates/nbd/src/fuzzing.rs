@@ -80,6 +80,7 @@ pub fn request(data: &[u8]) {
             max_payload_bytes: 32 << 20,
             min_block_bytes: 1 << (data.len() % 13),
             structured_replies: data.len().is_multiple_of(3),
+            fast_zero: data.len().is_multiple_of(5),
         };
         if req.validate(&limits).is_ok() {
             if let Command::Read | Command::Write | Command::Trim | Command::WriteZeroes =

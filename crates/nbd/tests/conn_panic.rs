@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uraid_nbd::proto::Command;
-use uraid_nbd::{Backend, Listener, MemBackend, Server, ServerConfig};
+use uraid_nbd::{Backend, Listener, MemBackend, Server, ServerConfig, ZeroFlags};
 
 const MIB: usize = 1 << 20;
 const BOMB_OFFSET: u64 = 64 * 1024;
@@ -50,8 +50,8 @@ impl Backend for BombBackend {
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.0.trim(offset, len)
     }
-    fn write_zeroes(&self, offset: u64, len: u64, fua: bool) -> io::Result<()> {
-        self.0.write_zeroes(offset, len, fua)
+    fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> io::Result<()> {
+        self.0.write_zeroes(offset, len, flags)
     }
 }
 
