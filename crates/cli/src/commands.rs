@@ -441,22 +441,56 @@ pub struct SyncArgs {
 }
 
 fn sync_command(a: SyncArgs, kind: uraid_engine::SyncKind) -> Result<()> {
+    use uraid_engine::SyncKind;
     let (array, _) = open_array(&a.devices, a.force)?;
     let limits = uraid_engine::SyncLimits {
         min_kib_s: a.speed_min,
         max_kib_s: a.speed_max.max(a.speed_min),
     };
     let mismatches = crate::progress::run_sync(&array, kind, limits, a.quiet)?;
+    let level = array.level();
     if a.json {
         let mut v = report::detail_json(&array);
         v["sync_action"] = serde_json::json!(kind.name());
         v["mismatch_cnt"] = serde_json::json!(mismatches);
         println!("{}", serde_json::to_string_pretty(&v)?);
-    } else if kind != uraid_engine::SyncKind::Recovery {
+    } else if kind != SyncKind::Recovery {
         println!("mismatch_cnt: {mismatches}");
     }
     array.stop()?;
+    match kind {
+        // Scripts act on the exit status (md leaves them to read mismatch_cnt).
+        SyncKind::Check if mismatches > 0 => bail!(
+            "check found {mismatches} mismatched sectors (mismatch_cnt {mismatches}); \
+             `uraid repair` with the same members makes them consistent"
+        ),
+        SyncKind::Repair if !a.json => eprintln!("uraid: {}", repair_summary(level, mismatches)),
+        _ => {}
+    }
     Ok(())
+}
+
+/// What md's repair did, in words: for raid4/5 it makes parity agree with the data, which
+/// is not the same as restoring a data block that went bad.
+pub fn repair_summary(level: Level, mismatches: u64) -> String {
+    if mismatches == 0 {
+        return "repair: nothing to fix, every stripe was consistent".into();
+    }
+    let how = match level {
+        Level::Raid4 | Level::Raid5 => {
+            "parity was rewritten to be consistent with the data (md's repair: the data \
+             blocks are taken as they are, so a corrupted data block is not restored)"
+        }
+        Level::Raid6 => {
+            "where P and Q both disagreed in a way one data block explains, that block was \
+             rewritten; elsewhere P and Q were rewritten to be consistent with the data"
+        }
+        Level::Raid1 | Level::Raid10 => {
+            "the other copies were rewritten from the first readable copy (md's repair)"
+        }
+        Level::Raid0 => "nothing could be rewritten: raid0 has no redundancy",
+    };
+    format!("repair: {mismatches} mismatched sectors fixed: {how}")
 }
 
 /// md's check: count mismatched sectors (mismatch_cnt) without changing anything.

@@ -787,13 +787,14 @@ fn start_sync(ctx: &Ctx, kind: SyncKind) {
 
 /// One request, one reply.
 pub fn request(control: &Path, req: &Value) -> Result<Value> {
-    let mut s = UnixStream::connect(control).with_context(|| {
+    let s = UnixStream::connect(control).with_context(|| {
         format!(
             "cannot reach the control socket {} (is `uraid serve` running?)",
             control.display()
         )
     })?;
-    writeln!(s, "{req}")?;
+    send_nosignal(&s, format!("{req}\n").as_bytes())
+        .with_context(|| format!("sending to the control socket {}", control.display()))?;
     let mut line = String::new();
     BufReader::new(&s)
         .take(64 << 20)
@@ -807,6 +808,32 @@ pub fn request(control: &Path, req: &Value) -> Result<Value> {
         bail!("{}", v["error"].as_str().unwrap_or("request failed"));
     }
     Ok(v)
+}
+
+/// Writes all of `buf` with MSG_NOSIGNAL: client commands run with SIGPIPE at its default (so
+/// that `uraid detail | head` ends quietly), and a server that went away must be an error
+/// here, not a silent death.
+fn send_nosignal(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: send on a connected socket we own, from a live buffer of that length.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
 }
 
 #[derive(Args)]

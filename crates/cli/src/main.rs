@@ -86,6 +86,12 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A command whose output goes to a pipe that closes (`uraid detail ... | head -1`) ends
+    // quietly, as cat and mdadm do, instead of panicking in println!. The server keeps
+    // SIGPIPE ignored: a client that goes away must not take the array down with it.
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Demo(_) | Cmd::Bench(_)) {
+        default_sigpipe();
+    }
     open::configure(cli.io_engine, cli.no_direct);
     let r = match cli.cmd {
         Cmd::Create(a) => control::guard_create(&a.devices).and_then(|_l| commands::create(a)),
@@ -115,9 +121,77 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("uraid: {e:#}");
+            eprintln!("uraid: {}", error_text(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+fn default_sigpipe() {
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The error and its causes, each said once: a cause whose text the message already holds
+/// (an error type that prints its source and also returns it from `source()`) is not
+/// repeated, so the user reads "cannot open d9.img: No such file", not the same twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if c.is_empty() || text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&c);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("No such file or directory")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    /// Prints its source in its message and returns it from source(), as thiserror's
+    /// `#[error("{member}: {source}")]` does.
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "d9.img: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn every_cause_is_said_once() {
+        let e = anyhow::Error::new(Outer(Inner)).context("cannot read the superblock");
+        assert_eq!(
+            error_text(&e),
+            "cannot read the superblock: d9.img: No such file or directory"
+        );
+        let plain = anyhow::Error::new(Inner).context("reading input");
+        assert_eq!(
+            error_text(&plain),
+            "reading input: No such file or directory"
+        );
     }
 }
 
