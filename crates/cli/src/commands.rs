@@ -218,18 +218,49 @@ pub fn create(a: CreateArgs) -> Result<()> {
 pub fn examine(a: ExamineArgs) -> Result<()> {
     let mut out = Vec::new();
     let mut failed = false;
+    let mut untrusted = Vec::new();
+    let homehost = report::hostname();
     for p in &a.devices {
-        let dev = open_member(p)?;
-        match uraid_engine::meta::read_superblock(dev.as_ref()) {
-            Ok(sb) => {
+        let name = p.display().to_string();
+        let dev = match open_member(p) {
+            Ok(d) => d,
+            Err(e) if a.devices.len() > 1 => {
+                eprintln!("uraid: {e:#}");
+                failed = true;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match uraid_engine::meta::read_superblock_any_checksum(dev.as_ref()) {
+            Ok((sb, computed_csum)) => {
+                // The bitmap's size counts in "Unused Space"; a superblock that is not
+                // trusted does not get its bitmap read.
+                let bitmap_sectors = (sb.sb_csum == computed_csum)
+                    .then(|| uraid_engine::bitmap::BitmapState::load(dev.as_ref(), &sb).ok())
+                    .flatten()
+                    .flatten()
+                    .map(|b| b.sb.space_bytes() / 512);
+                let cx = report::ExamineContext {
+                    computed_csum,
+                    device_sectors: dev.size_bytes() / 512,
+                    bitmap_sectors,
+                    homehost: homehost.clone(),
+                };
+                if sb.sb_csum != computed_csum {
+                    untrusted.push(format!(
+                        "{name}: superblock checksum mismatch: stored {:08x}, expected {:08x}; \
+                         its fields are printed as found and are not to be trusted",
+                        sb.sb_csum, computed_csum
+                    ));
+                }
                 if a.json {
-                    out.push(report::examine_json(&p.display().to_string(), &sb));
+                    out.push(report::examine_json(&name, &sb, &cx));
                 } else {
-                    print!("{}", report::examine_human(&p.display().to_string(), &sb));
+                    print!("{}", report::examine_human(&name, &sb, &cx));
                 }
             }
             Err(e) => {
-                eprintln!("uraid: {e}");
+                eprintln!("uraid: {}", crate::error_text(&anyhow::Error::new(e)));
                 failed = true;
             }
         }
@@ -242,10 +273,17 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
         };
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    if failed {
-        bail!("no valid md superblock on some devices");
+    // As mdadm does, the superblock is shown; unlike it, the exit status says it is bad.
+    match untrusted.len() {
+        0 if failed => bail!("no valid md superblock on some devices"),
+        0 => Ok(()),
+        _ => {
+            for u in &untrusted[..untrusted.len() - 1] {
+                eprintln!("uraid: {u}");
+            }
+            bail!("{}", untrusted.last().expect("one"))
+        }
     }
-    Ok(())
 }
 
 pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {

@@ -137,7 +137,7 @@ fn default_sigpipe() {
 /// The error and its causes, each said once: a cause whose text the message already holds
 /// (an error type that prints its source and also returns it from `source()`) is not
 /// repeated, so the user reads "cannot open d9.img: No such file", not the same twice.
-fn error_text(e: &anyhow::Error) -> String {
+pub fn error_text(e: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in e.chain() {
         let c = cause.to_string();

@@ -31,21 +31,100 @@ fn level_name(level: i32) -> String {
     }
 }
 
-fn sectors_human(s: u64) -> String {
-    let bytes = s as f64 * 512.0;
+/// mdadm's size in words: nothing under 5000 KiB, then MiB/MB under 2 GiB, GiB/GB under
+/// 2 TiB, TiB/TB above; two decimals, rounded half up.
+pub fn human_size(bytes: u64) -> String {
+    let b = u128::from(bytes);
+    let (bin, dec, unit) = if bytes < 5000 * 1024 {
+        return String::new();
+    } else if bytes < 2 << 30 {
+        (1u128 << 20, 1_000_000u128, "M")
+    } else if bytes < 2 << 40 {
+        (1 << 30, 1_000_000_000, "G")
+    } else {
+        (1 << 40, 1_000_000_000_000, "T")
+    };
+    let hundredths = |unit: u128| (b * 200 / unit + 1) / 2;
+    let (i, d) = (hundredths(bin), hundredths(dec));
     format!(
-        "{} sectors ({:.2} GiB {:.2} GB)",
-        s,
-        bytes / (1u64 << 30) as f64,
-        bytes / 1e9
+        " ({}.{:02} {unit}iB {}.{:02} {unit}B)",
+        i / 100,
+        i % 100,
+        d / 100,
+        d % 100
     )
+}
+
+fn sectors_human(s: u64) -> String {
+    format!("{s} sectors{}", human_size(s.saturating_mul(512)))
+}
+
+fn kib_human(bytes: u64) -> String {
+    format!("{} KiB{}", bytes / 1024, human_size(bytes))
+}
+
+/// What examine knows besides the superblock itself.
+pub struct ExamineContext {
+    /// The checksum the superblock's bytes have (the stored one is `sb_csum`).
+    pub computed_csum: u32,
+    /// Size of the member device.
+    pub device_sectors: u64,
+    /// Sectors the internal bitmap takes, when it could be read.
+    pub bitmap_sectors: Option<u64>,
+    /// This machine's name, for mdadm's "(local to host ...)".
+    pub homehost: Option<String>,
+}
+
+/// mdadm's "Unused Space": sectors free before the data (after the superblock's 4 KiB
+/// block, the bitmap and the bad block log) and after it (past the used size). `None` when
+/// both are zero (mdadm then prints nothing).
+pub fn unused_space(sb: &Superblock, cx: &ExamineContext) -> Option<(u64, u64)> {
+    if sb.data_offset < sb.super_offset {
+        // v1.0 layout (superblock at the end): uraid writes v1.2 only.
+        return None;
+    }
+    // The kernel keeps the superblock's 4 KiB and 32 KiB after it for the bitmap.
+    let mut earliest = sb.super_offset + 72;
+    if let (Some(_), Some(bm)) = (sb.bitmap_sector(), cx.bitmap_sectors) {
+        // mdadm counts the bitmap from sector bitmap_offset, not from the superblock.
+        earliest = earliest.max((i64::from(sb.bitmap_offset) as u64).wrapping_add(bm));
+    }
+    if sb.bblog_offset != 0 && sb.bblog_size != 0 {
+        let end =
+            (sb.super_offset as i64 + i64::from(sb.bblog_offset)) as u64 + u64::from(sb.bblog_size);
+        earliest = earliest.max(end);
+    }
+    let before = sb.data_offset.saturating_sub(earliest);
+    let used = if sb.level <= 0 { sb.data_size } else { sb.size };
+    let after = cx
+        .device_sectors
+        .saturating_sub(sb.data_offset)
+        .saturating_sub(used);
+    (before != 0 || after != 0).then_some((before, after))
+}
+
+/// The name, with mdadm's "(local to host H)" when its "H:" prefix is this machine.
+fn name_with_host(name: &str, homehost: Option<&str>) -> String {
+    match (name.split_once(':'), homehost) {
+        (Some((h, _)), Some(me)) if !h.is_empty() && h == me => {
+            format!("{name}  (local to host {h})")
+        }
+        _ => name.to_string(),
+    }
+}
+
+/// This machine's host name, as md's homehost.
+pub fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
 }
 
 fn role_string(r: u16) -> String {
     match r {
         sbm::ROLE_SPARE => "spare".into(),
         sbm::ROLE_FAULTY => "faulty".into(),
-        sbm::ROLE_JOURNAL => "journal".into(),
+        sbm::ROLE_JOURNAL => "Journal".into(),
         n => format!("Active device {n}"),
     }
 }
@@ -80,7 +159,9 @@ fn array_bytes(sb: &Superblock) -> Option<u64> {
         .map(|p| p.array_sectors() * 512)
 }
 
-pub fn examine_human(path: &str, sb: &Superblock) -> String {
+/// `examine` as mdadm prints it, line for line; a superblock whose checksum is wrong is
+/// printed as found, with the checksum its bytes should have.
+pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String {
     let level = Level::from_md(sb.level);
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
@@ -88,7 +169,7 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     line("Version", "1.2".into());
     line("Feature Map", format!("{:#x}", sb.feature_map));
     line("Array UUID", uuid_string(&sb.set_uuid));
-    line("Name", sb.set_name.clone());
+    line("Name", name_with_host(&sb.set_name, cx.homehost.as_deref()));
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", level_name(sb.level));
     line("Raid Devices", sb.raid_disks.to_string());
@@ -96,44 +177,72 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     line("Avail Dev Size", sectors_human(sb.data_size));
     if let Some(bytes) = array_bytes(sb) {
-        line(
-            "Array Size",
-            format!(
-                "{} KiB ({:.2} GiB {:.2} GB)",
-                bytes / 1024,
-                bytes as f64 / (1u64 << 30) as f64,
-                bytes as f64 / 1e9
-            ),
-        );
+        line("Array Size", kib_human(bytes));
     }
-    if sb.size > 0 {
+    if sb.size != 0 && sb.size != sb.data_size {
         line("Used Dev Size", sectors_human(sb.size));
     }
     line("Data Offset", format!("{} sectors", sb.data_offset));
     line("Super Offset", format!("{} sectors", sb.super_offset));
+    if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 {
+        line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
+    }
+    if let Some((before, after)) = unused_space(sb, cx) {
+        line(
+            "Unused Space",
+            format!("before={before} sectors, after={after} sectors"),
+        );
+    }
     line(
         "State",
         if sb.is_clean() { "clean" } else { "active" }.into(),
     );
     line("Device UUID", uuid_string(&sb.device_uuid));
-    if let Some(b) = sb.bitmap_sector() {
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    if sb.bitmap_sector().is_some() {
         line(
             "Internal Bitmap",
+            format!("{} sectors from superblock", sb.bitmap_offset),
+        );
+    }
+    line("Update Time", ctime(sb.utime_secs()));
+    if sb.bblog_offset != 0 && sb.bblog_size != 0 {
+        line(
+            "Bad Block Log",
             format!(
-                "{} sectors from superblock",
-                b as i64 - sb.super_offset as i64
+                "{} entries available at offset {} sectors{}",
+                u32::from(sb.bblog_size) * 512 / 8,
+                sb.bblog_offset,
+                if sb.feature_map & sbm::FEATURE_BAD_BLOCKS != 0 {
+                    " - bad blocks present."
+                } else {
+                    ""
+                }
             ),
         );
     }
-    o.push('\n');
-    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
-    line("Update Time", ctime(sb.utime_secs()));
-    line("Checksum", format!("{:x} - correct", sb.sb_csum));
+    if sb.sb_csum == cx.computed_csum {
+        line("Checksum", format!("{:x} - correct", sb.sb_csum));
+    } else {
+        line(
+            "Checksum",
+            format!("{:x} - expected {:x}", sb.sb_csum, cx.computed_csum),
+        );
+    }
     line("Events", sb.events.to_string());
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
-    if let Some(l) = level {
-        if l != Level::Raid1 {
+    match level {
+        Some(Level::Raid1) | None => {}
+        // mdadm names a raid0 layout only when the superblock records one.
+        Some(Level::Raid0) => {
+            if sb.feature_map & sbm::FEATURE_RAID0_LAYOUT != 0 {
+                line("Layout", layout_name(Level::Raid0, sb.layout));
+            }
+            line("Chunk Size", format!("{}K", sb.chunksize / 2));
+        }
+        Some(l) => {
             line("Layout", layout_name(l, sb.layout));
             line("Chunk Size", format!("{}K", sb.chunksize / 2));
         }
@@ -141,17 +250,13 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     o.push('\n');
     let role = sb.role_of_this_device().unwrap_or(sbm::ROLE_SPARE);
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>14} : {v}\n"));
-    // mdadm: a replacement shares its role's slot ("Replacement device N") and shows how far
-    // its rebuild got.
+    // mdadm: a replacement shares its role's slot ("Replacement device N").
     let replacement =
         sb.feature_map & sbm::FEATURE_REPLACEMENT != 0 && u32::from(role) < sb.raid_disks;
     if replacement {
         line("Device Role", format!("Replacement device {role}"));
     } else {
         line("Device Role", role_string(role));
-    }
-    if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 && sb.recovery_offset != sbm::MAX_SECTOR {
-        line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
     }
     line(
         "Array State",
@@ -163,8 +268,9 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     format!("{path}:\n{o}")
 }
 
-pub fn examine_json(path: &str, sb: &Superblock) -> Value {
+pub fn examine_json(path: &str, sb: &Superblock, cx: &ExamineContext) -> Value {
     let level = Level::from_md(sb.level);
+    let unused = unused_space(sb, cx);
     json!({
         "device": path,
         "magic": format!("{:x}", sbm::MD_SB_MAGIC),
@@ -187,6 +293,12 @@ pub fn examine_json(path: &str, sb: &Superblock) -> Value {
         "device_uuid": uuid_string(&sb.device_uuid),
         "update_time": sb.utime_secs(),
         "checksum": format!("{:08x}", sb.sb_csum),
+        "checksum_expected": format!("{:08x}", cx.computed_csum),
+        "checksum_correct": sb.sb_csum == cx.computed_csum,
+        "unused_before_sectors": unused.map(|u| u.0),
+        "unused_after_sectors": unused.map(|u| u.1),
+        "bad_block_log_entries": (sb.bblog_offset != 0 && sb.bblog_size != 0)
+            .then(|| u32::from(sb.bblog_size) * 512 / 8),
         "events": sb.events,
         "dev_number": sb.dev_number,
         "role": sb.role_of_this_device().map(role_string),

@@ -173,3 +173,101 @@ fn check_fails_on_mismatches_and_repair_says_what_it_did() {
     let out = ok(uraid().args(["repair", "-q"]).args(&imgs));
     assert!(text(&out.stderr).contains("nothing to fix"));
 }
+
+fn mdadm() -> Option<PathBuf> {
+    let found = ["/usr/sbin/mdadm", "/sbin/mdadm"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "mdadm is not installed (CI must have it: apt-get install mdadm)"
+        );
+        eprintln!("SKIP: mdadm is not installed");
+    }
+    found
+}
+
+/// Every line of `uraid examine` is the line `mdadm --examine` prints for the same member:
+/// sizes in MiB/GiB/TiB or none, Unused Space, Bad Block Log, "(local to host ...)",
+/// raid0 without a layout, a journal's role, a bitmap.
+#[test]
+fn examine_prints_what_mdadm_prints() {
+    let Some(md) = mdadm() else { return };
+    let d = Dir::new("examine");
+    let mut members = Vec::new();
+    let small = d.images(3, 4, "s");
+    ok(uraid().args(["create", "-l", "0"]).args(&small));
+    members.push(small[0].clone());
+    let mirror = d.images(2, 3 << 10, "g");
+    ok(uraid()
+        .args(["create", "-l", "1", "--bitmap", "internal"])
+        .args(&mirror));
+    members.push(mirror[1].clone());
+    let big = d.images(2, 3 << 20, "t");
+    ok(uraid()
+        .args(["create", "-l", "10", "--assume-clean"])
+        .args(&big));
+    members.push(big[0].clone());
+    let e = d.images(5, 64, "e");
+    ok(uraid()
+        .args(["create", "-l", "5", "--write-journal"])
+        .arg(&e[4])
+        .args(&e[..4]));
+    members.extend([e[0].clone(), e[4].clone()]);
+    for m in &members {
+        let mine = ok(uraid().arg("examine").arg(m));
+        let theirs = ok(Command::new(&md).arg("--examine").arg(m));
+        assert_eq!(
+            text(&mine.stdout),
+            text(&theirs.stdout),
+            "uraid examine and mdadm --examine differ on {}",
+            m.display()
+        );
+    }
+}
+
+/// A superblock whose checksum is wrong is printed, as mdadm prints it (with the stored and
+/// the expected checksum), marked as not trusted, and examine exits non-zero.
+#[test]
+fn examine_prints_a_bad_checksum_superblock_and_fails() {
+    let d = Dir::new("badsum");
+    let imgs = raid5(&d, "a");
+    corrupt(&imgs[1], 4096 + 40, b"X");
+    let out = uraid().arg("examine").arg(&imgs[1]).output().unwrap();
+    assert!(
+        !out.status.success(),
+        "examine of a bad superblock exited 0"
+    );
+    let shown = text(&out.stdout);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("checksum mismatch") && err.contains("not to be trusted"),
+        "{err}"
+    );
+    let csum = shown
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Checksum : "))
+        .unwrap_or_else(|| panic!("no Checksum line in {shown}"));
+    assert!(csum.contains(" - expected "), "{csum}");
+    assert!(shown.contains("Raid Level : raid5"), "{shown}");
+    assert!(shown.contains("Device Role : Active device 1"), "{shown}");
+    let json_out = uraid()
+        .args(["examine", "--json"])
+        .arg(&imgs[1])
+        .output()
+        .unwrap();
+    assert!(!json_out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(v["checksum_correct"], false);
+    assert_ne!(v["checksum"], v["checksum_expected"]);
+    if let Some(md) = mdadm() {
+        let theirs = Command::new(md)
+            .arg("--examine")
+            .arg(&imgs[1])
+            .output()
+            .unwrap();
+        assert_eq!(shown, text(&theirs.stdout));
+    }
+}

@@ -346,6 +346,22 @@ pub(crate) fn now_secs() -> u64 {
 
 /// Read and decode the v1.2 superblock of a device.
 pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
+    let (sb, computed) = read_superblock_any_checksum(dev)?;
+    if sb.sb_csum != computed {
+        return Err(ArrayError::Superblock {
+            member: dev.name(),
+            source: uraid_core::superblock::SuperblockError::BadChecksum {
+                stored: sb.sb_csum,
+                computed,
+            },
+        });
+    }
+    Ok(sb)
+}
+
+/// The member's superblock even when its checksum is wrong, with the checksum its bytes
+/// have (for `examine`, which shows such a superblock as not trusted); never for assembly.
+pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32), ArrayError> {
     let need = SB_V12_OFFSET_BYTES + SB_IO_BYTES as u64;
     if dev.size_bytes() < need {
         return Err(ArrayError::Assemble(format!(
@@ -356,10 +372,11 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
     }
     let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
     dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
-    let sb = Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
-        member: dev.name(),
-        source,
-    })?;
+    let (sb, computed) =
+        Superblock::decode_any_checksum(&buf).map_err(|source| ArrayError::Superblock {
+            member: dev.name(),
+            source,
+        })?;
     // md rejects a superblock that does not say where it is: a copy found elsewhere.
     if sb.super_offset != SB_V12_OFFSET_BYTES / 512 {
         return Err(ArrayError::Assemble(format!(
@@ -368,7 +385,7 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
             sb.super_offset
         )));
     }
-    Ok(sb)
+    Ok((sb, computed))
 }
 
 /// Encode and write a superblock, then flush the device.
