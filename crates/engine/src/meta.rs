@@ -36,6 +36,10 @@ pub struct Meta {
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
     /// Per role, the superblock of its replacement being rebuilt (md's --replace).
     pub(crate) replacements: Vec<Option<Superblock>>,
+    /// Members that failed and lost their role (to a spare, or to their replacement at
+    /// the end of a replace). md keeps such a device, faulty and without a role, until
+    /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
+    pub(crate) faulty: Vec<Arc<dyn Member>>,
 }
 
 impl Meta {
@@ -49,6 +53,7 @@ impl Meta {
             needs_resync,
             bitmap: None,
             spares: Vec::new(),
+            faulty: Vec::new(),
             write_depth: 0,
             journal: None,
         }

@@ -520,6 +520,11 @@ impl Array {
         let data_offset = sb.data_offset;
         meta.members[role.0] = Some(sb);
         let slot = self.slot(role);
+        if slot.state() == SlotState::Faulty {
+            if let Some(old) = slot.device() {
+                meta.faulty.push(old);
+            }
+        }
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -574,6 +579,30 @@ impl Array {
         let (_, sb) = meta.spares.remove(i);
         meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::DeviceRemoved {
+            device: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Names of the members that failed and lost their role to another device, kept until
+    /// removed (md's faulty rdevs with no raid_disk).
+    pub fn faulty_devices(&self) -> Vec<String> {
+        self.meta().faulty.iter().map(|d| d.name()).collect()
+    }
+
+    /// Remove a faulty member that no longer holds a role (see
+    /// [`Array::faulty_devices`]), by device name, as mdadm --remove.
+    pub fn remove_faulty(&self, name: &str) -> Result<(), ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        let mut meta = self.meta();
+        let Some(i) = meta.faulty.iter().position(|d| d.name() == name) else {
+            return Err(ArrayError::Failed(format!(
+                "{name} is not a faulty member of this array"
+            )));
+        };
+        meta.faulty.remove(i);
         drop(meta);
         self.events.emit(Event::DeviceRemoved {
             device: name.to_string(),

@@ -371,6 +371,7 @@ impl Array {
         let cursor = self.cursor_for_offset(r.cursor_sectors());
         let data_start = r.new_data_start;
         meta.members[role.0] = Some(sb);
+        meta.faulty.push(r.old());
         slot.set_device(Some(r.new.clone()), data_start);
         slot.set_recovery_cursor(cursor);
         slot.set_bitmap_recovery(false);
@@ -424,6 +425,7 @@ impl Array {
         sb.recovery_offset = MAX_SECTOR;
         meta.members[role.0] = Some(sb);
         let old = r.old().name();
+        meta.faulty.push(r.old());
         slot.set_device(Some(r.new.clone()), r.new_data_start);
         meta.write_all(self)?;
         drop(meta);
