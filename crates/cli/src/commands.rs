@@ -353,7 +353,7 @@ pub fn detail(a: DetailArgs) -> Result<()> {
             serde_json::to_string_pretty(&report::detail_json(&array))?
         );
     } else {
-        print!("{}", report::detail_human(&array));
+        print!("{}", report::detail_human(&array, None));
     }
     Ok(())
 }

@@ -480,14 +480,18 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
     };
     match cmd {
         "ping" => (json!({"ok": true}), None),
-        "detail" => (
-            json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a)}),
-            None,
-        ),
+        "detail" => {
+            let sync = *ctx.progress.lock().unwrap_or_else(|e| e.into_inner());
+            let human = crate::report::detail_human(a, sync.as_ref());
+            (
+                json!({"ok": true, "detail": detail(), "human": human}),
+                None,
+            )
+        }
         "fail" => match member_role(a, &req["member"]) {
-            Ok(role) => match a.fail_member(role) {
-                Ok(()) => {
-                    let name = device_name(a, role);
+            // Named before the failure: a waiting spare may take the role at once.
+            Ok(role) => match (device_name(a, role), a.fail_member(role)) {
+                (name, Ok(())) => {
                     // A waiting spare takes over through the event watcher.
                     eprintln!("uraid: member {role} ({name}) marked faulty by request");
                     (
@@ -495,7 +499,7 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                         None,
                     )
                 }
-                Err(e) => (fail_reply(e), None),
+                (_, Err(e)) => (fail_reply(e), None),
             },
             Err(e) => (fail_reply(e), None),
         },
@@ -507,7 +511,15 @@ fn handle_request(req: &Value, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
                 ),
                 Err(e) => (fail_reply(e), None),
             },
-            Err(e) => (fail_reply(e), None),
+            // mdadm --remove also takes a faulty device that lost its role, or a spare.
+            Err(e) => match remove_roleless(a, &req["member"]) {
+                Some(Ok(device)) => (
+                    json!({"ok": true, "device": device, "detail": detail()}),
+                    None,
+                ),
+                Some(Err(e)) => (fail_reply(e), None),
+                None => (fail_reply(e), None),
+            },
         },
         "replace" => match member_role(a, &req["member"]) {
             Ok(role) => match engine_replace(ctx, role, req["with"].as_str()) {
@@ -623,6 +635,23 @@ fn member_role(a: &Array, v: &Value) -> Result<MemberIdx> {
         }
     }
     bail!("{s} is not a member of this array")
+}
+
+/// `mdadm --remove` of a device without a role: a faulty one (it lost its role to a spare or
+/// a replacement) or a spare. `None` when the name is neither.
+fn remove_roleless(a: &Array, v: &Value) -> Option<Result<String>> {
+    let s = v.as_str()?;
+    let want = canonical(Path::new(s));
+    let same = |n: &String| n == s || canonical(Path::new(n)) == want;
+    if let Some(n) = a.faulty_devices().into_iter().map(|(n, _)| n).find(same) {
+        eprintln!("uraid: faulty {n} removed");
+        return Some(a.remove_faulty(&n).map(|()| n).map_err(Into::into));
+    }
+    if let Some(n) = a.spares().into_iter().find(same) {
+        eprintln!("uraid: spare {n} removed");
+        return Some(a.remove_spare(&n).map(|()| n).map_err(Into::into));
+    }
+    None
 }
 
 /// `mdadm --remove`: take a faulty member out of its role.
@@ -973,7 +1002,11 @@ pub fn journal_mode(a: JournalModeArgs) -> Result<()> {
 pub fn remove(a: MemberCmdArgs) -> Result<()> {
     let (control, member) = member_target(&a)?;
     let v = request(&control, &json!({"cmd": "remove", "member": member}))?;
-    print_result(&v, a.json, &format!("member {} removed", v["role"]))
+    let what = match v["device"].as_str() {
+        Some(d) => format!("{d} removed"),
+        None => format!("member {} removed", v["role"]),
+    };
+    print_result(&v, a.json, &what)
 }
 
 pub fn add(a: AddArgs) -> Result<()> {
@@ -1099,17 +1132,6 @@ pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
             print!("{}", v["human"].as_str().unwrap_or(""));
-            let sync = &v["detail"]["sync"];
-            if let Some(pct) = sync["percent"].as_f64() {
-                println!(
-                    "\n    {} Status : {pct:.1}% complete",
-                    if sync["kind"] == "recovery" {
-                        "Rebuild"
-                    } else {
-                        "Resync"
-                    }
-                );
-            }
             println!(
                 "\n  Served by pid {} (control {})",
                 found.pid,

@@ -6,7 +6,7 @@ use uraid_core::geometry::{raid10, raid5};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::writeback::JournalMode;
-use uraid_engine::{Array, SlotState};
+use uraid_engine::{Array, SlotState, SyncKind, SyncProgress};
 
 pub fn layout_name(level: Level, layout: u32) -> String {
     match level {
@@ -311,56 +311,107 @@ pub fn examine_json(path: &str, sb: &Superblock, cx: &ExamineContext) -> Value {
     })
 }
 
-fn state_words(a: &Array) -> String {
+/// mdadm's State: clean or active, then degraded, and the sync that is running (or owed).
+fn state_words(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
     let mut w = vec![if meta.is_dirty() { "active" } else { "clean" }];
+    let needs_resync = meta.needs_resync();
+    drop(meta);
     if a.is_degraded() {
         w.push("degraded");
     }
-    if !a.replacing_roles().is_empty() {
-        w.push("replacing");
-    }
-    if meta.needs_resync() {
-        w.push("resync pending");
+    match sync.map(|p| p.kind) {
+        Some(SyncKind::Resync) => w.push("resyncing"),
+        Some(SyncKind::Check) => w.push("checking"),
+        Some(SyncKind::Repair) => w.push("repairing"),
+        // md rebuilds a recovering member or a replacement as soon as the array runs.
+        Some(SyncKind::Recovery) => w.push("recovering"),
+        None if !a.recovering_roles().is_empty() || !a.replacing_roles().is_empty() => {
+            w.push("recovering")
+        }
+        None if needs_resync => w.push("resyncing (PENDING)"),
+        None => {}
     }
     w.join(", ")
 }
 
-pub fn detail_human(a: &Array) -> String {
+/// md's consistency policy: how the array keeps parity or copies in step after a crash.
+fn consistency_policy(a: &Array, sb: &Superblock) -> &'static str {
+    if a.has_journal() {
+        "journal"
+    } else if sb.bitmap_sector().is_some() {
+        "bitmap"
+    } else if a.level() == Level::Raid0 {
+        "none"
+    } else {
+        "resync"
+    }
+}
+
+/// One device row of mdadm --detail.
+fn device_row(o: &mut String, number: &str, raid_device: &str, state: &str, name: &str) {
+    o.push_str(&format!(
+        "    {number:>6}   {raid_device:>10} {state:<16} {name}"
+    ));
+    // No trailing blanks on a row without a device.
+    while o.ends_with(' ') {
+        o.pop();
+    }
+    o.push('\n');
+}
+
+/// `detail` as mdadm prints it; `sync` is the sync running in a server, if any.
+pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
     let sb = meta.template().clone();
+    let dev_numbers: Vec<Option<u32>> = (0..a.raid_disks())
+        .map(|r| meta.member_sb(MemberIdx(r)).map(|m| m.dev_number))
+        .collect();
     drop(meta);
     let g = a.geometry();
+    let roles = || (0..g.raid_disks).map(MemberIdx);
+    let count = |st: SlotState| roles().filter(|&r| a.slot_state(r) == st).count();
+    let in_sync = count(SlotState::InSync);
+    let recovering = count(SlotState::Recovering);
+    let faulty_in_role = count(SlotState::Faulty);
+    let replacements = a.replacing_roles().len();
+    let spares = a.spares();
+    let faulty = a.faulty_devices();
+    let journal = a.journal_device().map(|d| (d, a.journal_failed()));
+    let journal_ok = usize::from(matches!(journal, Some((_, false))));
+    let journal_bad = usize::from(matches!(journal, Some((_, true))));
+    let spare_devices = recovering + replacements + spares.len();
+    let failed = faulty_in_role + faulty.len() + journal_bad;
+
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
     line("Version", "1.2".into());
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", g.level.to_string());
+    // mdadm prints both sizes in KiB, without the unit.
     line(
         "Array Size",
-        format!(
-            "{} KiB ({:.2} GiB {:.2} GB)",
-            a.size_bytes() / 1024,
-            a.size_bytes() as f64 / (1u64 << 30) as f64,
-            a.size_bytes() as f64 / 1e9
-        ),
+        format!("{}{}", a.size_bytes() / 1024, human_size(a.size_bytes())),
     );
     if g.level != Level::Raid0 {
-        line("Used Dev Size", format!("{} KiB", g.dev_sectors / 2));
+        let dev_bytes = g.dev_sectors * 512;
+        line(
+            "Used Dev Size",
+            format!("{}{}", dev_bytes / 1024, human_size(dev_bytes)),
+        );
     }
     line("Raid Devices", g.raid_disks.to_string());
     line(
         "Total Devices",
-        ((0..g.raid_disks)
-            .filter(|&r| a.slot_state(MemberIdx(r)) != SlotState::Missing)
-            .count()
-            + a.spares().len())
-        .to_string(),
+        (in_sync + faulty_in_role + spare_devices + faulty.len() + journal_ok + journal_bad)
+            .to_string(),
     );
     line("Persistence", "Superblock is persistent".into());
+    o.push('\n');
     if sb.bitmap_sector().is_some() {
-        line("Intent Bitmap", "Internal".into());
+        o.push_str(&format!("{:>18} : Internal\n\n", "Intent Bitmap"));
     }
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
     if let Some(mode) = a.journal_mode() {
         let state = if a.journal_failed() {
             "faulty"
@@ -389,30 +440,51 @@ pub fn detail_human(a: &Array) -> String {
         }
     }
     line("Update Time", ctime(sb.utime_secs()));
-    line("State", state_words(a));
-    let missing = a.missing_roles().len();
-    line("Active Devices", (g.raid_disks - missing).to_string());
+    line("State", state_words(a, sync));
+    line("Active Devices", in_sync.to_string());
     line(
         "Working Devices",
-        (g.raid_disks - missing + a.recovering_roles().len() + a.spares().len()).to_string(),
+        (in_sync + spare_devices + journal_ok).to_string(),
     );
-    line(
-        "Failed Devices",
-        (0..g.raid_disks)
-            .filter(|&r| a.slot_state(MemberIdx(r)) == SlotState::Faulty)
-            .count()
-            .to_string(),
-    );
+    line("Failed Devices", failed.to_string());
+    line("Spare Devices", spare_devices.to_string());
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    match g.level {
+        Level::Raid1 => {}
+        Level::Raid0 if sb.feature_map & sbm::FEATURE_RAID0_LAYOUT == 0 => {
+            line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        }
+        _ => {
+            line("Layout", layout_name(g.level, g.layout));
+            line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        }
+    }
     if g.level != Level::Raid1 {
-        line("Layout", layout_name(g.level, g.layout));
-        line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        o.push('\n');
+    }
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    line("Consistency Policy", consistency_policy(a, &sb).into());
+    if let Some(p) = sync {
+        let what = match p.kind {
+            SyncKind::Recovery => "Rebuild Status",
+            SyncKind::Resync => "Resync Status",
+            SyncKind::Check | SyncKind::Repair => "Check Status",
+        };
+        o.push('\n');
+        o.push_str(&format!(
+            "{what:>18} : {}% complete\n",
+            p.percent().floor() as u64
+        ));
     }
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
-    line("Name", sb.set_name.clone());
+    line("Name", name_with_host(&sb.set_name, hostname().as_deref()));
     line("UUID", uuid_string(&sb.set_uuid));
     line("Events", sb.events.to_string());
     o.push_str("\n    Number   RaidDevice State\n");
+    let number = |r: usize| dev_numbers[r].map_or("-".to_string(), |n| n.to_string());
+    let mut faulty_rows = Vec::new();
     for r in 0..g.raid_disks {
         let st = a.slot_state(MemberIdx(r));
         let name = a
@@ -420,30 +492,50 @@ pub fn detail_human(a: &Array) -> String {
             .device_name()
             .unwrap_or_else(|| "-".into());
         let repl = a.slot(MemberIdx(r)).replacement_name();
-        // mdadm --detail: the member being replaced and its replacement share the role.
-        let words = match (&repl, st) {
-            (Some(_), SlotState::InSync) => "active sync replacing".to_string(),
-            _ => st.describe().to_string(),
-        };
-        o.push_str(&format!(
-            "    {:>6}   {:>10} {:<16} {}\n",
-            r,
-            r,
-            words,
-            if st == SlotState::Missing { "" } else { &name }
-        ));
+        let role = r.to_string();
+        match (&repl, st) {
+            // mdadm: a failed member leaves its role "removed" and is listed as faulty
+            // below, until it is removed.
+            (_, SlotState::Faulty) => {
+                device_row(&mut o, "-", &role, "removed", "");
+                faulty_rows.push((number(r), name));
+            }
+            (_, SlotState::Missing) => device_row(&mut o, "-", &role, "removed", ""),
+            // The member being replaced and its replacement share the role.
+            (Some(_), SlotState::InSync) => {
+                device_row(&mut o, &number(r), &role, "active sync replacing", &name)
+            }
+            _ => device_row(&mut o, &number(r), &role, st.describe(), &name),
+        }
         if let Some(n) = repl {
-            o.push_str(&format!(
-                "    {:>6}   {:>10} {:<16} {}\n",
-                "-", r, "spare rebuilding replacement", n
-            ));
+            device_row(&mut o, "-", &role, "spare rebuilding replacement", &n);
         }
     }
-    for s in a.spares() {
-        o.push_str(&format!(
-            "    {:>6}   {:>10} {:<16} {}\n",
-            "-", "-", "spare", s
-        ));
+    if let Some((j, bad)) = &journal {
+        device_row(
+            &mut o,
+            "-",
+            "-",
+            if *bad { "faulty journal" } else { "journal" },
+            j,
+        );
+    }
+    for s in &spares {
+        device_row(&mut o, "-", "-", "spare", s);
+    }
+    faulty_rows.extend(faulty.into_iter().map(|(name, n)| {
+        let n = if n == u32::MAX {
+            "-".to_string()
+        } else {
+            n.to_string()
+        };
+        (n, name)
+    }));
+    if !faulty_rows.is_empty() {
+        o.push('\n');
+        for (n, name) in faulty_rows {
+            device_row(&mut o, &n, "-", "faulty", &name);
+        }
     }
     o
 }
@@ -512,6 +604,8 @@ pub fn detail_json(a: &Array) -> Value {
         }),
         "members": members,
         "spares": a.spares(),
+        "faulty": a.faulty_devices().into_iter().map(|(d, _)| d).collect::<Vec<_>>(),
+        "consistency_policy": consistency_policy(a, &sb),
     })
 }
 
@@ -535,7 +629,7 @@ mod tests {
         a.replace(MemberIdx(2), Some("new")).unwrap();
         let mut buf = vec![0u8; 64 << 10];
         a.replace_step(MemberIdx(2), &mut buf).unwrap();
-        let text = detail_human(&a);
+        let text = detail_human(&a, None);
         assert!(text.contains("active sync replacing"), "{text}");
         assert!(text.contains("spare rebuilding replacement"), "{text}");
         assert!(text.contains("replacing"), "{text}");
@@ -545,5 +639,83 @@ mod tests {
         assert_eq!(j["members"][2]["replacement"]["device"], "new");
         assert_eq!(j["members"][2]["replacement"]["recovery_sectors"], 128);
         assert_eq!(j["degraded"], false);
+    }
+}
+
+#[cfg(test)]
+mod detail_tests {
+    use super::*;
+    use std::sync::Arc;
+    use uraid_engine::{CreateOptions, MemMember, Member};
+
+    fn raid5(n: usize) -> Array {
+        let mems: Vec<Option<Arc<dyn Member>>> = (0..n)
+            .map(|i| Some(Arc::new(MemMember::new(format!("m{i}"), 8 << 20)) as Arc<dyn Member>))
+            .collect();
+        let mut o = CreateOptions::new(Level::Raid5);
+        o.assume_clean = true;
+        uraid_engine::create(mems, &o).unwrap()
+    }
+
+    fn field(text: &str, key: &str) -> String {
+        text.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(" : ")?;
+                (k.trim() == key).then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    }
+
+    /// mdadm's State, counts and rows: a failed member leaves its role "removed" and is
+    /// listed as faulty; a member being rebuilt makes the array "recovering"; a running
+    /// resync shows "resyncing" and its status line.
+    #[test]
+    fn detail_counts_and_states_as_mdadm() {
+        let a = raid5(4);
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean");
+        assert_eq!(field(&t, "Spare Devices"), "0");
+        assert_eq!(field(&t, "Consistency Policy"), "resync");
+        // mdadm: KiB, then the size in words.
+        let kib = a.geometry().dev_sectors / 2;
+        let used = field(&t, "Used Dev Size");
+        assert!(
+            used.starts_with(&format!("{kib} ("))
+                && used.ends_with(" MB)")
+                && used.contains(" MiB "),
+            "{used}"
+        );
+        a.fail_member(MemberIdx(1)).unwrap();
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean, degraded");
+        assert_eq!(field(&t, "Failed Devices"), "1");
+        assert_eq!(field(&t, "Active Devices"), "3");
+        assert!(
+            t.contains("\n         -            1 removed\n"),
+            "role 1 not shown removed:\n{t}"
+        );
+        assert!(
+            t.contains("\n\n         1            - faulty           m1\n"),
+            "no faulty line:\n{t}"
+        );
+        a.remove_member(MemberIdx(1)).unwrap();
+        a.add_member(Arc::new(MemMember::new("new", 8 << 20)))
+            .unwrap();
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean, degraded, recovering");
+        assert_eq!(field(&t, "Spare Devices"), "1");
+        assert_eq!(field(&t, "Working Devices"), "4");
+        assert_eq!(field(&t, "Failed Devices"), "0");
+        assert!(t.contains(" spare rebuilding new\n"), "{t}");
+        let p = SyncProgress {
+            kind: SyncKind::Resync,
+            done_units: 1,
+            total_units: 4,
+            unit_bytes: 4096,
+            mismatch_sectors: 0,
+        };
+        let t = detail_human(&raid5(3), Some(&p));
+        assert_eq!(field(&t, "State"), "clean, resyncing");
+        assert_eq!(field(&t, "Resync Status"), "25% complete");
     }
 }

@@ -271,3 +271,38 @@ fn examine_prints_a_bad_checksum_superblock_and_fails() {
         assert_eq!(shown, text(&theirs.stdout));
     }
 }
+
+/// detail counts the journal in Total Devices and lists it, names the consistency policy,
+/// gives Used Dev Size in words, and Spare Devices.
+#[test]
+fn detail_counts_the_journal_and_names_the_policy() {
+    let d = Dir::new("detail");
+    let e = d.images(5, 64, "e");
+    ok(uraid()
+        .args(["create", "-l", "5", "--write-journal"])
+        .arg(&e[4])
+        .args(&e[..4]));
+    let t = text(&ok(uraid().arg("detail").args(&e)).stdout);
+    let field = |key: &str| {
+        t.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(" : ")?;
+                (k.trim() == key).then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {key} in:\n{t}"))
+    };
+    assert_eq!(field("Total Devices"), "5");
+    assert_eq!(field("Working Devices"), "5");
+    assert_eq!(field("Spare Devices"), "0");
+    assert_eq!(field("Consistency Policy"), "journal");
+    assert_eq!(field("Used Dev Size"), "63488 (62.00 MiB 65.01 MB)");
+    assert_eq!(field("Array Size"), "190464 (186.00 MiB 195.04 MB)");
+    let journal = e[4].display().to_string();
+    assert!(
+        t.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w == ["-", "-", "journal", journal.as_str()]
+        }),
+        "no journal row:\n{t}"
+    );
+}

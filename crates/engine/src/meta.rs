@@ -39,7 +39,8 @@ pub struct Meta {
     /// Members that failed and lost their role (to a spare, or to their replacement at
     /// the end of a replace). md keeps such a device, faulty and without a role, until
     /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
-    pub(crate) faulty: Vec<Arc<dyn Member>>,
+    /// With each, its device number (md's dev_number, the index of its entry in dev_roles).
+    pub(crate) faulty: Vec<(Arc<dyn Member>, u32)>,
 }
 
 impl Meta {
@@ -119,6 +120,17 @@ impl Meta {
             self.template.dev_roles[n] = ROLE_FAULTY;
         }
         true
+    }
+
+    /// `role`'s device lost its role to `dev`ice `old`: keep it as a faulty device (see
+    /// `faulty`), with the device number its superblock had.
+    pub(crate) fn keep_faulty(&mut self, role: MemberIdx, old: Arc<dyn Member>) {
+        let number = self
+            .members
+            .get(role.0)
+            .and_then(|m| m.as_ref())
+            .map_or(u32::MAX, |sb| sb.dev_number);
+        self.faulty.push((old, number));
     }
 
     pub fn mark_faulty(&mut self, role: MemberIdx) {

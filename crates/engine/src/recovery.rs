@@ -518,13 +518,13 @@ impl Array {
         sb.recovery_offset = 0;
         meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;
         let data_offset = sb.data_offset;
-        meta.members[role.0] = Some(sb);
         let slot = self.slot(role);
         if slot.state() == SlotState::Faulty {
             if let Some(old) = slot.device() {
-                meta.faulty.push(old);
+                meta.keep_faulty(role, old);
             }
         }
+        meta.members[role.0] = Some(sb);
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -588,8 +588,13 @@ impl Array {
 
     /// Names of the members that failed and lost their role to another device, kept until
     /// removed (md's faulty rdevs with no raid_disk).
-    pub fn faulty_devices(&self) -> Vec<String> {
-        self.meta().faulty.iter().map(|d| d.name()).collect()
+    /// With each, its md device number (`u32::MAX` if unknown).
+    pub fn faulty_devices(&self) -> Vec<(String, u32)> {
+        self.meta()
+            .faulty
+            .iter()
+            .map(|(d, n)| (d.name(), *n))
+            .collect()
     }
 
     /// Remove a faulty member that no longer holds a role (see
@@ -597,7 +602,7 @@ impl Array {
     pub fn remove_faulty(&self, name: &str) -> Result<(), ArrayError> {
         let _g = self.reconfig.lock().unwrap();
         let mut meta = self.meta();
-        let Some(i) = meta.faulty.iter().position(|d| d.name() == name) else {
+        let Some(i) = meta.faulty.iter().position(|(d, _)| d.name() == name) else {
             return Err(ArrayError::Failed(format!(
                 "{name} is not a faulty member of this array"
             )));

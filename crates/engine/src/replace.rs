@@ -370,8 +370,8 @@ impl Array {
         sb.feature_map |= FEATURE_RECOVERY_OFFSET;
         let cursor = self.cursor_for_offset(r.cursor_sectors());
         let data_start = r.new_data_start;
+        meta.keep_faulty(role, r.old());
         meta.members[role.0] = Some(sb);
-        meta.faulty.push(r.old());
         slot.set_device(Some(r.new.clone()), data_start);
         slot.set_recovery_cursor(cursor);
         slot.set_bitmap_recovery(false);
@@ -421,11 +421,11 @@ impl Array {
             return Ok(());
         };
         meta.mark_faulty(role);
+        meta.keep_faulty(role, r.old());
         sb.feature_map &= !(FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET);
         sb.recovery_offset = MAX_SECTOR;
         meta.members[role.0] = Some(sb);
         let old = r.old().name();
-        meta.faulty.push(r.old());
         slot.set_device(Some(r.new.clone()), r.new_data_start);
         meta.write_all(self)?;
         drop(meta);

@@ -426,9 +426,9 @@ fn a_member_that_lost_its_role_stays_faulty_until_removed() {
     a.add_member(Arc::new(MemMember::new("spare", 2 << 20)))
         .unwrap();
     a.fail_member(MemberIdx(2)).unwrap();
-    assert_eq!(a.faulty_devices(), vec!["fk-mem2".to_string()]);
+    assert_eq!(a.faulty_devices(), vec![("fk-mem2".to_string(), 2)]);
     a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
-    assert_eq!(a.faulty_devices(), vec!["fk-mem2".to_string()]);
+    assert_eq!(a.faulty_devices(), vec![("fk-mem2".to_string(), 2)]);
     let events = a.subscribe();
     a.remove_faulty("fk-mem2").unwrap();
     assert!(a.faulty_devices().is_empty());
@@ -440,6 +440,6 @@ fn a_member_that_lost_its_role_stays_faulty_until_removed() {
     a.replace(MemberIdx(1), Some("new")).unwrap();
     a.run_replace(|_| {}).unwrap();
     assert_eq!(a.slot(MemberIdx(1)).device_name().as_deref(), Some("new"));
-    assert_eq!(a.faulty_devices(), vec!["fk-mem1".to_string()]);
+    assert_eq!(a.faulty_devices(), vec![("fk-mem1".to_string(), 1)]);
     assert!(read_all(&a) == model);
 }
