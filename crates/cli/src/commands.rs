@@ -82,7 +82,11 @@ pub struct DetailArgs {
     pub force: bool,
     #[arg(long)]
     pub json: bool,
-    #[arg(required = true)]
+    /// A running array: any of its member paths (--array) or its control socket.
+    #[command(flatten)]
+    pub target: crate::control::ArrayArgs,
+    /// Member devices: of a running array (one is enough), else all of them, to assemble
+    /// here and report.
     pub devices: Vec<std::path::PathBuf>,
 }
 

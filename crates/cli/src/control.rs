@@ -865,43 +865,80 @@ fn send_nosignal(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-#[derive(Args)]
-pub struct MemberCmdArgs {
-    /// Control socket of the running array (default: found from the member path).
+/// How every command that talks to a running array names it: `--array` (any member path of
+/// the array), `--control` (its control socket), or else a member path given to the command.
+#[derive(Args, Clone, Default)]
+pub struct ArrayArgs {
+    /// Any member path of the running array.
+    #[arg(long, value_name = "MEMBER")]
+    pub array: Option<PathBuf>,
+    /// Control socket of the running array (instead of --array).
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+}
+
+impl ArrayArgs {
+    /// The control socket: `--control`, else the server of `--array` or of `paths`.
+    fn control_socket(&self, paths: &[PathBuf]) -> Result<PathBuf> {
+        let mut members: Vec<PathBuf> = self.array.iter().cloned().collect();
+        members.extend(paths.iter().cloned());
+        if self.control.is_none() && members.is_empty() {
+            bail!("name the array: --array MEMBER (a member path), or --control PATH");
+        }
+        resolve(&self.control, &members)
+    }
+}
+
+/// The member acted on, given as `--member M` or as the command's argument (not both).
+fn one_member(flag: &Option<String>, positional: &Option<String>, what: &str) -> Result<String> {
+    match (flag, positional) {
+        (Some(m), None) | (None, Some(m)) => Ok(m.clone()),
+        (Some(a), Some(b)) if a == b => Ok(a.clone()),
+        (Some(a), Some(b)) => bail!("two members given ({a} and {b}): give {what} once"),
+        (None, None) => bail!("give {what}: --member ROLE|PATH"),
+    }
+}
+
+#[derive(Args)]
+pub struct MemberCmdArgs {
+    #[command(flatten)]
+    pub target: ArrayArgs,
     /// Print the array's state afterwards as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Role number or member device path.
-    pub member: String,
+    /// The member: a role number or a member device path.
+    #[arg(long, value_name = "ROLE|PATH")]
+    pub member: Option<String>,
+    /// The member, as --member.
+    #[arg(value_name = "MEMBER")]
+    pub member_arg: Option<String>,
 }
 
 #[derive(Args)]
 pub struct AddArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "array")]
-    pub control: Option<PathBuf>,
-    /// Any member path of the running array (instead of --control).
-    #[arg(long, value_name = "MEMBER")]
-    pub array: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
     /// Device or file to add.
-    pub device: PathBuf,
+    #[arg(long, value_name = "DEVICE")]
+    pub member: Option<PathBuf>,
+    /// Device or file to add, as --member.
+    #[arg(value_name = "DEVICE")]
+    pub device: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct ReplaceArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// Any member path of the running array (or give --control, or --member as a path).
-    pub array: Option<PathBuf>,
+    /// Any member path of the running array, as --array.
+    #[arg(value_name = "ARRAY_MEMBER")]
+    pub array_arg: Option<PathBuf>,
     /// The member to replace: a role number or a member path.
-    #[arg(long)]
+    #[arg(long, value_name = "ROLE|PATH")]
     pub member: String,
     /// The spare to rebuild as its replacement (added as a spare first if it is not one);
     /// default: any spare.
@@ -911,30 +948,34 @@ pub struct ReplaceArgs {
 
 #[derive(Args)]
 pub struct StopArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "devices")]
-    pub control: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// Member paths of the running array (instead of --control).
+    /// Member paths of the running array, as --array.
+    #[arg(value_name = "MEMBER")]
     pub devices: Vec<PathBuf>,
 }
 
 fn member_target(a: &MemberCmdArgs) -> Result<(PathBuf, Value)> {
-    let is_role = a.member.parse::<usize>().is_ok();
-    let members: Vec<PathBuf> = if is_role {
+    let m = one_member(&a.member, &a.member_arg, "the member")?;
+    let is_role = m.parse::<usize>().is_ok();
+    if is_role && a.target.array.is_none() && a.target.control.is_none() {
+        bail!(
+            "with a role number, name the array: --array MEMBER or --control PATH (or name \
+             the member by its path)"
+        );
+    }
+    let paths: Vec<PathBuf> = if is_role {
         Vec::new()
     } else {
-        vec![PathBuf::from(&a.member)]
+        vec![PathBuf::from(&m)]
     };
-    if is_role && a.control.is_none() {
-        bail!("with a role number, give --control PATH (or name the member by its path)");
-    }
-    let control = resolve(&a.control, &members)?;
+    let control = a.target.control_socket(&paths)?;
     let member = if is_role {
-        Value::String(a.member.clone())
+        Value::String(m)
     } else {
-        Value::String(canonical(Path::new(&a.member)).display().to_string())
+        Value::String(canonical(Path::new(&m)).display().to_string())
     };
     Ok((control, member))
 }
@@ -964,31 +1005,53 @@ pub fn fail(a: MemberCmdArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct JournalModeArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "array")]
-    pub control: Option<PathBuf>,
-    /// Any member path of the running array (instead of --control).
-    #[arg(long, value_name = "MEMBER")]
-    pub array: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// write-through or write-back (md's journal_mode); without it, print the mode.
+    /// The mode to set: write-through or write-back (md's journal_mode).
+    #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
+    /// A mode (as --mode) or a member path of the array (as --array); without a mode, the
+    /// current one is printed.
+    #[arg(value_name = "MODE|MEMBER")]
+    pub args: Vec<String>,
+}
+
+/// Sorts `journal-mode`'s arguments: a journal mode name, or a path naming the array.
+fn journal_mode_args(a: &JournalModeArgs) -> Result<(Option<JournalMode>, Vec<PathBuf>)> {
+    let mut mode = match &a.mode {
+        Some(m) => Some(m.parse::<JournalMode>().map_err(|e| anyhow::anyhow!(e))?),
+        None => None,
+    };
+    let mut paths = Vec::new();
+    for arg in &a.args {
+        match arg.parse::<JournalMode>() {
+            Ok(m) if mode.is_none() => mode = Some(m),
+            Ok(m) if mode == Some(m) => {}
+            Ok(m) => bail!("two journal modes given ({} and {m})", mode.expect("set")),
+            Err(_) if Path::new(arg).exists() => paths.push(PathBuf::from(arg)),
+            Err(_) => bail!(
+                "{arg:?} is neither a journal mode (write-through, write-back) nor a member \
+                 path of the array"
+            ),
+        }
+    }
+    Ok((mode, paths))
 }
 
 /// `uraid journal-mode`: md's `journal_mode` of a served array with a write journal.
 pub fn journal_mode(a: JournalModeArgs) -> Result<()> {
-    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
-    let control = resolve(&a.control, &members)?;
+    let (mode, paths) = journal_mode_args(&a)?;
+    let control = a.target.control_socket(&paths)?;
     let mut req = json!({"cmd": "journal-mode"});
-    if let Some(m) = &a.mode {
-        let mode: JournalMode = m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-        req["mode"] = json!(mode.name());
+    if let Some(m) = mode {
+        req["mode"] = json!(m.name());
     }
     let v = request(&control, &req)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v["detail"])?);
-    } else if a.mode.is_some() {
+    } else if mode.is_some() {
         eprintln!(
             "uraid: journal mode is now {}",
             v["mode"].as_str().unwrap_or("?")
@@ -1010,11 +1073,20 @@ pub fn remove(a: MemberCmdArgs) -> Result<()> {
 }
 
 pub fn add(a: AddArgs) -> Result<()> {
-    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
-    let control = resolve(&a.control, &members)?;
-    let dev = canonical(&a.device);
+    let device = match (&a.member, &a.device) {
+        (Some(m), None) | (None, Some(m)) => m.clone(),
+        (Some(x), Some(y)) if x == y => x.clone(),
+        (Some(x), Some(y)) => bail!(
+            "two devices given ({} and {}): give the device to add once",
+            x.display(),
+            y.display()
+        ),
+        (None, None) => bail!("give the device to add: --member DEVICE"),
+    };
+    let control = a.target.control_socket(&[])?;
+    let dev = canonical(&device);
     if !dev.exists() {
-        bail!("{}: no such file or device", a.device.display());
+        bail!("{}: no such file or device", device.display());
     }
     let v = request(
         &control,
@@ -1030,11 +1102,11 @@ pub fn add(a: AddArgs) -> Result<()> {
 /// `uraid replace` (mdadm --replace [--with]).
 pub fn replace(a: ReplaceArgs) -> Result<()> {
     let is_role = a.member.parse::<usize>().is_ok();
-    let mut members: Vec<PathBuf> = a.array.iter().cloned().collect();
+    let mut paths: Vec<PathBuf> = a.array_arg.iter().cloned().collect();
     if !is_role {
-        members.push(PathBuf::from(&a.member));
+        paths.push(PathBuf::from(&a.member));
     }
-    let control = resolve(&a.control, &members)?;
+    let control = a.target.control_socket(&paths)?;
     let member = if is_role {
         Value::String(a.member.clone())
     } else {
@@ -1064,11 +1136,10 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
 /// `uraid set`: show or change a served raid4/5/6 array's knobs, by md's sysfs names.
 #[derive(clap::Args)]
 pub struct SetArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<PathBuf>,
-    /// Member paths of the running array (instead of --control).
-    #[arg(long = "member", value_name = "PATH")]
+    #[command(flatten)]
+    pub target: ArrayArgs,
+    /// Old spelling of --array for this command.
+    #[arg(long = "member", value_name = "MEMBER", hide = true)]
     pub devices: Vec<PathBuf>,
     #[arg(long)]
     pub json: bool,
@@ -1078,7 +1149,7 @@ pub struct SetArgs {
 }
 
 pub fn set(a: SetArgs) -> Result<()> {
-    let control = resolve(&a.control, &a.devices)?;
+    let control = a.target.control_socket(&a.devices)?;
     let mut vals = serde_json::Map::new();
     for kv in &a.values {
         let Some((k, v)) = kv.split_once('=') else {
@@ -1100,7 +1171,7 @@ pub fn set(a: SetArgs) -> Result<()> {
 }
 
 pub fn stop(a: StopArgs) -> Result<()> {
-    let control = resolve(&a.control, &a.devices)?;
+    let control = a.target.control_socket(&a.devices)?;
     let v = request(&control, &json!({"cmd": "stop"}))?;
     // The reply comes once the array is clean; wait for the process to let go of the
     // members too, so the next command can open them.
@@ -1125,16 +1196,29 @@ pub fn stop(a: StopArgs) -> Result<()> {
 
 /// `uraid detail`: through the control socket when a server holds the members, else by
 /// assembling them here (under the member locks).
-pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
-    if let Some(found) = find_server(&a.devices) {
+pub fn detail(mut a: crate::commands::DetailArgs) -> Result<()> {
+    a.devices.extend(a.target.array.take());
+    let found = match &a.target.control {
+        Some(c) => Some(Found {
+            pid: 0,
+            control: c.clone(),
+        }),
+        None => find_server(&a.devices),
+    };
+    if a.devices.is_empty() && found.is_none() {
+        bail!("name the array: its member paths, --array MEMBER, or --control PATH");
+    }
+    if let Some(found) = found {
         let v = request(&found.control, &json!({"cmd": "detail"}))?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
             print!("{}", v["human"].as_str().unwrap_or(""));
+            let pid = v["detail"]["serve"]["pid"]
+                .as_u64()
+                .unwrap_or(found.pid.into());
             println!(
-                "\n  Served by pid {} (control {})",
-                found.pid,
+                "\n  Served by pid {pid} (control {})",
                 found.control.display()
             );
         }

@@ -136,3 +136,99 @@ fn the_old_member_after_a_replace_is_faulty_until_removed() {
     assert!(faulty_rows(&t).is_empty(), "{t}");
     ok(srv.cmd().arg("stop").arg(&members[0]));
 }
+
+/// One spelling across the commands that act on a running array: the array is `--array`
+/// (any member path), `--control`, or a member path; the member acted on is `--member`.
+/// The old spellings still work.
+#[test]
+fn the_array_and_the_member_are_named_the_same_way_everywhere() {
+    let dir = Dir::new("out-flags");
+    let members = create_array(&dir, "5", 3, 10, &[]);
+    let extra: Vec<_> = ["a.img", "b.img"]
+        .iter()
+        .map(|n| {
+            let p = dir.path(n);
+            std::fs::File::create(&p)
+                .unwrap()
+                .set_len(10 * MIB)
+                .unwrap();
+            p
+        })
+        .collect();
+    let srv = Served::start(&dir, &members, &[]);
+    let arr = &members[0];
+    let with_array = |sub: &str| {
+        let mut c = srv.cmd();
+        c.arg(sub).arg("--array").arg(arr);
+        c
+    };
+    let d = json(&ok(with_array("detail").arg("--json")));
+    assert_eq!(d["raid_disks"], 3);
+    ok(with_array("add").arg("--member").arg(&extra[0]));
+    assert_eq!(srv.detail(arr)["spares"].as_array().unwrap().len(), 1);
+    ok(with_array("fail").args(["--member", "1"]));
+    ok(with_array("remove").arg("--member").arg(&members[1]));
+    assert!(srv.detail(arr)["faulty"].as_array().unwrap().is_empty());
+    ok(with_array("add").arg(&extra[1]));
+    let t = stdout(&ok(&mut with_array("set")));
+    assert!(t.contains("stripe_cache_size = "), "{t}");
+    let t = stdout(&ok(srv.cmd().args(["set", "--member"]).arg(arr)));
+    assert!(t.contains("stripe_cache_size = "), "{t}");
+    ok(with_array("replace").args(["--member", "2"]));
+    // A role number without the array is refused with what to give.
+    let out = srv.cmd().args(["fail", "--member", "0"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--array MEMBER"));
+    ok(&mut with_array("stop"));
+}
+
+/// `journal-mode e0.img` names the array (and prints its mode); a mode is a mode, given
+/// as the argument or as --mode; anything else is refused with what was expected.
+#[test]
+fn journal_mode_takes_a_member_path_and_a_mode() {
+    let dir = Dir::new("out-jmode");
+    let mut paths = Vec::new();
+    for n in ["e0", "e1", "e2", "e3", "j"] {
+        let p = dir.path(&format!("{n}.img"));
+        std::fs::File::create(&p)
+            .unwrap()
+            .set_len(32 * MIB)
+            .unwrap();
+        paths.push(p);
+    }
+    ok(uraid()
+        .args(["create", "-l", "5", "--write-journal"])
+        .arg(&paths[4])
+        .args(&paths[..4]));
+    let srv = Served::start(&dir, &paths, &[]);
+    let e0 = &paths[0];
+    let mode = |out: std::process::Output| stdout(&out).trim().to_string();
+    assert_eq!(
+        mode(ok(srv.cmd().arg("journal-mode").arg(e0))),
+        "write-through"
+    );
+    ok(srv.cmd().arg("journal-mode").arg(e0).arg("write-back"));
+    assert_eq!(
+        mode(ok(srv.cmd().args(["journal-mode", "--array"]).arg(e0))),
+        "write-back"
+    );
+    ok(srv
+        .cmd()
+        .args(["journal-mode", "--mode", "write-through", "--array"])
+        .arg(e0));
+    assert_eq!(
+        mode(ok(srv.cmd().arg("journal-mode").arg(e0))),
+        "write-through"
+    );
+    let out = srv
+        .cmd()
+        .args(["journal-mode", "--array"])
+        .arg(e0)
+        .arg("write-sideways")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("neither a journal mode"), "{err}");
+    ok(srv.cmd().arg("stop").arg(e0));
+}
