@@ -1092,11 +1092,12 @@ pub fn add(a: AddArgs) -> Result<()> {
         &control,
         &json!({"cmd": "add", "device": dev.display().to_string()}),
     )?;
-    print_result(
-        &v,
-        a.json,
-        &format!("{} added: {}", dev.display(), v["added"]),
-    )
+    let how = match (v["added"]["state"].as_str(), v["added"]["role"].as_u64()) {
+        (Some("recovering"), Some(role)) => format!("as member {role}, rebuilding"),
+        (Some("spare"), _) => "as a spare".to_string(),
+        _ => v["added"].to_string(),
+    };
+    print_result(&v, a.json, &format!("{} added {how}", dev.display()))
 }
 
 /// `uraid replace` (mdadm --replace [--with]).
@@ -1226,4 +1227,61 @@ pub fn detail(mut a: crate::commands::DetailArgs) -> Result<()> {
     }
     let _locks = guard(&a.devices)?;
     crate::commands::detail(a)
+}
+
+#[derive(Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub target: ArrayArgs,
+    /// Member paths of the served array, as --array.
+    #[arg(value_name = "MEMBER")]
+    pub devices: Vec<PathBuf>,
+}
+
+/// How long `uraid wait` looks for the server of an array that was just started in the
+/// background before it says there is none.
+const SERVER_START_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether a served array has a resync, recovery or replace running or about to run.
+fn sync_busy(d: &Value) -> bool {
+    let rebuilding = d["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["state"] == "rebuilding" || !m["replacement"].is_null());
+    let resync_owed = d["resync_pending"] == true && d["degraded"] == false;
+    !d["sync"].is_null() || rebuilding || resync_owed
+}
+
+/// `uraid wait` (mdadm --wait): returns once the array is served (it may just have been
+/// started in the background) and no resync, recovery or replace is running on it.
+pub fn wait(a: WaitArgs) -> Result<()> {
+    let mut paths: Vec<PathBuf> = a.target.array.iter().cloned().collect();
+    paths.extend(a.devices.iter().cloned());
+    if a.target.control.is_none() && paths.is_empty() {
+        bail!("name the array: --array MEMBER (a member path), or --control PATH");
+    }
+    let started = std::time::Instant::now();
+    let control = loop {
+        if let Some(c) = &a.target.control {
+            if UnixStream::connect(c).is_ok() {
+                break c.clone();
+            }
+        } else if let Some(f) = find_server(&paths) {
+            break f.control;
+        }
+        if started.elapsed() > SERVER_START_WAIT {
+            // Says which socket or members, and what to do.
+            a.target.control_socket(&paths)?;
+            bail!("the array is not served: start it with uraid serve");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    loop {
+        let v = request(&control, &json!({"cmd": "detail"}))?;
+        if !sync_busy(&v["detail"]) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -72,6 +72,9 @@ enum Cmd {
     Replace(control::ReplaceArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
+    /// Wait until an array started with `uraid serve ... &` is up and no resync, recovery
+    /// or replace runs on it (mdadm --wait).
+    Wait(control::WaitArgs),
     /// Show or set the write journal's mode of a served array: write-through or write-back
     /// (md's journal_mode; write-back is refused while degraded).
     JournalMode(control::JournalModeArgs),
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Cmd::Add(a) => control::add(a),
         Cmd::Replace(a) => control::replace(a),
         Cmd::Stop(a) => control::stop(a),
+        Cmd::Wait(a) => control::wait(a),
         Cmd::JournalMode(a) => control::journal_mode(a),
         Cmd::Set(a) => control::set(a),
         Cmd::Demo(a) => demo::demo(a),

@@ -164,7 +164,9 @@ fn the_array_and_the_member_are_named_the_same_way_everywhere() {
     };
     let d = json(&ok(with_array("detail").arg("--json")));
     assert_eq!(d["raid_disks"], 3);
-    ok(with_array("add").arg("--member").arg(&extra[0]));
+    let out = ok(with_array("add").arg("--member").arg(&extra[0]));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.ends_with("a.img added as a spare\n"), "{said}");
     assert_eq!(srv.detail(arr)["spares"].as_array().unwrap().len(), 1);
     ok(with_array("fail").args(["--member", "1"]));
     ok(with_array("remove").arg("--member").arg(&members[1]));
