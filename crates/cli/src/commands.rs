@@ -221,7 +221,7 @@ pub fn create(a: CreateArgs) -> Result<()> {
 
 pub fn examine(a: ExamineArgs) -> Result<()> {
     let mut out = Vec::new();
-    let mut failed = false;
+    let mut failed = 0;
     let mut untrusted = Vec::new();
     let homehost = report::hostname();
     for p in &a.devices {
@@ -229,8 +229,8 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
         let dev = match open_member(p) {
             Ok(d) => d,
             Err(e) if a.devices.len() > 1 => {
-                eprintln!("uraid: {e:#}");
-                failed = true;
+                eprintln!("uraid: {}", crate::error_text(&e));
+                failed += 1;
                 continue;
             }
             Err(e) => return Err(e),
@@ -263,9 +263,10 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
                     print!("{}", report::examine_human(&name, &sb, &cx));
                 }
             }
+            Err(e) if a.devices.len() == 1 => return Err(e.into()),
             Err(e) => {
                 eprintln!("uraid: {}", crate::error_text(&anyhow::Error::new(e)));
-                failed = true;
+                failed += 1;
             }
         }
     }
@@ -279,7 +280,10 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
     }
     // As mdadm does, the superblock is shown; unlike it, the exit status says it is bad.
     match untrusted.len() {
-        0 if failed => bail!("no valid md superblock on some devices"),
+        0 if failed > 0 => bail!(
+            "{failed} of {} devices have no valid md superblock (each is named above)",
+            a.devices.len()
+        ),
         0 => Ok(()),
         _ => {
             for u in &untrusted[..untrusted.len() - 1] {

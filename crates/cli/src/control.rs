@@ -200,7 +200,8 @@ fn resolve(control: &Option<PathBuf>, members: &[PathBuf]) -> Result<PathBuf> {
     match find_server(members) {
         Some(f) => Ok(f.control),
         None => bail!(
-            "no running uraid serve holds {} (looked in {}); give --control PATH",
+            "no running uraid serve holds {} (looked in {}): start it with uraid serve, or \
+             give --control PATH",
             members
                 .iter()
                 .map(|p| p.display().to_string())

@@ -132,6 +132,13 @@ fn errors_are_said_once() {
             missing.display()
         )
     );
+    // A file with no superblock: said once, not again as a summary.
+    let blank = d.images(1, 8, "blank");
+    let out = uraid().arg("examine").args(&blank).output().unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no md superblock"), "{err}");
     // A corrupt superblock: the member, then the reason, once.
     let imgs = raid5(&d, "a");
     corrupt(&imgs[1], 4096 + 40, b"X");
