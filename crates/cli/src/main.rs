@@ -156,6 +156,9 @@ pub fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+/// Paths of member devices as given on the command line.
+pub type Paths = Vec<PathBuf>;
+
 #[cfg(test)]
 mod tests {
     use super::error_text;
@@ -198,6 +201,3 @@ mod tests {
         );
     }
 }
-
-/// Paths of member devices as given on the command line.
-pub type Paths = Vec<PathBuf>;

@@ -44,7 +44,7 @@ pub fn human_size(bytes: u64) -> String {
     } else {
         (1 << 40, 1_000_000_000_000, "T")
     };
-    let hundredths = |unit: u128| (b * 200 / unit + 1) / 2;
+    let hundredths = |unit: u128| (b * 200 / unit).div_ceil(2);
     let (i, d) = (hundredths(bin), hundredths(dec));
     format!(
         " ({}.{:02} {unit}iB {}.{:02} {unit}B)",
@@ -645,6 +645,17 @@ mod tests {
 #[cfg(test)]
 mod detail_tests {
     use super::*;
+
+    /// mdadm's sizes in words at the unit boundaries, rounded half up to hundredths.
+    #[test]
+    fn human_sizes_as_mdadm() {
+        assert_eq!(human_size(5000 * 1024 - 1), "");
+        assert_eq!(human_size(5000 * 1024), " (4.88 MiB 5.12 MB)");
+        assert_eq!(human_size(66_060_288), " (63.00 MiB 66.06 MB)");
+        assert_eq!(human_size((2 << 30) - 1), " (2048.00 MiB 2147.48 MB)");
+        assert_eq!(human_size(2 << 30), " (2.00 GiB 2.15 GB)");
+        assert_eq!(human_size(3_298_351_939_584), " (3.00 TiB 3.30 TB)");
+    }
     use std::sync::Arc;
     use uraid_engine::{CreateOptions, MemMember, Member};
 
