@@ -51,9 +51,11 @@ enum Cmd {
     Write(commands::WriteArgs),
     /// Recompute parity or mirror copies over the whole array (resync/repair).
     Resync(commands::ResyncArgs),
-    /// Count parity or mirror mismatches without changing anything (md's check).
+    /// Count parity or mirror mismatches without changing anything (md's check); exits
+    /// non-zero when it counted some.
     Check(commands::SyncArgs),
-    /// Count and fix mismatches; raid6 also locates the bad block (md's repair).
+    /// Count and fix mismatches (md's repair): raid4/5 parity is made consistent with the
+    /// data; raid6 also locates and rewrites a bad data block.
     Repair(commands::SyncArgs),
     /// Finish the recovery of a member being rebuilt (after add, or an interrupted rebuild).
     Recover(commands::SyncArgs),
