@@ -22,10 +22,15 @@ fn tour(readme: &str) -> String {
     rest[start..start + len].to_string()
 }
 
+/// Whether `name` is on PATH or in /usr/sbin or /sbin (mdadm, for a user without them on
+/// PATH); in CI a missing tool fails the test.
 fn tool(name: &str) -> bool {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
+        .unwrap_or(false)
+        || ["/usr/sbin", "/sbin"]
+            .iter()
+            .any(|d| Path::new(d).join(name).is_file());
     if !found {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -62,7 +67,7 @@ impl Drop for Scratch {
 fn the_readme_tour_runs_as_written() {
     if !["bash", "mdadm", "nbdinfo", "sha256sum", "truncate"]
         .iter()
-        .all(|t| tool(t) || Path::new(&format!("/usr/sbin/{t}")).exists())
+        .all(|t| tool(t))
     {
         return;
     }

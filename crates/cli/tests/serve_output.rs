@@ -69,7 +69,13 @@ fn detail_names_spares_and_faulty_members_until_removed() {
     assert_eq!(field(&t, "Total Devices"), "4", "{t}");
 
     // The spare takes the failed member's role; the failed one stays, faulty, until removed.
-    ok(srv.cmd().arg("fail").arg(&members[1]));
+    let out = ok(srv.cmd().arg("fail").arg(&members[1]));
+    // It names the member that failed, not the spare that took its role at once.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("({}) marked faulty", members[1].display())),
+        "{said}"
+    );
     let spare_name = spare.display().to_string();
     wait_until(&srv, &members[0], |d| {
         d["degraded"] == false && d["members"][1]["device"].as_str() == Some(&spare_name)
