@@ -129,15 +129,24 @@ fn role_string(r: u16) -> String {
     }
 }
 
-/// 'A' per active role, '.' per missing, as mdadm's "Array State".
+/// mdadm's "Array State": per role, 'A' when one device holds it, 'R' when two do (a member
+/// and its replacement), '.' when none does.
 fn array_state(sb: &Superblock) -> String {
-    let mut s = vec!['.'; sb.raid_disks as usize];
-    for &r in &sb.dev_roles {
-        if (r as usize) < s.len() {
-            s[r as usize] = 'A';
-        }
-    }
-    s.into_iter().collect()
+    (0..sb.raid_disks)
+        .map(|role| {
+            match sb
+                .dev_roles
+                .iter()
+                .filter(|&&r| u32::from(r) == role)
+                .count()
+            {
+                0 => '.',
+                1 => 'A',
+                2 => 'R',
+                _ => '?',
+            }
+        })
+        .collect()
 }
 
 /// The array size one member's superblock implies (raid0 needs every member: unknown).
@@ -242,6 +251,8 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
             }
             line("Chunk Size", format!("{}K", sb.chunksize / 2));
         }
+        // raid4 has one layout; mdadm names none.
+        Some(Level::Raid4) => line("Chunk Size", format!("{}K", sb.chunksize / 2)),
         Some(l) => {
             line("Layout", layout_name(l, sb.layout));
             line("Chunk Size", format!("{}K", sb.chunksize / 2));
@@ -255,6 +266,9 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
         sb.feature_map & sbm::FEATURE_REPLACEMENT != 0 && u32::from(role) < sb.raid_disks;
     if replacement {
         line("Device Role", format!("Replacement device {role}"));
+    } else if role == sbm::ROLE_FAULTY {
+        // mdadm shows a device whose own entry says faulty as a spare.
+        line("Device Role", "spare".into());
     } else {
         line("Device Role", role_string(role));
     }
@@ -645,6 +659,18 @@ mod tests {
 #[cfg(test)]
 mod detail_tests {
     use super::*;
+
+    /// mdadm's Array State: two devices in one role (a member and its replacement) read 'R'.
+    #[test]
+    fn array_state_marks_a_replacement() {
+        let a = raid5(4);
+        let mut sb = a.meta().template().clone();
+        assert_eq!(array_state(&sb), "AAAA");
+        sb.dev_roles[3] = sbm::ROLE_FAULTY;
+        assert_eq!(array_state(&sb), "AAA.");
+        sb.dev_roles[4] = 1;
+        assert_eq!(array_state(&sb), "ARA.");
+    }
 
     /// mdadm's sizes in words at the unit boundaries, rounded half up to hundredths.
     #[test]

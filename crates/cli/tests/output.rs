@@ -207,6 +207,9 @@ fn examine_prints_what_mdadm_prints() {
     let small = d.images(3, 4, "s");
     ok(uraid().args(["create", "-l", "0"]).args(&small));
     members.push(small[0].clone());
+    let r4 = d.images(3, 16, "p");
+    ok(uraid().args(["create", "-l", "4"]).args(&r4));
+    members.push(r4[2].clone());
     let mirror = d.images(2, 3 << 10, "g");
     ok(uraid()
         .args(["create", "-l", "1", "--bitmap", "internal"])
