@@ -91,9 +91,11 @@ pub struct DetailArgs {
     pub force: bool,
     #[arg(long)]
     pub json: bool,
-    /// Control socket of a running array (instead of its member paths).
-    #[arg(long, value_name = "PATH", required_unless_present = "devices")]
-    pub control: Option<std::path::PathBuf>,
+    /// A running array: any of its member paths (--array) or its control socket.
+    #[command(flatten)]
+    pub target: crate::control::ArrayArgs,
+    /// Member devices: of a running array (one is enough), else all of them, to assemble
+    /// here and report.
     pub devices: Vec<std::path::PathBuf>,
 }
 
@@ -305,20 +307,52 @@ fn confirm_create(
 
 pub fn examine(a: ExamineArgs) -> Result<()> {
     let mut out = Vec::new();
-    let mut failed = false;
+    let mut failed = 0;
+    let mut untrusted = Vec::new();
+    let homehost = report::hostname();
     for p in &a.devices {
-        let dev = open_member(p)?;
-        match uraid_engine::meta::read_superblock(dev.as_ref()) {
-            Ok(sb) => {
+        let name = p.display().to_string();
+        let dev = match open_member(p) {
+            Ok(d) => d,
+            Err(e) if a.devices.len() > 1 => {
+                eprintln!("uraid: {}", crate::error_text(&e));
+                failed += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match uraid_engine::meta::read_superblock_any_checksum(dev.as_ref()) {
+            Ok((sb, computed_csum)) => {
+                // The bitmap's size counts in "Unused Space"; a superblock that is not
+                // trusted does not get its bitmap read.
+                let bitmap_sectors = (sb.sb_csum == computed_csum)
+                    .then(|| uraid_engine::bitmap::BitmapState::load(dev.as_ref(), &sb).ok())
+                    .flatten()
+                    .flatten()
+                    .map(|b| b.sb.space_bytes() / 512);
+                let cx = report::ExamineContext {
+                    computed_csum,
+                    device_sectors: dev.size_bytes() / 512,
+                    bitmap_sectors,
+                    homehost: homehost.clone(),
+                };
+                if sb.sb_csum != computed_csum {
+                    untrusted.push(format!(
+                        "{name}: superblock checksum mismatch: stored {:08x}, expected {:08x}; \
+                         its fields are printed as found and are not to be trusted",
+                        sb.sb_csum, computed_csum
+                    ));
+                }
                 if a.json {
-                    out.push(report::examine_json(&p.display().to_string(), &sb));
+                    out.push(report::examine_json(&name, &sb, &cx));
                 } else {
-                    print!("{}", report::examine_human(&p.display().to_string(), &sb));
+                    print!("{}", report::examine_human(&name, &sb, &cx));
                 }
             }
+            Err(e) if a.devices.len() == 1 => return Err(e.into()),
             Err(e) => {
-                eprintln!("uraid: {e}");
-                failed = true;
+                eprintln!("uraid: {}", crate::error_text(&anyhow::Error::new(e)));
+                failed += 1;
             }
         }
     }
@@ -330,10 +364,20 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
         };
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
-    if failed {
-        bail!("no valid md superblock on some devices");
+    // As mdadm does, the superblock is shown; unlike it, the exit status says it is bad.
+    match untrusted.len() {
+        0 if failed > 0 => bail!(
+            "{failed} of {} devices have no valid md superblock (each is named above)",
+            a.devices.len()
+        ),
+        0 => Ok(()),
+        _ => {
+            for u in &untrusted[..untrusted.len() - 1] {
+                eprintln!("uraid: {u}");
+            }
+            bail!("{}", untrusted.last().expect("one"))
+        }
     }
-    Ok(())
 }
 
 pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {
@@ -423,7 +467,7 @@ pub fn detail(a: DetailArgs) -> Result<()> {
             serde_json::to_string_pretty(&report::detail_json(&array))?
         );
     } else {
-        print!("{}", report::detail_human(&array));
+        print!("{}", report::detail_human(&array, None));
     }
     Ok(())
 }
@@ -559,21 +603,55 @@ fn sync_array(
     a: &SyncArgs,
     kind: uraid_engine::SyncKind,
 ) -> Result<()> {
+    use uraid_engine::SyncKind;
     let limits = uraid_engine::SyncLimits {
         min_kib_s: a.speed_min,
         max_kib_s: a.speed_max.max(a.speed_min),
     };
     let mismatches = crate::progress::run_sync(array, kind, limits, a.quiet)?;
+    let level = array.level();
     if a.json {
         let mut v = report::detail_json(array);
         v["sync_action"] = serde_json::json!(kind.name());
         v["mismatch_cnt"] = serde_json::json!(mismatches);
         println!("{}", serde_json::to_string_pretty(&v)?);
-    } else if kind != uraid_engine::SyncKind::Recovery {
+    } else if kind != SyncKind::Recovery {
         println!("mismatch_cnt: {mismatches}");
     }
     array.stop()?;
+    match kind {
+        // Scripts act on the exit status (md leaves them to read mismatch_cnt).
+        SyncKind::Check if mismatches > 0 => bail!(
+            "check found {mismatches} mismatched sectors (mismatch_cnt {mismatches}); \
+             `uraid repair` with the same members makes them consistent"
+        ),
+        SyncKind::Repair if !a.json => eprintln!("uraid: {}", repair_summary(level, mismatches)),
+        _ => {}
+    }
     Ok(())
+}
+
+/// What md's repair did, in words: for raid4/5 it makes parity agree with the data, which
+/// is not the same as restoring a data block that went bad.
+pub fn repair_summary(level: Level, mismatches: u64) -> String {
+    if mismatches == 0 {
+        return "repair: nothing to fix, every stripe was consistent".into();
+    }
+    let how = match level {
+        Level::Raid4 | Level::Raid5 => {
+            "parity was rewritten to be consistent with the data (md's repair: the data \
+             blocks are taken as they are, so a corrupted data block is not restored)"
+        }
+        Level::Raid6 => {
+            "where P and Q both disagreed in a way one data block explains, that block was \
+             rewritten; elsewhere P and Q were rewritten to be consistent with the data"
+        }
+        Level::Raid1 | Level::Raid10 => {
+            "the other copies were rewritten from the first readable copy (md's repair)"
+        }
+        Level::Raid0 => "nothing could be rewritten: raid0 has no redundancy",
+    };
+    format!("repair: {mismatches} mismatched sectors fixed: {how}")
 }
 
 /// md's check: count mismatched sectors (mismatch_cnt) without changing anything.

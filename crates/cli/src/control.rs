@@ -263,7 +263,8 @@ fn resolve(control: &Option<PathBuf>, members: &[PathBuf]) -> Result<PathBuf> {
     match find_server(members) {
         Some(f) => Ok(f.control),
         None => bail!(
-            "no running uraid serve holds {} (looked in {}); give --control PATH",
+            "no running uraid serve holds {} (looked in {}): start it with uraid serve, or \
+             give --control PATH",
             members
                 .iter()
                 .map(|p| p.display().to_string())
@@ -601,9 +602,10 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .next_seq();
+            let sync = *ctx.progress.lock().unwrap_or_else(|e| e.into_inner());
+            let human = crate::report::detail_human(a, sync.as_ref());
             (
-                json!({"ok": true, "detail": detail(), "human": crate::report::detail_human(a),
-                       "event_seq": seq}),
+                json!({"ok": true, "detail": detail(), "human": human, "event_seq": seq}),
                 None,
             )
         }
@@ -615,9 +617,9 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
             None,
         ),
         Request::Fail { member } => match member_role(a, member) {
-            Ok(role) => match a.fail_member(role) {
-                Ok(()) => {
-                    let name = device_name(a, role);
+            // Named before the failure: a waiting spare may take the role at once.
+            Ok(role) => match (device_name(a, role), a.fail_member(role)) {
+                (name, Ok(())) => {
                     // A waiting spare takes over through the event watcher.
                     eprintln!("uraid: member {role} ({name}) marked faulty by request");
                     (
@@ -625,7 +627,7 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                         None,
                     )
                 }
-                Err(e) => (fail_reply(e), None),
+                (_, Err(e)) => (fail_reply(e), None),
             },
             Err(e) => (fail_reply(e), None),
         },
@@ -637,7 +639,15 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 ),
                 Err(e) => (fail_reply(e), None),
             },
-            Err(e) => (fail_reply(e), None),
+            // mdadm --remove also takes a faulty device that lost its role, or a spare.
+            Err(e) => match remove_roleless(a, member) {
+                Some(Ok(device)) => (
+                    json!({"ok": true, "device": device, "detail": detail()}),
+                    None,
+                ),
+                Some(Err(e)) => (fail_reply(e), None),
+                None => (fail_reply(e), None),
+            },
         },
         Request::Replace { member, with } => match member_role(a, member) {
             Ok(role) => match engine_replace(ctx, role, with.as_deref()) {
@@ -738,6 +748,22 @@ fn member_role(a: &Array, s: &str) -> Result<MemberIdx> {
         }
     }
     bail!("{s} is not a member of this array")
+}
+
+/// `mdadm --remove` of a device without a role: a faulty one (it lost its role to a spare or
+/// a replacement) or a spare. `None` when the name is neither.
+fn remove_roleless(a: &Array, s: &str) -> Option<Result<String>> {
+    let want = canonical(Path::new(s));
+    let same = |n: &String| n == s || canonical(Path::new(n)) == want;
+    if let Some(n) = a.faulty_devices().into_iter().map(|(n, _)| n).find(same) {
+        eprintln!("uraid: faulty {n} removed");
+        return Some(a.remove_faulty(&n).map(|()| n).map_err(Into::into));
+    }
+    if let Some(n) = a.spares().into_iter().find(same) {
+        eprintln!("uraid: spare {n} removed");
+        return Some(a.remove_spare(&n).map(|()| n).map_err(Into::into));
+    }
+    None
 }
 
 /// `mdadm --remove`: take a faulty member out of its role.
@@ -920,13 +946,14 @@ fn start_sync(ctx: &Ctx, kind: SyncKind) {
 
 /// One request, one reply.
 pub fn request(control: &Path, req: &Value) -> Result<Value> {
-    let mut s = UnixStream::connect(control).with_context(|| {
+    let s = UnixStream::connect(control).with_context(|| {
         format!(
             "cannot reach the control socket {} (is `uraid serve` running?)",
             control.display()
         )
     })?;
-    writeln!(s, "{req}")?;
+    send_nosignal(&s, format!("{req}\n").as_bytes())
+        .with_context(|| format!("sending to the control socket {}", control.display()))?;
     let mut line = String::new();
     BufReader::new(&s)
         .take(64 << 20)
@@ -942,43 +969,106 @@ pub fn request(control: &Path, req: &Value) -> Result<Value> {
     Ok(v)
 }
 
-#[derive(Args)]
-pub struct MemberCmdArgs {
-    /// Control socket of the running array (default: found from the member path).
+/// Writes all of `buf` with MSG_NOSIGNAL: client commands run with SIGPIPE at its default (so
+/// that `uraid detail | head` ends quietly), and a server that went away must be an error
+/// here, not a silent death.
+fn send_nosignal(s: &UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: send on a connected socket we own, from a live buffer of that length.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// How every command that talks to a running array names it: `--array` (any member path of
+/// the array), `--control` (its control socket), or else a member path given to the command.
+#[derive(Args, Clone, Default)]
+pub struct ArrayArgs {
+    /// Any member path of the running array.
+    #[arg(long, value_name = "MEMBER")]
+    pub array: Option<PathBuf>,
+    /// Control socket of the running array (instead of --array).
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+}
+
+impl ArrayArgs {
+    /// The control socket: `--control`, else the server of `--array` or of `paths`.
+    fn control_socket(&self, paths: &[PathBuf]) -> Result<PathBuf> {
+        let mut members: Vec<PathBuf> = self.array.iter().cloned().collect();
+        members.extend(paths.iter().cloned());
+        if self.control.is_none() && members.is_empty() {
+            bail!("name the array: --array MEMBER (a member path), or --control PATH");
+        }
+        resolve(&self.control, &members)
+    }
+}
+
+/// The member acted on, given as `--member M` or as the command's argument (not both).
+fn one_member(flag: &Option<String>, positional: &Option<String>, what: &str) -> Result<String> {
+    match (flag, positional) {
+        (Some(m), None) | (None, Some(m)) => Ok(m.clone()),
+        (Some(a), Some(b)) if a == b => Ok(a.clone()),
+        (Some(a), Some(b)) => bail!("two members given ({a} and {b}): give {what} once"),
+        (None, None) => bail!("give {what}: --member ROLE|PATH"),
+    }
+}
+
+#[derive(Args)]
+pub struct MemberCmdArgs {
+    #[command(flatten)]
+    pub target: ArrayArgs,
     /// Print the array's state afterwards as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Role number or member device path.
-    pub member: String,
+    /// The member: a role number or a member device path.
+    #[arg(long, value_name = "ROLE|PATH")]
+    pub member: Option<String>,
+    /// The member, as --member.
+    #[arg(value_name = "MEMBER")]
+    pub member_arg: Option<String>,
 }
 
 #[derive(Args)]
 pub struct AddArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "array")]
-    pub control: Option<PathBuf>,
-    /// Any member path of the running array (instead of --control).
-    #[arg(long, value_name = "MEMBER")]
-    pub array: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
     /// Device or file to add.
-    pub device: PathBuf,
+    #[arg(long, value_name = "DEVICE")]
+    pub member: Option<PathBuf>,
+    /// Device or file to add, as --member.
+    #[arg(value_name = "DEVICE")]
+    pub device: Option<PathBuf>,
 }
 
 #[derive(Args)]
 pub struct ReplaceArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// Any member path of the running array (or give --control, or --member as a path).
-    pub array: Option<PathBuf>,
+    /// Any member path of the running array, as --array.
+    #[arg(value_name = "ARRAY_MEMBER")]
+    pub array_arg: Option<PathBuf>,
     /// The member to replace: a role number or a member path.
-    #[arg(long)]
+    #[arg(long, value_name = "ROLE|PATH")]
     pub member: String,
     /// The spare to rebuild as its replacement (added as a spare first if it is not one);
     /// default: any spare.
@@ -988,30 +1078,34 @@ pub struct ReplaceArgs {
 
 #[derive(Args)]
 pub struct StopArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "devices")]
-    pub control: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// Member paths of the running array (instead of --control).
+    /// Member paths of the running array, as --array.
+    #[arg(value_name = "MEMBER")]
     pub devices: Vec<PathBuf>,
 }
 
 fn member_target(a: &MemberCmdArgs) -> Result<(PathBuf, Value)> {
-    let is_role = a.member.parse::<usize>().is_ok();
-    let members: Vec<PathBuf> = if is_role {
+    let m = one_member(&a.member, &a.member_arg, "the member")?;
+    let is_role = m.parse::<usize>().is_ok();
+    if is_role && a.target.array.is_none() && a.target.control.is_none() {
+        bail!(
+            "with a role number, name the array: --array MEMBER or --control PATH (or name \
+             the member by its path)"
+        );
+    }
+    let paths: Vec<PathBuf> = if is_role {
         Vec::new()
     } else {
-        vec![PathBuf::from(&a.member)]
+        vec![PathBuf::from(&m)]
     };
-    if is_role && a.control.is_none() {
-        bail!("with a role number, give --control PATH (or name the member by its path)");
-    }
-    let control = resolve(&a.control, &members)?;
+    let control = a.target.control_socket(&paths)?;
     let member = if is_role {
-        Value::String(a.member.clone())
+        Value::String(m)
     } else {
-        Value::String(canonical(Path::new(&a.member)).display().to_string())
+        Value::String(canonical(Path::new(&m)).display().to_string())
     };
     Ok((control, member))
 }
@@ -1041,31 +1135,53 @@ pub fn fail(a: MemberCmdArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct JournalModeArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH", required_unless_present = "array")]
-    pub control: Option<PathBuf>,
-    /// Any member path of the running array (instead of --control).
-    #[arg(long, value_name = "MEMBER")]
-    pub array: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
-    /// write-through or write-back (md's journal_mode); without it, print the mode.
+    /// The mode to set: write-through or write-back (md's journal_mode).
+    #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
+    /// A mode (as --mode) or a member path of the array (as --array); without a mode, the
+    /// current one is printed.
+    #[arg(value_name = "MODE|MEMBER")]
+    pub args: Vec<String>,
+}
+
+/// Sorts `journal-mode`'s arguments: a journal mode name, or a path naming the array.
+fn journal_mode_args(a: &JournalModeArgs) -> Result<(Option<JournalMode>, Vec<PathBuf>)> {
+    let mut mode = match &a.mode {
+        Some(m) => Some(m.parse::<JournalMode>().map_err(|e| anyhow::anyhow!(e))?),
+        None => None,
+    };
+    let mut paths = Vec::new();
+    for arg in &a.args {
+        match arg.parse::<JournalMode>() {
+            Ok(m) if mode.is_none() => mode = Some(m),
+            Ok(m) if mode == Some(m) => {}
+            Ok(m) => bail!("two journal modes given ({} and {m})", mode.expect("set")),
+            Err(_) if Path::new(arg).exists() => paths.push(PathBuf::from(arg)),
+            Err(_) => bail!(
+                "{arg:?} is neither a journal mode (write-through, write-back) nor a member \
+                 path of the array"
+            ),
+        }
+    }
+    Ok((mode, paths))
 }
 
 /// `uraid journal-mode`: md's `journal_mode` of a served array with a write journal.
 pub fn journal_mode(a: JournalModeArgs) -> Result<()> {
-    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
-    let control = resolve(&a.control, &members)?;
+    let (mode, paths) = journal_mode_args(&a)?;
+    let control = a.target.control_socket(&paths)?;
     let mut req = json!({"cmd": "journal-mode"});
-    if let Some(m) = &a.mode {
-        let mode: JournalMode = m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
-        req["mode"] = json!(mode.name());
+    if let Some(m) = mode {
+        req["mode"] = json!(m.name());
     }
     let v = request(&control, &req)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v["detail"])?);
-    } else if a.mode.is_some() {
+    } else if mode.is_some() {
         eprintln!(
             "uraid: journal mode is now {}",
             v["mode"].as_str().unwrap_or("?")
@@ -1079,35 +1195,49 @@ pub fn journal_mode(a: JournalModeArgs) -> Result<()> {
 pub fn remove(a: MemberCmdArgs) -> Result<()> {
     let (control, member) = member_target(&a)?;
     let v = request(&control, &json!({"cmd": "remove", "member": member}))?;
-    print_result(&v, a.json, &format!("member {} removed", v["role"]))
+    let what = match v["device"].as_str() {
+        Some(d) => format!("{d} removed"),
+        None => format!("member {} removed", v["role"]),
+    };
+    print_result(&v, a.json, &what)
 }
 
 pub fn add(a: AddArgs) -> Result<()> {
-    let members: Vec<PathBuf> = a.array.iter().cloned().collect();
-    let control = resolve(&a.control, &members)?;
-    let dev = canonical(&a.device);
+    let device = match (&a.member, &a.device) {
+        (Some(m), None) | (None, Some(m)) => m.clone(),
+        (Some(x), Some(y)) if x == y => x.clone(),
+        (Some(x), Some(y)) => bail!(
+            "two devices given ({} and {}): give the device to add once",
+            x.display(),
+            y.display()
+        ),
+        (None, None) => bail!("give the device to add: --member DEVICE"),
+    };
+    let control = a.target.control_socket(&[])?;
+    let dev = canonical(&device);
     if !dev.exists() {
-        bail!("{}: no such file or device", a.device.display());
+        bail!("{}: no such file or device", device.display());
     }
     let v = request(
         &control,
         &json!({"cmd": "add", "device": dev.display().to_string()}),
     )?;
-    print_result(
-        &v,
-        a.json,
-        &format!("{} added: {}", dev.display(), v["added"]),
-    )
+    let how = match (v["added"]["state"].as_str(), v["added"]["role"].as_u64()) {
+        (Some("recovering"), Some(role)) => format!("as member {role}, rebuilding"),
+        (Some("spare"), _) => "as a spare".to_string(),
+        _ => v["added"].to_string(),
+    };
+    print_result(&v, a.json, &format!("{} added {how}", dev.display()))
 }
 
 /// `uraid replace` (mdadm --replace [--with]).
 pub fn replace(a: ReplaceArgs) -> Result<()> {
     let is_role = a.member.parse::<usize>().is_ok();
-    let mut members: Vec<PathBuf> = a.array.iter().cloned().collect();
+    let mut paths: Vec<PathBuf> = a.array_arg.iter().cloned().collect();
     if !is_role {
-        members.push(PathBuf::from(&a.member));
+        paths.push(PathBuf::from(&a.member));
     }
-    let control = resolve(&a.control, &members)?;
+    let control = a.target.control_socket(&paths)?;
     let member = if is_role {
         Value::String(a.member.clone())
     } else {
@@ -1137,11 +1267,10 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
 /// `uraid set`: show or change a served raid4/5/6 array's knobs, by md's sysfs names.
 #[derive(clap::Args)]
 pub struct SetArgs {
-    /// Control socket of the running array.
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<PathBuf>,
-    /// Member paths of the running array (instead of --control).
-    #[arg(long = "member", value_name = "PATH")]
+    #[command(flatten)]
+    pub target: ArrayArgs,
+    /// Old spelling of --array for this command.
+    #[arg(long = "member", value_name = "MEMBER", hide = true)]
     pub devices: Vec<PathBuf>,
     #[arg(long)]
     pub json: bool,
@@ -1151,7 +1280,7 @@ pub struct SetArgs {
 }
 
 pub fn set(a: SetArgs) -> Result<()> {
-    let control = resolve(&a.control, &a.devices)?;
+    let control = a.target.control_socket(&a.devices)?;
     let mut vals = serde_json::Map::new();
     for kv in &a.values {
         let Some((k, v)) = kv.split_once('=') else {
@@ -1173,7 +1302,7 @@ pub fn set(a: SetArgs) -> Result<()> {
 }
 
 pub fn stop(a: StopArgs) -> Result<()> {
-    let control = resolve(&a.control, &a.devices)?;
+    let control = a.target.control_socket(&a.devices)?;
     let v = request(&control, &json!({"cmd": "stop"}))?;
     // The reply comes once the array is clean; wait for the process to let go of the
     // members too, so the next command can open them.
@@ -1196,38 +1325,93 @@ pub fn stop(a: StopArgs) -> Result<()> {
     )
 }
 
-/// `uraid detail`: through the control socket (`--control`, or found when a server holds the
-/// members), else by assembling the members here (under the member locks).
-pub fn detail(a: crate::commands::DetailArgs) -> Result<()> {
-    let served = match &a.control {
-        Some(c) => Some(c.clone()),
-        None => find_server(&a.devices).map(|f| f.control),
+/// `uraid detail`: through the control socket when a server holds the members, else by
+/// assembling them here (under the member locks).
+pub fn detail(mut a: crate::commands::DetailArgs) -> Result<()> {
+    a.devices.extend(a.target.array.take());
+    let found = match &a.target.control {
+        Some(c) => Some(Found {
+            pid: 0,
+            control: c.clone(),
+        }),
+        None => find_server(&a.devices),
     };
-    if let Some(control) = served {
-        let v = request(&control, &Request::Detail.to_json())?;
+    if a.devices.is_empty() && found.is_none() {
+        bail!("name the array: its member paths, --array MEMBER, or --control PATH");
+    }
+    if let Some(found) = found {
+        let v = request(&found.control, &Request::Detail.to_json())?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&v["detail"])?);
         } else {
             print!("{}", v["human"].as_str().unwrap_or(""));
-            let sync = &v["detail"]["sync"];
-            if let Some(pct) = sync["percent"].as_f64() {
-                println!(
-                    "\n    {} Status : {pct:.1}% complete",
-                    if sync["kind"] == "recovery" {
-                        "Rebuild"
-                    } else {
-                        "Resync"
-                    }
-                );
-            }
+            let pid = v["detail"]["serve"]["pid"]
+                .as_u64()
+                .unwrap_or(found.pid.into());
             println!(
-                "\n  Served by pid {} (control {})",
-                v["detail"]["serve"]["pid"],
-                control.display()
+                "\n  Served by pid {pid} (control {})",
+                found.control.display()
             );
         }
         return Ok(());
     }
     let _locks = guard(&a.devices)?;
     crate::commands::detail(a)
+}
+
+#[derive(Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub target: ArrayArgs,
+    /// Member paths of the served array, as --array.
+    #[arg(value_name = "MEMBER")]
+    pub devices: Vec<PathBuf>,
+}
+
+/// How long `uraid wait` looks for the server of an array that was just started in the
+/// background before it says there is none.
+const SERVER_START_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether a served array has a resync, recovery or replace running or about to run.
+fn sync_busy(d: &Value) -> bool {
+    let rebuilding = d["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["state"] == "rebuilding" || !m["replacement"].is_null());
+    let resync_owed = d["resync_pending"] == true && d["degraded"] == false;
+    !d["sync"].is_null() || rebuilding || resync_owed
+}
+
+/// `uraid wait` (mdadm --wait): returns once the array is served (it may just have been
+/// started in the background) and no resync, recovery or replace is running on it.
+pub fn wait(a: WaitArgs) -> Result<()> {
+    let mut paths: Vec<PathBuf> = a.target.array.iter().cloned().collect();
+    paths.extend(a.devices.iter().cloned());
+    if a.target.control.is_none() && paths.is_empty() {
+        bail!("name the array: --array MEMBER (a member path), or --control PATH");
+    }
+    let started = std::time::Instant::now();
+    let control = loop {
+        if let Some(c) = &a.target.control {
+            if UnixStream::connect(c).is_ok() {
+                break c.clone();
+            }
+        } else if let Some(f) = find_server(&paths) {
+            break f.control;
+        }
+        if started.elapsed() > SERVER_START_WAIT {
+            // Says which socket or members, and what to do.
+            a.target.control_socket(&paths)?;
+            bail!("the array is not served: start it with uraid serve");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    loop {
+        let v = request(&control, &json!({"cmd": "detail"}))?;
+        if !sync_busy(&v["detail"]) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -57,9 +57,11 @@ enum Cmd {
     Write(commands::WriteArgs),
     /// Recompute parity or mirror copies over the whole array (resync/repair).
     Resync(commands::ResyncArgs),
-    /// Count parity or mirror mismatches without changing anything (md's check).
+    /// Count parity or mirror mismatches without changing anything (md's check); exits
+    /// non-zero when it counted some.
     Check(commands::SyncArgs),
-    /// Count and fix mismatches; raid6 also locates the bad block (md's repair).
+    /// Count and fix mismatches (md's repair): raid4/5 parity is made consistent with the
+    /// data; raid6 also locates and rewrites a bad data block.
     Repair(commands::SyncArgs),
     /// Finish the recovery of a member being rebuilt (after add, or an interrupted rebuild).
     Recover(commands::SyncArgs),
@@ -78,6 +80,9 @@ enum Cmd {
     Replace(control::ReplaceArgs),
     /// Stop a served array: flush, mark clean, exit (mdadm --stop).
     Stop(control::StopArgs),
+    /// Wait until an array started with `uraid serve ... &` is up and no resync, recovery
+    /// or replace runs on it (mdadm --wait).
+    Wait(control::WaitArgs),
     /// Show or set the write journal's mode of a served array: write-through or write-back
     /// (md's journal_mode; write-back is refused while degraded).
     JournalMode(control::JournalModeArgs),
@@ -92,6 +97,12 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A command whose output goes to a pipe that closes (`uraid detail ... | head -1`) ends
+    // quietly, as cat and mdadm do, instead of panicking in println!. The server keeps
+    // SIGPIPE ignored: a client that goes away must not take the array down with it.
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Demo(_) | Cmd::Bench(_)) {
+        default_sigpipe();
+    }
     open::configure(cli.io_engine, cli.no_direct);
     uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     let r = match cli.cmd {
@@ -119,6 +130,7 @@ fn main() -> ExitCode {
         Cmd::Add(a) => control::add(a),
         Cmd::Replace(a) => control::replace(a),
         Cmd::Stop(a) => control::stop(a),
+        Cmd::Wait(a) => control::wait(a),
         Cmd::JournalMode(a) => control::journal_mode(a),
         Cmd::Set(a) => control::set(a),
         Cmd::Demo(a) => demo::demo(a),
@@ -127,11 +139,79 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("uraid: {e:#}");
+            eprintln!("uraid: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
 }
 
+fn default_sigpipe() {
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The error and its causes, each said once: a cause whose text the message already holds
+/// (an error type that prints its source and also returns it from `source()`) is not
+/// repeated, so the user reads "cannot open d9.img: No such file", not the same twice.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if c.is_empty() || text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&c);
+    }
+    text
+}
+
 /// Paths of member devices as given on the command line.
 pub type Paths = Vec<PathBuf>;
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("No such file or directory")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    /// Prints its source in its message and returns it from source(), as thiserror's
+    /// `#[error("{member}: {source}")]` does.
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "d9.img: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn every_cause_is_said_once() {
+        let e = anyhow::Error::new(Outer(Inner)).context("cannot read the superblock");
+        assert_eq!(
+            error_text(&e),
+            "cannot read the superblock: d9.img: No such file or directory"
+        );
+        let plain = anyhow::Error::new(Inner).context("reading input");
+        assert_eq!(
+            error_text(&plain),
+            "reading input: No such file or directory"
+        );
+    }
+}

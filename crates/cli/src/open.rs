@@ -1,6 +1,6 @@
 //! Opening members from paths.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,8 +32,8 @@ pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
     } else {
         DirectMode::Auto
     };
-    let f = FileMember::open(path, mode)
-        .with_context(|| format!("cannot open member {}", path.display()))?;
+    // The engine's error already names the path: "cannot open member d9.img: No such file".
+    let f = FileMember::open(path, mode).map_err(|e| anyhow::anyhow!("cannot open member {e}"))?;
     Ok(Arc::new(f))
 }
 

@@ -6,7 +6,7 @@ use uraid_core::geometry::{raid10, raid5};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::writeback::JournalMode;
-use uraid_engine::{Array, SlotState};
+use uraid_engine::{Array, SlotState, SyncKind, SyncProgress};
 
 pub fn layout_name(level: Level, layout: u32) -> String {
     match level {
@@ -31,34 +31,122 @@ fn level_name(level: i32) -> String {
     }
 }
 
-fn sectors_human(s: u64) -> String {
-    let bytes = s as f64 * 512.0;
+/// mdadm's size in words: nothing under 5000 KiB, then MiB/MB under 2 GiB, GiB/GB under
+/// 2 TiB, TiB/TB above; two decimals, rounded half up.
+pub fn human_size(bytes: u64) -> String {
+    let b = u128::from(bytes);
+    let (bin, dec, unit) = if bytes < 5000 * 1024 {
+        return String::new();
+    } else if bytes < 2 << 30 {
+        (1u128 << 20, 1_000_000u128, "M")
+    } else if bytes < 2 << 40 {
+        (1 << 30, 1_000_000_000, "G")
+    } else {
+        (1 << 40, 1_000_000_000_000, "T")
+    };
+    let hundredths = |unit: u128| (b * 200 / unit).div_ceil(2);
+    let (i, d) = (hundredths(bin), hundredths(dec));
     format!(
-        "{} sectors ({:.2} GiB {:.2} GB)",
-        s,
-        bytes / (1u64 << 30) as f64,
-        bytes / 1e9
+        " ({}.{:02} {unit}iB {}.{:02} {unit}B)",
+        i / 100,
+        i % 100,
+        d / 100,
+        d % 100
     )
+}
+
+fn sectors_human(s: u64) -> String {
+    format!("{s} sectors{}", human_size(s.saturating_mul(512)))
+}
+
+fn kib_human(bytes: u64) -> String {
+    format!("{} KiB{}", bytes / 1024, human_size(bytes))
+}
+
+/// What examine knows besides the superblock itself.
+pub struct ExamineContext {
+    /// The checksum the superblock's bytes have (the stored one is `sb_csum`).
+    pub computed_csum: u32,
+    /// Size of the member device.
+    pub device_sectors: u64,
+    /// Sectors the internal bitmap takes, when it could be read.
+    pub bitmap_sectors: Option<u64>,
+    /// This machine's name, for mdadm's "(local to host ...)".
+    pub homehost: Option<String>,
+}
+
+/// mdadm's "Unused Space": sectors free before the data (after the superblock's 4 KiB
+/// block, the bitmap and the bad block log) and after it (past the used size). `None` when
+/// both are zero (mdadm then prints nothing).
+pub fn unused_space(sb: &Superblock, cx: &ExamineContext) -> Option<(u64, u64)> {
+    if sb.data_offset < sb.super_offset {
+        // v1.0 layout (superblock at the end): uraid writes v1.2 only.
+        return None;
+    }
+    // The kernel keeps the superblock's 4 KiB and 32 KiB after it for the bitmap.
+    let mut earliest = sb.super_offset + 72;
+    if let (Some(_), Some(bm)) = (sb.bitmap_sector(), cx.bitmap_sectors) {
+        // mdadm counts the bitmap from sector bitmap_offset, not from the superblock.
+        earliest = earliest.max((i64::from(sb.bitmap_offset) as u64).wrapping_add(bm));
+    }
+    if sb.bblog_offset != 0 && sb.bblog_size != 0 {
+        let end =
+            (sb.super_offset as i64 + i64::from(sb.bblog_offset)) as u64 + u64::from(sb.bblog_size);
+        earliest = earliest.max(end);
+    }
+    let before = sb.data_offset.saturating_sub(earliest);
+    let used = if sb.level <= 0 { sb.data_size } else { sb.size };
+    let after = cx
+        .device_sectors
+        .saturating_sub(sb.data_offset)
+        .saturating_sub(used);
+    (before != 0 || after != 0).then_some((before, after))
+}
+
+/// The name, with mdadm's "(local to host H)" when its "H:" prefix is this machine.
+fn name_with_host(name: &str, homehost: Option<&str>) -> String {
+    match (name.split_once(':'), homehost) {
+        (Some((h, _)), Some(me)) if !h.is_empty() && h == me => {
+            format!("{name}  (local to host {h})")
+        }
+        _ => name.to_string(),
+    }
+}
+
+/// This machine's host name, as md's homehost.
+pub fn hostname() -> Option<String> {
+    let h = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let h = h.trim();
+    (!h.is_empty()).then(|| h.to_string())
 }
 
 fn role_string(r: u16) -> String {
     match r {
         sbm::ROLE_SPARE => "spare".into(),
         sbm::ROLE_FAULTY => "faulty".into(),
-        sbm::ROLE_JOURNAL => "journal".into(),
+        sbm::ROLE_JOURNAL => "Journal".into(),
         n => format!("Active device {n}"),
     }
 }
 
-/// 'A' per active role, '.' per missing, as mdadm's "Array State".
+/// mdadm's "Array State": per role, 'A' when one device holds it, 'R' when two do (a member
+/// and its replacement), '.' when none does.
 fn array_state(sb: &Superblock) -> String {
-    let mut s = vec!['.'; sb.raid_disks as usize];
-    for &r in &sb.dev_roles {
-        if (r as usize) < s.len() {
-            s[r as usize] = 'A';
-        }
-    }
-    s.into_iter().collect()
+    (0..sb.raid_disks)
+        .map(|role| {
+            match sb
+                .dev_roles
+                .iter()
+                .filter(|&&r| u32::from(r) == role)
+                .count()
+            {
+                0 => '.',
+                1 => 'A',
+                2 => 'R',
+                _ => '?',
+            }
+        })
+        .collect()
 }
 
 /// The array size one member's superblock implies (raid0 needs every member: unknown).
@@ -80,7 +168,9 @@ fn array_bytes(sb: &Superblock) -> Option<u64> {
         .map(|p| p.array_sectors() * 512)
 }
 
-pub fn examine_human(path: &str, sb: &Superblock) -> String {
+/// `examine` as mdadm prints it, line for line; a superblock whose checksum is wrong is
+/// printed as found, with the checksum its bytes should have.
+pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String {
     let level = Level::from_md(sb.level);
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
@@ -88,7 +178,7 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     line("Version", "1.2".into());
     line("Feature Map", format!("{:#x}", sb.feature_map));
     line("Array UUID", uuid_string(&sb.set_uuid));
-    line("Name", sb.set_name.clone());
+    line("Name", name_with_host(&sb.set_name, cx.homehost.as_deref()));
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", level_name(sb.level));
     line("Raid Devices", sb.raid_disks.to_string());
@@ -96,44 +186,74 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     line("Avail Dev Size", sectors_human(sb.data_size));
     if let Some(bytes) = array_bytes(sb) {
-        line(
-            "Array Size",
-            format!(
-                "{} KiB ({:.2} GiB {:.2} GB)",
-                bytes / 1024,
-                bytes as f64 / (1u64 << 30) as f64,
-                bytes as f64 / 1e9
-            ),
-        );
+        line("Array Size", kib_human(bytes));
     }
-    if sb.size > 0 {
+    if sb.size != 0 && sb.size != sb.data_size {
         line("Used Dev Size", sectors_human(sb.size));
     }
     line("Data Offset", format!("{} sectors", sb.data_offset));
     line("Super Offset", format!("{} sectors", sb.super_offset));
+    if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 {
+        line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
+    }
+    if let Some((before, after)) = unused_space(sb, cx) {
+        line(
+            "Unused Space",
+            format!("before={before} sectors, after={after} sectors"),
+        );
+    }
     line(
         "State",
         if sb.is_clean() { "clean" } else { "active" }.into(),
     );
     line("Device UUID", uuid_string(&sb.device_uuid));
-    if let Some(b) = sb.bitmap_sector() {
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    if sb.bitmap_sector().is_some() {
         line(
             "Internal Bitmap",
+            format!("{} sectors from superblock", sb.bitmap_offset),
+        );
+    }
+    line("Update Time", ctime(sb.utime_secs()));
+    if sb.bblog_offset != 0 && sb.bblog_size != 0 {
+        line(
+            "Bad Block Log",
             format!(
-                "{} sectors from superblock",
-                b as i64 - sb.super_offset as i64
+                "{} entries available at offset {} sectors{}",
+                u32::from(sb.bblog_size) * 512 / 8,
+                sb.bblog_offset,
+                if sb.feature_map & sbm::FEATURE_BAD_BLOCKS != 0 {
+                    " - bad blocks present."
+                } else {
+                    ""
+                }
             ),
         );
     }
-    o.push('\n');
-    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
-    line("Update Time", ctime(sb.utime_secs()));
-    line("Checksum", format!("{:x} - correct", sb.sb_csum));
+    if sb.sb_csum == cx.computed_csum {
+        line("Checksum", format!("{:x} - correct", sb.sb_csum));
+    } else {
+        line(
+            "Checksum",
+            format!("{:x} - expected {:x}", sb.sb_csum, cx.computed_csum),
+        );
+    }
     line("Events", sb.events.to_string());
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
-    if let Some(l) = level {
-        if l != Level::Raid1 {
+    match level {
+        Some(Level::Raid1) | None => {}
+        // mdadm names a raid0 layout only when the superblock records one.
+        Some(Level::Raid0) => {
+            if sb.feature_map & sbm::FEATURE_RAID0_LAYOUT != 0 {
+                line("Layout", layout_name(Level::Raid0, sb.layout));
+            }
+            line("Chunk Size", format!("{}K", sb.chunksize / 2));
+        }
+        // raid4 has one layout; mdadm names none.
+        Some(Level::Raid4) => line("Chunk Size", format!("{}K", sb.chunksize / 2)),
+        Some(l) => {
             line("Layout", layout_name(l, sb.layout));
             line("Chunk Size", format!("{}K", sb.chunksize / 2));
         }
@@ -141,17 +261,16 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     o.push('\n');
     let role = sb.role_of_this_device().unwrap_or(sbm::ROLE_SPARE);
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>14} : {v}\n"));
-    // mdadm: a replacement shares its role's slot ("Replacement device N") and shows how far
-    // its rebuild got.
+    // mdadm: a replacement shares its role's slot ("Replacement device N").
     let replacement =
         sb.feature_map & sbm::FEATURE_REPLACEMENT != 0 && u32::from(role) < sb.raid_disks;
     if replacement {
         line("Device Role", format!("Replacement device {role}"));
+    } else if role == sbm::ROLE_FAULTY {
+        // mdadm shows a device whose own entry says faulty as a spare.
+        line("Device Role", "spare".into());
     } else {
         line("Device Role", role_string(role));
-    }
-    if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 && sb.recovery_offset != sbm::MAX_SECTOR {
-        line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
     }
     line(
         "Array State",
@@ -163,8 +282,9 @@ pub fn examine_human(path: &str, sb: &Superblock) -> String {
     format!("{path}:\n{o}")
 }
 
-pub fn examine_json(path: &str, sb: &Superblock) -> Value {
+pub fn examine_json(path: &str, sb: &Superblock, cx: &ExamineContext) -> Value {
     let level = Level::from_md(sb.level);
+    let unused = unused_space(sb, cx);
     json!({
         "device": path,
         "magic": format!("{:x}", sbm::MD_SB_MAGIC),
@@ -187,6 +307,12 @@ pub fn examine_json(path: &str, sb: &Superblock) -> Value {
         "device_uuid": uuid_string(&sb.device_uuid),
         "update_time": sb.utime_secs(),
         "checksum": format!("{:08x}", sb.sb_csum),
+        "checksum_expected": format!("{:08x}", cx.computed_csum),
+        "checksum_correct": sb.sb_csum == cx.computed_csum,
+        "unused_before_sectors": unused.map(|u| u.0),
+        "unused_after_sectors": unused.map(|u| u.1),
+        "bad_block_log_entries": (sb.bblog_offset != 0 && sb.bblog_size != 0)
+            .then(|| u32::from(sb.bblog_size) * 512 / 8),
         "events": sb.events,
         "dev_number": sb.dev_number,
         "role": sb.role_of_this_device().map(role_string),
@@ -199,56 +325,107 @@ pub fn examine_json(path: &str, sb: &Superblock) -> Value {
     })
 }
 
-fn state_words(a: &Array) -> String {
+/// mdadm's State: clean or active, then degraded, and the sync that is running (or owed).
+fn state_words(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
     let mut w = vec![if meta.is_dirty() { "active" } else { "clean" }];
+    let needs_resync = meta.needs_resync();
+    drop(meta);
     if a.is_degraded() {
         w.push("degraded");
     }
-    if !a.replacing_roles().is_empty() {
-        w.push("replacing");
-    }
-    if meta.needs_resync() {
-        w.push("resync pending");
+    match sync.map(|p| p.kind) {
+        Some(SyncKind::Resync) => w.push("resyncing"),
+        Some(SyncKind::Check) => w.push("checking"),
+        Some(SyncKind::Repair) => w.push("repairing"),
+        // md rebuilds a recovering member or a replacement as soon as the array runs.
+        Some(SyncKind::Recovery) => w.push("recovering"),
+        None if !a.recovering_roles().is_empty() || !a.replacing_roles().is_empty() => {
+            w.push("recovering")
+        }
+        None if needs_resync => w.push("resyncing (PENDING)"),
+        None => {}
     }
     w.join(", ")
 }
 
-pub fn detail_human(a: &Array) -> String {
+/// md's consistency policy: how the array keeps parity or copies in step after a crash.
+fn consistency_policy(a: &Array, sb: &Superblock) -> &'static str {
+    if a.has_journal() {
+        "journal"
+    } else if sb.bitmap_sector().is_some() {
+        "bitmap"
+    } else if a.level() == Level::Raid0 {
+        "none"
+    } else {
+        "resync"
+    }
+}
+
+/// One device row of mdadm --detail.
+fn device_row(o: &mut String, number: &str, raid_device: &str, state: &str, name: &str) {
+    o.push_str(&format!(
+        "    {number:>6}   {raid_device:>10} {state:<16} {name}"
+    ));
+    // No trailing blanks on a row without a device.
+    while o.ends_with(' ') {
+        o.pop();
+    }
+    o.push('\n');
+}
+
+/// `detail` as mdadm prints it; `sync` is the sync running in a server, if any.
+pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
     let sb = meta.template().clone();
+    let dev_numbers: Vec<Option<u32>> = (0..a.raid_disks())
+        .map(|r| meta.member_sb(MemberIdx(r)).map(|m| m.dev_number))
+        .collect();
     drop(meta);
     let g = a.geometry();
+    let roles = || (0..g.raid_disks).map(MemberIdx);
+    let count = |st: SlotState| roles().filter(|&r| a.slot_state(r) == st).count();
+    let in_sync = count(SlotState::InSync);
+    let recovering = count(SlotState::Recovering);
+    let faulty_in_role = count(SlotState::Faulty);
+    let replacements = a.replacing_roles().len();
+    let spares = a.spares();
+    let faulty = a.faulty_devices();
+    let journal = a.journal_device().map(|d| (d, a.journal_failed()));
+    let journal_ok = usize::from(matches!(journal, Some((_, false))));
+    let journal_bad = usize::from(matches!(journal, Some((_, true))));
+    let spare_devices = recovering + replacements + spares.len();
+    let failed = faulty_in_role + faulty.len() + journal_bad;
+
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
     line("Version", "1.2".into());
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", g.level.to_string());
+    // mdadm prints both sizes in KiB, without the unit.
     line(
         "Array Size",
-        format!(
-            "{} KiB ({:.2} GiB {:.2} GB)",
-            a.size_bytes() / 1024,
-            a.size_bytes() as f64 / (1u64 << 30) as f64,
-            a.size_bytes() as f64 / 1e9
-        ),
+        format!("{}{}", a.size_bytes() / 1024, human_size(a.size_bytes())),
     );
     if g.level != Level::Raid0 {
-        line("Used Dev Size", format!("{} KiB", g.dev_sectors / 2));
+        let dev_bytes = g.dev_sectors * 512;
+        line(
+            "Used Dev Size",
+            format!("{}{}", dev_bytes / 1024, human_size(dev_bytes)),
+        );
     }
     line("Raid Devices", g.raid_disks.to_string());
     line(
         "Total Devices",
-        ((0..g.raid_disks)
-            .filter(|&r| a.slot_state(MemberIdx(r)) != SlotState::Missing)
-            .count()
-            + a.spares().len())
-        .to_string(),
+        (in_sync + faulty_in_role + spare_devices + faulty.len() + journal_ok + journal_bad)
+            .to_string(),
     );
     line("Persistence", "Superblock is persistent".into());
+    o.push('\n');
     if sb.bitmap_sector().is_some() {
-        line("Intent Bitmap", "Internal".into());
+        o.push_str(&format!("{:>18} : Internal\n\n", "Intent Bitmap"));
     }
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
     if let Some(mode) = a.journal_mode() {
         let state = if a.journal_failed() {
             "faulty"
@@ -277,30 +454,51 @@ pub fn detail_human(a: &Array) -> String {
         }
     }
     line("Update Time", ctime(sb.utime_secs()));
-    line("State", state_words(a));
-    let missing = a.missing_roles().len();
-    line("Active Devices", (g.raid_disks - missing).to_string());
+    line("State", state_words(a, sync));
+    line("Active Devices", in_sync.to_string());
     line(
         "Working Devices",
-        (g.raid_disks - missing + a.recovering_roles().len() + a.spares().len()).to_string(),
+        (in_sync + spare_devices + journal_ok).to_string(),
     );
-    line(
-        "Failed Devices",
-        (0..g.raid_disks)
-            .filter(|&r| a.slot_state(MemberIdx(r)) == SlotState::Faulty)
-            .count()
-            .to_string(),
-    );
+    line("Failed Devices", failed.to_string());
+    line("Spare Devices", spare_devices.to_string());
+    o.push('\n');
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    match g.level {
+        Level::Raid1 => {}
+        Level::Raid0 if sb.feature_map & sbm::FEATURE_RAID0_LAYOUT == 0 => {
+            line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        }
+        _ => {
+            line("Layout", layout_name(g.level, g.layout));
+            line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        }
+    }
     if g.level != Level::Raid1 {
-        line("Layout", layout_name(g.level, g.layout));
-        line("Chunk Size", format!("{}K", g.chunk_sectors / 2));
+        o.push('\n');
+    }
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
+    line("Consistency Policy", consistency_policy(a, &sb).into());
+    if let Some(p) = sync {
+        let what = match p.kind {
+            SyncKind::Recovery => "Rebuild Status",
+            SyncKind::Resync => "Resync Status",
+            SyncKind::Check | SyncKind::Repair => "Check Status",
+        };
+        o.push('\n');
+        o.push_str(&format!(
+            "{what:>18} : {}% complete\n",
+            p.percent().floor() as u64
+        ));
     }
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
-    line("Name", sb.set_name.clone());
+    line("Name", name_with_host(&sb.set_name, hostname().as_deref()));
     line("UUID", uuid_string(&sb.set_uuid));
     line("Events", sb.events.to_string());
     o.push_str("\n    Number   RaidDevice State\n");
+    let number = |r: usize| dev_numbers[r].map_or("-".to_string(), |n| n.to_string());
+    let mut faulty_rows = Vec::new();
     for r in 0..g.raid_disks {
         let st = a.slot_state(MemberIdx(r));
         let name = a
@@ -308,30 +506,50 @@ pub fn detail_human(a: &Array) -> String {
             .device_name()
             .unwrap_or_else(|| "-".into());
         let repl = a.slot(MemberIdx(r)).replacement_name();
-        // mdadm --detail: the member being replaced and its replacement share the role.
-        let words = match (&repl, st) {
-            (Some(_), SlotState::InSync) => "active sync replacing".to_string(),
-            _ => st.describe().to_string(),
-        };
-        o.push_str(&format!(
-            "    {:>6}   {:>10} {:<16} {}\n",
-            r,
-            r,
-            words,
-            if st == SlotState::Missing { "" } else { &name }
-        ));
+        let role = r.to_string();
+        match (&repl, st) {
+            // mdadm: a failed member leaves its role "removed" and is listed as faulty
+            // below, until it is removed.
+            (_, SlotState::Faulty) => {
+                device_row(&mut o, "-", &role, "removed", "");
+                faulty_rows.push((number(r), name));
+            }
+            (_, SlotState::Missing) => device_row(&mut o, "-", &role, "removed", ""),
+            // The member being replaced and its replacement share the role.
+            (Some(_), SlotState::InSync) => {
+                device_row(&mut o, &number(r), &role, "active sync replacing", &name)
+            }
+            _ => device_row(&mut o, &number(r), &role, st.describe(), &name),
+        }
         if let Some(n) = repl {
-            o.push_str(&format!(
-                "    {:>6}   {:>10} {:<16} {}\n",
-                "-", r, "spare rebuilding replacement", n
-            ));
+            device_row(&mut o, "-", &role, "spare rebuilding replacement", &n);
         }
     }
-    for s in a.spares() {
-        o.push_str(&format!(
-            "    {:>6}   {:>10} {:<16} {}\n",
-            "-", "-", "spare", s
-        ));
+    if let Some((j, bad)) = &journal {
+        device_row(
+            &mut o,
+            "-",
+            "-",
+            if *bad { "faulty journal" } else { "journal" },
+            j,
+        );
+    }
+    for s in &spares {
+        device_row(&mut o, "-", "-", "spare", s);
+    }
+    faulty_rows.extend(faulty.into_iter().map(|(name, n)| {
+        let n = if n == u32::MAX {
+            "-".to_string()
+        } else {
+            n.to_string()
+        };
+        (n, name)
+    }));
+    if !faulty_rows.is_empty() {
+        o.push('\n');
+        for (n, name) in faulty_rows {
+            device_row(&mut o, &n, "-", "faulty", &name);
+        }
     }
     o
 }
@@ -400,6 +618,8 @@ pub fn detail_json(a: &Array) -> Value {
         }),
         "members": members,
         "spares": a.spares(),
+        "faulty": a.faulty_devices().into_iter().map(|(d, _)| d).collect::<Vec<_>>(),
+        "consistency_policy": consistency_policy(a, &sb),
     })
 }
 
@@ -423,7 +643,7 @@ mod tests {
         a.replace(MemberIdx(2), Some("new")).unwrap();
         let mut buf = vec![0u8; 64 << 10];
         a.replace_step(MemberIdx(2), &mut buf).unwrap();
-        let text = detail_human(&a);
+        let text = detail_human(&a, None);
         assert!(text.contains("active sync replacing"), "{text}");
         assert!(text.contains("spare rebuilding replacement"), "{text}");
         assert!(text.contains("replacing"), "{text}");
@@ -433,5 +653,106 @@ mod tests {
         assert_eq!(j["members"][2]["replacement"]["device"], "new");
         assert_eq!(j["members"][2]["replacement"]["recovery_sectors"], 128);
         assert_eq!(j["degraded"], false);
+    }
+}
+
+#[cfg(test)]
+mod detail_tests {
+    use super::*;
+
+    /// mdadm's Array State: two devices in one role (a member and its replacement) read 'R'.
+    #[test]
+    fn array_state_marks_a_replacement() {
+        let a = raid5(4);
+        let mut sb = a.meta().template().clone();
+        assert_eq!(array_state(&sb), "AAAA");
+        sb.dev_roles[3] = sbm::ROLE_FAULTY;
+        assert_eq!(array_state(&sb), "AAA.");
+        sb.dev_roles[4] = 1;
+        assert_eq!(array_state(&sb), "ARA.");
+    }
+
+    /// mdadm's sizes in words at the unit boundaries, rounded half up to hundredths.
+    #[test]
+    fn human_sizes_as_mdadm() {
+        assert_eq!(human_size(5000 * 1024 - 1), "");
+        assert_eq!(human_size(5000 * 1024), " (4.88 MiB 5.12 MB)");
+        assert_eq!(human_size(66_060_288), " (63.00 MiB 66.06 MB)");
+        assert_eq!(human_size((2 << 30) - 1), " (2048.00 MiB 2147.48 MB)");
+        assert_eq!(human_size(2 << 30), " (2.00 GiB 2.15 GB)");
+        assert_eq!(human_size(3_298_351_939_584), " (3.00 TiB 3.30 TB)");
+    }
+    use std::sync::Arc;
+    use uraid_engine::{CreateOptions, MemMember, Member};
+
+    fn raid5(n: usize) -> Array {
+        let mems: Vec<Option<Arc<dyn Member>>> = (0..n)
+            .map(|i| Some(Arc::new(MemMember::new(format!("m{i}"), 8 << 20)) as Arc<dyn Member>))
+            .collect();
+        let mut o = CreateOptions::new(Level::Raid5);
+        o.assume_clean = true;
+        uraid_engine::create(mems, &o).unwrap()
+    }
+
+    fn field(text: &str, key: &str) -> String {
+        text.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(" : ")?;
+                (k.trim() == key).then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    }
+
+    /// mdadm's State, counts and rows: a failed member leaves its role "removed" and is
+    /// listed as faulty; a member being rebuilt makes the array "recovering"; a running
+    /// resync shows "resyncing" and its status line.
+    #[test]
+    fn detail_counts_and_states_as_mdadm() {
+        let a = raid5(4);
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean");
+        assert_eq!(field(&t, "Spare Devices"), "0");
+        assert_eq!(field(&t, "Consistency Policy"), "resync");
+        // mdadm: KiB, then the size in words.
+        let kib = a.geometry().dev_sectors / 2;
+        let used = field(&t, "Used Dev Size");
+        assert!(
+            used.starts_with(&format!("{kib} ("))
+                && used.ends_with(" MB)")
+                && used.contains(" MiB "),
+            "{used}"
+        );
+        a.fail_member(MemberIdx(1)).unwrap();
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean, degraded");
+        assert_eq!(field(&t, "Failed Devices"), "1");
+        assert_eq!(field(&t, "Active Devices"), "3");
+        assert!(
+            t.contains("\n         -            1 removed\n"),
+            "role 1 not shown removed:\n{t}"
+        );
+        assert!(
+            t.contains("\n\n         1            - faulty           m1\n"),
+            "no faulty line:\n{t}"
+        );
+        a.remove_member(MemberIdx(1)).unwrap();
+        a.add_member(Arc::new(MemMember::new("new", 8 << 20)))
+            .unwrap();
+        let t = detail_human(&a, None);
+        assert_eq!(field(&t, "State"), "clean, degraded, recovering");
+        assert_eq!(field(&t, "Spare Devices"), "1");
+        assert_eq!(field(&t, "Working Devices"), "4");
+        assert_eq!(field(&t, "Failed Devices"), "0");
+        assert!(t.contains(" spare rebuilding new\n"), "{t}");
+        let p = SyncProgress {
+            kind: SyncKind::Resync,
+            done_units: 1,
+            total_units: 4,
+            unit_bytes: 4096,
+            mismatch_sectors: 0,
+        };
+        let t = detail_human(&raid5(3), Some(&p));
+        assert_eq!(field(&t, "State"), "clean, resyncing");
+        assert_eq!(field(&t, "Resync Status"), "25% complete");
     }
 }

@@ -448,6 +448,20 @@ impl Superblock {
     /// [`SB_IO_BYTES`]). Checks magic, version, `max_dev`, checksum, reserved bytes and field
     /// sanity; never panics.
     pub fn decode(buf: &[u8]) -> Result<Superblock, SuperblockError> {
+        Superblock::decode_checked(buf, true).map(|(sb, _)| sb)
+    }
+
+    /// [`Superblock::decode`] without the checksum test, for `examine`: someone recovering an
+    /// array needs to see a superblock whose checksum is wrong (as mdadm shows it), marked as
+    /// not trusted. Returns the record (with the stored `sb_csum`) and the checksum computed
+    /// over its bytes; every other check still applies. Never use the result to assemble.
+    pub fn decode_any_checksum(buf: &[u8]) -> Result<(Superblock, u32), SuperblockError> {
+        Superblock::decode_checked(buf, false)
+    }
+
+    /// The checksum is tested (when `checksum` is set) before any field is: a field that
+    /// makes no sense in a block whose checksum is wrong is corruption, not a bad value.
+    fn decode_checked(buf: &[u8], checksum: bool) -> Result<(Superblock, u32), SuperblockError> {
         if buf.len() < SB_FIXED_BYTES {
             return Err(SuperblockError::Truncated {
                 got: buf.len(),
@@ -475,8 +489,8 @@ impl Superblock {
         }
         let b = &buf[..need];
         let stored = le::u32_at(b, off::SB_CSUM);
-        let computed = checksum(b);
-        if stored != computed {
+        let computed = self::checksum(b);
+        if checksum && stored != computed {
             return Err(SuperblockError::BadChecksum { stored, computed });
         }
         // md refuses non-zero padding: it may hold a feature this code does not know.
@@ -524,7 +538,7 @@ impl Superblock {
                 .collect(),
         };
         sb.validate()?;
-        Ok(sb)
+        Ok((sb, computed))
     }
 
     /// Encodes into [`SB_IO_BYTES`] bytes (zero padded) with `max_dev = dev_roles.len()` and

@@ -619,3 +619,29 @@ proptest! {
         prop_assert!(Superblock::decode(&bytes).is_ok());
     }
 }
+
+/// examine shows a superblock whose checksum is wrong, with both checksums, and decode
+/// still refuses it.
+#[test]
+fn a_wrong_checksum_is_reported_with_the_fields_as_found() {
+    let good = sample().encode();
+    let reference = Superblock::decode(&good).unwrap();
+    let mut bad = good.clone();
+    bad[38] ^= 0x04; // inside set_name: "host:md0" becomes "host:m`0"
+    let (sb, computed) = Superblock::decode_any_checksum(&bad).unwrap();
+    assert_eq!(sb.sb_csum, reference.sb_csum, "the stored checksum is kept");
+    assert_ne!(computed, sb.sb_csum);
+    assert_eq!(computed, checksum(&bad[..256 + 2 * 128]));
+    assert_eq!(sb.set_name, "host:m`0");
+    assert_eq!(sb.events, reference.events);
+    assert_eq!(
+        Superblock::decode(&bad),
+        Err(SuperblockError::BadChecksum {
+            stored: sb.sb_csum,
+            computed
+        })
+    );
+    // Correct bytes: the same record, and the computed checksum is the stored one.
+    let (sb, computed) = Superblock::decode_any_checksum(&good).unwrap();
+    assert_eq!((sb, computed), (reference.clone(), reference.sb_csum));
+}

@@ -36,6 +36,11 @@ pub struct Meta {
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
     /// Per role, the superblock of its replacement being rebuilt (md's --replace).
     pub(crate) replacements: Vec<Option<Superblock>>,
+    /// Members that failed and lost their role (to a spare, or to their replacement at
+    /// the end of a replace). md keeps such a device, faulty and without a role, until
+    /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
+    /// With each, its device number (md's dev_number, the index of its entry in dev_roles).
+    pub(crate) faulty: Vec<(Arc<dyn Member>, u32)>,
 }
 
 impl Meta {
@@ -49,6 +54,7 @@ impl Meta {
             needs_resync,
             bitmap: None,
             spares: Vec::new(),
+            faulty: Vec::new(),
             write_depth: 0,
             journal: None,
         }
@@ -114,6 +120,17 @@ impl Meta {
             self.template.dev_roles[n] = ROLE_FAULTY;
         }
         true
+    }
+
+    /// `role`'s device lost its role to `dev`ice `old`: keep it as a faulty device (see
+    /// `faulty`), with the device number its superblock had.
+    pub(crate) fn keep_faulty(&mut self, role: MemberIdx, old: Arc<dyn Member>) {
+        let number = self
+            .members
+            .get(role.0)
+            .and_then(|m| m.as_ref())
+            .map_or(u32::MAX, |sb| sb.dev_number);
+        self.faulty.push((old, number));
     }
 
     pub fn mark_faulty(&mut self, role: MemberIdx) {
@@ -356,6 +373,22 @@ pub(crate) fn now_secs() -> u64 {
 
 /// Read and decode the v1.2 superblock of a device.
 pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
+    let (sb, computed) = read_superblock_any_checksum(dev)?;
+    if sb.sb_csum != computed {
+        return Err(ArrayError::Superblock {
+            member: dev.name(),
+            source: uraid_core::superblock::SuperblockError::BadChecksum {
+                stored: sb.sb_csum,
+                computed,
+            },
+        });
+    }
+    Ok(sb)
+}
+
+/// The member's superblock even when its checksum is wrong, with the checksum its bytes
+/// have (for `examine`, which shows such a superblock as not trusted); never for assembly.
+pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32), ArrayError> {
     let need = SB_V12_OFFSET_BYTES + SB_IO_BYTES as u64;
     if dev.size_bytes() < need {
         return Err(ArrayError::Assemble(format!(
@@ -366,10 +399,11 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
     }
     let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
     dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
-    let sb = Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
-        member: dev.name(),
-        source,
-    })?;
+    let (sb, computed) =
+        Superblock::decode_any_checksum(&buf).map_err(|source| ArrayError::Superblock {
+            member: dev.name(),
+            source,
+        })?;
     // md rejects a superblock that does not say where it is: a copy found elsewhere.
     if sb.super_offset != SB_V12_OFFSET_BYTES / 512 {
         return Err(ArrayError::Assemble(format!(
@@ -378,7 +412,7 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
             sb.super_offset
         )));
     }
-    Ok(sb)
+    Ok((sb, computed))
 }
 
 /// Encode and write a superblock, then flush the device.

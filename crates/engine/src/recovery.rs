@@ -527,8 +527,13 @@ impl Array {
         sb.recovery_offset = 0;
         meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;
         let data_offset = sb.data_offset;
-        meta.members[role.0] = Some(sb);
         let slot = self.slot(role);
+        if slot.state() == SlotState::Faulty {
+            if let Some(old) = slot.device() {
+                meta.keep_faulty(role, old);
+            }
+        }
+        meta.members[role.0] = Some(sb);
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -586,6 +591,35 @@ impl Array {
         let (_, sb) = meta.spares.remove(i);
         meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         meta.write_all(self)?;
+        drop(meta);
+        self.events.emit(Event::DeviceRemoved {
+            device: name.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Names of the members that failed and lost their role to another device, kept until
+    /// removed (md's faulty rdevs with no raid_disk).
+    /// With each, its md device number (`u32::MAX` if unknown).
+    pub fn faulty_devices(&self) -> Vec<(String, u32)> {
+        self.meta()
+            .faulty
+            .iter()
+            .map(|(d, n)| (d.name(), *n))
+            .collect()
+    }
+
+    /// Remove a faulty member that no longer holds a role (see
+    /// [`Array::faulty_devices`]), by device name, as mdadm --remove.
+    pub fn remove_faulty(&self, name: &str) -> Result<(), ArrayError> {
+        let _g = self.reconfig.lock().unwrap();
+        let mut meta = self.meta();
+        let Some(i) = meta.faulty.iter().position(|(d, _)| d.name() == name) else {
+            return Err(ArrayError::Failed(format!(
+                "{name} is not a faulty member of this array"
+            )));
+        };
+        meta.faulty.remove(i);
         drop(meta);
         self.events.emit(Event::DeviceRemoved {
             device: name.to_string(),

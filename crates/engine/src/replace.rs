@@ -407,6 +407,7 @@ impl Array {
         sb.feature_map |= FEATURE_RECOVERY_OFFSET;
         let cursor = self.cursor_for_offset(r.cursor_sectors());
         let data_start = r.new_data_start;
+        meta.keep_faulty(role, r.old());
         meta.members[role.0] = Some(sb);
         slot.set_device(Some(r.new.clone()), data_start);
         slot.set_recovery_cursor(cursor);
@@ -463,6 +464,7 @@ impl Array {
         // Writes stop reaching the old member: pending until the superblocks say it left.
         let change = self.begin_sb_change();
         meta.mark_faulty(role);
+        meta.keep_faulty(role, r.old());
         sb.feature_map &= !(FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET);
         sb.recovery_offset = MAX_SECTOR;
         meta.members[role.0] = Some(sb);

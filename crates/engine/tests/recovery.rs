@@ -412,3 +412,34 @@ fn pipelined_recovery_under_concurrent_io_rebuilds_exactly() {
         }
     }
 }
+
+/// A member that lost its role (to a spare after failing, or to its replacement at the end
+/// of a replace) stays as a faulty device until removed, as md keeps the rdev, so that
+/// detail can name it and remove can take it out.
+#[test]
+fn a_member_that_lost_its_role_stays_faulty_until_removed() {
+    let c = cfg(Level::Raid5, None, 4);
+    let mems = mem_members(&c, "fk");
+    let a = uraid_engine::create(as_members(&mems), &create_opts(&c)).unwrap();
+    let model = fill(&a, 9);
+    assert!(a.faulty_devices().is_empty());
+    a.add_member(Arc::new(MemMember::new("spare", 2 << 20)))
+        .unwrap();
+    a.fail_member(MemberIdx(2)).unwrap();
+    assert_eq!(a.faulty_devices(), vec![("fk-mem2".to_string(), 2)]);
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    assert_eq!(a.faulty_devices(), vec![("fk-mem2".to_string(), 2)]);
+    let events = a.subscribe();
+    a.remove_faulty("fk-mem2").unwrap();
+    assert!(a.faulty_devices().is_empty());
+    assert!(events.try_iter().any(|e| e.name() == "DeviceDisappeared"));
+    assert!(a.remove_faulty("fk-mem2").is_err());
+    // After a replace, the old member is faulty until removed.
+    a.add_member(Arc::new(MemMember::new("new", 2 << 20)))
+        .unwrap();
+    a.replace(MemberIdx(1), Some("new")).unwrap();
+    a.run_replace(|_| {}).unwrap();
+    assert_eq!(a.slot(MemberIdx(1)).device_name().as_deref(), Some("new"));
+    assert_eq!(a.faulty_devices(), vec![("fk-mem1".to_string(), 1)]);
+    assert!(read_all(&a) == model);
+}
