@@ -46,6 +46,10 @@ pub struct CreateArgs {
     /// write hole.
     #[arg(long, value_name = "DEV")]
     pub write_journal: Option<std::path::PathBuf>,
+    /// Superblock version, as mdadm's -e: 1.2 (4 KiB from the start, the default), 1.1 (at
+    /// the start) or 1.0 (at the end: the data starts at sector 0).
+    #[arg(short = 'e', long, default_value = "1.2")]
+    pub metadata: String,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -178,6 +182,12 @@ pub fn create(a: CreateArgs) -> Result<()> {
         other => bail!("--bitmap must be internal or none, not {other:?}"),
     };
     opts.assume_clean = a.assume_clean;
+    opts.metadata = uraid_core::superblock::MetadataVersion::parse(&a.metadata).with_context(|| {
+        format!(
+            "--metadata {:?}: uraid writes 1.0, 1.1 or 1.2 (0.90 and external metadata are not supported)",
+            a.metadata
+        )
+    })?;
     if let Some(u) = &a.uuid {
         opts.uuid =
             Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);

@@ -2,7 +2,8 @@
 //!
 //! Nothing in this crate does IO, spawns threads or reads a clock. It holds:
 //! - [`geometry`]: md's data layouts for every RAID level (array sector -> member, offset),
-//! - [`superblock`]: the md v1.2 superblock codec,
+//! - [`superblock`]: the md v1 superblock codec (metadata 1.0, 1.1, 1.2),
+//! - [`support`]: which superblock features uraid honours, and refusals for the rest,
 //! - [`bitmap`]: the md write-intent bitmap superblock codec,
 //! - [`types`]: newtypes shared by all crates.
 
@@ -10,6 +11,7 @@ pub mod bitmap;
 pub mod geometry;
 pub mod journal;
 pub mod superblock;
+pub mod support;
 pub mod types;
 
 pub use types::*;

@@ -8,8 +8,9 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
-    uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET,
-    FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+    uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_BITMAP,
+    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL,
+    ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -70,6 +71,18 @@ pub fn assemble(
     let mut sbs = Vec::with_capacity(devs.len());
     for d in &devs {
         sbs.push(read_superblock(d.as_ref())?);
+    }
+    // Everything a superblock says must be something uraid honours, before anything is
+    // written: a reshape in progress read with one geometry returns mixed data.
+    for (d, sb) in devs.iter().zip(sbs.iter_mut()) {
+        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
+            array: format!("{} ({})", sb.set_name, uuid_string(&sb.set_uuid)),
+            member: d.name(),
+            what,
+        })?;
+        // md's bitmap-based recovery copies only dirty chunks above recovery_offset; uraid
+        // copies all of them, which covers it, and so no longer claims the bitmap's help.
+        sb.feature_map &= !FEATURE_RECOVERY_BITMAP;
     }
     // All members must belong to one array.
     let uuid0 = sbs[0].set_uuid;

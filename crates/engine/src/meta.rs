@@ -14,8 +14,9 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
-    Superblock, FEATURE_BAD_BLOCKS, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR,
-    ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
+    uuid_string, MetadataVersion, Superblock, SuperblockError, FEATURE_BAD_BLOCKS,
+    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
+    SB_V12_OFFSET_SECTORS,
 };
 use uraid_core::MemberIdx;
 
@@ -344,31 +345,135 @@ pub(crate) fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Read and decode the v1.2 superblock of a device.
+/// Read and decode the v1 superblock of a device, wherever its version puts it (1.0 at
+/// the end, 1.1 at sector 0, 1.2 at sector 8), as mdadm does without `-e`.
+///
+/// A superblock counts only where its own `super_offset` says it lives. Two valid ones
+/// (a stale 1.0 at the end under a newer 1.2): mdadm takes the one created last (larger
+/// `ctime`); with equal `ctime` there is no telling, so both are named and neither is used.
 pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
-    let need = SB_V12_OFFSET_BYTES + SB_IO_BYTES as u64;
-    if dev.size_bytes() < need {
+    let device_sectors = dev.size_bytes() / 512;
+    let mut found: Vec<(MetadataVersion, Superblock)> = Vec::new();
+    // The most telling failure, for when nothing is found: a damaged superblock beats
+    // a misplaced one, which beats no magic at all.
+    let mut damaged: Option<(MetadataVersion, u64, SuperblockError)> = None;
+    let mut misplaced: Option<(MetadataVersion, u64, u64)> = None;
+    for v in MetadataVersion::ALL {
+        let Some(at) = v.super_offset_sectors(device_sectors) else {
+            continue;
+        };
+        let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
+        dev.read_at(&mut buf, at * 512)?;
+        match Superblock::decode(&buf) {
+            Ok(sb) if sb.super_offset == at => found.push((v, sb)),
+            // md rejects a superblock that does not say where it is: a copy found elsewhere.
+            Ok(sb) => misplaced = misplaced.or(Some((v, at, sb.super_offset))),
+            Err(SuperblockError::BadMagic { .. }) => {}
+            Err(e) => damaged = damaged.or(Some((v, at, e))),
+        }
+    }
+    match found.len() {
+        0 => {}
+        1 => return Ok(found.pop().expect("one").1),
+        _ => {
+            found.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.ctime_secs()));
+            let (v0, a) = &found[0];
+            let (v1, b) = &found[1];
+            if a.ctime_secs() == b.ctime_secs() {
+                return Err(ArrayError::Assemble(format!(
+                    "{}: two md superblocks created at the same time: a {v0} one (array {}, sector {}) \
+                     and a {v1} one (array {}, sector {}); uraid cannot tell which is current: \
+                     erase the stale one (mdadm --zero-superblock --metadata={v1} or ={v0}) first",
+                    dev.name(),
+                    uuid_string(&a.set_uuid),
+                    a.super_offset,
+                    uuid_string(&b.set_uuid),
+                    b.super_offset
+                )));
+            }
+            tracing::warn!(
+                "{}: using the {v0} superblock (array {}, created later); an older {v1} one \
+                 (array {}) is also on the device",
+                dev.name(),
+                uuid_string(&a.set_uuid),
+                uuid_string(&b.set_uuid)
+            );
+            return Ok(found.swap_remove(0).1);
+        }
+    }
+    if let Some((v, at, source)) = damaged {
+        return Err(ArrayError::Superblock {
+            member: format!("{} ({v} superblock at sector {at})", dev.name()),
+            source,
+        });
+    }
+    if let Some(grown) = grown_v10(dev, device_sectors)? {
+        return Err(ArrayError::Assemble(grown));
+    }
+    if let Some((v, at, says)) = misplaced {
         return Err(ArrayError::Assemble(format!(
-            "{}: device of {} bytes is too small to hold an md v1.2 superblock",
+            "{}: superblock found at sector {at} (where {v} keeps it) says it lives at sector \
+             {says}: a copy, not this device's superblock",
+            dev.name()
+        )));
+    }
+    if device_sectors < SB_V12_OFFSET_SECTORS + SB_IO_BYTES as u64 / 512 {
+        return Err(ArrayError::Assemble(format!(
+            "{}: device of {} bytes is too small to hold an md superblock",
             dev.name(),
             dev.size_bytes()
         )));
     }
-    let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
-    dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
-    let sb = Superblock::decode(&buf).map_err(|source| ArrayError::Superblock {
-        member: dev.name(),
-        source,
-    })?;
-    // md rejects a superblock that does not say where it is: a copy found elsewhere.
-    if sb.super_offset != SB_V12_OFFSET_BYTES / 512 {
-        return Err(ArrayError::Assemble(format!(
-            "{}: superblock found at sector 8 says it lives at sector {} (not a v1.2 member)",
-            dev.name(),
-            sb.super_offset
-        )));
+    Err(ArrayError::Assemble(format!(
+        "{}: no md superblock (looked for 1.1 at sector 0, 1.2 at sector 8 and 1.0 at sector {})",
+        dev.name(),
+        MetadataVersion::V1_0
+            .super_offset_sectors(device_sectors)
+            .unwrap_or(0)
+    )))
+}
+
+/// How far back from the end a 1.0 superblock of a device that has grown is looked for.
+const GROWN_SCAN_BYTES: u64 = 64 << 20;
+
+/// A 1.0 superblock no longer at the end of its device (the device has grown since): it is
+/// looked for, in 4 KiB steps, in the last [`GROWN_SCAN_BYTES`], and described.
+fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Result<Option<String>, ArrayError> {
+    let step = 1u64 << 20;
+    let end = device_sectors * 512;
+    let low = end.saturating_sub(GROWN_SCAN_BYTES);
+    let mut hi = end / 4096 * 4096;
+    let mut buf = crate::buf::AlignedBuf::new(step as usize);
+    while hi > low {
+        let lo = hi.saturating_sub(step).max(low) / 4096 * 4096;
+        let len = (hi - lo) as usize;
+        dev.read_at(&mut buf[..len], lo)?;
+        for block in (0..len).step_by(4096).rev() {
+            let at = (lo + block as u64) / 512;
+            let Ok(sb) = Superblock::decode(&buf[block..(block + 4096).min(len)]) else {
+                continue;
+            };
+            if sb.super_offset == at && sb.version() == MetadataVersion::V1_0 {
+                let was = at + 16;
+                return Ok(Some(format!(
+                    "{}: a metadata 1.0 superblock (array {} {}) is at sector {at}, but the \
+                     device has grown to {device_sectors} sectors and md looks for it at the end \
+                     (sector {}): it is no longer at the end. Shrink the device back to its old size \
+                     (at least {was} sectors, {} KiB) so that md and uraid find it; once the \
+                     array is assembled, mdadm --grow --size=max moves it to the new end",
+                    dev.name(),
+                    sb.set_name,
+                    uuid_string(&sb.set_uuid),
+                    MetadataVersion::V1_0
+                        .super_offset_sectors(device_sectors)
+                        .unwrap_or(0),
+                    was / 2
+                )));
+            }
+        }
+        hi = lo;
     }
-    Ok(sb)
+    Ok(None)
 }
 
 /// Encode and write a superblock, then flush the device.

@@ -388,15 +388,32 @@ impl Array {
                 ArrayError::Failed("no member superblock to copy the layout from".into())
             })?;
         let data_offset = tmpl_member.data_offset;
+        // The new member's superblock goes where the array's metadata version puts it on
+        // this device; 1.0 keeps the same reserve (bitmap, bad block log) below it.
+        let dev_sectors = dev.size_bytes() / SECTOR_BYTES;
+        let version = tmpl_member.version();
+        let placed = version.super_offset_sectors(dev_sectors).and_then(|at| {
+            if version.at_end() {
+                let reserve = tmpl_member
+                    .super_offset
+                    .checked_sub(tmpl_member.data_offset + tmpl_member.data_size)?;
+                let size = at.checked_sub(reserve)?.checked_sub(data_offset)?;
+                Some((at, size))
+            } else {
+                Some((at, dev_sectors.checked_sub(data_offset)?))
+            }
+        });
         let need = (data_offset + self.geometry().dev_sectors) * SECTOR_BYTES;
-        if dev.size_bytes() < need {
+        let Some((super_offset, data_size)) =
+            placed.filter(|&(_, size)| size >= self.geometry().dev_sectors)
+        else {
             return Err(ArrayError::Failed(format!(
-                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data)",
+                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data) plus its {version} metadata",
                 dev.size_bytes(),
                 data_offset,
                 self.geometry().dev_sectors
             )));
-        }
+        };
         // An old member of this array comes back in its old role if it is free.
         let old = read_superblock(dev.as_ref())
             .ok()
@@ -444,8 +461,8 @@ impl Array {
             .map(|o| o.device_uuid)
             .unwrap_or_else(crate::create::random_uuid);
         sb.data_offset = data_offset;
-        sb.data_size = dev.size_bytes() / SECTOR_BYTES - data_offset;
-        sb.super_offset = tmpl_member.super_offset;
+        sb.data_size = data_size;
+        sb.super_offset = super_offset;
         sb.bblog_offset = tmpl_member.bblog_offset;
         sb.bblog_size = tmpl_member.bblog_size;
         sb.bblog_shift = tmpl_member.bblog_shift;
