@@ -425,7 +425,8 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
         )));
     }
     Err(ArrayError::Assemble(format!(
-        "{}: no md superblock (looked for 1.1 at sector 0, 1.2 at sector 8 and 1.0 at sector {})",
+        "{}: no md superblock: its magic a92b4efc is not at sector 0 (metadata 1.1), 8 (1.2) \
+         or {} (1.0)",
         dev.name(),
         MetadataVersion::V1_0
             .super_offset_sectors(device_sectors)
