@@ -71,6 +71,10 @@ pub struct AssembleArgs {
     /// Start even with stale members or disagreeing superblocks.
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     /// Resync if the array was not stopped cleanly.
     #[arg(long)]
     pub resync: bool,
@@ -84,6 +88,10 @@ pub struct AssembleArgs {
 pub struct DetailArgs {
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(long)]
     pub json: bool,
     #[arg(required = true)]
@@ -103,6 +111,10 @@ pub struct ReadArgs {
     pub output: Option<std::path::PathBuf>,
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o; here only the long form, -o is --output): nothing is
+    /// written to any member, not even the dirty flag.
+    #[arg(long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
@@ -117,6 +129,10 @@ pub struct WriteArgs {
     pub input: Option<std::path::PathBuf>,
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     /// Write through the journal in this mode (write-through or write-back).
     #[arg(long, value_name = "MODE")]
     pub journal_mode: Option<String>,
@@ -132,6 +148,10 @@ pub struct WriteArgs {
 pub struct ResyncArgs {
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
@@ -258,14 +278,18 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {
+pub fn open_array(
+    paths: &Paths,
+    force: bool,
+    readonly: bool,
+) -> Result<(Array, uraid_engine::AssembleReport)> {
     let devs = open_all(paths)?;
-    let r = engine_assemble(devs, &AssembleOptions { force })?;
+    let r = engine_assemble(devs, &AssembleOptions { force, readonly })?;
     Ok(r)
 }
 
 pub fn assemble(a: AssembleArgs) -> Result<()> {
-    let (array, rep) = open_array(&a.devices, a.force)?;
+    let (array, rep) = open_array(&a.devices, a.force, a.readonly)?;
     if rep.unclean && a.resync {
         let n = crate::progress::run_sync(
             &array,
@@ -318,7 +342,7 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
 }
 
 pub fn detail(a: DetailArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     if a.json {
         println!(
             "{}",
@@ -333,7 +357,7 @@ pub fn detail(a: DetailArgs) -> Result<()> {
 const IO_STEP: usize = 1 << 20;
 
 pub fn read(a: ReadArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     let offset = parse_bytes(&a.offset)?;
     let size = array.size_bytes();
     if offset > size {
@@ -363,7 +387,7 @@ pub fn read(a: ReadArgs) -> Result<()> {
 }
 
 pub fn write(a: WriteArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     if let Some(m) = &a.journal_mode {
         let mode: uraid_engine::writeback::JournalMode =
             m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -419,7 +443,7 @@ pub fn write(a: WriteArgs) -> Result<()> {
 }
 
 pub fn resync(a: ResyncArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     let n = crate::progress::run_sync(
         &array,
         uraid_engine::SyncKind::Resync,
@@ -446,12 +470,16 @@ pub struct SyncArgs {
     pub json: bool,
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
 
 fn sync_command(a: SyncArgs, kind: uraid_engine::SyncKind) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     let limits = uraid_engine::SyncLimits {
         min_kib_s: a.speed_min,
         max_kib_s: a.speed_max.max(a.speed_min),

@@ -18,6 +18,10 @@ use uraid_core::{Level, SECTOR_BYTES};
 pub struct AssembleOptions {
     /// Start even with stale members or disagreeing superblocks, as mdadm --force.
     pub force: bool,
+    /// mdadm's --readonly: nothing is written to any member (not even the dirty flag or a
+    /// bitmap); writes fail with EROFS. An array that needs its journal replayed (which
+    /// writes) is refused.
+    pub readonly: bool,
 }
 
 /// What assembly decided about each device, for the report.
@@ -68,6 +72,13 @@ pub fn assemble(
             return Err(ArrayError::Assemble(format!("{} is given twice", d.name())));
         }
     }
+    let devs: Vec<Arc<dyn Member>> = if opts.readonly {
+        devs.into_iter()
+            .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
+            .collect()
+    } else {
+        devs
+    };
     let mut sbs = Vec::with_capacity(devs.len());
     for d in &devs {
         sbs.push(read_superblock(d.as_ref())?);
@@ -318,6 +329,7 @@ pub fn assemble(
         unclean,
     };
     let mut meta = Meta::new(template, members_sb);
+    meta.read_only = opts.readonly;
     if let Some((i, _)) = slots.iter().flatten().next() {
         meta.bitmap = crate::bitmap::BitmapState::load(devs[*i].as_ref(), &sbs[*i])?;
     }
@@ -341,6 +353,19 @@ pub fn assemble(
             uuid_string(&uuid0)
         )));
     }
+    // Read-only: a journal of a cleanly stopped array holds nothing the members lack, so
+    // it is left closed; otherwise it must be replayed, which writes.
+    let journal_dev = match journal_dev {
+        Some(_) if opts.readonly && unclean => {
+            return Err(ArrayError::ReadOnly(format!(
+                "{} was not stopped cleanly and its write journal must be replayed onto the \
+                 members first, which writes: assemble it once without --readonly",
+                uuid_string(&uuid0)
+            )))
+        }
+        Some(_) if opts.readonly => None,
+        j => j,
+    };
     if let Some(i) = journal_dev {
         meta.journal = Some((devs[i].clone(), sbs[i].clone()));
     }
@@ -349,6 +374,7 @@ pub fn assemble(
         array_slots[r].set_state(SlotState::Recovering);
     }
     let mut array = Array::new(geometry, array_slots, meta)?;
+    array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
         array

@@ -37,6 +37,8 @@ pub struct Meta {
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
     /// Per role, the superblock of its replacement being rebuilt (md's --replace).
     pub(crate) replacements: Vec<Option<Superblock>>,
+    /// Opened with --readonly: superblocks and bitmaps are kept in memory only.
+    pub(crate) read_only: bool,
 }
 
 impl Meta {
@@ -52,6 +54,7 @@ impl Meta {
             spares: Vec::new(),
             write_depth: 0,
             journal: None,
+            read_only: false,
         }
     }
 
@@ -132,6 +135,9 @@ impl Meta {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok(());
         };
+        if self.read_only {
+            return Ok(());
+        }
         let events = self.template.events;
         let mut written = 0;
         let mut last_err = None;
@@ -177,6 +183,11 @@ impl Meta {
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
     pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
+        // --readonly: md does not write superblocks of a read-only array either (a failed
+        // member is then recorded by the next read-write assembly).
+        if self.read_only {
+            return Ok(());
+        }
         self.template.events += 1;
         self.template.utime = now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;

@@ -194,6 +194,10 @@ impl Array {
         kind: SyncKind,
         mut progress: impl FnMut(&SyncProgress),
     ) -> Result<u64, ArrayError> {
+        // md's check only reads; the others write members.
+        if kind != SyncKind::Check {
+            self.check_writable(kind.name())?;
+        }
         if matches!(kind, SyncKind::Resync | SyncKind::Check | SyncKind::Repair)
             && self.is_degraded()
         {
@@ -352,6 +356,7 @@ impl Array {
     /// [`Array::run_sync`] with [`SyncKind::Recovery`]) or waits as a spare. A device that
     /// was a member of this array before is re-added in its old role if that role is free.
     pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
+        self.check_writable("adding a member")?;
         if self.level() == Level::Raid0 {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be added".into(),

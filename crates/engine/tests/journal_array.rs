@@ -71,7 +71,14 @@ fn a_missing_journal_needs_force() {
         .err()
         .expect("refused");
     assert!(e.to_string().contains("journal"), "{e}");
-    let (b, _) = assemble(members, &AssembleOptions { force: true }).unwrap();
+    let (b, _) = assemble(
+        members,
+        &AssembleOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(!b.has_journal());
     let mut got = vec![0u8; 65536];
     b.read(0, &mut got).unwrap();

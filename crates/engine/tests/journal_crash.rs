@@ -300,7 +300,14 @@ fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
         .filter(|(r, _)| !lost_roles.contains(&MemberIdx(*r)))
         .map(|(_, m)| m.clone() as Arc<dyn Member>)
         .collect();
-    let (d, _) = assemble(survivors, &AssembleOptions { force: true }).unwrap();
+    let (d, _) = assemble(
+        survivors,
+        &AssembleOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut buf = vec![0u8; PAGE];
     for &k in &lost {
         d.read(array_offset(g, (s, k, p)), &mut buf).unwrap();

@@ -285,7 +285,10 @@ fn run_case(level: Level, seed: u64, mode: Mode, verbose: bool) -> Outcome {
     };
     let members = g.data_disks() + g.parity_disks();
     let is_journal = |i: usize| i >= members;
-    let opts = AssembleOptions { force: true };
+    let opts = AssembleOptions {
+        force: true,
+        ..Default::default()
+    };
 
     // Whole: replay, then check parity and data.
     if out.failed_member.is_none() {

@@ -179,7 +179,14 @@ fn a_failed_journal_stops_writes_and_keeps_reads() {
         .err()
         .expect("refused");
     assert!(e.to_string().contains("journal"), "{e}");
-    let (b, _) = assemble(members, &AssembleOptions { force: true }).unwrap();
+    let (b, _) = assemble(
+        members,
+        &AssembleOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(!b.has_journal());
     b.read(0, &mut got).unwrap();
     assert_eq!(got, vec![5u8; 8192]);
@@ -332,7 +339,13 @@ fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
             .collect();
         // Which role holds data chunk 2 of stripe 0 (its data is not logged).
         let unlogged_role = g.stripe_map(0).data[2].0;
-        let r = assemble(members, &AssembleOptions { force: true });
+        let r = assemble(
+            members,
+            &AssembleOptions {
+                force: true,
+                ..Default::default()
+            },
+        );
         if lose == Some(unlogged_role) {
             let e = r.err().expect("refused");
             assert!(e.to_string().contains("fit"), "{e}");

@@ -330,7 +330,10 @@ impl Simulator<'_> {
         self.world.power_on();
         let mut order: Vec<usize> = (0..self.cfg.disks).collect();
         self.fr.shuffle(&mut order);
-        let devs = |force: bool| AssembleOptions { force };
+        let devs = |force: bool| AssembleOptions {
+            force,
+            ..Default::default()
+        };
         let list: Vec<Arc<dyn Member>> = order
             .iter()
             .map(|&r| self.disk(r).clone() as Arc<dyn Member>)
