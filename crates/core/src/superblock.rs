@@ -409,21 +409,34 @@ pub fn bblog_placement_after_super(
 /// at the end, then going down the bad block log (8 sectors just below it), the bitmap
 /// area (`bitmap_space_sectors`: the bitmap's 4 KiB-rounded size, or the default reserve
 /// without one) and the data, which starts at sector 0 and ends where that space begins.
-/// Returns (`super_offset`, `data_size`, bad block log as (`bblog_offset`, `bblog_size`)).
 /// When the component (`size_sectors`) leaves less room than that, md shrinks the reserve
 /// (and drops the log when under 8 sectors remain).
 pub fn v10_placement(
     device_sectors: u64,
     size_sectors: u64,
     bitmap_space_sectors: u64,
-) -> Option<(u64, u64, Option<(i32, u16)>)> {
+) -> Option<V10Placement> {
     let super_offset = MetadataVersion::V1_0.super_offset_sectors(device_sectors)?;
     let mut reserve = bitmap_space_sectors + u64::from(BBLOG_SECTORS);
     if super_offset < size_sectors + reserve {
         reserve = super_offset.checked_sub(size_sectors)?;
     }
-    let log = (reserve >= u64::from(BBLOG_SECTORS)).then_some((-8, BBLOG_SECTORS));
-    Some((super_offset, super_offset - reserve, log))
+    let bblog = (reserve >= u64::from(BBLOG_SECTORS)).then_some((-8, BBLOG_SECTORS));
+    Some(V10Placement {
+        super_offset,
+        data_size: super_offset - reserve,
+        bblog,
+    })
+}
+
+/// Where [`v10_placement`] puts a 1.0 member's metadata, in sectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V10Placement {
+    pub super_offset: u64,
+    /// Counted from sector 0: where the reserve below the superblock begins.
+    pub data_size: u64,
+    /// (`bblog_offset`, `bblog_size`), if there is room for the log.
+    pub bblog: Option<(i32, u16)>,
 }
 
 /// Sectors a 1.0 member of `device_sectors` leaves for the component at create (mdadm's
