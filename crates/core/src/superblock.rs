@@ -563,12 +563,13 @@ impl Superblock {
         };
         let (data_size, log) = if spec.version.at_end() {
             // 1.0: data from data_offset (0) up to the bitmap area below the superblock.
-            let (_, data_end, log) =
+            let p =
                 v10_placement(device_sectors, spec.size_sectors, bm_space).ok_or_else(too_small)?;
-            let size = data_end
+            let size = p
+                .data_size
                 .checked_sub(spec.data_offset_sectors)
                 .ok_or_else(too_small)?;
-            (size, log)
+            (size, p.bblog)
         } else {
             let size = device_sectors
                 .checked_sub(spec.data_offset_sectors)
