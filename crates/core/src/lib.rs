@@ -3,6 +3,7 @@
 //! Nothing in this crate does IO, spawns threads or reads a clock. It holds:
 //! - [`geometry`]: md's data layouts for every RAID level (array sector -> member, offset),
 //! - [`superblock`]: the md v1 superblock codec (metadata 1.0, 1.1, 1.2),
+//! - [`superblock090`]: the md 0.90 superblock decoder (read only),
 //! - [`support`]: which superblock features uraid honours, and refusals for the rest,
 //! - [`bitmap`]: the md write-intent bitmap superblock codec,
 //! - [`types`]: newtypes shared by all crates.
@@ -11,6 +12,7 @@ pub mod bitmap;
 pub mod geometry;
 pub mod journal;
 pub mod superblock;
+pub mod superblock090;
 pub mod support;
 pub mod types;
 
