@@ -369,12 +369,18 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
     // a misplaced one, which beats no magic at all.
     let mut damaged: Option<(MetadataVersion, u64, SuperblockError)> = None;
     let mut misplaced: Option<(MetadataVersion, u64, u64)> = None;
+    let mut read_error: Option<std::io::Error> = None;
     for v in MetadataVersion::ALL {
         let Some(at) = v.super_offset_sectors(device_sectors) else {
             continue;
         };
         let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
-        dev.read_at(&mut buf, at * 512)?;
+        // A read error at one place says nothing about the others (a bad sector at the end
+        // of a 1.2 member): it is reported only if no superblock is found anywhere.
+        if let Err(e) = dev.read_at(&mut buf, at * 512) {
+            read_error = read_error.or(Some(e));
+            continue;
+        }
         match Superblock::decode(&buf) {
             Ok(sb) if sb.super_offset == at => found.push((v, sb)),
             // md rejects a superblock that does not say where it is: a copy found elsewhere.
@@ -418,7 +424,10 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
             source,
         });
     }
-    if let Some(grown) = grown_v10(dev, device_sectors)? {
+    if let Some(e) = read_error {
+        return Err(e.into());
+    }
+    if let Some(grown) = grown_v10(dev, device_sectors) {
         return Err(ArrayError::Assemble(grown));
     }
     if let Some((v, at, says)) = misplaced {
@@ -450,7 +459,8 @@ const GROWN_SCAN_BYTES: u64 = 64 << 20;
 
 /// A 1.0 superblock no longer at the end of its device (the device has grown since): it is
 /// looked for, in 4 KiB steps, in the last [`GROWN_SCAN_BYTES`], and described.
-fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Result<Option<String>, ArrayError> {
+/// Best effort: a read error ends the search.
+fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Option<String> {
     let step = 1u64 << 20;
     let end = device_sectors * 512;
     let low = end.saturating_sub(GROWN_SCAN_BYTES);
@@ -459,7 +469,7 @@ fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Result<Option<String>, Ar
     while hi > low {
         let lo = hi.saturating_sub(step).max(low) / 4096 * 4096;
         let len = (hi - lo) as usize;
-        dev.read_at(&mut buf[..len], lo)?;
+        dev.read_at(&mut buf[..len], lo).ok()?;
         for block in (0..len).step_by(4096).rev() {
             let at = (lo + block as u64) / 512;
             let Ok(sb) = Superblock::decode(&buf[block..(block + 4096).min(len)]) else {
@@ -467,7 +477,7 @@ fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Result<Option<String>, Ar
             };
             if sb.super_offset == at && sb.version() == MetadataVersion::V1_0 {
                 let was = at + 16;
-                return Ok(Some(format!(
+                return Some(format!(
                     "{}: a metadata 1.0 superblock (array {} {}) is at sector {at}, but the \
                      device has grown to {device_sectors} sectors and md looks for it at the end \
                      (sector {}): it is no longer at the end. Shrink the device back to its old size \
@@ -480,12 +490,12 @@ fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Result<Option<String>, Ar
                         .super_offset_sectors(device_sectors)
                         .unwrap_or(0),
                     was / 2
-                )));
+                ));
             }
         }
         hi = lo;
     }
-    Ok(None)
+    None
 }
 
 /// Encode and write a superblock, then flush the device.
