@@ -346,7 +346,8 @@ def scsi_budget(spec: Spec, member_mib: int) -> float:
 # ---------------------------------------------------------------------------- l2u
 
 def mdadm_create_args(spec: Spec, disks: list[str]) -> list[str]:
-    a = ["mdadm", "--create", "/dev/md0", "--run", "--metadata=1.2", f"--level={spec.level}",
+    a = ["mdadm", "--create", "/dev/md0", "--run", f"--metadata={spec.metadata}",
+         f"--level={spec.level}",
          f"--raid-devices={spec.ndisks}"]
     if spec.layout:
         a.append(f"--layout={spec.layout}")
@@ -475,7 +476,8 @@ class U2L:
 
     def _create(self) -> None:
         s = self.spec
-        a = ["create", "--level", str(s.level), "--raid-devices", str(s.ndisks)]
+        a = ["create", "--level", str(s.level), "--raid-devices", str(s.ndisks),
+             "--metadata", s.metadata]
         if s.layout:
             a += ["--layout", s.layout]
         if s.level != 1:

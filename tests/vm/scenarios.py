@@ -47,6 +47,7 @@ class Spec:
     # u2l: members that uraid marks faulty (uraid serve, uraid fail, uraid stop) after the
     # fill; their images still go to Linux, which must leave them out.
     marked: tuple[int, ...] = ()
+    metadata: str = "1.2"  # the v1 superblock's place: "1.0" (end), "1.1" (start), "1.2"
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -59,6 +60,8 @@ class Spec:
             parts.append(f"n{self.ndisks}")
             if len(set(self.sizes_mib)) > 1:
                 parts.append("mixed")
+            if self.metadata != "1.2":
+                parts.append("e" + self.metadata.replace(".", ""))
             if self.bitmap == "internal":
                 parts.append("bitmap")
             if self.resync:
@@ -121,6 +124,15 @@ def quick() -> list[Spec]:
         U(5, 4, marked=(1,)), U(6, 5, marked=(0, 3)), U(1, 2, marked=(0,)),
         U(10, 4, layout="n2", marked=(2,)),
     ]
+    # Metadata 1.0 (superblock at the end, data from sector 0) and 1.1 (at sector 0).
+    l2u += [
+        L(1, 2, metadata="1.0", bitmap="internal"), L(5, 4, metadata="1.0"),
+        L(1, 2, metadata="1.1"), L(5, 3, metadata="1.1", bitmap="internal"),
+    ]
+    u2l += [
+        U(1, 2, metadata="1.0", bitmap="internal"), U(5, 4, metadata="1.0"),
+        U(1, 2, metadata="1.1"), U(5, 3, metadata="1.1", bitmap="internal"),
+    ]
     return l2u + u2l
 
 
@@ -177,6 +189,14 @@ def _full_direction(mk, direction: str) -> list[Spec]:
         out.append(mk(5, 4, layout="left-symmetric", resync=True))
         out.append(mk(6, 5, layout="left-symmetric", resync=True))
         out.append(mk(10, 4, layout="f2", resync=True))
+    for md in ("1.0", "1.1"):
+        out.append(mk(0, 3, metadata=md))
+        for bm in ("none", "internal"):
+            out.append(mk(1, 2, metadata=md, bitmap=bm))
+            out.append(mk(5, 4, metadata=md, bitmap=bm))
+            out.append(mk(6, 5, metadata=md, bitmap=bm))
+            out.append(mk(10, 4, layout="n2", metadata=md, bitmap=bm))
+        out.append(mk(5, 4, metadata=md, fail=(1,)))
     return out
 
 

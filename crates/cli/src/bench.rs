@@ -342,7 +342,7 @@ impl Ctx<'_> {
                     a.members.len()
                 );
             }
-            let (array, _) = crate::commands::open_array(&a.members, false)?;
+            let (array, _) = crate::commands::open_array(&a.members, false, false)?;
             let label = format!("{}:{}", array.level(), array.raid_disks());
             return Ok(Setup {
                 label,

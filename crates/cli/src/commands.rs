@@ -46,6 +46,10 @@ pub struct CreateArgs {
     /// write hole.
     #[arg(long, value_name = "DEV")]
     pub write_journal: Option<std::path::PathBuf>,
+    /// Superblock version, as mdadm's -e: 1.2 (4 KiB from the start, the default), 1.1 (at
+    /// the start) or 1.0 (at the end: the data starts at sector 0).
+    #[arg(short = 'e', long, default_value = "1.2")]
+    pub metadata: String,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -76,6 +80,10 @@ pub struct AssembleArgs {
     /// may be wrong).
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     /// Resync if the array was not stopped cleanly.
     #[arg(long)]
     pub resync: bool,
@@ -89,6 +97,10 @@ pub struct AssembleArgs {
 pub struct DetailArgs {
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(long)]
     pub json: bool,
     /// A running array: any of its member paths (--array) or its control socket.
@@ -113,6 +125,10 @@ pub struct ReadArgs {
     /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o; here only the long form, -o is --output): nothing is
+    /// written to any member, not even the dirty flag.
+    #[arg(long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
@@ -128,6 +144,10 @@ pub struct WriteArgs {
     /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     /// Write through the journal in this mode (write-through or write-back).
     #[arg(long, value_name = "MODE")]
     pub journal_mode: Option<String>,
@@ -144,6 +164,10 @@ pub struct ResyncArgs {
     /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
@@ -194,6 +218,12 @@ pub fn create(a: CreateArgs) -> Result<()> {
         other => bail!("--bitmap must be internal or none, not {other:?}"),
     };
     opts.assume_clean = a.assume_clean;
+    opts.metadata = uraid_core::superblock::MetadataVersion::parse(&a.metadata).with_context(|| {
+        format!(
+            "--metadata {:?}: uraid writes 1.0, 1.1 or 1.2 (0.90 and external metadata are not supported)",
+            a.metadata
+        )
+    })?;
     if let Some(u) = &a.uuid {
         opts.uuid =
             Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
@@ -380,12 +410,17 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
     }
 }
 
-pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::AssembleReport)> {
+pub fn open_array(
+    paths: &Paths,
+    force: bool,
+    readonly: bool,
+) -> Result<(Array, uraid_engine::AssembleReport)> {
     let devs = open_all(paths)?;
     let r = engine_assemble(
         devs,
         &AssembleOptions {
             force,
+            readonly,
             ..Default::default()
         },
     )?;
@@ -394,12 +429,13 @@ pub fn open_array(paths: &Paths, force: bool) -> Result<(Array, uraid_engine::As
 
 /// For commands that only report (detail): a dirty degraded raid4/5/6 is opened too, as
 /// mdadm --detail describes an array md would not start; nothing is written.
-fn open_array_to_report(paths: &Paths, force: bool) -> Result<Array> {
+fn open_array_to_report(paths: &Paths, force: bool, readonly: bool) -> Result<Array> {
     let devs = open_all(paths)?;
     let (array, _) = engine_assemble(
         devs,
         &AssembleOptions {
             force,
+            readonly,
             start_dirty_degraded: true,
         },
     )?;
@@ -407,7 +443,7 @@ fn open_array_to_report(paths: &Paths, force: bool) -> Result<Array> {
 }
 
 pub fn assemble(a: AssembleArgs) -> Result<()> {
-    let (array, rep) = open_array(&a.devices, a.force)?;
+    let (array, rep) = open_array(&a.devices, a.force, a.readonly)?;
     if rep.unclean && a.resync {
         let n = crate::progress::run_sync(
             &array,
@@ -460,7 +496,7 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
 }
 
 pub fn detail(a: DetailArgs) -> Result<()> {
-    let array = open_array_to_report(&a.devices, a.force)?;
+    let array = open_array_to_report(&a.devices, a.force, a.readonly)?;
     if a.json {
         println!(
             "{}",
@@ -475,7 +511,7 @@ pub fn detail(a: DetailArgs) -> Result<()> {
 const IO_STEP: usize = 1 << 20;
 
 pub fn read(a: ReadArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     let offset = parse_bytes(&a.offset)?;
     let size = array.size_bytes();
     if offset > size {
@@ -505,7 +541,7 @@ pub fn read(a: ReadArgs) -> Result<()> {
 }
 
 pub fn write(a: WriteArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     if let Some(m) = &a.journal_mode {
         let mode: uraid_engine::writeback::JournalMode =
             m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
@@ -561,7 +597,7 @@ pub fn write(a: WriteArgs) -> Result<()> {
 }
 
 pub fn resync(a: ResyncArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     let n = crate::progress::run_sync(
         &array,
         uraid_engine::SyncKind::Resync,
@@ -589,12 +625,16 @@ pub struct SyncArgs {
     /// Start even with stale members, or dirty and degraded (see assemble --force).
     #[arg(short, long)]
     pub force: bool,
+    /// Open read-only (mdadm's -o): nothing is written to any member, not even the dirty
+    /// flag; writes fail with EROFS.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     #[arg(required = true)]
     pub devices: Vec<std::path::PathBuf>,
 }
 
 fn sync_command(a: SyncArgs, kind: uraid_engine::SyncKind) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     sync_array(&array, &a, kind)
 }
 

@@ -54,12 +54,13 @@ pub fn demo(a: DemoArgs) -> Result<()> {
 
     let (array, paths, locks) = if !existing.is_empty() {
         let locks = crate::control::lock_members(&existing)?;
-        let (array, _) = crate::commands::open_array(&existing, false).with_context(|| {
-            format!(
-                "reusing the demo in {} (delete its member*.img files to start afresh)",
-                dir.display()
-            )
-        })?;
+        let (array, _) =
+            crate::commands::open_array(&existing, false, false).with_context(|| {
+                format!(
+                    "reusing the demo in {} (delete its member*.img files to start afresh)",
+                    dir.display()
+                )
+            })?;
         eprintln!(
             "uraid: reusing the demo array in {} ({} members)",
             dir.display(),

@@ -175,7 +175,7 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     line("Magic", format!("{:x}", sbm::MD_SB_MAGIC));
-    line("Version", "1.2".into());
+    line("Version", sb.version().name().into());
     line("Feature Map", format!("{:#x}", sb.feature_map));
     line("Array UUID", uuid_string(&sb.set_uuid));
     line("Name", name_with_host(&sb.set_name, cx.homehost.as_deref()));
@@ -288,7 +288,7 @@ pub fn examine_json(path: &str, sb: &Superblock, cx: &ExamineContext) -> Value {
     json!({
         "device": path,
         "magic": format!("{:x}", sbm::MD_SB_MAGIC),
-        "version": "1.2",
+        "version": sb.version().name(),
         "feature_map": sb.feature_map,
         "uuid": uuid_string(&sb.set_uuid),
         "name": sb.set_name,
@@ -399,7 +399,7 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
 
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
-    line("Version", "1.2".into());
+    line("Version", sb.version().name().into());
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", g.level.to_string());
     // mdadm prints both sizes in KiB, without the unit.
@@ -589,7 +589,7 @@ pub fn detail_json(a: &Array) -> Value {
         })
         .collect();
     json!({
-        "version": "1.2",
+        "version": sb.version().name(),
         "uuid": uuid_string(&sb.set_uuid),
         "name": sb.set_name,
         "level": g.level.to_string(),

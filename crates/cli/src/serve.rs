@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// may be wrong).
     #[arg(short, long)]
     pub force: bool,
+    /// Serve read-only (mdadm's -o): the NBD export says NBD_FLAG_READ_ONLY, writes fail
+    /// with EPERM, and nothing is written to any member, not even the dirty flag.
+    #[arg(short = 'o', long)]
+    pub readonly: bool,
     /// Member devices or files.
     #[arg(required = true)]
     pub devices: Vec<PathBuf>,
@@ -165,6 +169,10 @@ impl Backend for ArrayBackend {
     fn block_size(&self) -> u32 {
         4096
     }
+
+    fn read_only(&self) -> bool {
+        self.array.is_read_only()
+    }
 }
 
 /// Why the main thread wakes up.
@@ -219,7 +227,7 @@ impl ServeInfo {
 pub fn serve(a: ServeArgs) -> Result<()> {
     init_logging();
     let locks = control::lock_members(&a.devices)?;
-    let (array, _) = crate::commands::open_array(&a.devices, a.force)?;
+    let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
     // md names are "host:name"; clients want the name.
     let export_name = a.name.clone().unwrap_or_else(|| {
         let full = array.meta().template().set_name.clone();

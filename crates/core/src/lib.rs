@@ -2,7 +2,9 @@
 //!
 //! Nothing in this crate does IO, spawns threads or reads a clock. It holds:
 //! - [`geometry`]: md's data layouts for every RAID level (array sector -> member, offset),
-//! - [`superblock`]: the md v1.2 superblock codec,
+//! - [`superblock`]: the md v1 superblock codec (metadata 1.0, 1.1, 1.2),
+//! - [`superblock090`]: the md 0.90 superblock decoder (read only),
+//! - [`support`]: which superblock features uraid honours, and refusals for the rest,
 //! - [`bitmap`]: the md write-intent bitmap superblock codec,
 //! - [`types`]: newtypes shared by all crates,
 //! - [`fuzzing`]: fuzz target bodies for the parsers above (run in CI by `tests/fuzz.rs`).
@@ -13,6 +15,8 @@ pub mod geometry;
 pub mod journal;
 pub mod signature;
 pub mod superblock;
+pub mod superblock090;
+pub mod support;
 pub mod types;
 
 pub use types::*;

@@ -1,7 +1,8 @@
-//! md v1.2 superblock codec (see docs/FORMAT.md for every byte).
+//! md v1 superblock codec (see docs/FORMAT.md for every byte).
 //!
 //! The v1 superblock is 256 bytes of fixed fields followed by `max_dev` little-endian u16
-//! role entries; v1.2 places it 4 KiB (8 sectors) from the start of the member.
+//! role entries. Its minor version is only where it lives ([`MetadataVersion`]): 1.2 places
+//! it 4 KiB (8 sectors) from the start of the member, 1.1 at sector 0, 1.0 near the end.
 //!
 //! This module only encodes and decodes; it does no IO.
 
@@ -12,6 +13,83 @@ pub const MD_SB_MAGIC: u32 = 0xa92b_4efc;
 pub const SB_V12_OFFSET_BYTES: u64 = 4096;
 /// Superblock sector of a v1.2 superblock (`super_offset`).
 pub const SB_V12_OFFSET_SECTORS: u64 = 8;
+/// Where a v1 superblock lives on its member: the minor version of md's "1.x" metadata.
+///
+/// The bytes are the same for all three; only the place differs, and with it where the data,
+/// bitmap and bad block log go (1.0 puts them all before the superblock, at the end of the
+/// device; 1.1 and 1.2 after it). md finds the superblock only where its version says, and
+/// refuses one whose `super_offset` is not that place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetadataVersion {
+    /// At the end: sector `(device_sectors - 16) & !7`, 8 to 12 KiB before the end.
+    V1_0,
+    /// At sector 0.
+    V1_1,
+    /// At sector 8 (4 KiB), mdadm's default.
+    V1_2,
+}
+
+impl MetadataVersion {
+    /// The order mdadm tries them in when the version is not given.
+    pub const ALL: [MetadataVersion; 3] = [
+        MetadataVersion::V1_0,
+        MetadataVersion::V1_1,
+        MetadataVersion::V1_2,
+    ];
+
+    /// mdadm's spelling (`-e 1.0`); "1" and "default" mean 1.2, as in mdadm.
+    pub fn parse(s: &str) -> Option<MetadataVersion> {
+        match s.trim() {
+            "1.0" | "1.00" => Some(MetadataVersion::V1_0),
+            "1.1" | "1.01" => Some(MetadataVersion::V1_1),
+            "1.2" | "1.02" | "1" | "default" => Some(MetadataVersion::V1_2),
+            _ => None,
+        }
+    }
+
+    /// As `mdadm --examine` prints it ("1.2").
+    pub fn name(self) -> &'static str {
+        match self {
+            MetadataVersion::V1_0 => "1.0",
+            MetadataVersion::V1_1 => "1.1",
+            MetadataVersion::V1_2 => "1.2",
+        }
+    }
+
+    /// The superblock's sector on a device of `device_sectors` (md's `sb_start`), or `None`
+    /// when the device cannot hold a superblock block there.
+    pub fn super_offset_sectors(self, device_sectors: u64) -> Option<u64> {
+        let at = match self {
+            MetadataVersion::V1_0 => device_sectors.checked_sub(16)? & !7,
+            MetadataVersion::V1_1 => 0,
+            MetadataVersion::V1_2 => SB_V12_OFFSET_SECTORS,
+        };
+        (at + SB_IO_SECTORS <= device_sectors).then_some(at)
+    }
+
+    /// The version whose place `super_offset` is on a device of `device_sectors`; `None`
+    /// when it is none of them (a 1.0 superblock of a device that has grown, or a copy).
+    pub fn of_super_offset(super_offset: u64, device_sectors: u64) -> Option<MetadataVersion> {
+        MetadataVersion::ALL
+            .into_iter()
+            .find(|v| v.super_offset_sectors(device_sectors) == Some(super_offset))
+    }
+
+    /// The superblock is after the data (1.0): data_offset 0, bitmap and bad block log at
+    /// negative offsets from the superblock.
+    pub fn at_end(self) -> bool {
+        self == MetadataVersion::V1_0
+    }
+}
+
+impl std::fmt::Display for MetadataVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Sectors of the superblock block uraid reads and writes ([`SB_IO_BYTES`]).
+pub const SB_IO_SECTORS: u64 = (SB_IO_BYTES / 512) as u64;
 /// Size of the fixed part.
 pub const SB_FIXED_BYTES: usize = 256;
 /// Bytes we read and write for a superblock: md writes the superblock rounded up to the
@@ -104,6 +182,9 @@ pub struct Superblock {
     pub sb_csum: u32,
     /// `dev_roles[i]` is the role of the device whose dev_number is i; len = max_dev.
     pub dev_roles: Vec<u16>,
+    /// The array's logical block size in bytes (md since Linux 6.18 keeps it in the first
+    /// four bytes of `pad3`, at byte 224); 0 when not recorded.
+    pub logical_block_size: u32,
 }
 
 /// Largest `max_dev` md accepts: the roles must fit in the 4 KiB superblock block.
@@ -154,7 +235,8 @@ pub(crate) mod off {
     pub const RESYNC_OFFSET: usize = 208;
     pub const SB_CSUM: usize = 216;
     pub const MAX_DEV: usize = 220;
-    pub const PAD3: usize = 224;
+    pub const LOGICAL_BLOCK_SIZE: usize = 224;
+    pub const PAD3: usize = 228;
     pub const DEV_ROLES: usize = 256;
 }
 
@@ -291,7 +373,23 @@ pub fn default_bblog_placement(
     bitmap_offset_sectors: u64,
     bitmap_space_sectors: u64,
 ) -> Option<(i32, u16)> {
-    let sb = SB_V12_OFFSET_SECTORS;
+    bblog_placement_after_super(
+        SB_V12_OFFSET_SECTORS,
+        data_offset_sectors,
+        bitmap_offset_sectors,
+        bitmap_space_sectors,
+    )
+}
+
+/// [`default_bblog_placement`] for a superblock at `super_offset` before the data (1.1: 0,
+/// 1.2: 8): after the bitmap area if it fits before the data, else just below the data.
+pub fn bblog_placement_after_super(
+    super_offset_sectors: u64,
+    data_offset_sectors: u64,
+    bitmap_offset_sectors: u64,
+    bitmap_space_sectors: u64,
+) -> Option<(i32, u16)> {
+    let sb = super_offset_sectors;
     let size = u64::from(BBLOG_SECTORS);
     let after_bitmap = bitmap_offset_sectors + bitmap_space_sectors;
     if data_offset_sectors >= sb + after_bitmap + size {
@@ -305,6 +403,57 @@ pub fn default_bblog_placement(
     } else {
         None
     }
+}
+
+/// mdadm's layout of a 1.0 member at create (`write_init_super1`, minor 0): the superblock
+/// at the end, then going down the bad block log (8 sectors just below it), the bitmap
+/// area (`bitmap_space_sectors`: the bitmap's 4 KiB-rounded size, or the default reserve
+/// without one) and the data, which starts at sector 0 and ends where that space begins.
+/// When the component (`size_sectors`) leaves less room than that, md shrinks the reserve
+/// (and drops the log when under 8 sectors remain).
+pub fn v10_placement(
+    device_sectors: u64,
+    size_sectors: u64,
+    bitmap_space_sectors: u64,
+) -> Option<V10Placement> {
+    let super_offset = MetadataVersion::V1_0.super_offset_sectors(device_sectors)?;
+    let mut reserve = bitmap_space_sectors + u64::from(BBLOG_SECTORS);
+    if super_offset < size_sectors + reserve {
+        reserve = super_offset.checked_sub(size_sectors)?;
+    }
+    let bblog = (reserve >= u64::from(BBLOG_SECTORS)).then_some((-8, BBLOG_SECTORS));
+    Some(V10Placement {
+        super_offset,
+        data_size: super_offset - reserve,
+        bblog,
+    })
+}
+
+/// Where [`v10_placement`] puts a 1.0 member's metadata, in sectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V10Placement {
+    pub super_offset: u64,
+    /// Counted from sector 0: where the reserve below the superblock begins.
+    pub data_size: u64,
+    /// (`bblog_offset`, `bblog_size`), if there is room for the log.
+    pub bblog: Option<(i32, u16)>,
+}
+
+/// Sectors a 1.0 member of `device_sectors` leaves for the component at create (mdadm's
+/// `validate_geometry1`): the device rounded down to 4 KiB, less the superblock's 8 KiB,
+/// the bad block log and the default bitmap reserve for the device's size.
+pub fn v10_avail_sectors(device_sectors: u64) -> u64 {
+    (device_sectors & !7).saturating_sub(
+        16 + u64::from(BBLOG_SECTORS) + default_bitmap_space_sectors(device_sectors),
+    )
+}
+
+/// `bitmap_offset` of a 1.0 member's internal bitmap at create (mdadm's movable offset):
+/// the bitmap area (`bitmap_space_sectors`, whole 4 KiB blocks) ends where the 8-sector
+/// bad block log below the superblock begins.
+pub fn v10_bitmap_offset(bitmap_space_sectors: u64) -> Option<i32> {
+    let back = bitmap_space_sectors.checked_add(u64::from(BBLOG_SECTORS))?;
+    i32::try_from(back).ok().map(|b| -b)
 }
 
 /// What [`Superblock::new_for_create`] needs to know about the array; per-member values are
@@ -337,14 +486,18 @@ pub struct CreateSpec {
     /// true: resync_offset = MAX_SECTOR ("clean", e.g. --assume-clean or raid0); false: 0,
     /// a full resync is needed.
     pub clean: bool,
+    /// Where the superblock goes (mdadm's `-e`); 1.2 unless asked.
+    pub version: MetadataVersion,
 }
 
 impl Superblock {
     /// The superblock mdadm would write on member `dev_number` (its slot in `dev_roles`) of a
-    /// new v1.2 array, on a device of `device_sectors` with the given device UUID.
+    /// new v1.x array (`spec.version`), on a device of `device_sectors` with the given
+    /// device UUID.
     ///
-    /// Follows mdadm's `init_super1` + `write_init_super1`: super_offset 8, data_size = rest
-    /// of the device, events 0 (md counts up from there on the first update), a bad block log
+    /// Follows mdadm's `init_super1` + `write_init_super1`: super_offset where the version
+    /// puts it, data_size = rest of the device (1.1/1.2) or up to the reserve below the
+    /// superblock (1.0, [`v10_placement`]), events 0 (md counts up from there on the first update), a bad block log
     /// after the bitmap area, FEATURE_BITMAP_OFFSET with a bitmap. FEATURE_BAD_BLOCKS is not
     /// set: md sets it only once the log holds entries. mdadm sets FEATURE_RAID0_LAYOUT only
     /// for raid0 members of different sizes; the caller sets it in `feature_map` if so.
@@ -368,14 +521,15 @@ impl Superblock {
                 format!("{dev_number} >= {devices} devices"),
             ));
         }
-        let data_size = device_sectors
-            .checked_sub(spec.data_offset_sectors)
+        let super_offset = spec
+            .version
+            .super_offset_sectors(device_sectors)
             .ok_or_else(|| {
                 invalid(
-                    "data_offset",
+                    "super_offset",
                     format!(
-                        "{} beyond device of {device_sectors} sectors",
-                        spec.data_offset_sectors
+                        "a device of {device_sectors} sectors cannot hold a {} superblock",
+                        spec.version
                     ),
                 )
             })?;
@@ -394,15 +548,50 @@ impl Superblock {
             }
             dev_roles[m as usize] = ROLE_FAULTY;
         }
-        let (feature_map, bitmap_offset, bm_offset, bm_space) = match spec.internal_bitmap {
-            Some((offset, space)) => (FEATURE_BITMAP_OFFSET, offset, i64::from(offset), space),
-            None => (0, 0, 8, default_bitmap_space_sectors(spec.size_sectors)),
+        let (feature_map, bitmap_offset, bm_space) = match spec.internal_bitmap {
+            Some((offset, space)) => (FEATURE_BITMAP_OFFSET, offset, space),
+            None => (0, 0, default_bitmap_space_sectors(spec.size_sectors)),
         };
-        let (bblog_offset, bblog_size) = match (spec.bad_block_log, u64::try_from(bm_offset)) {
-            (true, Ok(bm_offset)) => {
-                default_bblog_placement(spec.data_offset_sectors, bm_offset, bm_space)
-                    .unwrap_or((0, 0))
-            }
+        let too_small = || {
+            invalid(
+                "data_offset",
+                format!(
+                    "{} beyond device of {device_sectors} sectors",
+                    spec.data_offset_sectors
+                ),
+            )
+        };
+        let (data_size, log) = if spec.version.at_end() {
+            // 1.0: data from data_offset (0) up to the bitmap area below the superblock.
+            let p =
+                v10_placement(device_sectors, spec.size_sectors, bm_space).ok_or_else(too_small)?;
+            let size = p
+                .data_size
+                .checked_sub(spec.data_offset_sectors)
+                .ok_or_else(too_small)?;
+            (size, p.bblog)
+        } else {
+            let size = device_sectors
+                .checked_sub(spec.data_offset_sectors)
+                .ok_or_else(too_small)?;
+            // Without a bitmap mdadm reserves its space 8 sectors after the superblock.
+            let bm_offset = u64::try_from(if spec.internal_bitmap.is_some() {
+                bitmap_offset
+            } else {
+                8
+            });
+            let log = bm_offset.ok().and_then(|bm_offset| {
+                bblog_placement_after_super(
+                    super_offset,
+                    spec.data_offset_sectors,
+                    bm_offset,
+                    bm_space,
+                )
+            });
+            (size, log)
+        };
+        let (bblog_offset, bblog_size) = match log {
+            Some(l) if spec.bad_block_log => l,
             _ => (0, 0),
         };
         let ctime = spec.ctime_secs & TIME_SECS_MASK;
@@ -425,7 +614,7 @@ impl Superblock {
             new_offset: 0,
             data_offset: spec.data_offset_sectors,
             data_size,
-            super_offset: SB_V12_OFFSET_SECTORS,
+            super_offset,
             recovery_offset: 0,
             dev_number,
             cnt_corrected_read: 0,
@@ -439,6 +628,7 @@ impl Superblock {
             resync_offset: if spec.clean { MAX_SECTOR } else { 0 },
             sb_csum: 0,
             dev_roles,
+            logical_block_size: 0,
         };
         sb.validate()?;
         Ok(sb)
@@ -536,6 +726,7 @@ impl Superblock {
                 .chunks_exact(2)
                 .map(|r| le::u16_at(r, 0))
                 .collect(),
+            logical_block_size: le::u32_at(b, off::LOGICAL_BLOCK_SIZE),
         };
         sb.validate()?;
         Ok((sb, computed))
@@ -603,6 +794,11 @@ impl Superblock {
             &mut b,
             off::RESYNC_OFFSET,
             &self.resync_offset.to_le_bytes(),
+        );
+        le::put(
+            &mut b,
+            off::LOGICAL_BLOCK_SIZE,
+            &self.logical_block_size.to_le_bytes(),
         );
         le::put(
             &mut b,
@@ -734,6 +930,16 @@ impl Superblock {
     /// The "host" of mdadm's "host:name", if present.
     pub fn homehost(&self) -> Option<&str> {
         self.set_name.rsplit_once(':').map(|(h, _)| h)
+    }
+
+    /// The metadata version this superblock's own `super_offset` names: 0 is 1.1, 8 is 1.2,
+    /// anything else can only be a 1.0 superblock near the end of its device.
+    pub fn version(&self) -> MetadataVersion {
+        match self.super_offset {
+            0 => MetadataVersion::V1_1,
+            SB_V12_OFFSET_SECTORS => MetadataVersion::V1_2,
+            _ => MetadataVersion::V1_0,
+        }
     }
 
     pub fn has_feature(&self, bit: u32) -> bool {

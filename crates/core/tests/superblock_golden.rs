@@ -48,6 +48,7 @@ fn sample() -> Superblock {
         resync_offset: MAX_SECTOR,
         sb_csum: 0,
         dev_roles,
+        logical_block_size: 512,
     }
 }
 
@@ -105,7 +106,12 @@ fn golden_bytes_match_md_p_h_layout() {
     assert_eq!(u64_at(&b, 200), 0x0000_0100_0000_0042, "events");
     assert_eq!(u64_at(&b, 208), u64::MAX, "resync_offset");
     assert_eq!(u32_at(&b, 220), 128, "max_dev");
-    assert!(b[224..256].iter().all(|&x| x == 0), "pad3");
+    assert_eq!(
+        u32_at(&b, 224),
+        512,
+        "logical_block_size (md 6.18, first word of pad3)"
+    );
+    assert!(b[228..256].iter().all(|&x| x == 0), "pad3");
     assert_eq!(u16_at(&b, 256), 0, "dev_roles[0]");
     assert_eq!(u16_at(&b, 258), 1, "dev_roles[1]");
     assert_eq!(&b[260..262], &[0xfe, 0xff], "dev_roles[2] faulty");
@@ -420,6 +426,7 @@ fn create_spec() -> CreateSpec {
         internal_bitmap: None,
         bad_block_log: true,
         clean: false,
+        version: MetadataVersion::V1_2,
     }
 }
 
@@ -573,6 +580,7 @@ fn arb_superblock() -> impl Strategy<Value = Superblock> {
                 resync_offset: t.2,
                 sb_csum: 0,
                 dev_roles,
+                logical_block_size: t.1 as u32,
             }
         },
     )

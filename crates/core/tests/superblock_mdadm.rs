@@ -127,6 +127,7 @@ fn spec_for(c: &Case) -> CreateSpec {
         internal_bitmap: None,
         bad_block_log: true,
         clean: c.clean,
+        version: MetadataVersion::V1_2,
     }
 }
 
@@ -415,5 +416,136 @@ impl Drop for LoopDevice {
             .arg("--detach")
             .arg(&self.path)
             .status();
+    }
+}
+
+/// Metadata 1.0 and 1.1 members (with and without an internal bitmap), written where their
+/// version puts the superblock: `mdadm --examine` finds them there and agrees on the
+/// version, offsets, unused space, bitmap and bad block log.
+#[test]
+fn mdadm_examines_our_v10_and_v11_superblocks() {
+    let Some(mdadm) = mdadm() else { return };
+    for version in [MetadataVersion::V1_0, MetadataVersion::V1_1] {
+        for with_bitmap in [false, true] {
+            let at_end = version.at_end();
+            let data_offset = if at_end {
+                0
+            } else {
+                default_data_offset_sectors(
+                    DEVICE_SECTORS,
+                    0,
+                    default_bitmap_space_sectors(DEVICE_SECTORS),
+                )
+            };
+            let avail = if at_end {
+                v10_avail_sectors(DEVICE_SECTORS)
+            } else {
+                DEVICE_SECTORS - data_offset
+            };
+            let size = avail / 128 * 128;
+            let bms = BitmapSuper::new(SET_UUID, size, 64 << 20, 5).unwrap();
+            let space = bms.space_bytes() / 512;
+            let bitmap = with_bitmap.then(|| {
+                let offset = if at_end {
+                    v10_bitmap_offset(space).unwrap()
+                } else {
+                    8
+                };
+                (offset, space)
+            });
+            let spec = CreateSpec {
+                level: 1,
+                layout: 0,
+                chunk_sectors: 0,
+                raid_disks: 2,
+                size_sectors: size,
+                data_offset_sectors: data_offset,
+                internal_bitmap: bitmap,
+                clean: true,
+                version,
+                ..spec_for(&CASES[1])
+            };
+            let mut sb = Superblock::new_for_create(&spec, 0, DEVICE_UUID, DEVICE_SECTORS).unwrap();
+            sb.events = 5;
+            let image = Image::new(&format!("v{}-{with_bitmap}", version.name()));
+            image.write_at(sb.super_offset * 512, &sb.encode());
+            if let Some(at) = sb.bitmap_sector() {
+                let mut b = bms.clone();
+                b.events = 5;
+                image.write_at(at * 512, &b.encode());
+            }
+            let out = run(&mdadm, &["--examine"], &image);
+            let what = format!("{version} bitmap={with_bitmap}:\n{out}");
+            assert_eq!(field(&out, "Version"), version.name(), "{what}");
+            assert_eq!(
+                field(&out, "Feature Map"),
+                format!("{:#x}", sb.feature_map),
+                "{what}"
+            );
+            if sb.data_offset != 0 {
+                assert_eq!(
+                    field(&out, "Data Offset"),
+                    format!("{} sectors", sb.data_offset),
+                    "{what}"
+                );
+            } else {
+                assert!(
+                    !out.contains("Data Offset"),
+                    "mdadm shows no data offset of 0: {what}"
+                );
+            }
+            assert_eq!(
+                field(&out, "Super Offset"),
+                format!("{} sectors", sb.super_offset),
+                "{what}"
+            );
+            assert!(
+                field(&out, "Avail Dev Size").starts_with(&format!("{} sectors", sb.data_size)),
+                "{what}"
+            );
+            // Unused space before the data and after it (up to the device's end for 1.1,
+            // up to the bitmap/log/superblock for 1.0), as mdadm counts it.
+            // mdadm's getinfo_super1: for 1.0 the gap between the component's end and the
+            // lowest of bitmap, log and superblock; for 1.1 the data offset less the 36 KiB
+            // the kernel keeps after the superblock, and the device's end after the data.
+            let (before, after) = if at_end {
+                let lowest = [sb.bitmap_sector(), sb.bblog_sector().map(|b| b.0)]
+                    .into_iter()
+                    .flatten()
+                    .fold(sb.super_offset, u64::min);
+                (0, lowest - sb.size)
+            } else {
+                (
+                    sb.data_offset - 72,
+                    DEVICE_SECTORS - sb.data_offset - sb.size,
+                )
+            };
+            assert_eq!(
+                field(&out, "Unused Space"),
+                format!("before={before} sectors, after={after} sectors"),
+                "{what}"
+            );
+            if let Some(at) = sb.bitmap_sector() {
+                assert_eq!(
+                    field(&out, "Internal Bitmap"),
+                    format!(
+                        "{} sectors from superblock",
+                        at as i64 - sb.super_offset as i64
+                    ),
+                    "{what}"
+                );
+            }
+            let (log_at, log_size) = sb.bblog_sector().expect("a bad block log");
+            assert_eq!(
+                field(&out, "Bad Block Log"),
+                format!(
+                    "{} entries available at offset {} sectors",
+                    u32::from(log_size) * 512 / 8,
+                    log_at as i64 - sb.super_offset as i64
+                ),
+                "{what}"
+            );
+            assert!(field(&out, "Checksum").ends_with("- correct"), "{what}");
+        }
     }
 }

@@ -124,6 +124,8 @@ pub struct Array {
     workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
     /// Workers in `workers`, so that the common case (none) takes no lock.
     group_threads: std::sync::atomic::AtomicUsize,
+    /// Opened with --readonly: writes, repairs and rebuilds are refused (EROFS).
+    read_only: AtomicBool,
 }
 
 /// A source of seconds (the array's notion of "now").
@@ -196,6 +198,7 @@ impl Array {
             ),
             workers: std::sync::RwLock::new(None),
             group_threads: std::sync::atomic::AtomicUsize::new(0),
+            read_only: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
         if !a.personality.survives(&missing) {
@@ -210,6 +213,26 @@ impl Array {
             )));
         }
         Ok(a)
+    }
+
+    /// mdadm's --readonly (assembly sets it): writes fail with [`ArrayError::ReadOnly`]
+    /// (EROFS), read errors are not rewritten, resync/repair/recovery are refused.
+    pub(crate) fn set_read_only(&self, on: bool) {
+        self.read_only.store(on, Ordering::SeqCst);
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::SeqCst)
+    }
+
+    /// `Err(ReadOnly)` when opened with --readonly; `what` names the refused operation.
+    pub(crate) fn check_writable(&self, what: &str) -> Result<(), ArrayError> {
+        if self.is_read_only() {
+            return Err(ArrayError::ReadOnly(format!(
+                "{what} refused: the array was opened with --readonly, nothing is written to its members"
+            )));
+        }
+        Ok(())
     }
 
     /// Attach the write journal (create and assemble do, before the array is shared).
@@ -604,6 +627,11 @@ impl Array {
     pub(crate) fn repair_read(&self, role: MemberIdx, member_sector: u64, good: &[u8]) {
         let slot = &self.slots[role.0];
         let Some(dev) = slot.device() else { return };
+        if self.is_read_only() {
+            // The caller got the good data; the member keeps its bad sectors for a
+            // read-write assembly to fix.
+            return;
+        }
         let off = self.member_byte(role, member_sector);
         let sectors = (good.len() as u64).div_ceil(SECTOR_BYTES);
         match dev.write_at(good, off) {
@@ -738,6 +766,7 @@ impl Array {
         if buf.is_empty() {
             return Ok(());
         }
+        self.check_writable("write")?;
         let _in_flight = InFlight::new(self);
         self.check_metadata()?;
         self.ensure_dirty()?;
@@ -955,6 +984,7 @@ impl Array {
         how: crate::member::ZeroHow,
         fast: bool,
     ) -> Result<(), ArrayError> {
+        self.check_writable("write-zeroes")?;
         crate::discard::write_zeroes(self, offset, len, how, fast)?;
         // Zeroing skips failed members like a write: acknowledged only once recorded.
         self.complete_write()
@@ -968,6 +998,7 @@ impl Array {
     /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
     /// members only where every copy and parity stays consistent (see [`crate::discard`]).
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        self.check_writable("discard")?;
         crate::discard::discard(self, offset, len)?;
         self.complete_write()
     }

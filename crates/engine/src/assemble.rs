@@ -8,8 +8,9 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
-    uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET,
-    FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL, ROLE_SPARE,
+    uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_BITMAP,
+    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL,
+    ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -21,6 +22,10 @@ pub struct AssembleOptions {
     /// Start a raid4/5/6 that is both dirty (not stopped cleanly) and degraded, which md
     /// refuses without its start_dirty_degraded parameter; for commands that only report.
     pub start_dirty_degraded: bool,
+    /// mdadm's --readonly: nothing is written to any member (not even the dirty flag or a
+    /// bitmap); writes fail with EROFS. An array that needs its journal replayed (which
+    /// writes) is refused.
+    pub readonly: bool,
 }
 
 /// What assembly decided about each device, for the report.
@@ -80,9 +85,28 @@ pub fn assemble(
             )
         }));
     }
+    let devs: Vec<Arc<dyn Member>> = if opts.readonly {
+        devs.into_iter()
+            .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
+            .collect()
+    } else {
+        devs
+    };
     let mut sbs = Vec::with_capacity(devs.len());
     for d in &devs {
         sbs.push(read_superblock(d.as_ref())?);
+    }
+    // Everything a superblock says must be something uraid honours, before anything is
+    // written: a reshape in progress read with one geometry returns mixed data.
+    for (d, sb) in devs.iter().zip(sbs.iter_mut()) {
+        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
+            array: format!("{} ({})", sb.set_name, uuid_string(&sb.set_uuid)),
+            member: d.name(),
+            what,
+        })?;
+        // md's bitmap-based recovery copies only dirty chunks above recovery_offset; uraid
+        // copies all of them, which covers it, and so no longer claims the bitmap's help.
+        sb.feature_map &= !FEATURE_RECOVERY_BITMAP;
     }
     // All members must belong to one array.
     let uuid0 = sbs[0].set_uuid;
@@ -344,6 +368,7 @@ pub fn assemble(
         unclean,
     };
     let mut meta = Meta::new(template, members_sb);
+    meta.read_only = opts.readonly;
     if let Some((i, _)) = slots.iter().flatten().next() {
         meta.bitmap = crate::bitmap::BitmapState::load(devs[*i].as_ref(), &sbs[*i])?;
     }
@@ -367,6 +392,19 @@ pub fn assemble(
             uuid_string(&uuid0)
         )));
     }
+    // Read-only: a journal of a cleanly stopped array holds nothing the members lack, so
+    // it is left closed; otherwise it must be replayed, which writes.
+    let journal_dev = match journal_dev {
+        Some(_) if opts.readonly && unclean => {
+            return Err(ArrayError::ReadOnly(format!(
+                "{} was not stopped cleanly and its write journal must be replayed onto the \
+                 members first, which writes: assemble it once without --readonly",
+                uuid_string(&uuid0)
+            )))
+        }
+        Some(_) if opts.readonly => None,
+        j => j,
+    };
     if let Some(i) = journal_dev {
         meta.journal = Some((devs[i].clone(), sbs[i].clone()));
     }
@@ -397,6 +435,7 @@ pub fn assemble(
         array_slots[r].set_state(SlotState::Recovering);
     }
     let mut array = Array::new(geometry, array_slots, meta)?;
+    array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
         array

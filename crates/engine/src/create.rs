@@ -1,4 +1,4 @@
-//! Making a new array, as mdadm --create with metadata 1.2.
+//! Making a new array, as mdadm --create with metadata 1.0, 1.1 or 1.2.
 
 use crate::array::{Array, Slot};
 use crate::bitmap::BitmapState;
@@ -9,8 +9,9 @@ use std::sync::Arc;
 use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::{ArrayGeometry, Personality};
 use uraid_core::superblock::{
-    default_bitmap_space_sectors, default_data_offset_sectors, CreateSpec, Superblock,
-    FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
+    default_bitmap_space_sectors, default_data_offset_sectors, v10_avail_sectors,
+    v10_bitmap_offset, CreateSpec, MetadataVersion, Superblock, FEATURE_JOURNAL,
+    FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
@@ -36,6 +37,8 @@ pub struct CreateOptions {
     pub data_offset_sectors: Option<u64>,
     /// A write journal device (md's --write-journal): raid4/5/6 only.
     pub journal: Option<Arc<dyn Member>>,
+    /// Superblock version (mdadm's -e): where the superblock, bitmap and data go.
+    pub metadata: MetadataVersion,
 }
 
 impl CreateOptions {
@@ -52,6 +55,7 @@ impl CreateOptions {
             uuid: None,
             data_offset_sectors: None,
             journal: None,
+            metadata: MetadataVersion::V1_2,
         }
     }
 }
@@ -189,8 +193,14 @@ pub fn create_confirmed(
         .min()
         .expect("one");
     let bitmap_space = default_bitmap_space_sectors(min_dev_sectors);
+    let at_end = opts.metadata.at_end();
+    // 1.0 keeps its data from sector 0; 1.1 and 1.2 after the superblock and its reserves.
     let data_offset = opts.data_offset_sectors.unwrap_or_else(|| {
-        default_data_offset_sectors(min_dev_sectors, chunk_sectors as u32, bitmap_space)
+        if at_end {
+            0
+        } else {
+            default_data_offset_sectors(min_dev_sectors, chunk_sectors as u32, bitmap_space)
+        }
     });
     let round = if level == Level::Raid1 {
         128
@@ -199,7 +209,9 @@ pub fn create_confirmed(
     };
     let avail = |d: &Arc<dyn Member>| -> Result<u64, ArrayError> {
         let s = d.size_bytes() / SECTOR_BYTES;
-        let usable = s.saturating_sub(data_offset) / round * round;
+        // 1.0: the superblock, bad block log and bitmap reserve sit at the end.
+        let end = if at_end { v10_avail_sectors(s) } else { s };
+        let usable = end.saturating_sub(data_offset) / round * round;
         if usable == 0 {
             return Err(err(format!(
                 "{}: device of {} bytes is too small (needs more than {} KiB for metadata and one chunk)",
@@ -306,7 +318,7 @@ pub fn create_confirmed(
         };
         let bms = BitmapSuper::new(uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
             .map_err(|e| err(format!("bitmap: {e}")))?;
-        if 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {
+        if !at_end && 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {
             return Err(err("the bitmap does not fit before the data offset".into()));
         }
         Some(bms)
@@ -328,9 +340,20 @@ pub fn create_confirmed(
         missing: missing.iter().map(|m| m.0 as u32).collect(),
         size_sectors: if level == Level::Raid0 { 0 } else { size },
         data_offset_sectors: data_offset,
-        internal_bitmap: bitmap.as_ref().map(|b| (8, b.space_bytes() / SECTOR_BYTES)),
+        internal_bitmap: match &bitmap {
+            // 1.0: the bitmap ends where the bad block log below the superblock begins.
+            Some(b) if at_end => {
+                let space = b.space_bytes() / SECTOR_BYTES;
+                let offset = v10_bitmap_offset(space)
+                    .ok_or_else(|| err("the bitmap is too large".into()))?;
+                Some((offset, space))
+            }
+            Some(b) => Some((8, b.space_bytes() / SECTOR_BYTES)),
+            None => None,
+        },
         bad_block_log: true,
         clean: true,
+        version: opts.metadata,
     };
     if let Some(j) = &opts.journal {
         if !level.has_parity() {
@@ -362,6 +385,13 @@ pub fn create_confirmed(
                     d.size_bytes() / SECTOR_BYTES,
                 )
                 .map_err(|e| err(format!("{}: {e}", d.name())))?;
+                if sb.data_size < size {
+                    return Err(err(format!(
+                        "{}: {} sectors of data space, the component needs {size}",
+                        d.name(),
+                        sb.data_size
+                    )));
+                }
                 if multizone {
                     sb.feature_map |= FEATURE_RAID0_LAYOUT;
                 }
@@ -404,7 +434,7 @@ pub fn create_confirmed(
                 let mut area = bm::initial_area(bms);
                 // Freshly created and in sync: no chunk is dirty.
                 area[bm::BITMAP_SUPER_BYTES..].fill(0);
-                let off = (sb.super_offset + 8) * SECTOR_BYTES;
+                let off = sb.bitmap_sector().expect("a bitmap superblock") * SECTOR_BYTES;
                 let mut buf = crate::buf::AlignedBuf::new(area.len());
                 buf.copy_from_slice(&area);
                 d.write_at(&buf, off)?;
@@ -427,7 +457,8 @@ pub fn create_confirmed(
         .collect();
     let mut meta = Meta::new(template, sbs);
     if let Some(bms) = bitmap {
-        meta.bitmap = Some(BitmapState::new(bms, 8));
+        let offset = i64::from(meta.template.bitmap_offset);
+        meta.bitmap = Some(BitmapState::new(bms, offset));
     }
     let journal = match (&opts.journal, journal_sb) {
         (Some(dev), Some(jsb)) => {

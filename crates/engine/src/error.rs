@@ -24,6 +24,15 @@ pub enum ArrayError {
     },
     #[error("{0}")]
     Assemble(String),
+    /// A superblock says something uraid cannot honour (a reshape in progress, PPL, ...):
+    /// nothing was written.
+    #[error("array {array}: member {member}: uraid will not open it: {what}")]
+    Unsupported {
+        /// "name (uuid)".
+        array: String,
+        member: String,
+        what: uraid_core::support::Unsupported,
+    },
     #[error("{0}")]
     Create(String),
     #[error("array is read-only: {0}")]

@@ -157,3 +157,43 @@ impl Member for MemMember {
         self.name.clone()
     }
 }
+
+/// A member opened read-only (`--readonly`): reads pass through; writes and discards fail
+/// with EROFS before reaching the device, so nothing, not even the dirty flag, is written.
+/// It hides the file backend (`as_file`) so that no fast path can write around it.
+pub struct ReadOnlyMember(pub std::sync::Arc<dyn Member>);
+
+impl ReadOnlyMember {
+    fn refuse(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ReadOnlyFilesystem,
+            format!("{}: opened read-only (--readonly)", self.0.name()),
+        )
+    }
+}
+
+impl Member for ReadOnlyMember {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(self.refuse())
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn discard(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(self.refuse())
+    }
+
+    fn name(&self) -> String {
+        self.0.name()
+    }
+}

@@ -14,8 +14,9 @@ use crate::slot::SlotState;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
-    Superblock, FEATURE_BAD_BLOCKS, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR,
-    ROLE_FAULTY, SB_IO_BYTES, SB_V12_OFFSET_BYTES,
+    uuid_string, MetadataVersion, Superblock, SuperblockError, FEATURE_BAD_BLOCKS,
+    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
+    SB_V12_OFFSET_SECTORS,
 };
 use uraid_core::MemberIdx;
 
@@ -41,6 +42,8 @@ pub struct Meta {
     /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
     /// With each, its device number (md's dev_number, the index of its entry in dev_roles).
     pub(crate) faulty: Vec<(Arc<dyn Member>, u32)>,
+    /// Opened with --readonly: superblocks and bitmaps are kept in memory only.
+    pub(crate) read_only: bool,
 }
 
 impl Meta {
@@ -57,6 +60,7 @@ impl Meta {
             faulty: Vec::new(),
             write_depth: 0,
             journal: None,
+            read_only: false,
         }
     }
 
@@ -148,6 +152,9 @@ impl Meta {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok(());
         };
+        if self.read_only {
+            return Ok(());
+        }
         let events = self.template.events;
         let mut written = 0;
         let mut last_err = None;
@@ -193,6 +200,11 @@ impl Meta {
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
     pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
+        // --readonly: md does not write superblocks of a read-only array either (a failed
+        // member is then recorded by the next read-write assembly).
+        if self.read_only {
+            return Ok(());
+        }
         self.template.events += 1;
         self.template.utime = now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;
@@ -371,7 +383,12 @@ pub(crate) fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Read and decode the v1.2 superblock of a device.
+/// Read and decode the v1 superblock of a device, wherever its version puts it (1.0 at
+/// the end, 1.1 at sector 0, 1.2 at sector 8), as mdadm does without `-e`.
+///
+/// A superblock counts only where its own `super_offset` says it lives. Two valid ones
+/// (a stale 1.0 at the end under a newer 1.2): mdadm takes the one created last (larger
+/// `ctime`); with equal `ctime` there is no telling, so both are named and neither is used.
 pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
     let (sb, computed) = read_superblock_any_checksum(dev)?;
     if sb.sb_csum != computed {
@@ -388,31 +405,155 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
 
 /// The member's superblock even when its checksum is wrong, with the checksum its bytes
 /// have (for `examine`, which shows such a superblock as not trusted); never for assembly.
+/// A superblock whose checksum holds is preferred to one whose checksum is wrong.
 pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32), ArrayError> {
-    let need = SB_V12_OFFSET_BYTES + SB_IO_BYTES as u64;
-    if dev.size_bytes() < need {
+    let device_sectors = dev.size_bytes() / 512;
+    let mut found: Vec<(MetadataVersion, Superblock)> = Vec::new();
+    // A superblock in its place whose checksum is wrong: examine prints it, nothing uses it.
+    let mut untrusted: Option<(Superblock, u32)> = None;
+    // The most telling failure, for when nothing is found: a damaged superblock beats
+    // a misplaced one, which beats no magic at all.
+    let mut damaged: Option<(MetadataVersion, u64, SuperblockError)> = None;
+    let mut misplaced: Option<(MetadataVersion, u64, u64)> = None;
+    let mut read_error: Option<std::io::Error> = None;
+    for v in MetadataVersion::ALL {
+        let Some(at) = v.super_offset_sectors(device_sectors) else {
+            continue;
+        };
+        let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
+        // A read error at one place says nothing about the others (a bad sector at the end
+        // of a 1.2 member): it is reported only if no superblock is found anywhere.
+        if let Err(e) = dev.read_at(&mut buf, at * 512) {
+            read_error = read_error.or(Some(e));
+            continue;
+        }
+        match Superblock::decode_any_checksum(&buf) {
+            Ok((sb, computed)) if sb.super_offset == at && sb.sb_csum == computed => {
+                found.push((v, sb))
+            }
+            Ok((sb, computed)) if sb.super_offset == at => {
+                untrusted = untrusted.or(Some((sb, computed)))
+            }
+            // md rejects a superblock that does not say where it is: a copy found elsewhere.
+            Ok((sb, _)) => misplaced = misplaced.or(Some((v, at, sb.super_offset))),
+            Err(SuperblockError::BadMagic { .. }) => {}
+            Err(e) => damaged = damaged.or(Some((v, at, e))),
+        }
+    }
+    let with_csum = |sb: Superblock| {
+        let c = sb.sb_csum;
+        (sb, c)
+    };
+    match found.len() {
+        0 => {}
+        1 => return Ok(with_csum(found.pop().expect("one").1)),
+        _ => {
+            found.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.ctime_secs()));
+            let (v0, a) = &found[0];
+            let (v1, b) = &found[1];
+            if a.ctime_secs() == b.ctime_secs() {
+                return Err(ArrayError::Assemble(format!(
+                    "{}: two md superblocks created at the same time: a {v0} one (array {}, sector {}) \
+                     and a {v1} one (array {}, sector {}); uraid cannot tell which is current: \
+                     erase the stale one (mdadm --zero-superblock --metadata={v1} or ={v0}) first",
+                    dev.name(),
+                    uuid_string(&a.set_uuid),
+                    a.super_offset,
+                    uuid_string(&b.set_uuid),
+                    b.super_offset
+                )));
+            }
+            tracing::warn!(
+                "{}: using the {v0} superblock (array {}, created later); an older {v1} one \
+                 (array {}) is also on the device",
+                dev.name(),
+                uuid_string(&a.set_uuid),
+                uuid_string(&b.set_uuid)
+            );
+            return Ok(with_csum(found.swap_remove(0).1));
+        }
+    }
+    if let Some(u) = untrusted {
+        return Ok(u);
+    }
+    if let Some((v, at, source)) = damaged {
+        return Err(ArrayError::Superblock {
+            member: format!("{} ({v} superblock at sector {at})", dev.name()),
+            source,
+        });
+    }
+    if let Some(e) = read_error {
+        return Err(e.into());
+    }
+    if let Some(grown) = grown_v10(dev, device_sectors) {
+        return Err(ArrayError::Assemble(grown));
+    }
+    if let Some((v, at, says)) = misplaced {
         return Err(ArrayError::Assemble(format!(
-            "{}: device of {} bytes is too small to hold an md v1.2 superblock",
+            "{}: superblock found at sector {at} (where {v} keeps it) says it lives at sector \
+             {says}: a copy, not this device's superblock",
+            dev.name()
+        )));
+    }
+    if device_sectors < SB_V12_OFFSET_SECTORS + SB_IO_BYTES as u64 / 512 {
+        return Err(ArrayError::Assemble(format!(
+            "{}: device of {} bytes is too small to hold an md superblock",
             dev.name(),
             dev.size_bytes()
         )));
     }
-    let mut buf = crate::buf::AlignedBuf::new(SB_IO_BYTES);
-    dev.read_at(&mut buf, SB_V12_OFFSET_BYTES)?;
-    let (sb, computed) =
-        Superblock::decode_any_checksum(&buf).map_err(|source| ArrayError::Superblock {
-            member: dev.name(),
-            source,
-        })?;
-    // md rejects a superblock that does not say where it is: a copy found elsewhere.
-    if sb.super_offset != SB_V12_OFFSET_BYTES / 512 {
-        return Err(ArrayError::Assemble(format!(
-            "{}: superblock found at sector 8 says it lives at sector {} (not a v1.2 member)",
-            dev.name(),
-            sb.super_offset
-        )));
+    Err(ArrayError::Assemble(format!(
+        "{}: no md superblock: its magic a92b4efc is not at sector 0 (metadata 1.1), 8 (1.2) \
+         or {} (1.0)",
+        dev.name(),
+        MetadataVersion::V1_0
+            .super_offset_sectors(device_sectors)
+            .unwrap_or(0)
+    )))
+}
+
+/// How far back from the end a 1.0 superblock of a device that has grown is looked for.
+const GROWN_SCAN_BYTES: u64 = 64 << 20;
+
+/// A 1.0 superblock no longer at the end of its device (the device has grown since): it is
+/// looked for, in 4 KiB steps, in the last [`GROWN_SCAN_BYTES`], and described.
+/// Best effort: a read error ends the search.
+fn grown_v10(dev: &dyn Member, device_sectors: u64) -> Option<String> {
+    let step = 1u64 << 20;
+    let end = device_sectors * 512;
+    let low = end.saturating_sub(GROWN_SCAN_BYTES);
+    let mut hi = end / 4096 * 4096;
+    let mut buf = crate::buf::AlignedBuf::new(step as usize);
+    while hi > low {
+        let lo = hi.saturating_sub(step).max(low) / 4096 * 4096;
+        let len = (hi - lo) as usize;
+        dev.read_at(&mut buf[..len], lo).ok()?;
+        for block in (0..len).step_by(4096).rev() {
+            let at = (lo + block as u64) / 512;
+            let Ok(sb) = Superblock::decode(&buf[block..(block + 4096).min(len)]) else {
+                continue;
+            };
+            if sb.super_offset == at && sb.version() == MetadataVersion::V1_0 {
+                let was = at + 16;
+                return Some(format!(
+                    "{}: a metadata 1.0 superblock (array {} {}) is at sector {at}, but the \
+                     device has grown to {device_sectors} sectors and md looks for it at the end \
+                     (sector {}): it is no longer at the end. Shrink the device back to its old size \
+                     (at least {was} sectors, {} KiB) so that md and uraid find it; once the \
+                     array is assembled, mdadm --grow --size=max moves it to the new end",
+                    dev.name(),
+                    sb.set_name,
+                    uuid_string(&sb.set_uuid),
+                    MetadataVersion::V1_0
+                        .super_offset_sectors(device_sectors)
+                        .unwrap_or(0),
+                    was / 2
+                ));
+            }
+        }
+        hi = lo;
     }
-    Ok((sb, computed))
+    None
 }
 
 /// Encode and write a superblock, then flush the device.

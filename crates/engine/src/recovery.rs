@@ -194,6 +194,10 @@ impl Array {
         kind: SyncKind,
         mut progress: impl FnMut(&SyncProgress),
     ) -> Result<u64, ArrayError> {
+        // md's check only reads; the others write members.
+        if kind != SyncKind::Check {
+            self.check_writable(kind.name())?;
+        }
         if matches!(kind, SyncKind::Resync | SyncKind::Check | SyncKind::Repair)
             && self.is_degraded()
         {
@@ -352,6 +356,7 @@ impl Array {
     /// [`Array::run_sync`] with [`SyncKind::Recovery`]) or waits as a spare. A device that
     /// was a member of this array before is re-added in its old role if that role is free.
     pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
+        self.check_writable("adding a member")?;
         if self.level() == Level::Raid0 {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be added".into(),
@@ -387,15 +392,32 @@ impl Array {
                 ArrayError::Failed("no member superblock to copy the layout from".into())
             })?;
         let data_offset = tmpl_member.data_offset;
+        // The new member's superblock goes where the array's metadata version puts it on
+        // this device; 1.0 keeps the same reserve (bitmap, bad block log) below it.
+        let dev_sectors = dev.size_bytes() / SECTOR_BYTES;
+        let version = tmpl_member.version();
+        let placed = version.super_offset_sectors(dev_sectors).and_then(|at| {
+            if version.at_end() {
+                let reserve = tmpl_member
+                    .super_offset
+                    .checked_sub(tmpl_member.data_offset + tmpl_member.data_size)?;
+                let size = at.checked_sub(reserve)?.checked_sub(data_offset)?;
+                Some((at, size))
+            } else {
+                Some((at, dev_sectors.checked_sub(data_offset)?))
+            }
+        });
         let need = (data_offset + self.geometry().dev_sectors) * SECTOR_BYTES;
-        if dev.size_bytes() < need {
+        let Some((super_offset, data_size)) =
+            placed.filter(|&(_, size)| size >= self.geometry().dev_sectors)
+        else {
             return Err(ArrayError::Failed(format!(
-                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data)",
+                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data) plus its {version} metadata",
                 dev.size_bytes(),
                 data_offset,
                 self.geometry().dev_sectors
             )));
-        }
+        };
         // An old member of this array comes back in its old role if it is free.
         let old = read_superblock(dev.as_ref())
             .ok()
@@ -443,8 +465,8 @@ impl Array {
             .map(|o| o.device_uuid)
             .unwrap_or_else(crate::create::random_uuid);
         sb.data_offset = data_offset;
-        sb.data_size = dev.size_bytes() / SECTOR_BYTES - data_offset;
-        sb.super_offset = tmpl_member.super_offset;
+        sb.data_size = data_size;
+        sb.super_offset = super_offset;
         sb.bblog_offset = tmpl_member.bblog_offset;
         sb.bblog_size = tmpl_member.bblog_size;
         sb.bblog_shift = tmpl_member.bblog_shift;

@@ -302,6 +302,7 @@ impl Array {
     /// in-sync member `role`; [`Array::run_sync`] with [`SyncKind::Recovery`] (or
     /// [`Array::run_replace`]) then rebuilds it. Returns the replacement's name.
     pub fn replace(&self, role: MemberIdx, with: Option<&str>) -> Result<String, ArrayError> {
+        self.check_writable("replacing a member")?;
         if self.level() == Level::Raid0 {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be replaced".into(),
