@@ -707,7 +707,7 @@ pub fn repair(a: SyncArgs) -> Result<()> {
 /// Finish a pending recovery (a member added, or a rebuild interrupted by a stop); a
 /// degraded array's spares take the missing roles first, as md does.
 pub fn recover(a: SyncArgs) -> Result<()> {
-    let (array, _) = open_array(&a.devices, a.force)?;
+    let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     crate::control::activate_spares(&array);
     if array.recovering_roles().is_empty() && array.replacing_roles().is_empty() {
         let why = if array.is_degraded() {

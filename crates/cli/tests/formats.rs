@@ -212,15 +212,10 @@ fn clustered_and_ppl_members_are_refused_by_name() {
 }
 
 fn mdadm() -> Option<PathBuf> {
-    let p = ["/usr/sbin/mdadm", "/sbin/mdadm"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if p.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "mdadm is missing in CI");
-        eprintln!("SKIP mdadm comparison: mdadm is not installed");
+    if !uraid_testkit::need_tool("mdadm", "formats: mdadm comparison") {
+        return None;
     }
-    p
+    uraid_testkit::skip::find_tool("mdadm")
 }
 
 fn mdadm_field(text: &str, key: &str) -> Option<String> {

@@ -182,18 +182,10 @@ fn check_fails_on_mismatches_and_repair_says_what_it_did() {
 }
 
 fn mdadm() -> Option<PathBuf> {
-    let found = ["/usr/sbin/mdadm", "/sbin/mdadm"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "mdadm is not installed (CI must have it: apt-get install mdadm)"
-        );
-        eprintln!("SKIP: mdadm is not installed");
+    if !uraid_testkit::need_tool("mdadm", "output: mdadm comparison") {
+        return None;
     }
-    found
+    uraid_testkit::skip::find_tool("mdadm")
 }
 
 /// Every line of `uraid examine` is the line `mdadm --examine` prints for the same member:

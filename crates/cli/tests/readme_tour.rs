@@ -25,20 +25,7 @@ fn tour(readme: &str) -> String {
 /// Whether `name` is on PATH or in /usr/sbin or /sbin (mdadm, for a user without them on
 /// PATH); in CI a missing tool fails the test.
 fn tool(name: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
-        || ["/usr/sbin", "/sbin"]
-            .iter()
-            .any(|d| Path::new(d).join(name).is_file());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the README tour needs {name}, which CI must install"
-        );
-        eprintln!("SKIP readme tour: {name} is not installed");
-    }
-    found
+    uraid_testkit::need_tool(name, "the_readme_tour_runs_as_written")
 }
 
 fn free_port() -> u16 {

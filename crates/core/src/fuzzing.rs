@@ -86,6 +86,7 @@ pub fn superblock_seeds() -> Vec<Vec<u8>> {
         internal_bitmap: bitmap.then_some((8, 8)),
         bad_block_log: true,
         clean: false,
+        version: superblock::MetadataVersion::V1_2,
     };
     let mut out = Vec::new();
     for (s, dev) in [

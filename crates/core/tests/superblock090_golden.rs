@@ -190,15 +190,10 @@ fn bad_records_are_refused() {
 
 #[test]
 fn mdadm_examines_the_same_record() {
-    let Some(mdadm) = ["/usr/sbin/mdadm", "/sbin/mdadm"]
-        .iter()
-        .map(std::path::PathBuf::from)
-        .find(|p| p.exists())
-    else {
-        assert!(std::env::var_os("CI").is_none(), "mdadm is missing in CI");
-        println!("SKIP: mdadm is not installed");
+    if !uraid_testkit::need_tool("mdadm", "mdadm_examines_the_same_record") {
         return;
-    };
+    }
+    let mdadm = uraid_testkit::skip::find_tool("mdadm").expect("found above");
     let dir = std::env::temp_dir().join(format!("uraid-sb090-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let img = dir.join("m.img");

@@ -424,7 +424,9 @@ impl Drop for LoopDevice {
 /// version, offsets, unused space, bitmap and bad block log.
 #[test]
 fn mdadm_examines_our_v10_and_v11_superblocks() {
-    let Some(mdadm) = mdadm() else { return };
+    let Some(mdadm) = mdadm("mdadm_examines_our_v10_and_v11_superblocks") else {
+        return;
+    };
     for version in [MetadataVersion::V1_0, MetadataVersion::V1_1] {
         for with_bitmap in [false, true] {
             let at_end = version.at_end();
