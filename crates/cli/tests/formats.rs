@@ -354,7 +354,7 @@ fn a_stale_10_superblock_under_a_12_one() {
     }
     let old: Vec<Superblock> = imgs.iter().map(|i| read_sb(i)).collect();
     ok(uraid()
-        .args(["create", "-e", "1.2", "-l", "1", "-N", "new"])
+        .args(["create", "--run", "-e", "1.2", "-l", "1", "-N", "new"])
         .args(&imgs));
     // The 1.2 create did not reach the 1.0 superblock at the end.
     let bytes = std::fs::read(&imgs[0]).unwrap();

@@ -20,7 +20,8 @@ pub struct AssembleOptions {
     /// a dirty degraded raid4/5/6).
     pub force: bool,
     /// Start a raid4/5/6 that is both dirty (not stopped cleanly) and degraded, which md
-    /// refuses without its start_dirty_degraded parameter; for commands that only report.
+    /// refuses without its start_dirty_degraded parameter: the CLI sets it for commands
+    /// that only report; an embedder that accepts the write hole's risk may set it.
     pub start_dirty_degraded: bool,
     /// mdadm's --readonly: nothing is written to any member (not even the dirty flag or a
     /// bitmap); writes fail with EROFS. An array that needs its journal replayed (which

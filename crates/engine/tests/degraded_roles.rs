@@ -58,7 +58,15 @@ fn a_degraded_write_records_the_absent_member_as_removed() {
         restore("dr-mem1", &images[1]),
         restore("dr-mem2", &absent),
     ];
-    let (b, rep) = assemble(devs, &AssembleOptions::default()).unwrap();
+    let (b, rep) = assemble(
+        devs,
+        &AssembleOptions {
+            // Dirty and degraded after the cut: md needs start_dirty_degraded for it.
+            start_dirty_degraded: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(rep.members[2].outcome, MemberOutcome::Stale, "{rep:?}");
     assert!(b.is_degraded());
     let mut back = vec![0u8; model.len()];

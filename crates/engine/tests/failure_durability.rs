@@ -260,7 +260,15 @@ fn run(seed: u64, release_first: bool) -> Outcome {
             Arc::new(m) as Arc<dyn Member>
         })
         .collect();
-    let (b, _) = assemble(survivors, &AssembleOptions::default()).unwrap();
+    let (b, _) = assemble(
+        survivors,
+        &AssembleOptions {
+            // Dirty and degraded after the cut: md needs start_dirty_degraded for it.
+            start_dirty_degraded: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let acked = acks.lock().unwrap().clone();
     let mut wrong = Vec::new();
     for (off, data) in &acked {

@@ -57,7 +57,15 @@ fn a_member_that_cannot_flush_is_marked_faulty_and_the_array_resyncs() {
         .enumerate()
         .map(|(i, img)| restore(&format!("fs-mem{i}"), img))
         .collect();
-    let (b, rep) = assemble(devs, &AssembleOptions::default()).unwrap();
+    let (b, rep) = assemble(
+        devs,
+        &AssembleOptions {
+            // Dirty and degraded after the cut: md needs start_dirty_degraded for it.
+            start_dirty_degraded: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(rep.unclean, "superblocks must still say active: {rep:?}");
     assert_eq!(rep.members[1].outcome, MemberOutcome::Faulty, "{rep:?}");
     assert!(b.is_degraded());
