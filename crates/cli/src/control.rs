@@ -747,6 +747,12 @@ fn member_role(a: &Array, s: &str) -> Result<MemberIdx> {
             return Ok(role);
         }
     }
+    // Not by its spelling: by what it is (a hard link or another node of a member).
+    if let Some(Place::Member(role, state)) = a.locate_path(Path::new(s)) {
+        if state != SlotState::Missing {
+            return Ok(role);
+        }
+    }
     bail!("{s} is not a member of this array")
 }
 

@@ -4,6 +4,7 @@
 use crate::serve::{self, NbdAddr, ServeOptions};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use uraid_core::geometry::parse_size_bytes;
@@ -110,7 +111,9 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         .control
         .clone()
         .unwrap_or_else(|| dir.join("control.sock"));
-    println!(
+    // A closed stdout must not stop the demo's server (see serve::print_info).
+    let _ = writeln!(
+        std::io::stdout(),
         "uraid demo: members {}; stop with Ctrl-C or `uraid stop --control {}`",
         paths
             .iter()

@@ -470,9 +470,11 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
         info.control.display()
     ));
     o.push_str("  stop with Ctrl-C, SIGTERM or `uraid stop`\n");
-    print!("{o}");
+    // Not print!: a closed stdout (`uraid serve ... | head -1`) must not stop the server;
+    // the array goes on being served and the rest of what it says goes to stderr.
     use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(o.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The first SIGTERM or SIGINT becomes [`Event::Signal`]; one that comes while the array

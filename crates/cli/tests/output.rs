@@ -119,6 +119,55 @@ fn a_closed_pipe_ends_the_command_quietly() {
     }
 }
 
+/// `uraid serve ... | head -1`: the server's stdout closes under it; it goes on serving
+/// (its banner is lost, nothing panics) and still stops cleanly on request.
+#[test]
+fn a_server_whose_stdout_closes_keeps_serving() {
+    let d = Dir::new("servepipe");
+    let imgs = raid5(&d, "s");
+    let control = d.0.join("ctl.sock");
+    let sock = d.0.join("nbd.sock");
+    let mut child = uraid()
+        .arg("serve")
+        .arg("--nbd")
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--control")
+        .arg(&control)
+        .args(&imgs)
+        .env("URAID_RUN_DIR", d.0.join("run"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader went away before the banner was written
+    let start = std::time::Instant::now();
+    while !control.exists() {
+        // A hang bound, not a timing assertion.
+        assert!(
+            start.elapsed().as_secs() < 60,
+            "serve never made its control socket"
+        );
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("serve exited early: {st:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = ok(uraid()
+        .args(["detail", "--json", "--control"])
+        .arg(&control));
+    assert!(
+        text(&out.stdout).contains("\"level\""),
+        "{}",
+        text(&out.stdout)
+    );
+    ok(uraid().args(["stop", "--control"]).arg(&control));
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn errors_are_said_once() {
     let d = Dir::new("once");

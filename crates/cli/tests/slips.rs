@@ -442,6 +442,40 @@ fn served_array_knows_its_members_whatever_their_names() {
     }
 }
 
+/// fail and remove find the member a path names by what it is: a hard link (or any other
+/// name of the same file) acts on that member and no other.
+#[test]
+fn fail_and_remove_find_a_member_under_another_name() {
+    let dir = Dir::new("failhard");
+    let members = create_array(&dir, "1", 3, 8, &[]);
+    std::fs::hard_link(&members[1], dir.path("hard.img")).unwrap();
+    let mut srv = serve_relative(&dir, &["m0.img", "m1.img", "m2.img"]);
+    let in_dir = |args: &[&str]| {
+        let mut c = srv.cmd();
+        c.args(args).current_dir(&dir.0);
+        c
+    };
+    ok(&mut in_dir(&[
+        "fail", "--array", "m0.img", "--member", "hard.img",
+    ]));
+    let d = srv.detail(&members[0]);
+    let states: Vec<&str> = d["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["state"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(states, ["active", "faulty", "active"], "{d}");
+    ok(&mut in_dir(&[
+        "remove", "--array", "m0.img", "--member", "hard.img",
+    ]));
+    let d = srv.detail(&members[0]);
+    assert_eq!(d["members"][1]["state"], "missing", "{d}");
+    assert_eq!(d["members"][0]["state"], "active", "{d}");
+    ok(srv.cmd().arg("stop").arg(&members[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+}
+
 #[test]
 fn one_file_under_two_names_is_refused_by_create_and_assemble() {
     let dir = Dir::new("twice");

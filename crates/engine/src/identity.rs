@@ -27,6 +27,23 @@ pub enum DeviceId {
     Named(String),
 }
 
+impl DeviceId {
+    /// The device a path names (through symlinks), as [`Member::device_id`] of a file
+    /// member opened from it would say.
+    pub fn of_path(p: &std::path::Path) -> std::io::Result<DeviceId> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let m = std::fs::metadata(p)?;
+        Ok(if m.file_type().is_block_device() {
+            DeviceId::Block { rdev: m.rdev() }
+        } else {
+            DeviceId::File {
+                dev: m.dev(),
+                ino: m.ino(),
+            }
+        })
+    }
+}
+
 impl std::fmt::Display for DeviceId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -170,6 +187,17 @@ impl Array {
     /// Where `dev` (whatever path opened it) already is in this array, if anywhere.
     pub fn locate_device(&self, dev: &dyn Member) -> Option<Place> {
         let id = Identity::of(dev);
+        let meta = self.meta();
+        locate(self, &meta, &id).map(|(p, _, _)| p)
+    }
+
+    /// Where the device a path names already is in this array, if anywhere: the same
+    /// file or block device under any name (hard link, bind mount, another node).
+    pub fn locate_path(&self, p: &std::path::Path) -> Option<Place> {
+        let id = Identity {
+            device: DeviceId::of_path(p).ok()?,
+            device_uuid: None,
+        };
         let meta = self.meta();
         locate(self, &meta, &id).map(|(p, _, _)| p)
     }
