@@ -76,9 +76,7 @@ impl Identity {
     pub fn of(dev: &dyn Member) -> Identity {
         Identity {
             device: dev.device_id(),
-            device_uuid: crate::meta::read_superblock(dev)
-                .ok()
-                .map(|sb| sb.device_uuid),
+            device_uuid: crate::meta::superblock_if_any(dev).map(|sb| sb.device_uuid),
         }
     }
 

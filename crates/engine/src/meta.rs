@@ -407,6 +407,25 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
 /// have (for `examine`, which shows such a superblock as not trusted); never for assembly.
 /// A superblock whose checksum holds is preferred to one whose checksum is wrong.
 pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32), ArrayError> {
+    search_superblock(dev, true)
+}
+
+/// The device's superblock if it has a valid one at a place its version puts it, else
+/// None, without explaining why not: for a device that may well be blank (one being added),
+/// which is then spared the search for a 1.0 superblock left behind by a grown device.
+pub(crate) fn superblock_if_any(dev: &dyn Member) -> Option<Superblock> {
+    search_superblock(dev, false)
+        .ok()
+        .filter(|(sb, computed)| sb.sb_csum == *computed)
+        .map(|(sb, _)| sb)
+}
+
+/// The three-place search behind [`read_superblock_any_checksum`]; `explain_missing` looks
+/// further, for the reason no superblock was found (a grown 1.0 device).
+fn search_superblock(
+    dev: &dyn Member,
+    explain_missing: bool,
+) -> Result<(Superblock, u32), ArrayError> {
     let device_sectors = dev.size_bytes() / 512;
     let mut found: Vec<(MetadataVersion, Superblock)> = Vec::new();
     // A superblock in its place whose checksum is wrong: examine prints it, nothing uses it.
@@ -485,7 +504,10 @@ pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32
     if let Some(e) = read_error {
         return Err(e.into());
     }
-    if let Some(grown) = grown_v10(dev, device_sectors) {
+    if let Some(grown) = explain_missing
+        .then(|| grown_v10(dev, device_sectors))
+        .flatten()
+    {
         return Err(ArrayError::Assemble(grown));
     }
     if let Some((v, at, says)) = misplaced {

@@ -11,7 +11,6 @@ use crate::array::Array;
 use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
-use crate::meta::read_superblock;
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::slot::SlotState;
 use std::sync::Arc;
@@ -369,7 +368,12 @@ impl Array {
         let name = dev.name();
         // By what the device is, not how its path is spelt: the same file under another
         // name must not become a spare too (its superblock would be rewritten as one).
-        let id = crate::identity::Identity::of(dev.as_ref());
+        // Read once: the identity wants its device UUID, the role choice below its set.
+        let found = crate::meta::superblock_if_any(dev.as_ref());
+        let id = crate::identity::Identity {
+            device: dev.device_id(),
+            device_uuid: found.as_ref().map(|sb| sb.device_uuid),
+        };
         let mut meta = self.meta();
         if let Some((place, known, why)) = crate::identity::locate(self, &meta, &id) {
             return Err(ArrayError::Failed(match place {
@@ -419,9 +423,7 @@ impl Array {
             )));
         };
         // An old member of this array comes back in its old role if it is free.
-        let old = read_superblock(dev.as_ref())
-            .ok()
-            .filter(|sb| sb.set_uuid == meta.template.set_uuid);
+        let old = found.filter(|sb| sb.set_uuid == meta.template.set_uuid);
         let used: Vec<u32> = meta
             .members
             .iter()
