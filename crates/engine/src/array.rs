@@ -106,8 +106,12 @@ pub struct Array {
     has_bitmap: bool,
     /// raid4/5/6 write journal (md's raid5-cache).
     pub(crate) journal: Option<crate::journal::Journal>,
-    /// Wall clock in seconds, for read-error decay; tests inject their own.
-    clock: std::sync::RwLock<Clock>,
+    /// The array's one clock (see [`crate::clock`]), given at create or assemble.
+    clock: crate::clock::Clock,
+    /// Wall seconds from [`Array::set_clock`], read instead of the clock's.
+    wall_override: std::sync::RwLock<Option<WallSecs>>,
+    /// What md's daemons share with the array (see [`crate::daemon`]).
+    pub(crate) daemon: crate::daemon::DaemonState,
     /// The journal's write-back mode and its stripe cache.
     pub(crate) wb: crate::writeback::WriteBack,
     /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
@@ -128,8 +132,8 @@ pub struct Array {
     read_only: AtomicBool,
 }
 
-/// A source of seconds (the array's notion of "now").
-pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+/// A source of wall seconds, for [`Array::set_clock`].
+pub type WallSecs = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl crate::journal::JournalHost for Array {
     fn flush_members(&self) -> io::Result<()> {
@@ -153,6 +157,7 @@ impl Array {
         geometry: ArrayGeometry,
         slots: Vec<Slot>,
         meta: Meta,
+        clock: crate::clock::Clock,
     ) -> Result<Array, ArrayError> {
         let personality = Personality::new(&geometry)?;
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
@@ -186,7 +191,9 @@ impl Array {
             reconfig: Mutex::new(()),
             has_bitmap,
             journal: None,
-            clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
+            clock,
+            wall_override: std::sync::RwLock::new(None),
+            daemon: Default::default(),
             wb: crate::writeback::WriteBack::default(),
             barriers: Default::default(),
             quiesce: Default::default(),
@@ -240,13 +247,29 @@ impl Array {
         self.journal = Some(j);
     }
 
-    /// Replace the clock (seconds) used for read-error decay (tests).
-    pub fn set_clock(&self, clock: Clock) {
-        *self.clock.write().unwrap() = clock;
+    /// Read wall seconds from `wall_secs` instead of the array's clock (read-error decay,
+    /// superblock utime). Kept for tests written before the clock became an option; new
+    /// code gives a [`crate::clock::ManualClock`] at create or assemble instead.
+    pub fn set_clock(&self, wall_secs: WallSecs) {
+        *self.wall_override.write().unwrap() = Some(wall_secs);
     }
 
+    /// The clock the array was created or assembled with.
+    pub fn clock(&self) -> &crate::clock::Clock {
+        &self.clock
+    }
+
+    /// Wall seconds, as the array's clock tells them.
     pub(crate) fn now_secs(&self) -> u64 {
-        (self.clock.read().unwrap())()
+        match &*self.wall_override.read().unwrap() {
+            Some(f) => f(),
+            None => self.clock.wall_secs(),
+        }
+    }
+
+    /// Monotonic milliseconds of the array's clock.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     pub fn has_journal(&self) -> bool {
@@ -712,7 +735,9 @@ impl Array {
         if !self.dirty.load(Ordering::SeqCst) || self.writes_in_flight.load(Ordering::SeqCst) > 0 {
             return Ok(false);
         }
-        let idle_ms = now_ms().saturating_sub(self.last_write_ms.load(Ordering::SeqCst));
+        let idle_ms = self
+            .now_ms()
+            .saturating_sub(self.last_write_ms.load(Ordering::SeqCst));
         if u128::from(idle_ms) < delay.as_millis() {
             return Ok(false);
         }
@@ -1165,13 +1190,6 @@ pub struct ForcedStop {
     pub dirty: bool,
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
 /// progress. The common case (none) costs a write one atomic load.
 #[derive(Default)]
@@ -1237,7 +1255,9 @@ impl<'a> InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.last_write_ms.store(now_ms(), Ordering::SeqCst);
+        self.0
+            .last_write_ms
+            .store(self.0.now_ms(), Ordering::SeqCst);
         self.0.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }

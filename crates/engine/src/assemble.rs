@@ -27,6 +27,8 @@ pub struct AssembleOptions {
     /// bitmap); writes fail with EROFS. An array that needs its journal replayed (which
     /// writes) is refused.
     pub readonly: bool,
+    /// The array's clock (see [`crate::clock`]); the system's by default.
+    pub clock: crate::clock::Clock,
 }
 
 /// What assembly decided about each device, for the report.
@@ -435,7 +437,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = Array::new(geometry, array_slots, meta)?;
+    let mut array = Array::new(geometry, array_slots, meta, opts.clock.clone())?;
     array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);

@@ -4,7 +4,7 @@ use crate::array::{Array, Slot};
 use crate::bitmap::BitmapState;
 use crate::error::ArrayError;
 use crate::member::Member;
-use crate::meta::{now_secs, write_superblock, Meta};
+use crate::meta::{write_superblock, Meta};
 use std::sync::Arc;
 use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::{ArrayGeometry, Personality};
@@ -39,6 +39,8 @@ pub struct CreateOptions {
     pub journal: Option<Arc<dyn Member>>,
     /// Superblock version (mdadm's -e): where the superblock, bitmap and data go.
     pub metadata: MetadataVersion,
+    /// The array's clock (see [`crate::clock`]); the system's by default.
+    pub clock: crate::clock::Clock,
 }
 
 impl CreateOptions {
@@ -56,6 +58,7 @@ impl CreateOptions {
             data_offset_sectors: None,
             journal: None,
             metadata: MetadataVersion::V1_2,
+            clock: Default::default(),
         }
     }
 }
@@ -331,7 +334,7 @@ pub fn create_confirmed(
     let spec = CreateSpec {
         set_uuid: uuid,
         set_name: name,
-        ctime_secs: now_secs(),
+        ctime_secs: opts.clock.wall_secs(),
         level: level.md_level(),
         layout,
         chunk_sectors: chunk_sectors as u32,
@@ -474,7 +477,7 @@ pub fn create_confirmed(
         }
         _ => None,
     };
-    let mut array = Array::new(geometry, slots, meta)?;
+    let mut array = Array::new(geometry, slots, meta, opts.clock.clone())?;
     if let Some(j) = journal {
         array.set_journal(j);
     }

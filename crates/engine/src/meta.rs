@@ -12,7 +12,6 @@ use crate::error::ArrayError;
 use crate::member::Member;
 use crate::slot::SlotState;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
     uuid_string, MetadataVersion, Superblock, SuperblockError, FEATURE_BAD_BLOCKS,
     FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
@@ -206,7 +205,7 @@ impl Meta {
             return Ok(());
         }
         self.template.events += 1;
-        self.template.utime = now_secs() & ((1 << 40) - 1);
+        self.template.utime = a.now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;
         let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<usize>)> = Vec::new();
         // Bad block logs to write before their superblocks: (device, byte offset, bytes).
@@ -374,13 +373,6 @@ impl Meta {
         sb.cnt_corrected_read = own.cnt_corrected_read;
         sb
     }
-}
-
-pub(crate) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// Read and decode the v1 superblock of a device, wherever its version puts it (1.0 at

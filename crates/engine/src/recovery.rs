@@ -241,6 +241,7 @@ impl Array {
         let mut last_pct = (p.percent() / 20.0) as u32;
         let mut last_persist = start;
         while p.done_units < total {
+            self.check_sync_intr()?;
             if kind == SyncKind::Recovery {
                 // Follow the targets as they are now: one may have failed and a spare
                 // taken its role, starting again from zero.
@@ -685,8 +686,8 @@ impl Default for SyncLimits {
 /// is going on (the pass backs off for the array's users).
 pub struct Throttle {
     limits: SyncLimits,
-    started: std::time::Instant,
-    last: std::time::Instant,
+    /// The array clock's milliseconds at the first step (set then).
+    started_ms: Option<u64>,
     start_units: Option<u64>,
     last_requests: u64,
     /// Bytes that count as done "for free" so that the pace restarts after a busy spell.
@@ -695,19 +696,20 @@ pub struct Throttle {
 
 impl Throttle {
     pub fn new(limits: SyncLimits) -> Throttle {
-        let now = std::time::Instant::now();
         Throttle {
             limits,
-            started: now,
-            last: now,
+            started_ms: None,
             start_units: None,
             last_requests: 0,
             credit_bytes: 0.0,
         }
     }
 
-    /// Call after each step; sleeps as needed. Returns the current speed in bytes/s.
+    /// Call after each step; sleeps as needed (on the array's clock). Returns the current
+    /// speed in bytes/s.
     pub fn pace(&mut self, a: &Array, p: &SyncProgress) -> f64 {
+        let clock = a.clock();
+        let started = *self.started_ms.get_or_insert_with(|| clock.now_ms());
         let start = *self.start_units.get_or_insert(p.done_units);
         let done = (p.done_units - start) as f64 * p.unit_bytes as f64;
         let requests = a.stats.requests.load(std::sync::atomic::Ordering::Relaxed);
@@ -719,22 +721,16 @@ impl Throttle {
             self.limits.max_kib_s
         }
         .max(1) as f64;
-        let now = std::time::Instant::now();
-        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let elapsed = clock.now_ms().saturating_sub(started) as f64 / 1000.0;
         let want = (done - self.credit_bytes) / (speed_kib * 1024.0);
         if want > elapsed {
             let nap = (want - elapsed).min(1.0);
-            std::thread::sleep(std::time::Duration::from_secs_f64(nap));
+            clock.sleep(std::time::Duration::from_secs_f64(nap));
         } else if elapsed - want > 1.0 {
             // Far behind the target (slow members): do not burst later to catch up.
             self.credit_bytes = done - elapsed * speed_kib * 1024.0;
         }
-        self.last = std::time::Instant::now();
-        let total = self
-            .last
-            .duration_since(self.started)
-            .as_secs_f64()
-            .max(1e-6);
+        let total = (clock.now_ms().saturating_sub(started) as f64 / 1000.0).max(1e-6);
         done / total
     }
 }

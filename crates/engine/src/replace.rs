@@ -491,6 +491,7 @@ impl Array {
         let mut buf = AlignedBuf::new(COPY_STEP_BYTES);
         for role in self.replacing_roles() {
             while let Some(p) = self.replace_step(role, &mut buf)? {
+                self.check_sync_intr()?;
                 progress(&p);
             }
         }

@@ -34,7 +34,7 @@ use crate::stripe_cache::Get;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uraid_core::geometry::ParityGeometry;
 
 const PAGE: usize = 4096;
@@ -96,7 +96,8 @@ struct Entry {
     tickets: Vec<LogTicket>,
     /// Log order of the first data cached here, for oldest-first write-out.
     first_seq: u64,
-    since: Instant,
+    /// When it was first cached, in the array clock's milliseconds.
+    since_ms: u64,
 }
 
 #[derive(Default)]
@@ -182,6 +183,7 @@ impl WriteBack {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
         j: &Journal,
@@ -190,6 +192,7 @@ impl WriteBack {
         pages: &[(u64, &[u8])],
         t: Option<LogTicket>,
         reserved: u64,
+        now_ms: u64,
     ) {
         let all = all_chunks(g.data_disks());
         let mut c = self.cache.lock().unwrap();
@@ -203,7 +206,7 @@ impl WriteBack {
                 full_rows: 0,
                 tickets: Vec::new(),
                 first_seq: seq,
-                since: Instant::now(),
+                since_ms: now_ms,
             }
         });
         e.tickets.extend(t);
@@ -297,8 +300,8 @@ impl WriteBack {
     }
 
     /// Stripes to write out now, in order: full ones first (if `full`), then the oldest
-    /// partial ones (up to `partial`), then any older than `older`.
-    fn pick(&self, full: bool, partial: usize, older: Option<Duration>) -> Vec<u64> {
+    /// partial ones (up to `partial`), then any older than `older` = (age, now in ms).
+    fn pick(&self, full: bool, partial: usize, older: Option<(Duration, u64)>) -> Vec<u64> {
         let c = self.cache.lock().unwrap();
         let mut v: Vec<u64> = Vec::new();
         if full {
@@ -310,9 +313,10 @@ impl WriteBack {
             .map(|(_, s)| *s)
             .filter(|s| !(full && c.full.contains(s)));
         v.extend(rest.by_ref().take(partial));
-        if let Some(age) = older {
+        if let Some((age, now_ms)) = older {
             // Log order is age order: stop at the first young one.
-            v.extend(rest.take_while(|s| c.stripes[s].since.elapsed() >= age));
+            let age_ms = age.as_millis() as u64;
+            v.extend(rest.take_while(|s| now_ms.saturating_sub(c.stripes[s].since_ms) >= age_ms));
         }
         v
     }
@@ -397,7 +401,7 @@ impl Array {
         }
         let _gate = self.wb.gate.read().unwrap();
         reclaim(self, g, 0, false)?;
-        for s in self.wb.pick(false, 0, Some(PERIODIC_AGE)) {
+        for s in self.wb.pick(false, 0, Some((PERIODIC_AGE, self.now_ms()))) {
             write_out_stripe(self, g, s)?;
         }
         Ok(())
@@ -450,7 +454,7 @@ impl Array {
         let j = self.journal.as_ref().expect("journal attached");
         // The replay's tickets pin all of it until every stripe is out.
         for (stripe, pages) in by_stripe {
-            self.wb.insert(j, g, stripe, &pages, None, 0);
+            self.wb.insert(j, g, stripe, &pages, None, 0, self.now_ms());
         }
         *self.wb.recovered.lock().unwrap() = r.tickets;
         drain(self, g)?;
@@ -515,7 +519,7 @@ pub(crate) fn write(
                 let keep = pages.len() as u64 * row_reserve(g);
                 match j.append_data(&pages, a, keep) {
                     Ok(t) => {
-                        a.wb.insert(j, g, loc.stripe, &pages, Some(t), keep);
+                        a.wb.insert(j, g, loc.stripe, &pages, Some(t), keep, a.now_ms());
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. }) if tries < FULL_RETRIES => {

@@ -1,0 +1,494 @@
+//! md's daemons: the background work an array needs while it runs, in one place for every
+//! embedder (`uraid serve`, a program that links the engine).
+//!
+//! What md does in `md_check_recovery` and its threads, [`Daemons`] does here:
+//! - **safe mode**: an array with no write for `safe_mode_delay` (md: 200 ms) is flushed and
+//!   marked clean, so a crash while idle needs no resync ([`Array::safemode`]);
+//! - **the bitmap daemon**: every `daemon_sleep` seconds (the bitmap's own field) bits of
+//!   chunks idle for a whole pass are cleared ([`Array::bitmap_daemon`]);
+//! - **the r5c reclaim thread**: with a write journal, write-back's write-out when the log
+//!   or cache fills and when stripes get old (the policy is write-back's, in
+//!   `writeback.rs`; this only runs it);
+//! - **spare activation**: a spare takes a missing role when the daemons start and after
+//!   every member failure;
+//! - **the sync thread**: at start an interrupted recovery or replace is finished, else a
+//!   resync owed after an unclean stop is run (not degraded: there is nothing to compare);
+//!   one sync at a time, paced by md's sync_speed_min/max ([`crate::Throttle`]).
+//!
+//! Every policy reads the array's clock ([`crate::clock`]); the threads only decide how
+//! often they look. [`Daemons::run_pass`] runs the periodic part once on the caller's
+//! thread, so a test on a [`crate::clock::ManualClock`] drives it step by step.
+//!
+//! Stopping ([`Daemons::stop`], or dropping the handle) interrupts a running sync at its
+//! next step (md's MD_RECOVERY_INTR), as md stops its sync thread before the array, and
+//! joins every thread. Stop the daemons before [`Array::stop`].
+
+use crate::array::Array;
+use crate::error::ArrayError;
+use crate::events::Event;
+use crate::recovery::{SyncKind, SyncLimits, SyncProgress, Throttle};
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uraid_core::MemberIdx;
+
+/// md's safe_mode_delay default.
+pub const SAFE_MODE_DELAY: Duration = Duration::from_millis(200);
+/// How often the md thread looks at the array.
+pub const DAEMON_TICK: Duration = Duration::from_millis(100);
+/// The bitmap daemon's period when the bitmap gives none (md's default daemon_sleep).
+pub const DEFAULT_BITMAP_DAEMON_SLEEP_SECS: u32 = 5;
+
+/// Something the daemons did or failed to do, for the embedder to report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DaemonNote {
+    /// A spare took a missing role when the daemons started (`device` is the spare).
+    SpareActivated { role: MemberIdx, device: String },
+    /// A spare took the role of a member that failed while the array ran.
+    SpareTookFailedRole { role: MemberIdx },
+    /// No spare could be activated.
+    SpareActivationFailed(String),
+    /// A resync started because the array was not stopped cleanly.
+    ResyncStarted,
+    /// A recovery (or replace) finished.
+    RecoveryFinished,
+    /// A resync, check or repair finished, with the mismatched sectors it rewrote.
+    SyncFinished { kind: SyncKind, mismatches: u64 },
+    /// A sync stopped on an error (not an interruption by [`Daemons::stop`]).
+    SyncStopped { kind: SyncKind, error: String },
+    /// Safe mode could not mark the array clean.
+    SafeModeFailed(String),
+    /// A bitmap daemon pass failed.
+    BitmapDaemonFailed(String),
+}
+
+impl fmt::Display for DaemonNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DaemonNote::SpareActivated { role, device } => write!(
+                f,
+                "the array is degraded: a spare takes role {role} ({device}) and is rebuilt"
+            ),
+            DaemonNote::SpareTookFailedRole { role } => {
+                write!(f, "a spare takes role {role}; recovery started")
+            }
+            DaemonNote::SpareActivationFailed(e) => write!(f, "could not activate a spare: {e}"),
+            DaemonNote::ResyncStarted => {
+                write!(f, "the array was not stopped cleanly: resync started")
+            }
+            DaemonNote::RecoveryFinished => write!(f, "recovery finished"),
+            DaemonNote::SyncFinished { kind, mismatches } => write!(
+                f,
+                "{} finished, {mismatches} mismatched sectors rewritten",
+                kind.name()
+            ),
+            DaemonNote::SyncStopped { kind, error } => {
+                write!(f, "{} stopped: {error}", kind.name())
+            }
+            DaemonNote::SafeModeFailed(e) => write!(f, "safe mode: {e}"),
+            DaemonNote::BitmapDaemonFailed(e) => write!(f, "bitmap daemon: {e}"),
+        }
+    }
+}
+
+/// Where [`DaemonNote`]s go.
+pub type Notify = Arc<dyn Fn(&DaemonNote) + Send + Sync>;
+
+/// The daemons' tunables.
+#[derive(Clone)]
+pub struct DaemonOptions {
+    /// md's safe_mode_delay: idle time after the last write before the array is marked
+    /// clean.
+    pub safe_mode_delay: Duration,
+    /// How often the md thread looks (real time; what it decides reads the array's clock).
+    pub tick: Duration,
+    /// md's sync_speed_min/max for the syncs the daemons run.
+    pub sync_limits: SyncLimits,
+    /// Start an interrupted recovery or an owed resync when the daemons start, and give
+    /// spares the missing roles (md does both when it runs an array).
+    pub start_sync: bool,
+    /// Where notes go; by default `tracing` at info (errors at warn).
+    pub notify: Option<Notify>,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> DaemonOptions {
+        DaemonOptions {
+            safe_mode_delay: SAFE_MODE_DELAY,
+            tick: DAEMON_TICK,
+            sync_limits: SyncLimits::default(),
+            start_sync: true,
+            notify: None,
+        }
+    }
+}
+
+impl fmt::Debug for DaemonOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DaemonOptions")
+            .field("safe_mode_delay", &self.safe_mode_delay)
+            .field("tick", &self.tick)
+            .field("sync_limits", &self.sync_limits)
+            .field("start_sync", &self.start_sync)
+            .field("notify", &self.notify.is_some())
+            .finish()
+    }
+}
+
+/// What the daemons share with the array itself (a field of [`Array`]).
+#[derive(Default)]
+pub(crate) struct DaemonState {
+    /// md's MD_RECOVERY_INTR: a running sync stops at its next step.
+    intr: AtomicBool,
+}
+
+impl Array {
+    /// `Err` when the daemons asked the running sync to stop (md's MD_RECOVERY_INTR);
+    /// sync loops check it between steps.
+    pub(crate) fn check_sync_intr(&self) -> Result<(), ArrayError> {
+        if self.daemon.intr.load(Ordering::SeqCst) {
+            return Err(ArrayError::Failed(
+                "sync interrupted: the array is stopping".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Start md's daemons for this array (see [`Daemons::start`]).
+    pub fn start_daemons(self: &Arc<Self>, opts: DaemonOptions) -> io::Result<Daemons> {
+        Daemons::start(self.clone(), opts)
+    }
+}
+
+/// Gives missing roles to waiting spares, as many as both allow, as md does when it starts
+/// a degraded array that has spares; each activation is noted.
+pub fn activate_spares(array: &Array, notify: &dyn Fn(&DaemonNote)) {
+    while array.is_degraded() && !array.spares().is_empty() {
+        match array.activate_spare() {
+            Ok(Some(role)) => notify(&DaemonNote::SpareActivated {
+                role,
+                device: array.slot(role).device_name().unwrap_or_default(),
+            }),
+            Ok(None) => break,
+            Err(e) => {
+                notify(&DaemonNote::SpareActivationFailed(e.to_string()));
+                break;
+            }
+        }
+    }
+}
+
+/// The default [`Notify`]: `tracing`.
+fn trace_note(n: &DaemonNote) {
+    match n {
+        DaemonNote::SpareActivationFailed(_)
+        | DaemonNote::SyncStopped { .. }
+        | DaemonNote::SafeModeFailed(_)
+        | DaemonNote::BitmapDaemonFailed(_) => tracing::warn!("{n}"),
+        _ => tracing::info!("{n}"),
+    }
+}
+
+struct Shared {
+    array: Arc<Array>,
+    opts: DaemonOptions,
+    notify: Notify,
+    stop: Arc<AtomicBool>,
+    /// Wakes the md thread before its tick (stop).
+    wake: (Mutex<bool>, Condvar),
+    /// The periodic pass: one at a time, and when the bitmap daemon last ran (clock ms).
+    pass: Mutex<Option<u64>>,
+    sync_running: AtomicBool,
+    progress: Mutex<Option<SyncProgress>>,
+    sync_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// md's daemons running for one array; stopped by [`Daemons::stop`] or on drop.
+pub struct Daemons {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Daemons {
+    /// Start the md thread (safe mode, bitmap daemon), the failure watcher (spare
+    /// activation, recovery), the r5c reclaim thread when the array has a journal, and,
+    /// with [`DaemonOptions::start_sync`], activate spares and start the sync md would start.
+    pub fn start(array: Arc<Array>, opts: DaemonOptions) -> io::Result<Daemons> {
+        array.daemon.intr.store(false, Ordering::SeqCst);
+        let notify = opts.notify.clone().unwrap_or_else(|| Arc::new(trace_note));
+        let shared = Arc::new(Shared {
+            array: array.clone(),
+            opts,
+            notify,
+            stop: Arc::new(AtomicBool::new(false)),
+            wake: (Mutex::new(false), Condvar::new()),
+            pass: Mutex::new(None),
+            sync_running: AtomicBool::new(false),
+            progress: Mutex::new(None),
+            sync_thread: Mutex::new(None),
+        });
+        let mut d = Daemons {
+            shared: shared.clone(),
+            threads: Vec::new(),
+        };
+        // Subscribed before anything can fail a member, so that no failure is missed.
+        let events = array.subscribe();
+        if array.has_journal() {
+            let s = shared.clone();
+            d.threads.push(
+                std::thread::Builder::new()
+                    .name("r5c-reclaim".into())
+                    .spawn(move || s.array.writeback_daemon(&s.stop))?,
+            );
+        }
+        let s = shared.clone();
+        d.threads.push(
+            std::thread::Builder::new()
+                .name("md-daemon".into())
+                .spawn(move || s.md_thread())?,
+        );
+        let s = shared.clone();
+        d.threads.push(
+            std::thread::Builder::new()
+                .name("md-events".into())
+                .spawn(move || s.watch_failures(events))?,
+        );
+        if shared.opts.start_sync {
+            activate_spares(&array, &*shared.notify);
+            // As md does when it starts an array: finish an interrupted recovery, else
+            // resync after an unclean stop (needs every member; degraded, the data is all
+            // there is).
+            if !array.recovering_roles().is_empty() || !array.replacing_roles().is_empty() {
+                d.start_recovery();
+            } else if array.meta().needs_resync() && !array.is_degraded() {
+                d.start_sync(SyncKind::Resync);
+            }
+        }
+        Ok(d)
+    }
+
+    /// The array the daemons run for.
+    pub fn array(&self) -> &Arc<Array> {
+        &self.shared.array
+    }
+
+    /// One pass of the md thread on the caller's thread: safe mode, then the bitmap daemon
+    /// if its period has passed on the array's clock.
+    pub fn run_pass(&self) {
+        self.shared.pass();
+    }
+
+    /// Rebuild recovering members and replacements in the background (after an add or a
+    /// replace); nothing if a sync is running already.
+    pub fn start_recovery(&self) {
+        self.shared.start_sync(SyncKind::Recovery);
+    }
+
+    /// Run a sync of `kind` in the background, one at a time: nothing if one is running.
+    /// A resync goes on as a recovery while roles are left to rebuild.
+    pub fn start_sync(&self, kind: SyncKind) {
+        self.shared.start_sync(kind);
+    }
+
+    /// Whether a sync started by the daemons is running.
+    pub fn sync_running(&self) -> bool {
+        self.shared.sync_running.load(Ordering::SeqCst)
+    }
+
+    /// The running sync's progress, after its first step.
+    pub fn sync_progress(&self) -> Option<SyncProgress> {
+        *lock(&self.shared.progress)
+    }
+
+    /// Interrupt a running sync at its next step and stop every daemon thread, waiting
+    /// for them.
+    pub fn stop(mut self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&mut self) {
+        let s = &self.shared;
+        s.stop.store(true, Ordering::SeqCst);
+        s.array.daemon.intr.store(true, Ordering::SeqCst);
+        {
+            let mut w = lock(&s.wake.0);
+            *w = true;
+            s.wake.1.notify_all();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let sync = lock(&s.sync_thread).take();
+        if let Some(t) = sync {
+            let _ = t.join();
+        }
+        s.array.daemon.intr.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.stop_threads();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// The md thread: a pass every tick until stopped.
+    fn md_thread(&self) {
+        while !self.stopping() {
+            {
+                let w = lock(&self.wake.0);
+                let (mut w, _) = self
+                    .wake
+                    .1
+                    .wait_timeout_while(w, self.opts.tick, |w| !*w)
+                    .unwrap_or_else(|e| e.into_inner());
+                *w = false;
+            }
+            if self.stopping() {
+                break;
+            }
+            self.pass();
+        }
+    }
+
+    fn pass(&self) {
+        let mut last_bitmap = lock(&self.pass);
+        let a = &self.array;
+        if let Err(e) = a.safemode(self.opts.safe_mode_delay) {
+            (self.notify)(&DaemonNote::SafeModeFailed(e.to_string()));
+        }
+        let now = a.clock().now_ms();
+        let every_ms = u64::from(
+            a.bitmap_daemon_sleep_secs()
+                .unwrap_or(DEFAULT_BITMAP_DAEMON_SLEEP_SECS),
+        ) * 1000;
+        let since = *last_bitmap.get_or_insert(now);
+        if now.saturating_sub(since) >= every_ms {
+            *last_bitmap = Some(now);
+            if let Err(e) = a.bitmap_daemon() {
+                (self.notify)(&DaemonNote::BitmapDaemonFailed(e.to_string()));
+            }
+        }
+    }
+
+    /// md puts a waiting spare to work as soon as a member fails, whether by request or by
+    /// an IO error.
+    fn watch_failures(self: &Arc<Self>, events: std::sync::mpsc::Receiver<Event>) {
+        use std::sync::mpsc::RecvTimeoutError;
+        while !self.stopping() {
+            let e = match events.recv_timeout(self.opts.tick) {
+                Ok(e) => e,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            if !matches!(e, Event::Fail { .. }) {
+                continue;
+            }
+            let a = &self.array;
+            match a.activate_spare() {
+                Ok(Some(role)) => (self.notify)(&DaemonNote::SpareTookFailedRole { role }),
+                Ok(None) => {}
+                Err(e) => (self.notify)(&DaemonNote::SpareActivationFailed(e.to_string())),
+            }
+            // The engine may already have given the role to a spare itself.
+            if !a.recovering_roles().is_empty() {
+                self.start_sync(SyncKind::Recovery);
+            }
+        }
+    }
+
+    fn start_sync(self: &Arc<Self>, kind: SyncKind) {
+        // Under the handle's lock, so that a stop either sees this thread or stops it.
+        let mut handle = lock(&self.sync_thread);
+        if self.stopping() || self.sync_running.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let s = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(kind.name().into())
+            .spawn(move || {
+                s.sync_thread(kind);
+                s.sync_running.store(false, Ordering::SeqCst);
+            });
+        match spawned {
+            Ok(t) => {
+                // The previous sync thread has finished (sync_running was false).
+                if let Some(old) = handle.replace(t) {
+                    let _ = old.join();
+                }
+            }
+            Err(e) => {
+                drop(handle);
+                (self.notify)(&DaemonNote::SyncStopped {
+                    kind,
+                    error: format!("cannot start its thread: {e}"),
+                });
+                self.sync_running.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn sync_thread(&self, mut kind: SyncKind) {
+        let array = &self.array;
+        if kind == SyncKind::Resync {
+            (self.notify)(&DaemonNote::ResyncStarted);
+        }
+        loop {
+            let before = array.recovering_roles();
+            let mut throttle = Throttle::new(self.opts.sync_limits);
+            let r = array.run_sync(kind, |p| {
+                *lock(&self.progress) = Some(*p);
+                throttle.pace(array, p);
+            });
+            *lock(&self.progress) = None;
+            let failed = match r {
+                Ok(_) if kind == SyncKind::Recovery => {
+                    (self.notify)(&DaemonNote::RecoveryFinished);
+                    false
+                }
+                Ok(mismatches) => {
+                    (self.notify)(&DaemonNote::SyncFinished { kind, mismatches });
+                    false
+                }
+                Err(_) if self.stopping() => return,
+                Err(e) => {
+                    (self.notify)(&DaemonNote::SyncStopped {
+                        kind,
+                        error: e.to_string(),
+                    });
+                    true
+                }
+            };
+            // A recovery goes on while roles are left to rebuild (a spare may have taken
+            // over from a failed target, a replace may have been asked for meanwhile), but
+            // not round and round on the same error.
+            let left = array.recovering_roles();
+            let replacing = !array.replacing_roles().is_empty();
+            if kind != SyncKind::Recovery && (replacing || !left.is_empty()) && !failed {
+                kind = SyncKind::Recovery;
+                continue;
+            }
+            if kind != SyncKind::Recovery
+                || (left.is_empty() && !replacing)
+                || (failed && left == before)
+                || self.stopping()
+            {
+                break;
+            }
+        }
+    }
+}
