@@ -437,6 +437,7 @@ fn open_array_to_report(paths: &Paths, force: bool, readonly: bool) -> Result<Ar
             force,
             readonly,
             start_dirty_degraded: true,
+            ..Default::default()
         },
     )?;
     Ok(array)
@@ -493,6 +494,40 @@ pub fn assemble(a: AssembleArgs) -> Result<()> {
     }
     array.stop()?;
     Ok(())
+}
+
+/// `uraid detail`: through the control socket when a server holds the members, else by
+/// assembling them here (under the member locks).
+pub fn detail_any(mut a: DetailArgs) -> Result<()> {
+    a.devices.extend(a.target.array.take());
+    let found = match &a.target.control {
+        Some(c) => Some(crate::locks::Found {
+            pid: 0,
+            control: c.clone(),
+        }),
+        None => crate::locks::find_server(&a.devices),
+    };
+    if a.devices.is_empty() && found.is_none() {
+        bail!("name the array: its member paths, --array MEMBER, or --control PATH");
+    }
+    if let Some(found) = found {
+        let v = crate::control::request(&found.control, &serde_json::json!({"cmd": "detail"}))?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&v["detail"])?);
+        } else {
+            print!("{}", v["human"].as_str().unwrap_or(""));
+            let pid = v["detail"]["serve"]["pid"]
+                .as_u64()
+                .unwrap_or(found.pid.into());
+            println!(
+                "\n  Served by pid {pid} (control {})",
+                found.control.display()
+            );
+        }
+        return Ok(());
+    }
+    let _locks = crate::locks::guard(&a.devices)?;
+    detail(a)
 }
 
 pub fn detail(a: DetailArgs) -> Result<()> {
@@ -708,7 +743,7 @@ pub fn repair(a: SyncArgs) -> Result<()> {
 /// degraded array's spares take the missing roles first, as md does.
 pub fn recover(a: SyncArgs) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
-    crate::control::activate_spares(&array);
+    uraid_engine::activate_spares(&array, &|n| eprintln!("uraid: {n}"));
     if array.recovering_roles().is_empty() && array.replacing_roles().is_empty() {
         let why = if array.is_degraded() {
             let missing: Vec<String> = array

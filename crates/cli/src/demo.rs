@@ -54,7 +54,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
     existing.sort();
 
     let (array, paths, locks) = if !existing.is_empty() {
-        let locks = crate::control::lock_members(&existing)?;
+        let locks = crate::locks::lock_members(&existing)?;
         let (array, _) =
             crate::commands::open_array(&existing, false, false).with_context(|| {
                 format!(
@@ -85,7 +85,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
             f.set_len(size)?;
         }
-        let locks = crate::control::lock_members(&paths)?;
+        let locks = crate::locks::lock_members(&paths)?;
         let devs: Vec<Option<Arc<dyn Member>>> = paths
             .iter()
             .map(|p| crate::open::open_member(p).map(Some))

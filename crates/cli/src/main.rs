@@ -4,6 +4,7 @@ mod bench;
 mod commands;
 mod control;
 mod demo;
+mod locks;
 mod monitor;
 mod open;
 mod progress;
@@ -110,19 +111,19 @@ fn main() -> ExitCode {
             // The journal device too: it is overwritten like the members.
             let mut devices = a.devices.clone();
             devices.extend(a.write_journal.iter().map(|j| j.display().to_string()));
-            control::guard_create(&devices).and_then(|_l| commands::create(a))
+            locks::guard_create(&devices).and_then(|_l| commands::create(a))
         }
         Cmd::Examine(a) => commands::examine(a),
         // A served array's members are locked: these commands refuse and point to the
         // control socket; detail asks the server.
-        Cmd::Assemble(a) => control::guard(&a.devices).and_then(|_l| commands::assemble(a)),
-        Cmd::Detail(a) => control::detail(a),
-        Cmd::Read(a) => control::guard(&a.devices).and_then(|_l| commands::read(a)),
-        Cmd::Write(a) => control::guard(&a.devices).and_then(|_l| commands::write(a)),
-        Cmd::Resync(a) => control::guard(&a.devices).and_then(|_l| commands::resync(a)),
-        Cmd::Check(a) => control::guard(&a.devices).and_then(|_l| commands::check(a)),
-        Cmd::Repair(a) => control::guard(&a.devices).and_then(|_l| commands::repair(a)),
-        Cmd::Recover(a) => control::guard(&a.devices).and_then(|_l| commands::recover(a)),
+        Cmd::Assemble(a) => locks::guard(&a.devices).and_then(|_l| commands::assemble(a)),
+        Cmd::Detail(a) => commands::detail_any(a),
+        Cmd::Read(a) => locks::guard(&a.devices).and_then(|_l| commands::read(a)),
+        Cmd::Write(a) => locks::guard(&a.devices).and_then(|_l| commands::write(a)),
+        Cmd::Resync(a) => locks::guard(&a.devices).and_then(|_l| commands::resync(a)),
+        Cmd::Check(a) => locks::guard(&a.devices).and_then(|_l| commands::check(a)),
+        Cmd::Repair(a) => locks::guard(&a.devices).and_then(|_l| commands::repair(a)),
+        Cmd::Recover(a) => locks::guard(&a.devices).and_then(|_l| commands::recover(a)),
         Cmd::Monitor(a) => monitor::monitor(a),
         Cmd::Serve(a) => serve::serve(a),
         Cmd::Fail(a) => control::fail(a),

@@ -203,7 +203,7 @@ fn poll(
 ) -> Result<(State, Events)> {
     let control = match &a.control {
         Some(c) => Some(c.clone()),
-        None => control::find_server(&a.devices).map(|f| f.control),
+        None => crate::locks::find_server(&a.devices).map(|f| f.control),
     };
     let Some(c) = control else {
         *cursor = None;
@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_event_log_numbers_events_and_says_when_some_were_lost() {
-        use crate::control::EventLog;
+        use crate::control::server::EventLog;
         use uraid_core::{Level, MemberIdx};
         use uraid_engine::Event;
         let mut log = EventLog::default();

@@ -9,7 +9,8 @@
 //! pipe), and a second SIGTERM or SIGINT during it forces the quickest safe exit
 //! ([`uraid_engine::Array::force_stop`]), non-zero.
 
-use crate::control::{self, ControlServer, MemberLocks};
+use crate::control::{ControlServer, Event, ServeInfo};
+use crate::locks::{self, MemberLocks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io;
@@ -175,18 +176,6 @@ impl Backend for ArrayBackend {
     }
 }
 
-/// Why the main thread wakes up.
-pub enum Event {
-    /// SIGTERM or SIGINT.
-    Signal(i32),
-    /// `uraid stop`: the reply goes back once the array is clean; `written` says the
-    /// requester has it, so the process does not exit under it.
-    Stop {
-        reply: mpsc::Sender<std::result::Result<serde_json::Value, String>>,
-        written: mpsc::Receiver<()>,
-    },
-}
-
 /// How to serve, for `serve` and `demo`.
 pub struct ServeOptions {
     pub nbd: Option<NbdAddr>,
@@ -197,36 +186,9 @@ pub struct ServeOptions {
     pub control: Option<PathBuf>,
 }
 
-/// What a running server tells `uraid detail`.
-#[derive(Clone, Debug, Default)]
-pub struct ServeInfo {
-    pub pid: u32,
-    pub nbd_uri: Option<String>,
-    pub ublk_dev: Option<String>,
-    pub control: PathBuf,
-    pub members: Vec<PathBuf>,
-}
-
-impl ServeInfo {
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "pid": self.pid,
-            "nbd": self.nbd_uri,
-            "ublk": self.ublk_dev,
-            "control": self.control,
-            "members": self.members,
-            // After a fallback (no io_uring here) this says sync.
-            "io_engine": match uraid_engine::io::io_engine() {
-                uraid_engine::io::IoEngine::Uring => "io_uring",
-                uraid_engine::io::IoEngine::Sync => "sync",
-            },
-        })
-    }
-}
-
 pub fn serve(a: ServeArgs) -> Result<()> {
     init_logging();
-    let locks = control::lock_members(&a.devices)?;
+    let locks = locks::lock_members(&a.devices)?;
     let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
     // md names are "host:name"; clients want the name.
     let export_name = a.name.clone().unwrap_or_else(|| {
@@ -310,7 +272,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let control_path = opts
         .control
         .clone()
-        .unwrap_or_else(|| control::run_dir().join(format!("{uuid}.sock")));
+        .unwrap_or_else(|| locks::run_dir().join(format!("{uuid}.sock")));
     info.control = control_path.clone();
     let ctl =
         match ControlServer::start(&uuid, control_path, array.clone(), info.clone(), tx.clone()) {
@@ -359,6 +321,9 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             errors.push(format!("ublk: {e:#}"));
         }
     }
+    // md stops its sync thread before the array: a rebuild is interrupted at its next
+    // step, and the stop below records where it got to.
+    ctl.stop_daemons();
     let stopped = array.stop();
     match &stopped {
         Ok(()) => phase.store(STOPPED, Ordering::SeqCst),

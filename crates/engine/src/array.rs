@@ -110,8 +110,9 @@ pub struct Array {
     clock: crate::clock::Clock,
     /// Wall seconds from [`Array::set_clock`], read instead of the clock's.
     wall_override: std::sync::RwLock<Option<WallSecs>>,
-    /// What md's daemons share with the array (see [`crate::daemon`]).
-    pub(crate) daemon: crate::daemon::DaemonState,
+    /// md's MD_RECOVERY_INTR: a running sync stops at its next step (set by the
+    /// daemons' stop, see [`crate::daemon`]).
+    pub(crate) sync_intr: AtomicBool,
     /// The journal's write-back mode and its stripe cache.
     pub(crate) wb: crate::writeback::WriteBack,
     /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
@@ -193,7 +194,7 @@ impl Array {
             journal: None,
             clock,
             wall_override: std::sync::RwLock::new(None),
-            daemon: Default::default(),
+            sync_intr: AtomicBool::new(false),
             wb: crate::writeback::WriteBack::default(),
             barriers: Default::default(),
             quiesce: Default::default(),

@@ -24,7 +24,6 @@
 //! joins every thread. Stop the daemons before [`Array::stop`].
 
 use crate::array::Array;
-use crate::error::ArrayError;
 use crate::events::Event;
 use crate::recovery::{SyncKind, SyncLimits, SyncProgress, Throttle};
 use std::fmt;
@@ -138,25 +137,7 @@ impl fmt::Debug for DaemonOptions {
     }
 }
 
-/// What the daemons share with the array itself (a field of [`Array`]).
-#[derive(Default)]
-pub(crate) struct DaemonState {
-    /// md's MD_RECOVERY_INTR: a running sync stops at its next step.
-    intr: AtomicBool,
-}
-
 impl Array {
-    /// `Err` when the daemons asked the running sync to stop (md's MD_RECOVERY_INTR);
-    /// sync loops check it between steps.
-    pub(crate) fn check_sync_intr(&self) -> Result<(), ArrayError> {
-        if self.daemon.intr.load(Ordering::SeqCst) {
-            return Err(ArrayError::Failed(
-                "sync interrupted: the array is stopping".into(),
-            ));
-        }
-        Ok(())
-    }
-
     /// Start md's daemons for this array (see [`Daemons::start`]).
     pub fn start_daemons(self: &Arc<Self>, opts: DaemonOptions) -> io::Result<Daemons> {
         Daemons::start(self.clone(), opts)
@@ -209,7 +190,7 @@ struct Shared {
 /// md's daemons running for one array; stopped by [`Daemons::stop`] or on drop.
 pub struct Daemons {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Daemons {
@@ -217,7 +198,7 @@ impl Daemons {
     /// activation, recovery), the r5c reclaim thread when the array has a journal, and,
     /// with [`DaemonOptions::start_sync`], activate spares and start the sync md would start.
     pub fn start(array: Arc<Array>, opts: DaemonOptions) -> io::Result<Daemons> {
-        array.daemon.intr.store(false, Ordering::SeqCst);
+        array.sync_intr.store(false, Ordering::SeqCst);
         let notify = opts.notify.clone().unwrap_or_else(|| Arc::new(trace_note));
         let shared = Arc::new(Shared {
             array: array.clone(),
@@ -230,32 +211,33 @@ impl Daemons {
             progress: Mutex::new(None),
             sync_thread: Mutex::new(None),
         });
-        let mut d = Daemons {
-            shared: shared.clone(),
-            threads: Vec::new(),
-        };
+        let mut threads = Vec::new();
         // Subscribed before anything can fail a member, so that no failure is missed.
         let events = array.subscribe();
         if array.has_journal() {
             let s = shared.clone();
-            d.threads.push(
+            threads.push(
                 std::thread::Builder::new()
                     .name("r5c-reclaim".into())
                     .spawn(move || s.array.writeback_daemon(&s.stop))?,
             );
         }
         let s = shared.clone();
-        d.threads.push(
+        threads.push(
             std::thread::Builder::new()
                 .name("md-daemon".into())
                 .spawn(move || s.md_thread())?,
         );
         let s = shared.clone();
-        d.threads.push(
+        threads.push(
             std::thread::Builder::new()
                 .name("md-events".into())
                 .spawn(move || s.watch_failures(events))?,
         );
+        let d = Daemons {
+            shared: shared.clone(),
+            threads: Mutex::new(threads),
+        };
         if shared.opts.start_sync {
             activate_spares(&array, &*shared.notify);
             // As md does when it starts an array: finish an interrupted recovery, else
@@ -304,36 +286,33 @@ impl Daemons {
     }
 
     /// Interrupt a running sync at its next step and stop every daemon thread, waiting
-    /// for them.
-    pub fn stop(mut self) {
-        self.stop_threads();
-    }
-
-    fn stop_threads(&mut self) {
+    /// for them. Once stopped they stay stopped (start new ones to run them again).
+    pub fn stop(&self) {
         let s = &self.shared;
-        s.stop.store(true, Ordering::SeqCst);
-        s.array.daemon.intr.store(true, Ordering::SeqCst);
+        if s.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        s.array.sync_intr.store(true, Ordering::SeqCst);
         {
             let mut w = lock(&s.wake.0);
             *w = true;
             s.wake.1.notify_all();
         }
-        for t in self.threads.drain(..) {
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
             let _ = t.join();
         }
         let sync = lock(&s.sync_thread).take();
         if let Some(t) = sync {
             let _ = t.join();
         }
-        s.array.daemon.intr.store(false, Ordering::SeqCst);
+        s.array.sync_intr.store(false, Ordering::SeqCst);
     }
 }
 
 impl Drop for Daemons {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            self.stop_threads();
-        }
+        self.stop();
     }
 }
 

@@ -186,6 +186,17 @@ impl Array {
         }
     }
 
+    /// `Err` when the daemons asked the running sync to stop (md's MD_RECOVERY_INTR);
+    /// sync loops check it between steps.
+    pub(crate) fn check_sync_intr(&self) -> Result<(), ArrayError> {
+        if self.sync_intr.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ArrayError::Failed(
+                "sync interrupted: the array is stopping".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Run a whole sync pass, calling `progress` after each step (it may sleep to limit
     /// speed). Returns the mismatched sectors found (resync/check/repair).
     pub fn run_sync(
