@@ -44,20 +44,38 @@ pub const DEFAULT_BITMAP_DAEMON_SLEEP_SECS: u32 = 5;
 /// Something the daemons did or failed to do, for the embedder to report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DaemonNote {
-    /// A spare took a missing role when the daemons started (`device` is the spare).
-    SpareActivated { role: MemberIdx, device: String },
+    /// A spare took a missing role when the daemons started.
+    SpareActivated {
+        /// The role it took.
+        role: MemberIdx,
+        /// The spare's device name.
+        device: String,
+    },
     /// A spare took the role of a member that failed while the array ran.
-    SpareTookFailedRole { role: MemberIdx },
+    SpareTookFailedRole {
+        /// The role it took.
+        role: MemberIdx,
+    },
     /// No spare could be activated.
     SpareActivationFailed(String),
     /// A resync started because the array was not stopped cleanly.
     ResyncStarted,
     /// A recovery (or replace) finished.
     RecoveryFinished,
-    /// A resync, check or repair finished, with the mismatched sectors it rewrote.
-    SyncFinished { kind: SyncKind, mismatches: u64 },
+    /// A resync, check or repair finished.
+    SyncFinished {
+        /// Which sync.
+        kind: SyncKind,
+        /// The mismatched sectors it found (and rewrote, for resync and repair).
+        mismatches: u64,
+    },
     /// A sync stopped on an error (not an interruption by [`Daemons::stop`]).
-    SyncStopped { kind: SyncKind, error: String },
+    SyncStopped {
+        /// Which sync.
+        kind: SyncKind,
+        /// Why it stopped.
+        error: String,
+    },
     /// Safe mode could not mark the array clean.
     SafeModeFailed(String),
     /// A bitmap daemon pass failed.
@@ -94,7 +112,7 @@ impl fmt::Display for DaemonNote {
 }
 
 /// Where [`DaemonNote`]s go.
-pub type Notify = Arc<dyn Fn(&DaemonNote) + Send + Sync>;
+pub type DaemonNotify = Arc<dyn Fn(&DaemonNote) + Send + Sync>;
 
 /// The daemons' tunables.
 #[derive(Clone)]
@@ -110,7 +128,7 @@ pub struct DaemonOptions {
     /// spares the missing roles (md does both when it runs an array).
     pub start_sync: bool,
     /// Where notes go; by default `tracing` at info (errors at warn).
-    pub notify: Option<Notify>,
+    pub notify: Option<DaemonNotify>,
 }
 
 impl Default for DaemonOptions {
@@ -162,7 +180,7 @@ pub fn activate_spares(array: &Array, notify: &dyn Fn(&DaemonNote)) {
     }
 }
 
-/// The default [`Notify`]: `tracing`.
+/// The default [`DaemonNotify`]: `tracing`.
 fn trace_note(n: &DaemonNote) {
     match n {
         DaemonNote::SpareActivationFailed(_)
@@ -176,7 +194,7 @@ fn trace_note(n: &DaemonNote) {
 struct Shared {
     array: Arc<Array>,
     opts: DaemonOptions,
-    notify: Notify,
+    notify: DaemonNotify,
     stop: Arc<AtomicBool>,
     /// Wakes the md thread before its tick (stop).
     wake: (Mutex<bool>, Condvar),

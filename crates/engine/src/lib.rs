@@ -53,7 +53,7 @@ pub use array::{Array, ForcedStop};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
 pub use clock::{Clock, ClockSource, ManualClock, SystemClock};
 pub use create::{create, CreateOptions};
-pub use daemon::{activate_spares, DaemonNote, DaemonOptions, Daemons};
+pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons};
 pub use error::ArrayError;
 pub use events::Event;
 pub use member::{MemMember, Member, ZeroHow};

@@ -199,8 +199,7 @@ impl ControlServer {
         // Subscribed before the daemons start, so that the log has what they do at once
         // (a spare taking a missing role).
         let log_events = array.subscribe();
-        let notify: uraid_engine::daemon::Notify =
-            Arc::new(|n: &DaemonNote| eprintln!("uraid: {n}"));
+        let notify: uraid_engine::DaemonNotify = Arc::new(|n: &DaemonNote| eprintln!("uraid: {n}"));
         let daemons = array.start_daemons(DaemonOptions {
             notify: Some(notify),
             ..DaemonOptions::default()
