@@ -229,33 +229,29 @@ impl Daemons {
             progress: Mutex::new(None),
             sync_thread: Mutex::new(None),
         });
-        let mut threads = Vec::new();
+        // Made first: if a thread cannot be started, dropping it stops those that were.
+        let d = Daemons {
+            shared: shared.clone(),
+            threads: Mutex::new(Vec::new()),
+        };
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| -> io::Result<()> {
+            let t = std::thread::Builder::new().name(name.into()).spawn(f)?;
+            lock(&d.threads).push(t);
+            Ok(())
+        };
         // Subscribed before anything can fail a member, so that no failure is missed.
         let events = array.subscribe();
         if array.has_journal() {
             let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("r5c-reclaim".into())
-                    .spawn(move || s.array.writeback_daemon(&s.stop))?,
-            );
+            spawn(
+                "r5c-reclaim",
+                Box::new(move || s.array.writeback_daemon(&s.stop)),
+            )?;
         }
         let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("md-daemon".into())
-                .spawn(move || s.md_thread())?,
-        );
+        spawn("md-daemon", Box::new(move || s.md_thread()))?;
         let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("md-events".into())
-                .spawn(move || s.watch_failures(events))?,
-        );
-        let d = Daemons {
-            shared: shared.clone(),
-            threads: Mutex::new(threads),
-        };
+        spawn("md-events", Box::new(move || s.watch_failures(events)))?;
         if shared.opts.start_sync {
             activate_spares(&array, &*shared.notify);
             // As md does when it starts an array: finish an interrupted recovery, else
