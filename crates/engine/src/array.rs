@@ -16,7 +16,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use uraid_core::geometry::{ArrayGeometry, Personality};
-use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use uraid_core::{Level, MemberIdx, MemberMap, SECTOR_BYTES};
 
 /// Number of lock buckets that serialise writes to the same stripe (parity levels) or
 /// region (mirrors).
@@ -85,7 +85,7 @@ impl Failures {
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
     pub(crate) personality: Personality,
-    pub(crate) slots: Vec<Slot>,
+    pub(crate) slots: MemberMap<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
     writes_in_flight: AtomicU64,
@@ -115,7 +115,7 @@ pub struct Array {
     /// Request references, for [`Array::quiesce`].
     pub(crate) quiesce: crate::quiesce::Quiesce,
     /// Per-role read state for mirror read balancing.
-    pub(crate) heads: Vec<crate::read_balance::Head>,
+    pub(crate) heads: MemberMap<crate::read_balance::Head>,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
     /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
@@ -151,7 +151,7 @@ impl Array {
     /// Put an array together from its geometry, its role slots and its superblock state.
     pub(crate) fn new(
         geometry: ArrayGeometry,
-        slots: Vec<Slot>,
+        slots: MemberMap<Slot>,
         meta: Meta,
     ) -> Result<Array, ArrayError> {
         let personality = Personality::new(&geometry)?;
@@ -190,7 +190,7 @@ impl Array {
             wb: crate::writeback::WriteBack::default(),
             barriers: Default::default(),
             quiesce: Default::default(),
-            heads: (0..raid_disks).map(|_| Default::default()).collect(),
+            heads: MemberMap::from_fn(raid_disks, |_| Default::default()),
             shape,
             stripe_cache: crate::stripe_cache::StripeCache::new(
                 crate::stripe_cache::DEFAULT_SIZE,
@@ -345,28 +345,28 @@ impl Array {
     }
 
     pub fn slot(&self, role: MemberIdx) -> &Slot {
-        &self.slots[role.0]
+        &self.slots[role]
     }
 
     pub fn slot_state(&self, role: MemberIdx) -> SlotState {
-        self.slots[role.0].state()
+        self.slots[role].state()
     }
 
     /// The device of a role if it is fully in sync.
     pub(crate) fn live(&self, role: MemberIdx) -> Option<Arc<dyn Member>> {
-        self.slots[role.0].in_sync()
+        self.slots[role].in_sync()
     }
 
     /// The device of a role if it holds valid data for recovery unit `unit` (see
     /// [`Slot`]: a recovering member is valid below its cursor).
     pub(crate) fn usable(&self, role: MemberIdx, unit: u64) -> Option<Arc<dyn Member>> {
-        self.slots[role.0].usable(unit)
+        self.slots[role].usable(unit)
     }
 
     /// Roles without a working device.
     pub fn missing_roles(&self) -> Vec<MemberIdx> {
-        (0..self.slots.len())
-            .map(MemberIdx)
+        self.slots
+            .roles()
             .filter(|&r| self.live(r).is_none())
             .collect()
     }
@@ -528,7 +528,7 @@ impl Array {
 
     /// Byte offset on a member of a member sector (relative to the data area).
     pub(crate) fn member_byte(&self, role: MemberIdx, member_sector: u64) -> u64 {
-        self.slots[role.0].data_offset_bytes() + member_sector * SECTOR_BYTES
+        self.slots[role].data_offset_bytes() + member_sector * SECTOR_BYTES
     }
 
     /// Run member IOs. A failed write fails its member at once (md does the same: the
@@ -547,7 +547,7 @@ impl Array {
                 crate::io::OpBuf::Write(b) => b.len(),
             } as u64;
             let (first, sectors) = (op.offset / SECTOR_BYTES, len.div_ceil(SECTOR_BYTES));
-            let slot = &self.slots[role.0];
+            let slot = &self.slots[*role];
             if r.is_ok() {
                 if is_read && slot.is_bad(first, sectors) {
                     r = Err(io::Error::other("recorded in the bad block log"));
@@ -582,7 +582,7 @@ impl Array {
     /// before any request that saw the failure completes (md holds such completions until
     /// the metadata is durable). A spare, if there is one, takes the role.
     pub(crate) fn member_error(&self, role: MemberIdx, err: &io::Error) {
-        let slot = &self.slots[role.0];
+        let slot = &self.slots[role];
         // Under the superblock lock, so that a spare cannot take the role between the
         // failure and its recording (the wrong device would be marked faulty).
         let mut meta = self.meta();
@@ -625,7 +625,7 @@ impl Array {
     /// whose rewrite fails, or that keeps failing, is failed (md's max_corr_read_errors;
     /// the count halves for each hour without errors, as md's check_decay_read_errors).
     pub(crate) fn repair_read(&self, role: MemberIdx, member_sector: u64, good: &[u8]) {
-        let slot = &self.slots[role.0];
+        let slot = &self.slots[role];
         let Some(dev) = slot.device() else { return };
         if self.is_read_only() {
             // The caller got the good data; the member keeps its bad sectors for a
@@ -658,7 +658,7 @@ impl Array {
 
     /// Mark a member faulty on request (`uraid fail`).
     pub fn fail_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
-        if role.0 >= self.slots.len() {
+        if !self.slots.contains(role) {
             return Err(ArrayError::Failed(format!("there is no member {role}")));
         }
         let state = self.slot_state(role);
@@ -724,7 +724,7 @@ impl Array {
         }
         // Completed writes must be durable before the superblock says clean (md writes
         // superblocks with a preflush).
-        for s in &self.slots {
+        for s in self.slots.values() {
             if let Some(d) = s.in_sync().or_else(|| s.usable(0)) {
                 if let Err(e) = d.flush() {
                     tracing::warn!("{}: flush failed, staying dirty: {e}", d.name());
@@ -1024,14 +1024,14 @@ impl Array {
     /// Flush every live member.
     pub(crate) fn flush_members(&self) -> Result<(), ArrayError> {
         let mut first_err = None;
-        for (i, s) in self.slots.iter().enumerate() {
+        for (role, s) in self.slots.iter() {
             let dev = match s.state() {
                 SlotState::InSync | SlotState::Recovering => s.device(),
                 _ => None,
             };
             if let Some(d) = dev {
                 if let Err(e) = d.flush() {
-                    self.member_error(MemberIdx(i), &e);
+                    self.member_error(role, &e);
                     first_err.get_or_insert(e);
                 }
             }
@@ -1096,7 +1096,7 @@ impl Array {
             }
         }
         let mut failed = Vec::new();
-        for (i, s) in self.slots.iter().enumerate() {
+        for (role, s) in self.slots.iter() {
             if !matches!(s.state(), SlotState::InSync | SlotState::Recovering) {
                 continue;
             }
@@ -1105,7 +1105,7 @@ impl Array {
                 Ok(()) => out.flushed.push(d.name()),
                 Err(e) => {
                     tracing::error!("{}: flush failed during a forced stop: {e}", d.name());
-                    failed.push((MemberIdx(i), d.name()));
+                    failed.push((role, d.name()));
                 }
             }
         }
@@ -1126,7 +1126,7 @@ impl Array {
             return out;
         };
         for (role, _) in &failed {
-            let slot = &self.slots[role.0];
+            let slot = &self.slots[*role];
             let prev = slot.state();
             if matches!(prev, SlotState::InSync | SlotState::Recovering)
                 && slot.transition(prev, SlotState::Faulty)

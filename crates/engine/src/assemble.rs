@@ -306,7 +306,7 @@ pub fn assemble(
         }
     }
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
-    let mut array_slots = Vec::with_capacity(raid_disks);
+    let mut array_slots: Vec<Slot> = Vec::with_capacity(raid_disks);
     let mut recovering: Vec<(usize, u64)> = Vec::new(); // (role, recovery_offset)
     let mut template = template;
     for (r, s) in slots.iter().enumerate() {
@@ -435,7 +435,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = Array::new(geometry, array_slots, meta)?;
+    let mut array = Array::new(geometry, array_slots.into(), meta)?;
     array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);

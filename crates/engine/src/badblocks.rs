@@ -177,10 +177,10 @@ impl Array {
         off: u64,
         good: &[u8],
     ) -> bool {
-        let slot = &self.slots[role.0];
+        let slot = &self.slots[role];
         {
             let meta = self.meta();
-            match meta.members[role.0].as_ref() {
+            match meta.members[role].as_ref() {
                 Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
                 _ => return false,
             }
@@ -198,7 +198,7 @@ impl Array {
             }
         }
         let mut meta = self.meta();
-        let Some(sb) = meta.members[role.0].as_ref() else {
+        let Some(sb) = meta.members[role].as_ref() else {
             return false;
         };
         let mut trial = slot.bad_blocks();

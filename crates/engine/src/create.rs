@@ -443,7 +443,7 @@ pub fn create_confirmed(
         }
     }
     let template = sbs.iter().flatten().next().expect("one member").clone();
-    let slots = devs
+    let slots: Vec<Slot> = devs
         .iter()
         .zip(&sbs)
         .map(|(d, sb)| {
@@ -474,7 +474,7 @@ pub fn create_confirmed(
         }
         _ => None,
     };
-    let mut array = Array::new(geometry, slots, meta)?;
+    let mut array = Array::new(geometry, slots.into(), meta)?;
     if let Some(j) = journal {
         array.set_journal(j);
     }

@@ -35,7 +35,7 @@ pub(crate) enum Kind {
 /// replacement behind it).
 fn active_devices(a: &Array) -> Vec<std::sync::Arc<dyn Member>> {
     a.slots
-        .iter()
+        .values()
         .filter(|s| matches!(s.state(), SlotState::InSync | SlotState::Recovering))
         .filter_map(|s| s.device())
         .collect()

@@ -160,7 +160,7 @@ pub(crate) fn locate(a: &Array, meta: &Meta, id: &Identity) -> Option<(Place, St
         if let Some(rep) = slot.replacement() {
             let uuid = meta
                 .replacements
-                .get(r.0)
+                .get(r)
                 .and_then(|s| s.as_ref())
                 .map(|sb| sb.device_uuid);
             if let Some((n, why)) = hit(rep.new.as_ref(), uuid) {

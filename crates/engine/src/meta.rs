@@ -18,13 +18,13 @@ use uraid_core::superblock::{
     FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
     SB_V12_OFFSET_SECTORS,
 };
-use uraid_core::MemberIdx;
+use uraid_core::{MemberIdx, MemberMap};
 
 pub struct Meta {
     /// Array-wide state, from the freshest superblock.
     pub(crate) template: Superblock,
     /// Each role's own superblock (None for a missing role).
-    pub(crate) members: Vec<Option<Superblock>>,
+    pub(crate) members: MemberMap<Option<Superblock>>,
     /// A resync is owed (the array was not stopped cleanly) and has not run yet.
     pub(crate) needs_resync: bool,
     /// The internal write-intent bitmap, if the array has one.
@@ -36,7 +36,7 @@ pub struct Meta {
     /// The journal device and its superblock (its recovery_offset is journal_tail).
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
     /// Per role, the superblock of its replacement being rebuilt (md's --replace).
-    pub(crate) replacements: Vec<Option<Superblock>>,
+    pub(crate) replacements: MemberMap<Option<Superblock>>,
     /// Members that failed and lost their role (to a spare, or to their replacement at
     /// the end of a replace). md keeps such a device, faulty and without a role, until
     /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
@@ -49,7 +49,8 @@ pub struct Meta {
 impl Meta {
     pub fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
         let needs_resync = template.resync_offset != MAX_SECTOR;
-        let replacements = vec![None; members.len()];
+        let replacements = MemberMap::from_fn(members.len(), |_| None);
+        let members = MemberMap::from(members);
         Meta {
             replacements,
             template,
@@ -69,7 +70,7 @@ impl Meta {
     }
 
     pub fn member_sb(&self, role: MemberIdx) -> Option<&Superblock> {
-        self.members.get(role.0).and_then(|m| m.as_ref())
+        self.members.get(role).and_then(|m| m.as_ref())
     }
 
     pub fn events(&self) -> u64 {
@@ -131,14 +132,14 @@ impl Meta {
     pub(crate) fn keep_faulty(&mut self, role: MemberIdx, old: Arc<dyn Member>) {
         let number = self
             .members
-            .get(role.0)
+            .get(role)
             .and_then(|m| m.as_ref())
             .map_or(u32::MAX, |sb| sb.dev_number);
         self.faulty.push((old, number));
     }
 
     pub fn mark_faulty(&mut self, role: MemberIdx) {
-        if let Some(sb) = self.members.get(role.0).and_then(|m| m.as_ref()) {
+        if let Some(sb) = self.members.get(role).and_then(|m| m.as_ref()) {
             let n = sb.dev_number as usize;
             if n < self.template.dev_roles.len() {
                 self.template.dev_roles[n] = ROLE_FAULTY;
@@ -158,9 +159,9 @@ impl Meta {
         let events = self.template.events;
         let mut written = 0;
         let mut last_err = None;
-        for (i, own) in self.members.iter().enumerate() {
+        for (role, own) in self.members.iter() {
             let Some(own) = own else { continue };
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(role);
             if !matches!(slot.state(), SlotState::InSync | SlotState::Recovering) {
                 continue;
             }
@@ -178,8 +179,8 @@ impl Meta {
         }
         // A replacement keeps its own bitmap, as any member (best effort: it is not yet
         // what the array depends on).
-        for (i, own) in self.replacements.iter().enumerate() {
-            let (Some(own), Some(r)) = (own, a.slot(MemberIdx(i)).replacement()) else {
+        for (role, own) in self.replacements.iter() {
+            let (Some(own), Some(r)) = (own, a.slot(role).replacement()) else {
                 continue;
             };
             if !r.failed() {
@@ -208,12 +209,12 @@ impl Meta {
         self.template.events += 1;
         self.template.utime = now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;
-        let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<usize>)> = Vec::new();
+        let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<MemberIdx>)> = Vec::new();
         // Bad block logs to write before their superblocks: (device, byte offset, bytes).
         let mut logs: Vec<(Arc<dyn Member>, u64, Vec<u8>)> = Vec::new();
-        for (i, own) in self.members.iter_mut().enumerate() {
+        for (role, own) in self.members.iter_mut() {
             let Some(own) = own else { continue };
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(role);
             let dev = match slot.state() {
                 SlotState::InSync => {
                     own.feature_map &= !FEATURE_RECOVERY_OFFSET;
@@ -238,7 +239,7 @@ impl Meta {
                 }
                 let mut sb = self.template.clone();
                 sb.dev_number = own.dev_number;
-                targets.push((dev, Meta::merge_into(sb, own), Some(i)));
+                targets.push((dev, Meta::merge_into(sb, own), Some(role)));
             }
         }
         if let Some((dev, own)) = &self.journal {
@@ -254,9 +255,9 @@ impl Meta {
         // Replacements: md's MD_FEATURE_REPLACEMENT, the same role as the member they
         // replace, and recovery_offset in member sectors. What the copy wrote is flushed
         // first, so recovery_offset never claims data the device could still lose.
-        let mut repl: Vec<(Arc<crate::replace::Replacing>, Superblock, usize)> = Vec::new();
-        for (i, own) in self.replacements.iter_mut().enumerate() {
-            let (Some(own), Some(r)) = (own.as_mut(), a.slot(MemberIdx(i)).replacement()) else {
+        let mut repl: Vec<(Arc<crate::replace::Replacing>, Superblock, MemberIdx)> = Vec::new();
+        for (role, own) in self.replacements.iter_mut() {
+            let (Some(own), Some(r)) = (own.as_mut(), a.slot(role).replacement()) else {
                 continue;
             };
             if r.failed() {
@@ -266,11 +267,11 @@ impl Meta {
             own.recovery_offset = r.cursor_sectors();
             let mut sb = self.template.clone();
             sb.dev_number = own.dev_number;
-            repl.push((r, Meta::merge_into(sb, own), i));
+            repl.push((r, Meta::merge_into(sb, own), role));
         }
         let mut written = 0;
         let mut last_err = None;
-        let mut failed_roles: Vec<usize> = Vec::new();
+        let mut failed_roles: Vec<MemberIdx> = Vec::new();
         for (dev, at, bytes) in &logs {
             let mut buf = crate::buf::AlignedBuf::new(bytes.len());
             buf.copy_from_slice(bytes);
@@ -322,14 +323,14 @@ impl Meta {
         let change = (!failed_roles.is_empty()).then(|| a.begin_sb_change());
         let mut newly_failed = false;
         for i in failed_roles {
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(i);
             let prev = slot.state();
             if matches!(prev, SlotState::InSync | SlotState::Recovering)
                 && slot.transition(prev, SlotState::Faulty)
             {
-                self.mark_faulty(MemberIdx(i));
+                self.mark_faulty(i);
                 // A member being replaced: its replacement goes on as a recovery.
-                a.promote_replacement(MemberIdx(i), self);
+                a.promote_replacement(i, self);
                 newly_failed = true;
             }
         }

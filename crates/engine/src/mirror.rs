@@ -28,7 +28,7 @@ pub(crate) fn read_piece(
         .enumerate()
         .filter(|(_, (role, _))| a.slot(*role).is_usable(unit))
         .map(|(i, &(role, msec))| {
-            let (head, pending) = a.heads[role.0].snapshot();
+            let (head, pending) = a.heads[role].snapshot();
             let c = read_balance::Candidate {
                 member_sector: msec,
                 head,
@@ -46,7 +46,7 @@ pub(crate) fn read_piece(
         };
         let mut ops = OpList::new();
         ops.read(a, dev, role, msec, buf);
-        let reading = a.heads[role.0].start(msec, sectors);
+        let reading = a.heads[role].start(msec, sectors);
         let failed = ops.run(a);
         drop(reading);
         if failed.is_empty() {

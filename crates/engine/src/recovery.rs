@@ -336,7 +336,7 @@ impl Array {
         }
         let mut meta = self.meta();
         for r in &done {
-            if let Some(sb) = meta.members[r.0].as_mut() {
+            if let Some(sb) = meta.members[*r].as_mut() {
                 sb.feature_map &= !FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = MAX_SECTOR;
             }
@@ -388,7 +388,7 @@ impl Array {
         }
         let tmpl_member = meta
             .members
-            .iter()
+            .values()
             .flatten()
             .next()
             .cloned()
@@ -426,7 +426,7 @@ impl Array {
         let old = found.filter(|sb| sb.set_uuid == meta.template.set_uuid);
         let used: Vec<u32> = meta
             .members
-            .iter()
+            .values()
             .flatten()
             .map(|s| s.dev_number)
             .chain(meta.spares.iter().map(|(_, s)| s.dev_number))
@@ -496,7 +496,7 @@ impl Array {
                 sb.feature_map |= FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = 0;
                 meta.template.dev_roles[dev_number as usize] = role as u16;
-                meta.members[role] = Some(sb);
+                meta.members[MemberIdx(role)] = Some(sb);
                 let slot = self.slot(MemberIdx(role));
                 slot.set_recovery_cursor(0);
                 slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -557,7 +557,7 @@ impl Array {
                 meta.keep_faulty(role, old);
             }
         }
-        meta.members[role.0] = Some(sb);
+        meta.members[role] = Some(sb);
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -593,7 +593,7 @@ impl Array {
         let change = self.begin_sb_change();
         slot.set_device(None, 0);
         slot.set_state(SlotState::Missing);
-        if let Some(sb) = meta.members[role.0].take() {
+        if let Some(sb) = meta.members[role].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         }
         change.recorded(meta.write_all(self))?;

@@ -349,7 +349,7 @@ impl Array {
             0,
             slot.bad_check(),
         ));
-        meta.replacements[role.0] = Some(sb);
+        meta.replacements[role] = Some(sb);
         slot.set_replacement(Some(r.clone()), r.clone());
         meta.write_all(self)?;
         drop(meta);
@@ -378,7 +378,7 @@ impl Array {
             offset * SECTOR_BYTES,
             slot.bad_check(),
         ));
-        self.meta().replacements[role.0] = Some(sb);
+        self.meta().replacements[role] = Some(sb);
         slot.set_replacement(Some(r.clone()), r);
     }
 
@@ -394,7 +394,7 @@ impl Array {
         let Some(r) = slot.replacement() else {
             return false;
         };
-        let Some(mut sb) = meta.replacements[role.0].take() else {
+        let Some(mut sb) = meta.replacements[role].take() else {
             return false;
         };
         if r.failed() {
@@ -409,7 +409,7 @@ impl Array {
         let cursor = self.cursor_for_offset(r.cursor_sectors());
         let data_start = r.new_data_start;
         meta.keep_faulty(role, r.old());
-        meta.members[role.0] = Some(sb);
+        meta.members[role] = Some(sb);
         slot.set_device(Some(r.new.clone()), data_start);
         slot.set_recovery_cursor(cursor);
         slot.set_bitmap_recovery(false);
@@ -433,7 +433,7 @@ impl Array {
         // or a restart would resume it with the writes it missed.
         let change = self.begin_sb_change();
         slot.set_replacement(None, r.old());
-        if let Some(sb) = meta.replacements[role.0].take() {
+        if let Some(sb) = meta.replacements[role].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         }
         change.recorded(meta.write_all(self))?;
@@ -459,7 +459,7 @@ impl Array {
         // What the replacement holds must be durable before its superblock says in sync.
         r.new.flush()?;
         let mut meta = self.meta();
-        let Some(mut sb) = meta.replacements[role.0].take() else {
+        let Some(mut sb) = meta.replacements[role].take() else {
             return Ok(());
         };
         // Writes stop reaching the old member: pending until the superblocks say it left.
@@ -468,7 +468,7 @@ impl Array {
         meta.keep_faulty(role, r.old());
         sb.feature_map &= !(FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET);
         sb.recovery_offset = MAX_SECTOR;
-        meta.members[role.0] = Some(sb);
+        meta.members[role] = Some(sb);
         let old = r.old().name();
         slot.set_device(Some(r.new.clone()), r.new_data_start);
         change.recorded(meta.write_all(self))?;
