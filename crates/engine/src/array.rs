@@ -15,12 +15,11 @@ pub use crate::slot::{Slot, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use uraid_core::geometry::{ArrayGeometry, Personality};
-use uraid_core::{Level, MemberIdx, MemberMap, SECTOR_BYTES};
+use uraid_core::geometry::{self, ArrayGeometry};
+use uraid_core::{Level, MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
-/// Number of lock buckets that serialise writes to the same stripe (parity levels) or
-/// region (mirrors).
-const LOCK_BUCKETS: usize = 1024;
+mod personality;
+pub(crate) use personality::{Personality, SyncCtx, SyncMode, ZeroKind};
 
 /// Run-time knobs of the write path (md's sysfs tunables of the same names).
 pub struct Tuning {
@@ -84,7 +83,10 @@ impl Failures {
 
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
-    pub(crate) personality: Personality,
+    /// The level's address map (uraid-core's geometry).
+    pub(crate) personality: geometry::Personality,
+    /// The level, with its own state (md's mddev->pers and its conf).
+    pers: Box<dyn Personality>,
     pub(crate) slots: MemberMap<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
@@ -95,7 +97,7 @@ pub struct Array {
     /// Member changes whose superblock update is not durable yet (md's
     /// MD_SB_CHANGE_PENDING); writes wait for them before they complete.
     sb_pending: SbPending,
-    locks: Vec<Mutex<()>>,
+    /// Sub-sector writes (read-modify-write of whole sectors) serialise here; rare.
     unaligned: Mutex<()>,
     array_bytes: u64,
     pub stats: Stats,
@@ -110,12 +112,8 @@ pub struct Array {
     clock: std::sync::RwLock<Clock>,
     /// The journal's write-back mode and its stripe cache.
     pub(crate) wb: crate::writeback::WriteBack,
-    /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
-    pub(crate) barriers: crate::barrier::Barriers,
     /// Request references, for [`Array::quiesce`].
     pub(crate) quiesce: crate::quiesce::Quiesce,
-    /// Per-role read state for mirror read balancing.
-    pub(crate) heads: MemberMap<crate::read_balance::Head>,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
     /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
@@ -148,13 +146,15 @@ impl crate::journal::JournalHost for Array {
 }
 
 impl Array {
-    /// Put an array together from its geometry, its role slots and its superblock state.
+    /// Put an array together from its geometry, its address map and personality (see
+    /// `levels::new_array`), its role slots and its superblock state.
     pub(crate) fn new(
         geometry: ArrayGeometry,
+        personality: geometry::Personality,
+        pers: Box<dyn Personality>,
         slots: MemberMap<Slot>,
         meta: Meta,
     ) -> Result<Array, ArrayError> {
-        let personality = Personality::new(&geometry)?;
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
         let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
@@ -170,6 +170,7 @@ impl Array {
         let a = Array {
             geometry,
             personality,
+            pers,
             slots,
             meta: Mutex::new(meta),
             dirty: AtomicBool::new(false),
@@ -177,7 +178,6 @@ impl Array {
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
             sb_pending: SbPending::default(),
-            locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
@@ -188,9 +188,7 @@ impl Array {
             journal: None,
             clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
             wb: crate::writeback::WriteBack::default(),
-            barriers: Default::default(),
             quiesce: Default::default(),
-            heads: MemberMap::from_fn(raid_disks, |_| Default::default()),
             shape,
             stripe_cache: crate::stripe_cache::StripeCache::new(
                 crate::stripe_cache::DEFAULT_SIZE,
@@ -201,7 +199,7 @@ impl Array {
             read_only: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
-        if !a.personality.survives(&missing) {
+        if !a.pers.survives(&missing) {
             return Err(ArrayError::Assemble(format!(
                 "{} with {} of {} members present cannot run: members {} are missing and {} tolerates {}",
                 a.geometry.level,
@@ -209,7 +207,7 @@ impl Array {
                 a.geometry.raid_disks,
                 missing.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
                 a.geometry.level,
-                a.personality.max_degraded()
+                a.pers.max_degraded()
             )));
         }
         Ok(a)
@@ -264,10 +262,7 @@ impl Array {
     }
 
     pub(crate) fn parity_geometry(&self) -> Option<&uraid_core::geometry::ParityGeometry> {
-        match &self.personality {
-            Personality::Parity(g) => Some(g),
-            _ => None,
-        }
+        self.pers.parity()
     }
 
     /// A journal error on the write path: an IO error fails the journal, which the
@@ -318,7 +313,7 @@ impl Array {
         &self.geometry
     }
 
-    pub fn personality(&self) -> &Personality {
+    pub fn personality(&self) -> &geometry::Personality {
         &self.personality
     }
 
@@ -377,7 +372,7 @@ impl Array {
 
     /// Whether the array still holds all its data.
     pub fn is_running(&self) -> bool {
-        self.personality.survives(&self.missing_roles())
+        self.pers.survives(&self.missing_roles())
     }
 
     pub fn meta(&self) -> MutexGuard<'_, Meta> {
@@ -392,7 +387,7 @@ impl Array {
     /// Set md's stripe_cache_size (raid4/5/6; heads in the stripe cache).
     pub fn set_stripe_cache_size(&self, n: usize) -> Result<(), ArrayError> {
         use crate::stripe_cache::{MAX_SIZE, MIN_SIZE};
-        if !matches!(self.personality, Personality::Parity(_)) {
+        if !self.pers.has_stripe_cache() {
             return Err(ArrayError::Failed(format!(
                 "stripe_cache_size applies to raid4/5/6, not {}",
                 self.geometry.level
@@ -451,79 +446,12 @@ impl Array {
 
     /// The run-time knobs by md's sysfs names, with their values.
     pub fn tunables(&self) -> Vec<(&'static str, String)> {
-        let mut v = Vec::new();
-        if matches!(self.personality, Personality::Parity(_)) {
-            let t = &self.tuning;
-            v.push(("stripe_cache_size", self.stripe_cache.size().to_string()));
-            v.push((
-                "stripe_cache_active",
-                self.stripe_cache.active().to_string(),
-            ));
-            v.push(("group_thread_cnt", self.group_thread_cnt().to_string()));
-            v.push(("rmw_level", t.rmw_level.load(Ordering::Relaxed).to_string()));
-            v.push((
-                "skip_copy",
-                u8::from(t.skip_copy.load(Ordering::Relaxed)).to_string(),
-            ));
-            v.push((
-                "batching",
-                u8::from(t.batching.load(Ordering::Relaxed)).to_string(),
-            ));
-        }
-        v
+        self.pers.tunables(self)
     }
 
     /// Set a run-time knob by its md sysfs name (see [`Array::tunables`]).
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<(), ArrayError> {
-        let num = || {
-            value
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| ArrayError::Failed(format!("{name}: {value:?} is not a number")))
-        };
-        let flag = || match num()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            n => Err(ArrayError::Failed(format!("{name} is 0 or 1, not {n}"))),
-        };
-        if !matches!(self.personality, Personality::Parity(_)) {
-            return Err(ArrayError::Failed(format!(
-                "{} has no tunable {name}",
-                self.geometry.level
-            )));
-        }
-        match name {
-            "stripe_cache_size" => self.set_stripe_cache_size(num()?),
-            "group_thread_cnt" => self.set_group_thread_cnt(num()?),
-            "rmw_level" => match num()? {
-                n @ 0..=2 => {
-                    self.tuning.rmw_level.store(n as u8, Ordering::Relaxed);
-                    Ok(())
-                }
-                n => Err(ArrayError::Failed(format!("rmw_level is 0..=2, not {n}"))),
-            },
-            "skip_copy" => {
-                self.tuning.skip_copy.store(flag()?, Ordering::Relaxed);
-                Ok(())
-            }
-            "batching" => {
-                self.tuning.batching.store(flag()?, Ordering::Relaxed);
-                Ok(())
-            }
-            _ => Err(ArrayError::Failed(format!(
-                "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
-                 rmw_level, skip_copy, batching)"
-            ))),
-        }
-    }
-
-    fn bucket_of(key: u64) -> usize {
-        // Fibonacci hashing spreads neighbouring stripes over buckets.
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % LOCK_BUCKETS
-    }
-
-    pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
-        self.locks[Self::bucket_of(key)].lock().unwrap()
+        self.pers.set_tunable(self, name, value)
     }
 
     /// Byte offset on a member of a member sector (relative to the data area).
@@ -669,7 +597,7 @@ impl Array {
         if !missing.contains(&role) {
             missing.push(role);
         }
-        if !self.personality.survives(&missing) {
+        if !self.pers.survives(&missing) {
             return Err(ArrayError::Failed(format!(
                 "failing member {role} would leave {} without its data",
                 self.geometry.level
@@ -791,7 +719,7 @@ impl Array {
     /// after a power cut that member would be taken for in sync with its old data. So it
     /// waits for every pending superblock update (md holds such completions while
     /// MD_SB_CHANGE_PENDING is set), and fails if one could not be written anywhere.
-    fn complete_write(&self) -> Result<(), ArrayError> {
+    pub(crate) fn complete_write(&self) -> Result<(), ArrayError> {
         self.sb_pending.wait();
         self.check_metadata()
     }
@@ -828,40 +756,18 @@ impl Array {
     }
 
     fn read_sectors(&self, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
-        match &self.personality {
-            Personality::Raid0(g) => crate::raid0::read(self, g, sector, buf),
-            Personality::Raid1(_) => crate::raid1::read(self, sector, buf),
-            Personality::Raid10(g) => crate::raid10::read(self, g, sector, buf),
-            Personality::Parity(g) => {
-                // Write-back: cached pages are newer than the members. Taken before the
-                // member read, so a write-out finishing meanwhile cannot hide them.
-                let cached = match &self.journal {
-                    Some(_) => crate::writeback::cached_for_read(
-                        self,
-                        g,
-                        sector,
-                        buf.len() as u64 / SECTOR_BYTES,
-                    ),
-                    None => Vec::new(),
-                };
-                crate::raid5::read(self, g, sector, buf)?;
-                crate::writeback::overlay(&cached, sector, buf);
-                Ok(())
-            }
-        }
+        self.pers.read(self, Sector(sector), buf)
     }
 
-    /// Where the bitmap counts a write of array sectors [sector, sector+sectors): array
-    /// sectors for raid1/raid10, whole chunk rows of member sectors for raid4/5/6.
+    /// Where the bitmap counts a write of array sectors [sector, sector+sectors) (the
+    /// level's [`Personality::bitmap_range`]).
     fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
-        match &self.personality {
-            Personality::Parity(g) => {
-                let a = g.locate(sector).stripe;
-                let b = g.locate(sector + sectors - 1).stripe;
-                (a * g.chunk_sectors, (b - a + 1) * g.chunk_sectors)
-            }
-            _ => (sector, sectors),
-        }
+        self.pers.bitmap_range(Sector(sector), sectors)
+    }
+
+    /// The level (md's mddev->pers), for the modules that drive it.
+    pub(crate) fn pers(&self) -> &dyn Personality {
+        self.pers.as_ref()
     }
 
     pub fn has_bitmap(&self) -> bool {
@@ -951,56 +857,7 @@ impl Array {
     }
 
     fn write_mapped(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
-        match &self.personality {
-            Personality::Raid0(g) => crate::raid0::write(self, g, sector, buf),
-            Personality::Raid1(_) => crate::raid1::write(self, sector, buf),
-            Personality::Raid10(g) => crate::raid10::write(self, g, sector, buf),
-            Personality::Parity(g) => match &self.journal {
-                None => crate::raid5::write(self, g, sector, buf),
-                Some(j) => {
-                    if j.is_failed() {
-                        return Err(self.journal_failed_error());
-                    }
-                    self.writeback_fallback()?;
-                    let _gate = self.wb.gate.read().unwrap();
-                    if self.wb.is_on() {
-                        crate::writeback::write(self, g, sector, buf)
-                    } else {
-                        crate::raid5::write(self, g, sector, buf)
-                    }
-                }
-            },
-        }
-    }
-
-    /// Make a range read as zeros (NBD WRITE_ZEROES, ublk WRITE_ZEROES) with the members'
-    /// zeroing where parity allows (see [`crate::discard`]). `how.unmap` lets the members
-    /// deallocate it; `fast` refuses with [`ArrayError::NotFast`], before changing anything,
-    /// when some member would have to write zeros.
-    pub fn write_zeroes_with(
-        &self,
-        offset: u64,
-        len: u64,
-        how: crate::member::ZeroHow,
-        fast: bool,
-    ) -> Result<(), ArrayError> {
-        self.check_writable("write-zeroes")?;
-        crate::discard::write_zeroes(self, offset, len, how, fast)?;
-        // Zeroing skips failed members like a write: acknowledged only once recorded.
-        self.complete_write()
-    }
-
-    /// Make a range read as zeros; the members may deallocate it.
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.write_zeroes_with(offset, len, crate::member::ZeroHow { unmap: true }, false)
-    }
-
-    /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
-    /// members only where every copy and parity stays consistent (see [`crate::discard`]).
-    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.check_writable("discard")?;
-        crate::discard::discard(self, offset, len)?;
-        self.complete_write()
+        self.pers.write(self, Sector(sector), buf)
     }
 
     /// Make every completed write durable: the journal first (write-back acknowledges a
@@ -1057,11 +914,7 @@ impl Array {
     /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
         let _quiet = self.quiesce();
-        if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
-            // Even with a failed journal: the cached data then goes straight to the members.
-            let _gate = self.wb.gate.write().unwrap();
-            crate::writeback::drain(self, g)?;
-        }
+        self.pers.stop(self)?;
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();

@@ -435,7 +435,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = Array::new(geometry, array_slots.into(), meta)?;
+    let mut array = crate::levels::new_array(geometry, array_slots.into(), meta)?;
     array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);

@@ -474,7 +474,7 @@ pub fn create_confirmed(
         }
         _ => None,
     };
-    let mut array = Array::new(geometry, slots.into(), meta)?;
+    let mut array = crate::levels::new_array(geometry, slots.into(), meta)?;
     if let Some(j) = journal {
         array.set_journal(j);
     }

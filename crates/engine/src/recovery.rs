@@ -8,13 +8,12 @@
 //! sees it valid exactly where it has been rebuilt.
 
 use crate::array::Array;
+use crate::array::{SyncCtx, SyncMode};
 use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
-use crate::mirror::{SyncCtx, SyncMode};
 use crate::slot::SlotState;
 use std::sync::Arc;
-use uraid_core::geometry::Personality;
 use uraid_core::superblock::{
     Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
 };
@@ -75,52 +74,25 @@ pub enum AddOutcome {
 }
 
 impl Array {
-    /// Recovery units in the whole array.
+    /// Recovery units in the whole array (the level's, see `Personality::total_units`).
     pub fn total_units(&self) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(r) => r.array_sectors(),
-            Personality::Raid10(r) => r.array_sectors() / r.chunk_sectors,
-            Personality::Parity(g) => g.stripes(),
-        }
+        self.pers().total_units()
     }
 
     /// Array bytes per recovery unit.
     pub fn unit_bytes(&self) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => SECTOR_BYTES,
-            Personality::Raid10(r) => r.chunk_sectors * SECTOR_BYTES,
-            Personality::Parity(g) => g.stripe_data_sectors() * SECTOR_BYTES,
-        }
+        self.pers().unit_bytes()
     }
 
     /// md's recovery_offset (member sectors below which a recovering member is valid) for
     /// a cursor in recovery units; conservative where the layout is not monotonic.
     pub(crate) fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => cursor,
-            Personality::Parity(g) => cursor * g.chunk_sectors,
-            Personality::Raid10(r) if r.far_copies == 1 => {
-                cursor * r.near_copies as u64 / r.raid_disks as u64 * r.chunk_sectors
-            }
-            // far/offset copies land out of order: claim nothing until done.
-            Personality::Raid10(_) => 0,
-        }
+        self.pers().recovery_offset_sectors(cursor)
     }
 
     /// The recovery cursor for md's recovery_offset (the inverse, rounded down).
     pub(crate) fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => offset_sectors,
-            Personality::Parity(g) => offset_sectors / g.chunk_sectors,
-            Personality::Raid10(r) if r.far_copies == 1 => {
-                offset_sectors / r.chunk_sectors * r.raid_disks as u64 / r.near_copies as u64
-            }
-            Personality::Raid10(_) => 0,
-        }
+        self.pers().cursor_for_offset(offset_sectors)
     }
 
     pub fn recovering_roles(&self) -> Vec<MemberIdx> {
@@ -169,21 +141,7 @@ impl Array {
             generations: &generations,
             skip_clean,
         };
-        match self.personality() {
-            Personality::Raid0(_) => Ok((0, 0)),
-            Personality::Raid1(_) => crate::raid1::sync_range(self, start, max, &ctx),
-            Personality::Raid10(r) => {
-                let (sectors, mism) = crate::raid10::sync_range(
-                    self,
-                    r,
-                    start * r.chunk_sectors,
-                    max * r.chunk_sectors,
-                    &ctx,
-                )?;
-                Ok((sectors.div_ceil(r.chunk_sectors), mism))
-            }
-            Personality::Parity(g) => crate::raid5::sync_range(self, g, start, max, &ctx),
-        }
+        self.pers().sync_range(self, start, max, &ctx)
     }
 
     /// Run a whole sync pass, calling `progress` after each step (it may sleep to limit

@@ -29,7 +29,6 @@ use crate::slot::{BadCheck, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use uraid_core::geometry::Personality;
 use uraid_core::superblock::{
     Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY,
 };
@@ -576,20 +575,7 @@ impl Array {
     /// far/offset copies) or the repair failed.
     fn repair_member_range(&self, role: MemberIdx, start: u64, end: u64) -> bool {
         let (s, e) = (start / SECTOR_BYTES, end.div_ceil(SECTOR_BYTES));
-        let units = match self.personality() {
-            Personality::Raid1(_) => Some((s, e)),
-            Personality::Parity(g) => Some((s / g.chunk_sectors, e.div_ceil(g.chunk_sectors))),
-            Personality::Raid10(r) if r.far_copies == 1 => {
-                // Member chunk row k holds array chunks [k*disks/near, (k+1)*disks/near).
-                let per_row = r.raid_disks as u64;
-                let row = |x: u64| x / r.chunk_sectors;
-                Some((
-                    row(s) * per_row / r.near_copies as u64,
-                    (row(e.saturating_sub(1)) + 1) * per_row / r.near_copies as u64 + 1,
-                ))
-            }
-            _ => None,
-        };
+        let units = self.pers().member_units(s, e);
         let Some((u0, u1)) = units else { return false };
         let u1 = u1.min(self.total_units());
         let _ = role;
