@@ -104,12 +104,8 @@ pub struct Array {
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
     has_bitmap: bool,
-    /// raid4/5/6 write journal (md's raid5-cache).
-    pub(crate) journal: Option<crate::journal::Journal>,
     /// Wall clock in seconds, for read-error decay; tests inject their own.
     clock: std::sync::RwLock<Clock>,
-    /// The journal's write-back mode and its stripe cache.
-    pub(crate) wb: crate::writeback::WriteBack,
     /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
     pub(crate) barriers: crate::barrier::Barriers,
     /// Request references, for [`Array::quiesce`].
@@ -118,12 +114,9 @@ pub struct Array {
     pub(crate) heads: Vec<crate::read_balance::Head>,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
-    /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
-    pub(crate) stripe_cache: crate::stripe_cache::StripeCache,
-    /// raid4/5/6: stripe workers (md's group_thread_cnt); None = submitters do the work.
-    workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
-    /// Workers in `workers`, so that the common case (none) takes no lock.
-    group_threads: std::sync::atomic::AtomicUsize,
+    /// raid4/5/6's own state (md's r5conf: stripe cache, workers, journal, write-back);
+    /// None for the other levels.
+    pub(crate) r5: Option<crate::raid5::Conf>,
     /// Opened with --readonly: writes, repairs and rebuilds are refused (EROFS).
     read_only: AtomicBool,
 }
@@ -167,6 +160,7 @@ impl Array {
             array_sectors: personality.array_sectors(),
             epoch: 0,
         });
+        let r5 = matches!(personality, Personality::Parity(_)).then(crate::raid5::Conf::new);
         let a = Array {
             geometry,
             personality,
@@ -185,19 +179,12 @@ impl Array {
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,
-            journal: None,
             clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
-            wb: crate::writeback::WriteBack::default(),
             barriers: Default::default(),
             quiesce: Default::default(),
             heads: (0..raid_disks).map(|_| Default::default()).collect(),
             shape,
-            stripe_cache: crate::stripe_cache::StripeCache::new(
-                crate::stripe_cache::DEFAULT_SIZE,
-                crate::stripe_cache::PARTITIONS,
-            ),
-            workers: std::sync::RwLock::new(None),
-            group_threads: std::sync::atomic::AtomicUsize::new(0),
+            r5,
             read_only: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
@@ -237,7 +224,20 @@ impl Array {
 
     /// Attach the write journal (create and assemble do, before the array is shared).
     pub fn set_journal(&mut self, j: crate::journal::Journal) {
-        self.journal = Some(j);
+        self.r5
+            .as_mut()
+            .expect("a write journal is for raid4/5/6 (create and assemble check)")
+            .journal = Some(j);
+    }
+
+    /// raid4/5/6's conf; only their code asks, on a parity array.
+    pub(crate) fn r5(&self) -> &crate::raid5::Conf {
+        self.r5.as_ref().expect("raid4/5/6 state on a parity array")
+    }
+
+    /// The write journal, if the array has one (raid4/5/6 only).
+    pub(crate) fn journal(&self) -> Option<&crate::journal::Journal> {
+        self.r5.as_ref().and_then(|c| c.journal.as_ref())
     }
 
     /// Replace the clock (seconds) used for read-error decay (tests).
@@ -250,17 +250,17 @@ impl Array {
     }
 
     pub fn has_journal(&self) -> bool {
-        self.journal.is_some()
+        self.journal().is_some()
     }
 
     /// Whether the write journal failed (writes are refused, reads go on).
     pub fn journal_failed(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.is_failed())
+        self.journal().is_some_and(|j| j.is_failed())
     }
 
     /// The journal device's name, with a journal.
     pub fn journal_device(&self) -> Option<String> {
-        self.journal.as_ref().map(|j| j.device_name())
+        self.journal().map(|j| j.device_name())
     }
 
     pub(crate) fn parity_geometry(&self) -> Option<&uraid_core::geometry::ParityGeometry> {
@@ -274,7 +274,7 @@ impl Array {
     /// superblocks record (the journal's role faulty, as md does), so that assembly will
     /// not trust it again without --force.
     pub(crate) fn journal_error(&self, e: crate::journal::JournalError) -> ArrayError {
-        if let Some(j) = &self.journal {
+        if let Some(j) = self.journal() {
             if matches!(e, crate::journal::JournalError::Io { .. }) || j.is_failed() {
                 j.set_failed();
                 self.record_journal_failure();
@@ -302,7 +302,7 @@ impl Array {
 
     /// Fail the journal on request (tests, `uraid fail` of the journal device).
     pub fn fail_journal(&self) -> Result<(), ArrayError> {
-        let Some(j) = &self.journal else {
+        let Some(j) = self.journal() else {
             return Err(ArrayError::Failed("the array has no write journal".into()));
         };
         j.set_failed();
@@ -385,8 +385,19 @@ impl Array {
     }
 
     /// The stripe cache of a raid4/5/6 array (counters, size).
+    /// Other levels have none: they get an empty one, unused.
     pub fn stripe_cache(&self) -> &crate::stripe_cache::StripeCache {
-        &self.stripe_cache
+        static NONE: std::sync::OnceLock<crate::stripe_cache::StripeCache> =
+            std::sync::OnceLock::new();
+        match &self.r5 {
+            Some(c) => &c.stripe_cache,
+            None => NONE.get_or_init(|| {
+                crate::stripe_cache::StripeCache::new(
+                    crate::stripe_cache::DEFAULT_SIZE,
+                    crate::stripe_cache::PARTITIONS,
+                )
+            }),
+        }
     }
 
     /// Set md's stripe_cache_size (raid4/5/6; heads in the stripe cache).
@@ -403,17 +414,13 @@ impl Array {
                 "stripe_cache_size must be {MIN_SIZE}..={MAX_SIZE}, not {n}"
             )));
         }
-        self.stripe_cache.set_size(n);
+        self.r5().stripe_cache.set_size(n);
         Ok(())
     }
 
     /// md's group_thread_cnt: stripe worker threads (0 = each submitter handles its stripes).
     pub fn group_thread_cnt(&self) -> usize {
-        self.workers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |w| w.threads())
+        self.r5.as_ref().map_or(0, |c| c.group_thread_cnt())
     }
 
     /// Set group_thread_cnt: the old workers finish what they hold and stop.
@@ -424,29 +431,10 @@ impl Array {
                 "group_thread_cnt must be at most {MAX_WORKERS}, not {n}"
             )));
         }
-        let new = (n > 0).then(|| crate::stripe_workers::Workers::new(n));
-        let old = {
-            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
-            self.group_threads.store(n, Ordering::SeqCst);
-            std::mem::replace(&mut *w, new)
-        };
-        drop(old);
+        if let Some(c) = &self.r5 {
+            c.set_group_thread_cnt(n);
+        }
         Ok(())
-    }
-
-    /// Run one stripe's work: on a stripe worker if there are any, else here.
-    pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        if self.group_threads.load(Ordering::Relaxed) == 0 {
-            return f();
-        }
-        let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
-        match w.as_ref() {
-            Some(w) => w.run(f),
-            None => {
-                drop(w);
-                f()
-            }
-        }
     }
 
     /// The run-time knobs by md's sysfs names, with their values.
@@ -454,10 +442,10 @@ impl Array {
         let mut v = Vec::new();
         if matches!(self.personality, Personality::Parity(_)) {
             let t = &self.tuning;
-            v.push(("stripe_cache_size", self.stripe_cache.size().to_string()));
+            v.push(("stripe_cache_size", self.stripe_cache().size().to_string()));
             v.push((
                 "stripe_cache_active",
-                self.stripe_cache.active().to_string(),
+                self.stripe_cache().active().to_string(),
             ));
             v.push(("group_thread_cnt", self.group_thread_cnt().to_string()));
             v.push(("rmw_level", t.rmw_level.load(Ordering::Relaxed).to_string()));
@@ -835,7 +823,7 @@ impl Array {
             Personality::Parity(g) => {
                 // Write-back: cached pages are newer than the members. Taken before the
                 // member read, so a write-out finishing meanwhile cannot hide them.
-                let cached = match &self.journal {
+                let cached = match self.journal() {
                     Some(_) => crate::writeback::cached_for_read(
                         self,
                         g,
@@ -955,15 +943,16 @@ impl Array {
             Personality::Raid0(g) => crate::raid0::write(self, g, sector, buf),
             Personality::Raid1(_) => crate::raid1::write(self, sector, buf),
             Personality::Raid10(g) => crate::raid10::write(self, g, sector, buf),
-            Personality::Parity(g) => match &self.journal {
+            Personality::Parity(g) => match self.journal() {
                 None => crate::raid5::write(self, g, sector, buf),
                 Some(j) => {
                     if j.is_failed() {
                         return Err(self.journal_failed_error());
                     }
                     self.writeback_fallback()?;
-                    let _gate = self.wb.gate.read().unwrap();
-                    if self.wb.is_on() {
+                    let wb = &self.r5().wb;
+                    let _gate = wb.gate.read().unwrap();
+                    if wb.is_on() {
                         crate::writeback::write(self, g, sector, buf)
                     } else {
                         crate::raid5::write(self, g, sector, buf)
@@ -1006,12 +995,13 @@ impl Array {
     /// Make every completed write durable: the journal first (write-back acknowledges a
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
-        if let Some(j) = &self.journal {
-            if j.is_failed() && !self.wb.is_empty() {
+        if let Some(j) = self.journal() {
+            let wb = &self.r5().wb;
+            if j.is_failed() && !wb.is_empty() {
                 // Cached writes were durable only in the journal, which failed.
                 return Err(self.journal_failed_error());
             }
-            if !j.is_failed() && (self.wb.is_on() || !self.wb.is_empty()) {
+            if !j.is_failed() && (wb.is_on() || !wb.is_empty()) {
                 j.flush().map_err(|e| self.journal_error(e))?;
             }
         }
@@ -1057,9 +1047,9 @@ impl Array {
     /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
         let _quiet = self.quiesce();
-        if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
+        if let (Some(_), Some(g)) = (self.journal(), self.parity_geometry()) {
             // Even with a failed journal: the cached data then goes straight to the members.
-            let _gate = self.wb.gate.write().unwrap();
+            let _gate = self.r5().wb.gate.write().unwrap();
             crate::writeback::drain(self, g)?;
         }
         self.flush()?;
@@ -1088,7 +1078,7 @@ impl Array {
             dirty: self.dirty.load(Ordering::SeqCst),
             ..ForcedStop::default()
         };
-        if let Some(j) = &self.journal {
+        if let Some(j) = self.journal() {
             if !j.is_failed() {
                 if let Err(e) = j.flush() {
                     out.journal_error = Some(e.to_string());
@@ -1244,7 +1234,8 @@ impl Drop for InFlight<'_> {
 
 impl Drop for Array {
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) || !self.wb.is_empty() {
+        if self.dirty.load(Ordering::Acquire) || self.r5.as_ref().is_some_and(|c| !c.wb.is_empty())
+        {
             if let Err(e) = self.stop() {
                 tracing::error!("could not stop the array cleanly: {e}");
             }
