@@ -106,44 +106,18 @@ pub struct Array {
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
     has_bitmap: bool,
-    /// raid4/5/6 write journal (md's raid5-cache).
-    pub(crate) journal: Option<crate::journal::Journal>,
     /// Wall clock in seconds, for read-error decay; tests inject their own.
     clock: std::sync::RwLock<Clock>,
-    /// The journal's write-back mode and its stripe cache.
-    pub(crate) wb: crate::writeback::WriteBack,
     /// Request references, for [`Array::quiesce`].
     pub(crate) quiesce: crate::quiesce::Quiesce,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
-    /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
-    pub(crate) stripe_cache: crate::stripe_cache::StripeCache,
-    /// raid4/5/6: stripe workers (md's group_thread_cnt); None = submitters do the work.
-    workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
-    /// Workers in `workers`, so that the common case (none) takes no lock.
-    group_threads: std::sync::atomic::AtomicUsize,
     /// Opened with --readonly: writes, repairs and rebuilds are refused (EROFS).
     read_only: AtomicBool,
 }
 
 /// A source of seconds (the array's notion of "now").
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
-
-impl crate::journal::JournalHost for Array {
-    fn flush_members(&self) -> io::Result<()> {
-        Array::flush_members(self).map_err(io::Error::from)
-    }
-
-    /// journal_tail lives in the journal device's superblock (its recovery_offset field);
-    /// md records it with a superblock update, and so do we.
-    fn set_journal_tail(&self, tail_sectors: u64) -> io::Result<()> {
-        let mut meta = self.meta();
-        if let Some((_, sb)) = meta.journal.as_mut() {
-            sb.recovery_offset = tail_sectors;
-        }
-        meta.write_all(self).map_err(io::Error::from)
-    }
-}
 
 impl Array {
     /// Put an array together from its geometry, its address map and personality (see
@@ -185,17 +159,9 @@ impl Array {
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,
-            journal: None,
             clock: std::sync::RwLock::new(Arc::new(crate::meta::now_secs)),
-            wb: crate::writeback::WriteBack::default(),
             quiesce: Default::default(),
             shape,
-            stripe_cache: crate::stripe_cache::StripeCache::new(
-                crate::stripe_cache::DEFAULT_SIZE,
-                crate::stripe_cache::PARTITIONS,
-            ),
-            workers: std::sync::RwLock::new(None),
-            group_threads: std::sync::atomic::AtomicUsize::new(0),
             read_only: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
@@ -233,11 +199,6 @@ impl Array {
         Ok(())
     }
 
-    /// Attach the write journal (create and assemble do, before the array is shared).
-    pub fn set_journal(&mut self, j: crate::journal::Journal) {
-        self.journal = Some(j);
-    }
-
     /// Replace the clock (seconds) used for read-error decay (tests).
     pub fn set_clock(&self, clock: Clock) {
         *self.clock.write().unwrap() = clock;
@@ -247,62 +208,8 @@ impl Array {
         (self.clock.read().unwrap())()
     }
 
-    pub fn has_journal(&self) -> bool {
-        self.journal.is_some()
-    }
-
-    /// Whether the write journal failed (writes are refused, reads go on).
-    pub fn journal_failed(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.is_failed())
-    }
-
-    /// The journal device's name, with a journal.
-    pub fn journal_device(&self) -> Option<String> {
-        self.journal.as_ref().map(|j| j.device_name())
-    }
-
     pub(crate) fn parity_geometry(&self) -> Option<&uraid_core::geometry::ParityGeometry> {
         self.pers.parity()
-    }
-
-    /// A journal error on the write path: an IO error fails the journal, which the
-    /// superblocks record (the journal's role faulty, as md does), so that assembly will
-    /// not trust it again without --force.
-    pub(crate) fn journal_error(&self, e: crate::journal::JournalError) -> ArrayError {
-        if let Some(j) = &self.journal {
-            if matches!(e, crate::journal::JournalError::Io { .. }) || j.is_failed() {
-                j.set_failed();
-                self.record_journal_failure();
-            }
-        }
-        e.into()
-    }
-
-    fn record_journal_failure(&self) {
-        let mut meta = self.meta();
-        if meta.mark_journal_faulty() {
-            tracing::error!("write journal failed: writes are refused from now on");
-            if let Err(e) = meta.write_all(self) {
-                tracing::error!("could not record the journal failure: {e}");
-            }
-        }
-    }
-
-    pub(crate) fn journal_failed_error(&self) -> ArrayError {
-        ArrayError::JournalFailed(format!(
-            "journal {} failed earlier",
-            self.journal_device().unwrap_or_default()
-        ))
-    }
-
-    /// Fail the journal on request (tests, `uraid fail` of the journal device).
-    pub fn fail_journal(&self) -> Result<(), ArrayError> {
-        let Some(j) = &self.journal else {
-            return Err(ArrayError::Failed("the array has no write journal".into()));
-        };
-        j.set_failed();
-        self.record_journal_failure();
-        Ok(())
     }
 
     pub fn level(&self) -> Level {
@@ -377,71 +284,6 @@ impl Array {
 
     pub fn meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap()
-    }
-
-    /// The stripe cache of a raid4/5/6 array (counters, size).
-    pub fn stripe_cache(&self) -> &crate::stripe_cache::StripeCache {
-        &self.stripe_cache
-    }
-
-    /// Set md's stripe_cache_size (raid4/5/6; heads in the stripe cache).
-    pub fn set_stripe_cache_size(&self, n: usize) -> Result<(), ArrayError> {
-        use crate::stripe_cache::{MAX_SIZE, MIN_SIZE};
-        if !self.pers.has_stripe_cache() {
-            return Err(ArrayError::Failed(format!(
-                "stripe_cache_size applies to raid4/5/6, not {}",
-                self.geometry.level
-            )));
-        }
-        if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
-            return Err(ArrayError::Failed(format!(
-                "stripe_cache_size must be {MIN_SIZE}..={MAX_SIZE}, not {n}"
-            )));
-        }
-        self.stripe_cache.set_size(n);
-        Ok(())
-    }
-
-    /// md's group_thread_cnt: stripe worker threads (0 = each submitter handles its stripes).
-    pub fn group_thread_cnt(&self) -> usize {
-        self.workers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |w| w.threads())
-    }
-
-    /// Set group_thread_cnt: the old workers finish what they hold and stop.
-    pub fn set_group_thread_cnt(&self, n: usize) -> Result<(), ArrayError> {
-        const MAX_WORKERS: usize = 8192; // md's limit
-        if n > MAX_WORKERS {
-            return Err(ArrayError::Failed(format!(
-                "group_thread_cnt must be at most {MAX_WORKERS}, not {n}"
-            )));
-        }
-        let new = (n > 0).then(|| crate::stripe_workers::Workers::new(n));
-        let old = {
-            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
-            self.group_threads.store(n, Ordering::SeqCst);
-            std::mem::replace(&mut *w, new)
-        };
-        drop(old);
-        Ok(())
-    }
-
-    /// Run one stripe's work: on a stripe worker if there are any, else here.
-    pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        if self.group_threads.load(Ordering::Relaxed) == 0 {
-            return f();
-        }
-        let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
-        match w.as_ref() {
-            Some(w) => w.run(f),
-            None => {
-                drop(w);
-                f()
-            }
-        }
     }
 
     /// The run-time knobs by md's sysfs names, with their values.
@@ -770,6 +612,11 @@ impl Array {
         self.pers.as_ref()
     }
 
+    /// The level, to change before the array is shared (attaching a journal).
+    pub(crate) fn pers_mut(&mut self) -> &mut dyn Personality {
+        self.pers.as_mut()
+    }
+
     pub fn has_bitmap(&self) -> bool {
         self.has_bitmap
     }
@@ -863,15 +710,7 @@ impl Array {
     /// Make every completed write durable: the journal first (write-back acknowledges a
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
-        if let Some(j) = &self.journal {
-            if j.is_failed() && !self.wb.is_empty() {
-                // Cached writes were durable only in the journal, which failed.
-                return Err(self.journal_failed_error());
-            }
-            if !j.is_failed() && (self.wb.is_on() || !self.wb.is_empty()) {
-                j.flush().map_err(|e| self.journal_error(e))?;
-            }
-        }
+        self.pers.flush(self)?;
         self.flush_members()?;
         // Writes this flush makes durable may have skipped a member whose failure is not
         // recorded yet; the flush answers for them only once it is.
@@ -941,13 +780,7 @@ impl Array {
             dirty: self.dirty.load(Ordering::SeqCst),
             ..ForcedStop::default()
         };
-        if let Some(j) = &self.journal {
-            if !j.is_failed() {
-                if let Err(e) = j.flush() {
-                    out.journal_error = Some(e.to_string());
-                }
-            }
-        }
+        out.journal_error = self.pers.force_flush();
         let mut failed = Vec::new();
         for (role, s) in self.slots.iter() {
             if !matches!(s.state(), SlotState::InSync | SlotState::Recovering) {
@@ -1097,7 +930,7 @@ impl Drop for InFlight<'_> {
 
 impl Drop for Array {
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) || !self.wb.is_empty() {
+        if self.dirty.load(Ordering::Acquire) || self.pers.has_cached_writes() {
             if let Err(e) = self.stop() {
                 tracing::error!("could not stop the array cleanly: {e}");
             }

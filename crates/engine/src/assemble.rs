@@ -531,7 +531,7 @@ fn open_journal(
     // Write-back data the log held (rows with data but no parity): written out now, each
     // row logged again with its parity first, so a crash meanwhile still recovers (md
     // also writes such stripes out at the end of its recovery).
-    let recovered = array.journal.as_ref().and_then(|j| j.take_recovered());
+    let recovered = array.journal().and_then(|j| j.take_recovered());
     if let Some(r) = recovered {
         tracing::info!(
             "journal: writing out {} pages of write-back data",

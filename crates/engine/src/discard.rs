@@ -68,12 +68,12 @@ impl Array {
     /// Whether [`Array::write_zeroes_with`] with `fast` can succeed: no journal, and every
     /// member zeroes without writing data (for NBD's NBD_FLAG_SEND_FAST_ZERO).
     pub fn can_fast_zero(&self, unmap: bool) -> bool {
-        self.journal.is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
+        self.journal().is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
     }
 
     /// Whether a discard reaches the members (see [`crate::discard`]).
     pub fn discard_passes_down(&self) -> bool {
-        self.journal.is_none()
+        self.journal().is_none()
             && (self.pers().max_degraded() == 0
                 || active_devices(self).iter().all(|d| d.discard_zeroes()))
     }
@@ -110,7 +110,7 @@ pub(crate) fn write_zeroes(
     if len == 0 {
         return Ok(());
     }
-    let (start, end) = if a.journal.is_some() {
+    let (start, end) = if a.journal().is_some() {
         (0, 0)
     } else {
         inner_sectors(a, offset, len)
@@ -118,7 +118,7 @@ pub(crate) fn write_zeroes(
     let (start, end) = (start * SECTOR_BYTES, end * SECTOR_BYTES);
     if fast {
         // Everything by member zeroing, or nothing.
-        let why = if a.journal.is_some() {
+        let why = if a.journal().is_some() {
             Some("the write journal logs zeros as data".to_string())
         } else if start != offset || end != offset + len {
             Some(format!(

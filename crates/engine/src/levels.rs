@@ -13,7 +13,7 @@ pub(crate) fn build(map: &Map) -> Box<dyn Personality> {
         Map::Raid0(g) => Box::new(crate::raid0::Raid0Conf::new(g.clone())),
         Map::Raid1(g) => Box::new(crate::raid1::Raid1Conf::new(g.clone())),
         Map::Raid10(g) => Box::new(crate::raid10::Raid10Conf::new(g.clone())),
-        Map::Parity(g) => Box::new(crate::raid5_pers::Raid5Conf::new(g.clone())),
+        Map::Parity(g) => Box::new(crate::raid5::pers::Raid5Pers::new(g.clone())),
     }
 }
 

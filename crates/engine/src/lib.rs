@@ -37,7 +37,6 @@ pub mod raid0;
 pub mod raid1;
 pub mod raid10;
 pub mod raid5;
-pub(crate) mod raid5_pers;
 pub(crate) mod read_balance;
 pub mod recovery;
 pub mod replace;

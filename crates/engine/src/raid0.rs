@@ -162,4 +162,12 @@ impl Personality for Raid0Conf {
     fn max_degraded(&self) -> usize {
         0
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }

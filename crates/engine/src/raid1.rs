@@ -212,4 +212,12 @@ impl Personality for Raid1Conf {
     fn max_degraded(&self) -> usize {
         self.map.raid_disks - 1
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }

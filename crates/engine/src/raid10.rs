@@ -216,4 +216,12 @@ impl Personality for Raid10Conf {
     fn max_degraded(&self) -> usize {
         self.map.max_degraded()
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }

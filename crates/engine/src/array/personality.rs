@@ -14,6 +14,7 @@
 use super::Array;
 use crate::error::ArrayError;
 use crate::member::ZeroHow;
+use std::any::Any;
 use uraid_core::geometry::ParityGeometry;
 use uraid_core::{MemberIdx, Sector};
 
@@ -138,11 +139,6 @@ pub(crate) trait Personality: Send + Sync {
         )))
     }
 
-    /// Whether the level keeps a stripe cache (md's stripe_cache_size applies).
-    fn has_stripe_cache(&self) -> bool {
-        false
-    }
-
     /// The striped-parity geometry, for raid4/5/6.
     fn parity(&self) -> Option<&ParityGeometry> {
         None
@@ -152,4 +148,25 @@ pub(crate) trait Personality: Send + Sync {
     fn stop(&self, _a: &Array) -> Result<(), ArrayError> {
         Ok(())
     }
+
+    /// Make what the level logs durable before the members are flushed (the raid4/5/6
+    /// journal: write-back acknowledges a write once it is there).
+    fn flush(&self, _a: &Array) -> Result<(), ArrayError> {
+        Ok(())
+    }
+
+    /// The same for a forced stop: no waiting on the array's locks; the error, if any.
+    fn force_flush(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether the level holds acknowledged writes not yet on the members.
+    fn has_cached_writes(&self) -> bool {
+        false
+    }
+
+    /// For the level's own module to find its conf again (a downcast).
+    fn as_any(&self) -> &dyn Any;
+
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
