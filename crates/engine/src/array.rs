@@ -10,11 +10,11 @@ use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::io::{execute, Op, OpBuf};
 use crate::member::Member;
-use crate::meta::Meta;
+use crate::meta::{Meta, SbChange, SbHost};
 pub use crate::slot::{Slot, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use uraid_core::geometry::{self, ArrayGeometry};
 use uraid_core::{Level, MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
@@ -96,7 +96,7 @@ pub struct Array {
     metadata_failed: AtomicBool,
     /// Member changes whose superblock update is not durable yet (md's
     /// MD_SB_CHANGE_PENDING); writes wait for them before they complete.
-    sb_pending: SbPending,
+    sb_pending: crate::meta::SbPending,
     /// Sub-sector writes (read-modify-write of whole sectors) serialise here; rare.
     unaligned: Mutex<()>,
     array_bytes: u64,
@@ -151,7 +151,7 @@ impl Array {
             writes_in_flight: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
-            sb_pending: SbPending::default(),
+            sb_pending: Default::default(),
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
@@ -569,7 +569,7 @@ impl Array {
     /// Writes that are waiting for a member change to reach the superblocks (tests).
     #[doc(hidden)]
     pub fn writes_waiting_for_superblocks(&self) -> u64 {
-        self.sb_pending.waiters.load(Ordering::SeqCst)
+        self.sb_pending.waiters()
     }
 
     /// Start a member change that writes may depend on (a failure, a removal, a spare or
@@ -577,8 +577,7 @@ impl Array {
     /// superblock update's result to [`SbChange::recorded`]. Writes that complete
     /// meanwhile wait until the guard drops.
     pub(crate) fn begin_sb_change(&self) -> SbChange<'_> {
-        self.sb_pending.changes.fetch_add(1, Ordering::SeqCst);
-        SbChange(self)
+        SbChange::new(&self.sb_pending, &self.metadata_failed)
     }
 
     /// Writes are acknowledged only while member failures can be recorded on disk.
@@ -836,6 +835,81 @@ impl Array {
     }
 }
 
+impl SbHost for Array {
+    fn slot(&self, role: MemberIdx) -> &Slot {
+        Array::slot(self, role)
+    }
+
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        self.pers.recovery_offset_sectors(cursor)
+    }
+
+    fn begin_sb_change(&self) -> SbChange<'_> {
+        Array::begin_sb_change(self)
+    }
+
+    fn promote_replacement(&self, role: MemberIdx, meta: &mut Meta) -> bool {
+        Array::promote_replacement(self, role, meta)
+    }
+}
+
+/// Member error handling, continued: md's bad block log.
+impl Array {
+    /// A rewrite of `good` at byte `off` failed: rewrite it sector by sector (md's
+    /// narrow_write_error), record the sectors that still fail in the bad block log and
+    /// write the log. False if the member has no log, it is full, or it could not be
+    /// written.
+    pub(crate) fn record_bad_blocks(
+        &self,
+        role: MemberIdx,
+        dev: &dyn Member,
+        off: u64,
+        good: &[u8],
+    ) -> bool {
+        let slot = &self.slots[role];
+        {
+            let meta = self.meta();
+            match meta.members[role].as_ref() {
+                Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
+                _ => return false,
+            }
+        }
+        let sec = SECTOR_BYTES as usize;
+        let mut failed = crate::badblocks::BadBlocks::default();
+        let mut one = crate::buf::AlignedBuf::new(sec);
+        for (k, piece) in good.chunks(sec).enumerate() {
+            one[..piece.len()].copy_from_slice(piece);
+            let at = off + (k * sec) as u64;
+            if dev.write_at(&one[..piece.len()], at).is_err() {
+                failed.add(at / SECTOR_BYTES, 1);
+            } else {
+                slot.clear_bad(at / SECTOR_BYTES, 1);
+            }
+        }
+        let mut meta = self.meta();
+        let Some(sb) = meta.members[role].as_ref() else {
+            return false;
+        };
+        let mut trial = slot.bad_blocks();
+        for (first, n) in failed.ranges() {
+            trial.add(first, n);
+        }
+        if !trial.fits(sb.bblog_shift, sb.bblog_size) {
+            tracing::warn!("member {role}: bad block log full");
+            return false;
+        }
+        for (first, n) in failed.ranges() {
+            slot.record_bad(first, n);
+            tracing::warn!("member {role}: sectors {first}+{n} recorded as bad blocks");
+        }
+        if let Err(e) = meta.write_all(self) {
+            tracing::error!("member {role}: could not write the bad block log: {e}");
+            return false;
+        }
+        matches!(slot.state(), SlotState::InSync | SlotState::Recovering)
+    }
+}
+
 /// What [`Array::force_stop`] managed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ForcedStop {
@@ -856,59 +930,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
-/// progress. The common case (none) costs a write one atomic load.
-#[derive(Default)]
-struct SbPending {
-    changes: AtomicU64,
-    /// Writes waiting in [`SbPending::wait`].
-    waiters: AtomicU64,
-    lock: Mutex<()>,
-    done: Condvar,
-}
-
-impl SbPending {
-    /// Wait until no member change is pending. A change that starts meanwhile is waited
-    /// for too: the writer cannot tell whether it skipped that member.
-    fn wait(&self) {
-        if self.changes.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        while self.changes.load(Ordering::SeqCst) > 0 {
-            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A member change in progress (see [`Array::begin_sb_change`]); dropping it lets the
-/// writes that wait for it complete.
-pub(crate) struct SbChange<'a>(&'a Array);
-
-impl SbChange<'_> {
-    /// The change's superblock update finished with `r`. If it reached no superblock,
-    /// nothing on disk records the change: no write is acknowledged from now on (set
-    /// before the waiting writes wake, so that they see it).
-    pub(crate) fn recorded(&self, r: Result<(), ArrayError>) -> Result<(), ArrayError> {
-        if let Err(e) = &r {
-            tracing::error!("a member change could not be recorded in any superblock: {e}");
-            self.0.metadata_failed.store(true, Ordering::SeqCst);
-        }
-        r
-    }
-}
-
-impl Drop for SbChange<'_> {
-    fn drop(&mut self) {
-        let p = &self.0.sb_pending;
-        let _g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
-        p.changes.fetch_sub(1, Ordering::SeqCst);
-        p.done.notify_all();
-    }
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.

@@ -74,7 +74,7 @@ pub fn assemble(
     }
     // By device, not by path: one file under two names would take two roles.
     let named: Vec<&dyn Member> = devs.iter().map(|d| d.as_ref()).collect();
-    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+    if let Some((i, j)) = crate::placement::first_duplicate(&named) {
         return Err(ArrayError::Assemble(if devs[i].name() == devs[j].name() {
             format!("{} is given twice", devs[i].name())
         } else {

@@ -170,7 +170,7 @@ pub fn create_confirmed(
     // One device under two names (a symlink, a hard link, ./x and x) would hold two roles.
     let mut named: Vec<&dyn Member> = present.iter().map(|d| d.as_ref()).collect();
     named.extend(opts.journal.as_deref());
-    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+    if let Some((i, j)) = crate::placement::first_duplicate(&named) {
         let what = if j == present.len() {
             "is both a member and the journal".to_string()
         } else {

@@ -6,12 +6,12 @@
 //! `events` and rewrites the superblock of every live member, then flushes them, before the
 //! caller goes on: a crash can never leave a stale member looking fresh.
 
-use crate::array::Array;
 use crate::bitmap::BitmapState;
 use crate::error::ArrayError;
 use crate::member::Member;
-use crate::slot::SlotState;
-use std::sync::Arc;
+use crate::slot::{Slot, SlotState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use uraid_core::superblock::{
     uuid_string, MetadataVersion, Superblock, SuperblockError, FEATURE_BAD_BLOCKS,
@@ -19,6 +19,91 @@ use uraid_core::superblock::{
     SB_V12_OFFSET_SECTORS,
 };
 use uraid_core::{MemberIdx, MemberMap};
+
+/// What superblock writes need from the array above them (`Array` implements it): the
+/// slots, the level's recovery_offset, and the two member-change hooks. A trait here, so
+/// that the lower layer names no `Array`.
+pub trait SbHost {
+    /// The slot of `role`.
+    fn slot(&self, role: MemberIdx) -> &Slot;
+    /// md's recovery_offset for a recovering member's cursor (the level's unit).
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64;
+    /// See [`SbChange`].
+    fn begin_sb_change(&self) -> SbChange<'_>;
+    /// A member being replaced failed: its replacement goes on as a recovery.
+    fn promote_replacement(&self, role: MemberIdx, meta: &mut Meta) -> bool;
+}
+
+/// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
+/// progress. The common case (none) costs a write one atomic load.
+#[derive(Default)]
+pub(crate) struct SbPending {
+    changes: AtomicU64,
+    /// Writes waiting in [`SbPending::wait`].
+    waiters: AtomicU64,
+    lock: Mutex<()>,
+    done: Condvar,
+}
+
+impl SbPending {
+    /// Wait until no member change is pending. A change that starts meanwhile is waited
+    /// for too: the writer cannot tell whether it skipped that member.
+    pub(crate) fn wait(&self) {
+        if self.changes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while self.changes.load(Ordering::SeqCst) > 0 {
+            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Writes waiting now.
+    pub(crate) fn waiters(&self) -> u64 {
+        self.waiters.load(Ordering::SeqCst)
+    }
+}
+
+/// A member change in progress: call [`SbChange::new`] before the slot changes, and hand
+/// the superblock update's result to [`SbChange::recorded`]; dropping it lets the writes
+/// that wait for it complete.
+pub struct SbChange<'a> {
+    pending: &'a SbPending,
+    /// Set when a change reached no superblock (no write is acknowledged after).
+    metadata_failed: &'a AtomicBool,
+}
+
+impl<'a> SbChange<'a> {
+    pub(crate) fn new(pending: &'a SbPending, metadata_failed: &'a AtomicBool) -> SbChange<'a> {
+        pending.changes.fetch_add(1, Ordering::SeqCst);
+        SbChange {
+            pending,
+            metadata_failed,
+        }
+    }
+
+    /// The change's superblock update finished with `r`. If it reached no superblock,
+    /// nothing on disk records the change: no write is acknowledged from now on (set
+    /// before the waiting writes wake, so that they see it).
+    pub(crate) fn recorded(&self, r: Result<(), ArrayError>) -> Result<(), ArrayError> {
+        if let Err(e) = &r {
+            tracing::error!("a member change could not be recorded in any superblock: {e}");
+            self.metadata_failed.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
+impl Drop for SbChange<'_> {
+    fn drop(&mut self) {
+        let p = self.pending;
+        let _g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+        p.changes.fetch_sub(1, Ordering::SeqCst);
+        p.done.notify_all();
+    }
+}
 
 pub struct Meta {
     /// Array-wide state, from the freshest superblock.
@@ -98,7 +183,7 @@ impl Meta {
     /// Everything written is durable (the caller flushed): clear the bitmap's idle bits
     /// (not while degraded: they are what a returning member is recovered from, nor while a
     /// resync is owed) and write the superblocks clean.
-    pub(crate) fn mark_clean(&mut self, a: &Array, degraded: bool) -> Result<(), ArrayError> {
+    pub(crate) fn mark_clean(&mut self, a: &dyn SbHost, degraded: bool) -> Result<(), ArrayError> {
         let events = self.events() + 1;
         let needs_resync = self.needs_resync;
         if let Some(b) = self.bitmap.as_mut() {
@@ -149,7 +234,7 @@ impl Meta {
 
     /// Write only the bitmap (bits and superblock, same events) on every member holding
     /// data, and flush: a write must not reach the members before its bits do.
-    pub fn write_bitmap(&mut self, a: &Array) -> Result<(), ArrayError> {
+    pub fn write_bitmap(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok(());
         };
@@ -200,7 +285,7 @@ impl Meta {
 
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
-    pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
+    pub fn write_all(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         // --readonly: md does not write superblocks of a read-only array either (a failed
         // member is then recorded by the next read-write assembly).
         if self.read_only {
@@ -255,7 +340,7 @@ impl Meta {
         // Replacements: md's MD_FEATURE_REPLACEMENT, the same role as the member they
         // replace, and recovery_offset in member sectors. What the copy wrote is flushed
         // first, so recovery_offset never claims data the device could still lose.
-        let mut repl: Vec<(Arc<crate::replace::Replacing>, Superblock, MemberIdx)> = Vec::new();
+        let mut repl: Vec<(Arc<crate::replacing::Replacing>, Superblock, MemberIdx)> = Vec::new();
         for (role, own) in self.replacements.iter_mut() {
             let (Some(own), Some(r)) = (own.as_mut(), a.slot(role).replacement()) else {
                 continue;

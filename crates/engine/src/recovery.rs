@@ -84,12 +84,6 @@ impl Array {
         self.pers().unit_bytes()
     }
 
-    /// md's recovery_offset (member sectors below which a recovering member is valid) for
-    /// a cursor in recovery units; conservative where the layout is not monotonic.
-    pub(crate) fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
-        self.pers().recovery_offset_sectors(cursor)
-    }
-
     /// The recovery cursor for md's recovery_offset (the inverse, rounded down).
     pub(crate) fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
         self.pers().cursor_for_offset(offset_sectors)
@@ -333,7 +327,7 @@ impl Array {
             device_uuid: found.as_ref().map(|sb| sb.device_uuid),
         };
         let mut meta = self.meta();
-        if let Some((place, known, why)) = crate::identity::locate(self, &meta, &id) {
+        if let Some((place, known, why)) = crate::placement::locate(self, &meta, &id) {
             return Err(ArrayError::Failed(match place {
                 crate::identity::Place::Member(_, SlotState::Faulty) => format!(
                     "{name} is still in the array as {place}, named {known}: remove it first"
