@@ -8,8 +8,8 @@
 
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::io::{execute, Op, OpBuf};
 use crate::member::Member;
+use crate::member_io::MemberHost;
 use crate::meta::{Meta, SbChange, SbHost};
 pub use crate::slot::{Slot, SlotState};
 use std::io;
@@ -64,22 +64,6 @@ pub struct Stats {
 
 /// md fails a member after this many corrected read errors (max_corr_read_errors).
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
-
-/// Member IOs that failed in one batch.
-#[derive(Default, Debug)]
-pub(crate) struct Failures {
-    pub reads: Vec<MemberIdx>,
-    /// Indices (in submission order) of the reads that failed.
-    pub read_ops: Vec<usize>,
-    /// Already failed (marked faulty) by the time the caller sees them.
-    pub writes: Vec<MemberIdx>,
-}
-
-impl Failures {
-    pub fn is_empty(&self) -> bool {
-        self.reads.is_empty() && self.writes.is_empty()
-    }
-}
 
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
@@ -299,53 +283,6 @@ impl Array {
     /// Byte offset on a member of a member sector (relative to the data area).
     pub(crate) fn member_byte(&self, role: MemberIdx, member_sector: u64) -> u64 {
         self.slots[role].data_offset_bytes() + member_sector * SECTOR_BYTES
-    }
-
-    /// Run member IOs. A failed write fails its member at once (md does the same: the
-    /// member no longer holds what the array says it holds). Failed reads are returned so
-    /// the caller can answer from redundancy and repair the block.
-    pub(crate) fn run_ops(&self, ops: &mut [Op<'_>], roles: &[MemberIdx]) -> Failures {
-        debug_assert_eq!(ops.len(), roles.len());
-        let results = execute(ops);
-        let mut f = Failures::default();
-        for (i, ((op, mut r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
-            let is_read = matches!(op.buf, crate::io::OpBuf::Read(_));
-            // md's bad block log: a recorded range reads as an error (answered from
-            // redundancy, whatever the device returned); a write over it clears it.
-            let len = match &op.buf {
-                crate::io::OpBuf::Read(b) => b.len(),
-                crate::io::OpBuf::Write(b) => b.len(),
-            } as u64;
-            let (first, sectors) = (op.offset / SECTOR_BYTES, len.div_ceil(SECTOR_BYTES));
-            let slot = &self.slots[*role];
-            if r.is_ok() {
-                if is_read && slot.is_bad(first, sectors) {
-                    r = Err(io::Error::other("recorded in the bad block log"));
-                } else if !is_read {
-                    slot.clear_bad(first, sectors);
-                }
-            }
-            if is_read {
-                self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(e) = r {
-                if is_read {
-                    tracing::debug!("member {role}: read error at {}: {e}", op.offset);
-                    f.read_ops.push(i);
-                    if !f.reads.contains(role) {
-                        f.reads.push(*role);
-                    }
-                } else {
-                    self.member_error(*role, &e);
-                    if !f.writes.contains(role) {
-                        f.writes.push(*role);
-                    }
-                }
-            }
-        }
-        f
     }
 
     /// A member failed: mark it faulty and record that in the other members' superblocks
@@ -835,6 +772,24 @@ impl Array {
     }
 }
 
+impl MemberHost for Array {
+    fn slot(&self, role: MemberIdx) -> &Slot {
+        &self.slots[role]
+    }
+
+    fn note_member_io(&self, read: bool) {
+        if read {
+            self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn member_error(&self, role: MemberIdx, err: &io::Error) {
+        Array::member_error(self, role, err)
+    }
+}
+
 impl SbHost for Array {
     fn slot(&self, role: MemberIdx) -> &Slot {
         Array::slot(self, role)
@@ -956,69 +911,6 @@ impl Drop for Array {
                 tracing::error!("could not stop the array cleanly: {e}");
             }
         }
-    }
-}
-
-/// Helper for level modules: one op per (role, member sector, buffer).
-pub(crate) struct OpList<'a> {
-    devs: Vec<Arc<dyn Member>>,
-    pending: Vec<(u64, OpBuf<'a>)>,
-    roles: Vec<MemberIdx>,
-}
-
-impl<'a> OpList<'a> {
-    pub fn new() -> OpList<'a> {
-        OpList {
-            devs: Vec::new(),
-            pending: Vec::new(),
-            roles: Vec::new(),
-        }
-    }
-
-    pub fn read(
-        &mut self,
-        a: &Array,
-        dev: Arc<dyn Member>,
-        role: MemberIdx,
-        member_sector: u64,
-        buf: &'a mut [u8],
-    ) {
-        self.devs.push(dev);
-        self.pending
-            .push((a.member_byte(role, member_sector), OpBuf::Read(buf)));
-        self.roles.push(role);
-    }
-
-    pub fn write(
-        &mut self,
-        a: &Array,
-        dev: Arc<dyn Member>,
-        role: MemberIdx,
-        member_sector: u64,
-        buf: &'a [u8],
-    ) {
-        self.devs.push(dev);
-        self.pending
-            .push((a.member_byte(role, member_sector), OpBuf::Write(buf)));
-        self.roles.push(role);
-    }
-
-    /// Run all; write failures have failed their members, read failures are returned.
-    pub fn run(self, a: &Array) -> Failures {
-        if self.pending.is_empty() {
-            return Failures::default();
-        }
-        let mut ops: Vec<Op<'_>> = self
-            .pending
-            .into_iter()
-            .zip(&self.devs)
-            .map(|((offset, buf), dev)| Op {
-                member: dev.as_ref(),
-                offset,
-                buf,
-            })
-            .collect();
-        a.run_ops(&mut ops, &self.roles)
     }
 }
 

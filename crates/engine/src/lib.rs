@@ -29,6 +29,7 @@ pub mod io;
 pub mod journal;
 pub(crate) mod levels;
 pub mod member;
+pub(crate) mod member_io;
 pub mod meta;
 pub mod mirror;
 pub(crate) mod placement;

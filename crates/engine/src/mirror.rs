@@ -3,15 +3,16 @@
 //! unit the piece belongs to (see [`crate::slot`]).
 
 use crate::array::ZeroKind;
-use crate::array::{no_redundancy, Array, OpList};
+use crate::array::{no_redundancy, Array};
 pub(crate) use crate::array::{SyncCtx, SyncMode};
 use crate::barrier::Barriers;
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use crate::read_balance;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
-use uraid_core::{MemberIdx, MemberMap, SECTOR_BYTES};
+use uraid_core::{MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
 /// Number of write-lock buckets that serialise writes to the same region.
 const LOCK_BUCKETS: usize = 1024;
@@ -84,7 +85,7 @@ pub(crate) fn read_piece(
             continue;
         };
         let mut ops = OpList::new();
-        ops.read(a, dev, role, msec, buf);
+        ops.read(a, dev, role, Sector(msec), buf);
         let reading = conf.heads[role].start(msec, sectors);
         let failed = ops.run(a);
         drop(reading);
@@ -129,7 +130,7 @@ fn read_by_sectors(a: &Array, copies: &[(MemberIdx, u64)], unit: u64, buf: &mut 
             };
             let at = msec + k as u64;
             let mut ops = OpList::new();
-            ops.read(a, dev, role, at, &mut tmp[..out.len()]);
+            ops.read(a, dev, role, Sector(at), &mut tmp[..out.len()]);
             if ops.run(a).is_empty() {
                 out.copy_from_slice(&tmp[..out.len()]);
                 got = true;
@@ -158,7 +159,7 @@ pub(crate) fn write_piece(
     let mut live = 0;
     for &(role, msec) in copies {
         if let Some(dev) = a.usable(role, unit) {
-            ops.write(a, dev, role, msec, buf);
+            ops.write(a, dev, role, Sector(msec), buf);
             live += 1;
         }
     }
@@ -224,7 +225,13 @@ pub(crate) fn sync_piece(
     let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
     let mut ops = OpList::new();
     for ((role, msec), b) in valid.iter().zip(bufs.iter_mut()) {
-        ops.read(a, a.usable(*role, unit).expect("usable"), *role, *msec, b);
+        ops.read(
+            a,
+            a.usable(*role, unit).expect("usable"),
+            *role,
+            Sector(*msec),
+            b,
+        );
     }
     let failed = ops.run(a);
     let good: Vec<usize> = (0..valid.len())
@@ -244,14 +251,14 @@ pub(crate) fn sync_piece(
             if bufs[i][..] != bufs[src][..] {
                 let (role, msec) = valid[i];
                 if let Some(dev) = a.usable(role, unit) {
-                    ops.write(a, dev, role, msec, &bufs[src]);
+                    ops.write(a, dev, role, Sector(msec), &bufs[src]);
                 }
             }
         }
     }
     for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
         if let Some(dev) = a.slot(role).device() {
-            ops.write(a, dev, role, msec, &bufs[src]);
+            ops.write(a, dev, role, Sector(msec), &bufs[src]);
         }
     }
     ops.run(a);

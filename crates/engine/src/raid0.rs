@@ -1,7 +1,8 @@
 //! raid0 IO: each piece of a request goes to exactly one member; no redundancy.
 
-use crate::array::{no_redundancy, Array, OpList, Personality, SyncCtx, ZeroKind};
+use crate::array::{no_redundancy, Array, Personality, SyncCtx, ZeroKind};
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use uraid_core::geometry::Raid0;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
@@ -25,7 +26,7 @@ pub(crate) fn read(a: &Array, g: &Raid0, sector: u64, buf: &mut [u8]) -> Result<
     for (role, msec, n) in pieces(g, sector, rest.len()) {
         let dev = a.live(role).ok_or_else(|| no_redundancy(a, "read"))?;
         let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);
-        ops.read(a, dev, role, msec, head);
+        ops.read(a, dev, role, Sector(msec), head);
         rest = tail;
     }
     // raid0 has nothing to answer a read error from: the caller gets EIO, the member stays
@@ -42,7 +43,7 @@ pub(crate) fn write(a: &Array, g: &Raid0, sector: u64, buf: &[u8]) -> Result<(),
     let mut off = 0;
     for (role, msec, n) in pieces(g, sector, buf.len()) {
         let dev = a.live(role).ok_or_else(|| no_redundancy(a, "write"))?;
-        ops.write(a, dev, role, msec, &buf[off..off + n]);
+        ops.write(a, dev, role, Sector(msec), &buf[off..off + n]);
         off += n;
     }
     if ops.run(a).is_empty() {

@@ -3,12 +3,13 @@
 
 use super::stripe::Rows;
 use super::{chunk_bytes, retrying, sectors, Outcome};
-use crate::array::{Array, OpList};
+use crate::array::Array;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use crate::stripe_cache::Get;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 pub(crate) fn read(
     a: &Array,
@@ -43,7 +44,7 @@ pub(crate) fn read(
                         a,
                         dev,
                         role,
-                        g.member_sector(loc.stripe, loc.offset_sectors),
+                        Sector(g.member_sector(loc.stripe, loc.offset_sectors)),
                         head,
                     );
                     pieces.push((s, off, n, Some((role, nops))));

@@ -2,11 +2,12 @@
 //! the lost ones, computing parity.
 
 use super::{sectors, stripe_roles};
-use crate::array::{no_redundancy, Array, OpList};
+use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::{Level, MemberIdx};
+use uraid_core::{Level, MemberIdx, Sector};
 
 /// Blocks of one stripe over rows [lo, hi), indexed by role.
 pub(super) struct Rows {
@@ -71,7 +72,7 @@ impl Rows {
         let mut ops = OpList::new();
         for (i, b) in bufs.iter_mut().enumerate() {
             if let (Some(b), Some(dev)) = (b, devs[i].take()) {
-                ops.read(a, dev, MemberIdx(i), msec, b);
+                ops.read(a, dev, MemberIdx(i), Sector(msec), b);
             }
         }
         let failed = ops.run(a);

@@ -4,14 +4,15 @@
 use super::stripe::{gen_parity, Rows};
 use super::write::take_run;
 use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
-use crate::array::{no_redundancy, Array, OpList};
+use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::{Get, StripeHead};
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::MemberIdx;
+use uraid_core::{MemberIdx, Sector};
 
 /// Rows per sync step inside a chunk.
 const SYNC_ROWS_BYTES: usize = 64 * 1024;
@@ -135,7 +136,7 @@ pub(crate) fn sync_range(
                     a.usable(*r, stripe)
                 };
                 if let Some(dev) = dev {
-                    ops.write(a, dev, *r, msec, b);
+                    ops.write(a, dev, *r, Sector(msec), b);
                 }
             }
             ops.run(a);
@@ -215,7 +216,7 @@ impl<'a> SyncPass<'a> {
             for (i, b) in r.bufs.iter_mut().enumerate() {
                 let Some(b) = b else { continue };
                 match a.usable(MemberIdx(i), s) {
-                    Some(dev) => ops.read(a, dev, MemberIdx(i), g.member_sector(s, 0), b),
+                    Some(dev) => ops.read(a, dev, MemberIdx(i), Sector(g.member_sector(s, 0)), b),
                     // Gone since planning (failed): the stripe-by-stripe path copes.
                     None => return false,
                 }
@@ -268,7 +269,7 @@ impl<'a> SyncPass<'a> {
                 a.usable(*role, *s)
             };
             if let Some(dev) = dev {
-                ops.write(a, dev, *role, g.member_sector(*s, 0), b);
+                ops.write(a, dev, *role, Sector(g.member_sector(*s, 0)), b);
             }
         }
     }

@@ -4,14 +4,15 @@
 
 use super::stripe::{gen_parity, Rows};
 use super::{chunk_bytes, lost_roles, retrying, sectors, Outcome};
-use crate::array::{no_redundancy, Array, OpList};
+use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use crate::stripe_cache::{Get, HeadBufs, StripeHead};
 use crate::stripe_plan::{self, Cover, Plan, Summary};
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 pub(crate) fn write(
     a: &Array,
@@ -147,17 +148,17 @@ fn write_full_stripes(
         for (i, chunk) in sd.chunks(cb).enumerate() {
             let r = map.data[i];
             match a.usable(r, stripe) {
-                Some(dev) => ops.write(a, dev, r, msec, chunk),
+                Some(dev) => ops.write(a, dev, r, Sector(msec), chunk),
                 None => return Ok(false),
             }
         }
         match a.usable(map.p, stripe) {
-            Some(dev) => ops.write(a, dev, map.p, msec, p),
+            Some(dev) => ops.write(a, dev, map.p, Sector(msec), p),
             None => return Ok(false),
         }
         if let (Some(qr), Some(q)) = (map.q, q) {
             match a.usable(qr, stripe) {
-                Some(dev) => ops.write(a, dev, qr, msec, q),
+                Some(dev) => ops.write(a, dev, qr, Sector(msec), q),
                 None => return Ok(false),
             }
         }
@@ -451,18 +452,24 @@ fn execute(
                         let Some(dev) = a.usable(r, stripe) else {
                             return Ok(Outcome::Retry(Vec::new()));
                         };
-                        ops.read(a, dev, r, g.member_sector(stripe, sectors(pc.start)), b);
+                        ops.read(
+                            a,
+                            dev,
+                            r,
+                            Sector(g.member_sector(stripe, sectors(pc.start))),
+                            b,
+                        );
                     }
                 }
                 let Some(pdev) = a.usable(map.p, stripe) else {
                     return Ok(Outcome::Retry(Vec::new()));
                 };
-                ops.read(a, pdev, map.p, msec_lo, &mut p);
+                ops.read(a, pdev, map.p, Sector(msec_lo), &mut p);
                 if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
                     let Some(qdev) = a.usable(qr, stripe) else {
                         return Ok(Outcome::Retry(Vec::new()));
                     };
-                    ops.read(a, qdev, qr, msec_lo, q);
+                    ops.read(a, qdev, qr, Sector(msec_lo), q);
                 }
                 ops.run(a)
             };
@@ -576,18 +583,18 @@ fn execute(
                     a,
                     dev,
                     r,
-                    g.member_sector(stripe, sectors(pc.start)),
+                    Sector(g.member_sector(stripe, sectors(pc.start))),
                     pc.data,
                 );
             }
         }
     }
     if let Some(dev) = a.usable(map.p, stripe) {
-        ops.write(a, dev, map.p, msec_lo, &p);
+        ops.write(a, dev, map.p, Sector(msec_lo), &p);
     }
     if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
         if let Some(dev) = a.usable(qr, stripe) {
-            ops.write(a, dev, qr, msec_lo, q);
+            ops.write(a, dev, qr, Sector(msec_lo), q);
         }
     }
     ops.run(a);
