@@ -127,6 +127,15 @@ mod tests {
         }
     }
 
+    /// Only raid0 has nothing to rebuild a member from (add and replace are refused).
+    #[test]
+    fn every_level_but_raid0_rebuilds_members() {
+        for g in cases() {
+            let pers = build(&Map::new(&g).unwrap());
+            assert_eq!(pers.rebuilds(), g.level != Level::Raid0, "{:?}", g.level);
+        }
+    }
+
     /// The personality and the core geometry agree on which members the array can lose.
     #[test]
     fn survives_as_the_core_geometry_says_for_every_set_of_missing_members() {

@@ -164,6 +164,10 @@ impl Personality for Raid0Conf {
         0
     }
 
+    fn rebuilds(&self) -> bool {
+        false
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use uraid_core::superblock::{
     Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
 };
-use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 /// What a sync pass does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,7 +308,7 @@ impl Array {
     /// was a member of this array before is re-added in its old role if that role is free.
     pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
         self.check_writable("adding a member")?;
-        if self.level() == Level::Raid0 {
+        if !self.pers().rebuilds() {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be added".into(),
             ));

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use uraid_core::superblock::{
     Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY,
 };
-use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 impl Array {
     /// Roles with a replacement being rebuilt.
@@ -48,7 +48,7 @@ impl Array {
     /// [`Array::run_replace`]) then rebuilds it. Returns the replacement's name.
     pub fn replace(&self, role: MemberIdx, with: Option<&str>) -> Result<String, ArrayError> {
         self.check_writable("replacing a member")?;
-        if self.level() == Level::Raid0 {
+        if !self.pers().rebuilds() {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be replaced".into(),
             ));

@@ -126,6 +126,12 @@ pub(crate) trait Personality: Send + Sync {
     /// Members the level can lose.
     fn max_degraded(&self) -> usize;
 
+    /// Whether a member can be rebuilt (added to a missing role, replaced); raid0 has no
+    /// redundancy to rebuild from.
+    fn rebuilds(&self) -> bool {
+        true
+    }
+
     /// The level's run-time knobs by md's sysfs names, with their values.
     fn tunables(&self, _a: &Array) -> Vec<(&'static str, String)> {
         Vec::new()
