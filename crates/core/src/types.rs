@@ -16,6 +16,113 @@ impl fmt::Display for MemberIdx {
     }
 }
 
+/// One value per member role, indexable only by [`MemberIdx`] (so a member number cannot be
+/// confused with any other index). Iteration yields each role with its value, in role order.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MemberMap<T>(Vec<T>);
+
+impl<T> MemberMap<T> {
+    /// A map of `n` roles, each value made by `f(role)`.
+    pub fn from_fn(n: usize, mut f: impl FnMut(MemberIdx) -> T) -> MemberMap<T> {
+        MemberMap((0..n).map(|i| f(MemberIdx(i))).collect())
+    }
+
+    /// Roles in the map (md's raid_disks for the array's slots).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of `role`, or None if the map has no such role.
+    pub fn get(&self, role: MemberIdx) -> Option<&T> {
+        self.0.get(role.0)
+    }
+
+    pub fn get_mut(&mut self, role: MemberIdx) -> Option<&mut T> {
+        self.0.get_mut(role.0)
+    }
+
+    /// Whether `role` is one of the map's roles.
+    pub fn contains(&self, role: MemberIdx) -> bool {
+        role.0 < self.0.len()
+    }
+
+    /// Every role, in order.
+    pub fn roles(&self) -> impl ExactSizeIterator<Item = MemberIdx> + Clone {
+        (0..self.0.len()).map(MemberIdx)
+    }
+
+    /// `(role, &value)` for every role, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (MemberIdx, &T)> {
+        self.0.iter().enumerate().map(|(i, v)| (MemberIdx(i), v))
+    }
+
+    /// The values alone, in role order.
+    pub fn values(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (MemberIdx, &mut T)> {
+        self.0
+            .iter_mut()
+            .enumerate()
+            .map(|(i, v)| (MemberIdx(i), v))
+    }
+}
+
+impl<T> From<Vec<T>> for MemberMap<T> {
+    /// Role `i` gets `v[i]`.
+    fn from(v: Vec<T>) -> MemberMap<T> {
+        MemberMap(v)
+    }
+}
+
+impl<T> FromIterator<T> for MemberMap<T> {
+    /// Roles are numbered in the iterator's order from 0.
+    fn from_iter<I: IntoIterator<Item = T>>(it: I) -> MemberMap<T> {
+        MemberMap(it.into_iter().collect())
+    }
+}
+
+impl<T> std::ops::Index<MemberIdx> for MemberMap<T> {
+    type Output = T;
+    fn index(&self, role: MemberIdx) -> &T {
+        &self.0[role.0]
+    }
+}
+
+impl<T> std::ops::IndexMut<MemberIdx> for MemberMap<T> {
+    fn index_mut(&mut self, role: MemberIdx) -> &mut T {
+        &mut self.0[role.0]
+    }
+}
+
+/// A count of 512-byte sectors (an address or a length), where it meets bytes at a layer
+/// boundary: `Sector(n).bytes()` is the one conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Sector(pub u64);
+
+impl Sector {
+    /// The sector's byte offset (or the length in bytes).
+    pub const fn bytes(self) -> u64 {
+        self.0 * SECTOR_BYTES
+    }
+
+    /// The sector holding byte `bytes` (rounded down).
+    pub const fn of_byte(bytes: u64) -> Sector {
+        Sector(bytes / SECTOR_BYTES)
+    }
+}
+
+impl fmt::Display for Sector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// RAID level, numbered as md numbers them in the superblock's `level` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Level {
@@ -81,5 +188,47 @@ impl Level {
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "raid{}", self.md_level())
+    }
+}
+
+#[cfg(test)]
+mod member_map_tests {
+    use super::*;
+
+    #[test]
+    fn indexed_by_role_and_iterated_with_roles() {
+        let mut m = MemberMap::from_fn(3, |r| r.0 * 10);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[MemberIdx(2)], 20);
+        m[MemberIdx(1)] = 7;
+        assert_eq!(m.get(MemberIdx(1)), Some(&7));
+        assert_eq!(m.get(MemberIdx(3)), None);
+        assert!(m.contains(MemberIdx(2)) && !m.contains(MemberIdx(3)));
+        let pairs: Vec<(MemberIdx, usize)> = m.iter().map(|(r, v)| (r, *v)).collect();
+        assert_eq!(
+            pairs,
+            vec![(MemberIdx(0), 0), (MemberIdx(1), 7), (MemberIdx(2), 20)]
+        );
+        assert_eq!(m.roles().collect::<Vec<_>>(), [0, 1, 2].map(MemberIdx));
+        for (r, v) in m.iter_mut() {
+            *v += r.0;
+        }
+        assert_eq!(m.values().copied().collect::<Vec<_>>(), [0, 8, 22]);
+        let from_vec: MemberMap<u8> = vec![5, 6].into();
+        assert_eq!(from_vec[MemberIdx(1)], 6);
+        assert!(MemberMap::<u8>::default().is_empty());
+    }
+
+    #[test]
+    #[should_panic]
+    fn indexing_past_the_roles_panics() {
+        let m: MemberMap<u8> = vec![1].into();
+        let _ = m[MemberIdx(1)];
+    }
+
+    #[test]
+    fn sectors_and_bytes() {
+        assert_eq!(Sector(3).bytes(), 1536);
+        assert_eq!(Sector::of_byte(1535), Sector(2));
     }
 }

@@ -8,19 +8,18 @@
 
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::io::{execute, Op, OpBuf};
 use crate::member::Member;
-use crate::meta::Meta;
+use crate::member_io::MemberHost;
+use crate::meta::{Meta, SbChange, SbHost};
 pub use crate::slot::{Slot, SlotState};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use uraid_core::geometry::{ArrayGeometry, Personality};
-use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use std::sync::{Arc, Mutex, MutexGuard};
+use uraid_core::geometry::{self, ArrayGeometry};
+use uraid_core::{Level, MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
-/// Number of lock buckets that serialise writes to the same stripe (parity levels) or
-/// region (mirrors).
-const LOCK_BUCKETS: usize = 1024;
+mod personality;
+pub(crate) use personality::{Personality, SyncCtx, SyncMode, ZeroKind};
 
 /// Run-time knobs of the write path (md's sysfs tunables of the same names).
 pub struct Tuning {
@@ -66,26 +65,13 @@ pub struct Stats {
 /// md fails a member after this many corrected read errors (max_corr_read_errors).
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
-/// Member IOs that failed in one batch.
-#[derive(Default, Debug)]
-pub(crate) struct Failures {
-    pub reads: Vec<MemberIdx>,
-    /// Indices (in submission order) of the reads that failed.
-    pub read_ops: Vec<usize>,
-    /// Already failed (marked faulty) by the time the caller sees them.
-    pub writes: Vec<MemberIdx>,
-}
-
-impl Failures {
-    pub fn is_empty(&self) -> bool {
-        self.reads.is_empty() && self.writes.is_empty()
-    }
-}
-
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
-    pub(crate) personality: Personality,
-    pub(crate) slots: Vec<Slot>,
+    /// The level's address map (uraid-core's geometry).
+    pub(crate) personality: geometry::Personality,
+    /// The level, with its own state (md's mddev->pers and its conf).
+    pers: Box<dyn Personality>,
+    pub(crate) slots: MemberMap<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
     writes_in_flight: AtomicU64,
@@ -94,8 +80,8 @@ pub struct Array {
     metadata_failed: AtomicBool,
     /// Member changes whose superblock update is not durable yet (md's
     /// MD_SB_CHANGE_PENDING); writes wait for them before they complete.
-    sb_pending: SbPending,
-    locks: Vec<Mutex<()>>,
+    sb_pending: crate::meta::SbPending,
+    /// Sub-sector writes (read-modify-write of whole sectors) serialise here; rare.
     unaligned: Mutex<()>,
     array_bytes: u64,
     pub stats: Stats,
@@ -104,8 +90,6 @@ pub struct Array {
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
     has_bitmap: bool,
-    /// raid4/5/6 write journal (md's raid5-cache).
-    pub(crate) journal: Option<crate::journal::Journal>,
     /// The array's one clock (see [`crate::clock`]), given at create or assemble.
     clock: crate::clock::Clock,
     /// Wall seconds from [`Array::set_clock`], read instead of the clock's.
@@ -113,22 +97,10 @@ pub struct Array {
     /// md's MD_RECOVERY_INTR: a running sync stops at its next step (set by the
     /// daemons' stop, see [`crate::daemon`]).
     pub(crate) sync_intr: AtomicBool,
-    /// The journal's write-back mode and its stripe cache.
-    pub(crate) wb: crate::writeback::WriteBack,
-    /// raid1/raid10 resync barriers (normal IO against sync, per region bucket).
-    pub(crate) barriers: crate::barrier::Barriers,
     /// Request references, for [`Array::quiesce`].
     pub(crate) quiesce: crate::quiesce::Quiesce,
-    /// Per-role read state for mirror read balancing.
-    pub(crate) heads: Vec<crate::read_balance::Head>,
     /// The shape requests read, under a sequence counter (see [`crate::shape`]).
     shape: crate::shape::ShapeLock,
-    /// raid4/5/6: stripe ownership and buffers (md's stripe cache).
-    pub(crate) stripe_cache: crate::stripe_cache::StripeCache,
-    /// raid4/5/6: stripe workers (md's group_thread_cnt); None = submitters do the work.
-    workers: std::sync::RwLock<Option<crate::stripe_workers::Workers>>,
-    /// Workers in `workers`, so that the common case (none) takes no lock.
-    group_threads: std::sync::atomic::AtomicUsize,
     /// Opened with --readonly: writes, repairs and rebuilds are refused (EROFS).
     read_only: AtomicBool,
 }
@@ -136,31 +108,17 @@ pub struct Array {
 /// A source of wall seconds, for [`Array::set_clock`].
 pub type WallSecs = Arc<dyn Fn() -> u64 + Send + Sync>;
 
-impl crate::journal::JournalHost for Array {
-    fn flush_members(&self) -> io::Result<()> {
-        Array::flush_members(self).map_err(io::Error::from)
-    }
-
-    /// journal_tail lives in the journal device's superblock (its recovery_offset field);
-    /// md records it with a superblock update, and so do we.
-    fn set_journal_tail(&self, tail_sectors: u64) -> io::Result<()> {
-        let mut meta = self.meta();
-        if let Some((_, sb)) = meta.journal.as_mut() {
-            sb.recovery_offset = tail_sectors;
-        }
-        meta.write_all(self).map_err(io::Error::from)
-    }
-}
-
 impl Array {
-    /// Put an array together from its geometry, its role slots and its superblock state.
+    /// Put an array together from its geometry, its address map and personality (see
+    /// `levels::new_array`), its role slots and its superblock state.
     pub(crate) fn new(
         geometry: ArrayGeometry,
-        slots: Vec<Slot>,
+        personality: geometry::Personality,
+        pers: Box<dyn Personality>,
+        slots: MemberMap<Slot>,
         meta: Meta,
         clock: crate::clock::Clock,
     ) -> Result<Array, ArrayError> {
-        let personality = Personality::new(&geometry)?;
         assert_eq!(slots.len(), geometry.raid_disks, "one slot per role");
         let has_bitmap = meta.bitmap.is_some();
         let array_bytes = personality.array_sectors() * SECTOR_BYTES;
@@ -176,14 +134,14 @@ impl Array {
         let a = Array {
             geometry,
             personality,
+            pers,
             slots,
             meta: Mutex::new(meta),
             dirty: AtomicBool::new(false),
             writes_in_flight: AtomicU64::new(0),
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
-            sb_pending: SbPending::default(),
-            locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
+            sb_pending: Default::default(),
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
@@ -191,25 +149,15 @@ impl Array {
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,
-            journal: None,
             clock,
             wall_override: std::sync::RwLock::new(None),
             sync_intr: AtomicBool::new(false),
-            wb: crate::writeback::WriteBack::default(),
-            barriers: Default::default(),
             quiesce: Default::default(),
-            heads: (0..raid_disks).map(|_| Default::default()).collect(),
             shape,
-            stripe_cache: crate::stripe_cache::StripeCache::new(
-                crate::stripe_cache::DEFAULT_SIZE,
-                crate::stripe_cache::PARTITIONS,
-            ),
-            workers: std::sync::RwLock::new(None),
-            group_threads: std::sync::atomic::AtomicUsize::new(0),
             read_only: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
-        if !a.personality.survives(&missing) {
+        if !a.pers.survives(&missing) {
             return Err(ArrayError::Assemble(format!(
                 "{} with {} of {} members present cannot run: members {} are missing and {} tolerates {}",
                 a.geometry.level,
@@ -217,7 +165,7 @@ impl Array {
                 a.geometry.raid_disks,
                 missing.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "),
                 a.geometry.level,
-                a.personality.max_degraded()
+                a.pers.max_degraded()
             )));
         }
         Ok(a)
@@ -241,11 +189,6 @@ impl Array {
             )));
         }
         Ok(())
-    }
-
-    /// Attach the write journal (create and assemble do, before the array is shared).
-    pub fn set_journal(&mut self, j: crate::journal::Journal) {
-        self.journal = Some(j);
     }
 
     /// Read wall seconds from `wall_secs` instead of the array's clock (read-error decay,
@@ -273,65 +216,8 @@ impl Array {
         self.clock.now_ms()
     }
 
-    pub fn has_journal(&self) -> bool {
-        self.journal.is_some()
-    }
-
-    /// Whether the write journal failed (writes are refused, reads go on).
-    pub fn journal_failed(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.is_failed())
-    }
-
-    /// The journal device's name, with a journal.
-    pub fn journal_device(&self) -> Option<String> {
-        self.journal.as_ref().map(|j| j.device_name())
-    }
-
     pub(crate) fn parity_geometry(&self) -> Option<&uraid_core::geometry::ParityGeometry> {
-        match &self.personality {
-            Personality::Parity(g) => Some(g),
-            _ => None,
-        }
-    }
-
-    /// A journal error on the write path: an IO error fails the journal, which the
-    /// superblocks record (the journal's role faulty, as md does), so that assembly will
-    /// not trust it again without --force.
-    pub(crate) fn journal_error(&self, e: crate::journal::JournalError) -> ArrayError {
-        if let Some(j) = &self.journal {
-            if matches!(e, crate::journal::JournalError::Io { .. }) || j.is_failed() {
-                j.set_failed();
-                self.record_journal_failure();
-            }
-        }
-        e.into()
-    }
-
-    fn record_journal_failure(&self) {
-        let mut meta = self.meta();
-        if meta.mark_journal_faulty() {
-            tracing::error!("write journal failed: writes are refused from now on");
-            if let Err(e) = meta.write_all(self) {
-                tracing::error!("could not record the journal failure: {e}");
-            }
-        }
-    }
-
-    pub(crate) fn journal_failed_error(&self) -> ArrayError {
-        ArrayError::JournalFailed(format!(
-            "journal {} failed earlier",
-            self.journal_device().unwrap_or_default()
-        ))
-    }
-
-    /// Fail the journal on request (tests, `uraid fail` of the journal device).
-    pub fn fail_journal(&self) -> Result<(), ArrayError> {
-        let Some(j) = &self.journal else {
-            return Err(ArrayError::Failed("the array has no write journal".into()));
-        };
-        j.set_failed();
-        self.record_journal_failure();
-        Ok(())
+        self.pers.parity()
     }
 
     pub fn level(&self) -> Level {
@@ -342,7 +228,7 @@ impl Array {
         &self.geometry
     }
 
-    pub fn personality(&self) -> &Personality {
+    pub fn personality(&self) -> &geometry::Personality {
         &self.personality
     }
 
@@ -369,28 +255,28 @@ impl Array {
     }
 
     pub fn slot(&self, role: MemberIdx) -> &Slot {
-        &self.slots[role.0]
+        &self.slots[role]
     }
 
     pub fn slot_state(&self, role: MemberIdx) -> SlotState {
-        self.slots[role.0].state()
+        self.slots[role].state()
     }
 
     /// The device of a role if it is fully in sync.
     pub(crate) fn live(&self, role: MemberIdx) -> Option<Arc<dyn Member>> {
-        self.slots[role.0].in_sync()
+        self.slots[role].in_sync()
     }
 
     /// The device of a role if it holds valid data for recovery unit `unit` (see
     /// [`Slot`]: a recovering member is valid below its cursor).
     pub(crate) fn usable(&self, role: MemberIdx, unit: u64) -> Option<Arc<dyn Member>> {
-        self.slots[role.0].usable(unit)
+        self.slots[role].usable(unit)
     }
 
     /// Roles without a working device.
     pub fn missing_roles(&self) -> Vec<MemberIdx> {
-        (0..self.slots.len())
-            .map(MemberIdx)
+        self.slots
+            .roles()
             .filter(|&r| self.live(r).is_none())
             .collect()
     }
@@ -401,212 +287,33 @@ impl Array {
 
     /// Whether the array still holds all its data.
     pub fn is_running(&self) -> bool {
-        self.personality.survives(&self.missing_roles())
+        self.pers.survives(&self.missing_roles())
     }
 
     pub fn meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap()
     }
 
-    /// The stripe cache of a raid4/5/6 array (counters, size).
-    pub fn stripe_cache(&self) -> &crate::stripe_cache::StripeCache {
-        &self.stripe_cache
-    }
-
-    /// Set md's stripe_cache_size (raid4/5/6; heads in the stripe cache).
-    pub fn set_stripe_cache_size(&self, n: usize) -> Result<(), ArrayError> {
-        use crate::stripe_cache::{MAX_SIZE, MIN_SIZE};
-        if !matches!(self.personality, Personality::Parity(_)) {
-            return Err(ArrayError::Failed(format!(
-                "stripe_cache_size applies to raid4/5/6, not {}",
-                self.geometry.level
-            )));
-        }
-        if !(MIN_SIZE..=MAX_SIZE).contains(&n) {
-            return Err(ArrayError::Failed(format!(
-                "stripe_cache_size must be {MIN_SIZE}..={MAX_SIZE}, not {n}"
-            )));
-        }
-        self.stripe_cache.set_size(n);
-        Ok(())
-    }
-
-    /// md's group_thread_cnt: stripe worker threads (0 = each submitter handles its stripes).
-    pub fn group_thread_cnt(&self) -> usize {
-        self.workers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(0, |w| w.threads())
-    }
-
-    /// Set group_thread_cnt: the old workers finish what they hold and stop.
-    pub fn set_group_thread_cnt(&self, n: usize) -> Result<(), ArrayError> {
-        const MAX_WORKERS: usize = 8192; // md's limit
-        if n > MAX_WORKERS {
-            return Err(ArrayError::Failed(format!(
-                "group_thread_cnt must be at most {MAX_WORKERS}, not {n}"
-            )));
-        }
-        let new = (n > 0).then(|| crate::stripe_workers::Workers::new(n));
-        let old = {
-            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
-            self.group_threads.store(n, Ordering::SeqCst);
-            std::mem::replace(&mut *w, new)
-        };
-        drop(old);
-        Ok(())
-    }
-
-    /// Run one stripe's work: on a stripe worker if there are any, else here.
-    pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        if self.group_threads.load(Ordering::Relaxed) == 0 {
-            return f();
-        }
-        let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
-        match w.as_ref() {
-            Some(w) => w.run(f),
-            None => {
-                drop(w);
-                f()
-            }
-        }
-    }
-
     /// The run-time knobs by md's sysfs names, with their values.
     pub fn tunables(&self) -> Vec<(&'static str, String)> {
-        let mut v = Vec::new();
-        if matches!(self.personality, Personality::Parity(_)) {
-            let t = &self.tuning;
-            v.push(("stripe_cache_size", self.stripe_cache.size().to_string()));
-            v.push((
-                "stripe_cache_active",
-                self.stripe_cache.active().to_string(),
-            ));
-            v.push(("group_thread_cnt", self.group_thread_cnt().to_string()));
-            v.push(("rmw_level", t.rmw_level.load(Ordering::Relaxed).to_string()));
-            v.push((
-                "skip_copy",
-                u8::from(t.skip_copy.load(Ordering::Relaxed)).to_string(),
-            ));
-            v.push((
-                "batching",
-                u8::from(t.batching.load(Ordering::Relaxed)).to_string(),
-            ));
-        }
-        v
+        self.pers.tunables(self)
     }
 
     /// Set a run-time knob by its md sysfs name (see [`Array::tunables`]).
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<(), ArrayError> {
-        let num = || {
-            value
-                .trim()
-                .parse::<usize>()
-                .map_err(|_| ArrayError::Failed(format!("{name}: {value:?} is not a number")))
-        };
-        let flag = || match num()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            n => Err(ArrayError::Failed(format!("{name} is 0 or 1, not {n}"))),
-        };
-        if !matches!(self.personality, Personality::Parity(_)) {
-            return Err(ArrayError::Failed(format!(
-                "{} has no tunable {name}",
-                self.geometry.level
-            )));
-        }
-        match name {
-            "stripe_cache_size" => self.set_stripe_cache_size(num()?),
-            "group_thread_cnt" => self.set_group_thread_cnt(num()?),
-            "rmw_level" => match num()? {
-                n @ 0..=2 => {
-                    self.tuning.rmw_level.store(n as u8, Ordering::Relaxed);
-                    Ok(())
-                }
-                n => Err(ArrayError::Failed(format!("rmw_level is 0..=2, not {n}"))),
-            },
-            "skip_copy" => {
-                self.tuning.skip_copy.store(flag()?, Ordering::Relaxed);
-                Ok(())
-            }
-            "batching" => {
-                self.tuning.batching.store(flag()?, Ordering::Relaxed);
-                Ok(())
-            }
-            _ => Err(ArrayError::Failed(format!(
-                "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
-                 rmw_level, skip_copy, batching)"
-            ))),
-        }
-    }
-
-    fn bucket_of(key: u64) -> usize {
-        // Fibonacci hashing spreads neighbouring stripes over buckets.
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % LOCK_BUCKETS
-    }
-
-    pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
-        self.locks[Self::bucket_of(key)].lock().unwrap()
+        self.pers.set_tunable(self, name, value)
     }
 
     /// Byte offset on a member of a member sector (relative to the data area).
     pub(crate) fn member_byte(&self, role: MemberIdx, member_sector: u64) -> u64 {
-        self.slots[role.0].data_offset_bytes() + member_sector * SECTOR_BYTES
-    }
-
-    /// Run member IOs. A failed write fails its member at once (md does the same: the
-    /// member no longer holds what the array says it holds). Failed reads are returned so
-    /// the caller can answer from redundancy and repair the block.
-    pub(crate) fn run_ops(&self, ops: &mut [Op<'_>], roles: &[MemberIdx]) -> Failures {
-        debug_assert_eq!(ops.len(), roles.len());
-        let results = execute(ops);
-        let mut f = Failures::default();
-        for (i, ((op, mut r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
-            let is_read = matches!(op.buf, crate::io::OpBuf::Read(_));
-            // md's bad block log: a recorded range reads as an error (answered from
-            // redundancy, whatever the device returned); a write over it clears it.
-            let len = match &op.buf {
-                crate::io::OpBuf::Read(b) => b.len(),
-                crate::io::OpBuf::Write(b) => b.len(),
-            } as u64;
-            let (first, sectors) = (op.offset / SECTOR_BYTES, len.div_ceil(SECTOR_BYTES));
-            let slot = &self.slots[role.0];
-            if r.is_ok() {
-                if is_read && slot.is_bad(first, sectors) {
-                    r = Err(io::Error::other("recorded in the bad block log"));
-                } else if !is_read {
-                    slot.clear_bad(first, sectors);
-                }
-            }
-            if is_read {
-                self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Err(e) = r {
-                if is_read {
-                    tracing::debug!("member {role}: read error at {}: {e}", op.offset);
-                    f.read_ops.push(i);
-                    if !f.reads.contains(role) {
-                        f.reads.push(*role);
-                    }
-                } else {
-                    self.member_error(*role, &e);
-                    if !f.writes.contains(role) {
-                        f.writes.push(*role);
-                    }
-                }
-            }
-        }
-        f
+        self.slots[role].data_offset_bytes() + member_sector * SECTOR_BYTES
     }
 
     /// A member failed: mark it faulty and record that in the other members' superblocks
     /// before any request that saw the failure completes (md holds such completions until
     /// the metadata is durable). A spare, if there is one, takes the role.
     pub(crate) fn member_error(&self, role: MemberIdx, err: &io::Error) {
-        let slot = &self.slots[role.0];
+        let slot = &self.slots[role];
         // Under the superblock lock, so that a spare cannot take the role between the
         // failure and its recording (the wrong device would be marked faulty).
         let mut meta = self.meta();
@@ -649,7 +356,7 @@ impl Array {
     /// whose rewrite fails, or that keeps failing, is failed (md's max_corr_read_errors;
     /// the count halves for each hour without errors, as md's check_decay_read_errors).
     pub(crate) fn repair_read(&self, role: MemberIdx, member_sector: u64, good: &[u8]) {
-        let slot = &self.slots[role.0];
+        let slot = &self.slots[role];
         let Some(dev) = slot.device() else { return };
         if self.is_read_only() {
             // The caller got the good data; the member keeps its bad sectors for a
@@ -682,7 +389,7 @@ impl Array {
 
     /// Mark a member faulty on request (`uraid fail`).
     pub fn fail_member(&self, role: MemberIdx) -> Result<(), ArrayError> {
-        if role.0 >= self.slots.len() {
+        if !self.slots.contains(role) {
             return Err(ArrayError::Failed(format!("there is no member {role}")));
         }
         let state = self.slot_state(role);
@@ -693,7 +400,7 @@ impl Array {
         if !missing.contains(&role) {
             missing.push(role);
         }
-        if !self.personality.survives(&missing) {
+        if !self.pers.survives(&missing) {
             return Err(ArrayError::Failed(format!(
                 "failing member {role} would leave {} without its data",
                 self.geometry.level
@@ -750,7 +457,7 @@ impl Array {
         }
         // Completed writes must be durable before the superblock says clean (md writes
         // superblocks with a preflush).
-        for s in &self.slots {
+        for s in self.slots.values() {
             if let Some(d) = s.in_sync().or_else(|| s.usable(0)) {
                 if let Err(e) = d.flush() {
                     tracing::warn!("{}: flush failed, staying dirty: {e}", d.name());
@@ -817,7 +524,7 @@ impl Array {
     /// after a power cut that member would be taken for in sync with its old data. So it
     /// waits for every pending superblock update (md holds such completions while
     /// MD_SB_CHANGE_PENDING is set), and fails if one could not be written anywhere.
-    fn complete_write(&self) -> Result<(), ArrayError> {
+    pub(crate) fn complete_write(&self) -> Result<(), ArrayError> {
         self.sb_pending.wait();
         self.check_metadata()
     }
@@ -825,7 +532,7 @@ impl Array {
     /// Writes that are waiting for a member change to reach the superblocks (tests).
     #[doc(hidden)]
     pub fn writes_waiting_for_superblocks(&self) -> u64 {
-        self.sb_pending.waiters.load(Ordering::SeqCst)
+        self.sb_pending.waiters()
     }
 
     /// Start a member change that writes may depend on (a failure, a removal, a spare or
@@ -833,8 +540,7 @@ impl Array {
     /// superblock update's result to [`SbChange::recorded`]. Writes that complete
     /// meanwhile wait until the guard drops.
     pub(crate) fn begin_sb_change(&self) -> SbChange<'_> {
-        self.sb_pending.changes.fetch_add(1, Ordering::SeqCst);
-        SbChange(self)
+        SbChange::new(&self.sb_pending, &self.metadata_failed)
     }
 
     /// Writes are acknowledged only while member failures can be recorded on disk.
@@ -854,40 +560,23 @@ impl Array {
     }
 
     fn read_sectors(&self, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
-        match &self.personality {
-            Personality::Raid0(g) => crate::raid0::read(self, g, sector, buf),
-            Personality::Raid1(_) => crate::raid1::read(self, sector, buf),
-            Personality::Raid10(g) => crate::raid10::read(self, g, sector, buf),
-            Personality::Parity(g) => {
-                // Write-back: cached pages are newer than the members. Taken before the
-                // member read, so a write-out finishing meanwhile cannot hide them.
-                let cached = match &self.journal {
-                    Some(_) => crate::writeback::cached_for_read(
-                        self,
-                        g,
-                        sector,
-                        buf.len() as u64 / SECTOR_BYTES,
-                    ),
-                    None => Vec::new(),
-                };
-                crate::raid5::read(self, g, sector, buf)?;
-                crate::writeback::overlay(&cached, sector, buf);
-                Ok(())
-            }
-        }
+        self.pers.read(self, Sector(sector), buf)
     }
 
-    /// Where the bitmap counts a write of array sectors [sector, sector+sectors): array
-    /// sectors for raid1/raid10, whole chunk rows of member sectors for raid4/5/6.
+    /// Where the bitmap counts a write of array sectors [sector, sector+sectors) (the
+    /// level's [`Personality::bitmap_range`]).
     fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
-        match &self.personality {
-            Personality::Parity(g) => {
-                let a = g.locate(sector).stripe;
-                let b = g.locate(sector + sectors - 1).stripe;
-                (a * g.chunk_sectors, (b - a + 1) * g.chunk_sectors)
-            }
-            _ => (sector, sectors),
-        }
+        self.pers.bitmap_range(Sector(sector), sectors)
+    }
+
+    /// The level (md's mddev->pers), for the modules that drive it.
+    pub(crate) fn pers(&self) -> &dyn Personality {
+        self.pers.as_ref()
+    }
+
+    /// The level, to change before the array is shared (attaching a journal).
+    pub(crate) fn pers_mut(&mut self) -> &mut dyn Personality {
+        self.pers.as_mut()
     }
 
     pub fn has_bitmap(&self) -> bool {
@@ -977,70 +666,13 @@ impl Array {
     }
 
     fn write_mapped(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
-        match &self.personality {
-            Personality::Raid0(g) => crate::raid0::write(self, g, sector, buf),
-            Personality::Raid1(_) => crate::raid1::write(self, sector, buf),
-            Personality::Raid10(g) => crate::raid10::write(self, g, sector, buf),
-            Personality::Parity(g) => match &self.journal {
-                None => crate::raid5::write(self, g, sector, buf),
-                Some(j) => {
-                    if j.is_failed() {
-                        return Err(self.journal_failed_error());
-                    }
-                    self.writeback_fallback()?;
-                    let _gate = self.wb.gate.read().unwrap();
-                    if self.wb.is_on() {
-                        crate::writeback::write(self, g, sector, buf)
-                    } else {
-                        crate::raid5::write(self, g, sector, buf)
-                    }
-                }
-            },
-        }
-    }
-
-    /// Make a range read as zeros (NBD WRITE_ZEROES, ublk WRITE_ZEROES) with the members'
-    /// zeroing where parity allows (see [`crate::discard`]). `how.unmap` lets the members
-    /// deallocate it; `fast` refuses with [`ArrayError::NotFast`], before changing anything,
-    /// when some member would have to write zeros.
-    pub fn write_zeroes_with(
-        &self,
-        offset: u64,
-        len: u64,
-        how: crate::member::ZeroHow,
-        fast: bool,
-    ) -> Result<(), ArrayError> {
-        self.check_writable("write-zeroes")?;
-        crate::discard::write_zeroes(self, offset, len, how, fast)?;
-        // Zeroing skips failed members like a write: acknowledged only once recorded.
-        self.complete_write()
-    }
-
-    /// Make a range read as zeros; the members may deallocate it.
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.write_zeroes_with(offset, len, crate::member::ZeroHow { unmap: true }, false)
-    }
-
-    /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
-    /// members only where every copy and parity stays consistent (see [`crate::discard`]).
-    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        self.check_writable("discard")?;
-        crate::discard::discard(self, offset, len)?;
-        self.complete_write()
+        self.pers.write(self, Sector(sector), buf)
     }
 
     /// Make every completed write durable: the journal first (write-back acknowledges a
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
-        if let Some(j) = &self.journal {
-            if j.is_failed() && !self.wb.is_empty() {
-                // Cached writes were durable only in the journal, which failed.
-                return Err(self.journal_failed_error());
-            }
-            if !j.is_failed() && (self.wb.is_on() || !self.wb.is_empty()) {
-                j.flush().map_err(|e| self.journal_error(e))?;
-            }
-        }
+        self.pers.flush(self)?;
         self.flush_members()?;
         // Writes this flush makes durable may have skipped a member whose failure is not
         // recorded yet; the flush answers for them only once it is.
@@ -1050,14 +682,14 @@ impl Array {
     /// Flush every live member.
     pub(crate) fn flush_members(&self) -> Result<(), ArrayError> {
         let mut first_err = None;
-        for (i, s) in self.slots.iter().enumerate() {
+        for (role, s) in self.slots.iter() {
             let dev = match s.state() {
                 SlotState::InSync | SlotState::Recovering => s.device(),
                 _ => None,
             };
             if let Some(d) = dev {
                 if let Err(e) = d.flush() {
-                    self.member_error(MemberIdx(i), &e);
+                    self.member_error(role, &e);
                     first_err.get_or_insert(e);
                 }
             }
@@ -1083,11 +715,7 @@ impl Array {
     /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
         let _quiet = self.quiesce();
-        if let (Some(_), Some(g)) = (&self.journal, self.parity_geometry()) {
-            // Even with a failed journal: the cached data then goes straight to the members.
-            let _gate = self.wb.gate.write().unwrap();
-            crate::writeback::drain(self, g)?;
-        }
+        self.pers.stop(self)?;
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
@@ -1114,15 +742,9 @@ impl Array {
             dirty: self.dirty.load(Ordering::SeqCst),
             ..ForcedStop::default()
         };
-        if let Some(j) = &self.journal {
-            if !j.is_failed() {
-                if let Err(e) = j.flush() {
-                    out.journal_error = Some(e.to_string());
-                }
-            }
-        }
+        out.journal_error = self.pers.force_flush();
         let mut failed = Vec::new();
-        for (i, s) in self.slots.iter().enumerate() {
+        for (role, s) in self.slots.iter() {
             if !matches!(s.state(), SlotState::InSync | SlotState::Recovering) {
                 continue;
             }
@@ -1131,7 +753,7 @@ impl Array {
                 Ok(()) => out.flushed.push(d.name()),
                 Err(e) => {
                     tracing::error!("{}: flush failed during a forced stop: {e}", d.name());
-                    failed.push((MemberIdx(i), d.name()));
+                    failed.push((role, d.name()));
                 }
             }
         }
@@ -1152,7 +774,7 @@ impl Array {
             return out;
         };
         for (role, _) in &failed {
-            let slot = &self.slots[role.0];
+            let slot = &self.slots[*role];
             let prev = slot.state();
             if matches!(prev, SlotState::InSync | SlotState::Recovering)
                 && slot.transition(prev, SlotState::Faulty)
@@ -1176,6 +798,103 @@ impl Array {
     }
 }
 
+impl MemberHost for Array {
+    fn slot(&self, role: MemberIdx) -> &Slot {
+        &self.slots[role]
+    }
+
+    fn note_member_io(&self, read: bool) {
+        if read {
+            self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn member_error(&self, role: MemberIdx, err: &io::Error) {
+        Array::member_error(self, role, err)
+    }
+}
+
+impl SbHost for Array {
+    fn slot(&self, role: MemberIdx) -> &Slot {
+        Array::slot(self, role)
+    }
+
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        self.pers.recovery_offset_sectors(cursor)
+    }
+
+    fn begin_sb_change(&self) -> SbChange<'_> {
+        Array::begin_sb_change(self)
+    }
+
+    fn promote_replacement(&self, role: MemberIdx, meta: &mut Meta) -> bool {
+        Array::promote_replacement(self, role, meta)
+    }
+
+    fn now_secs(&self) -> u64 {
+        Array::now_secs(self)
+    }
+}
+
+/// Member error handling, continued: md's bad block log.
+impl Array {
+    /// A rewrite of `good` at byte `off` failed: rewrite it sector by sector (md's
+    /// narrow_write_error), record the sectors that still fail in the bad block log and
+    /// write the log. False if the member has no log, it is full, or it could not be
+    /// written.
+    pub(crate) fn record_bad_blocks(
+        &self,
+        role: MemberIdx,
+        dev: &dyn Member,
+        off: u64,
+        good: &[u8],
+    ) -> bool {
+        let slot = &self.slots[role];
+        {
+            let meta = self.meta();
+            match meta.members[role].as_ref() {
+                Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
+                _ => return false,
+            }
+        }
+        let sec = SECTOR_BYTES as usize;
+        let mut failed = crate::badblocks::BadBlocks::default();
+        let mut one = crate::buf::AlignedBuf::new(sec);
+        for (k, piece) in good.chunks(sec).enumerate() {
+            one[..piece.len()].copy_from_slice(piece);
+            let at = off + (k * sec) as u64;
+            if dev.write_at(&one[..piece.len()], at).is_err() {
+                failed.add(at / SECTOR_BYTES, 1);
+            } else {
+                slot.clear_bad(at / SECTOR_BYTES, 1);
+            }
+        }
+        let mut meta = self.meta();
+        let Some(sb) = meta.members[role].as_ref() else {
+            return false;
+        };
+        let mut trial = slot.bad_blocks();
+        for (first, n) in failed.ranges() {
+            trial.add(first, n);
+        }
+        if !trial.fits(sb.bblog_shift, sb.bblog_size) {
+            tracing::warn!("member {role}: bad block log full");
+            return false;
+        }
+        for (first, n) in failed.ranges() {
+            slot.record_bad(first, n);
+            tracing::warn!("member {role}: sectors {first}+{n} recorded as bad blocks");
+        }
+        if let Err(e) = meta.write_all(self) {
+            tracing::error!("member {role}: could not write the bad block log: {e}");
+            return false;
+        }
+        matches!(slot.state(), SlotState::InSync | SlotState::Recovering)
+    }
+}
+
 /// What [`Array::force_stop`] managed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ForcedStop {
@@ -1189,59 +908,6 @@ pub struct ForcedStop {
     pub journal_error: Option<String>,
     /// Writes had marked the array dirty: the next start resyncs.
     pub dirty: bool,
-}
-
-/// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
-/// progress. The common case (none) costs a write one atomic load.
-#[derive(Default)]
-struct SbPending {
-    changes: AtomicU64,
-    /// Writes waiting in [`SbPending::wait`].
-    waiters: AtomicU64,
-    lock: Mutex<()>,
-    done: Condvar,
-}
-
-impl SbPending {
-    /// Wait until no member change is pending. A change that starts meanwhile is waited
-    /// for too: the writer cannot tell whether it skipped that member.
-    fn wait(&self) {
-        if self.changes.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        while self.changes.load(Ordering::SeqCst) > 0 {
-            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A member change in progress (see [`Array::begin_sb_change`]); dropping it lets the
-/// writes that wait for it complete.
-pub(crate) struct SbChange<'a>(&'a Array);
-
-impl SbChange<'_> {
-    /// The change's superblock update finished with `r`. If it reached no superblock,
-    /// nothing on disk records the change: no write is acknowledged from now on (set
-    /// before the waiting writes wake, so that they see it).
-    pub(crate) fn recorded(&self, r: Result<(), ArrayError>) -> Result<(), ArrayError> {
-        if let Err(e) = &r {
-            tracing::error!("a member change could not be recorded in any superblock: {e}");
-            self.0.metadata_failed.store(true, Ordering::SeqCst);
-        }
-        r
-    }
-}
-
-impl Drop for SbChange<'_> {
-    fn drop(&mut self) {
-        let p = &self.0.sb_pending;
-        let _g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
-        p.changes.fetch_sub(1, Ordering::SeqCst);
-        p.done.notify_all();
-    }
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.
@@ -1265,74 +931,11 @@ impl Drop for InFlight<'_> {
 
 impl Drop for Array {
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) || !self.wb.is_empty() {
+        if self.dirty.load(Ordering::Acquire) || self.pers.has_cached_writes() {
             if let Err(e) = self.stop() {
                 tracing::error!("could not stop the array cleanly: {e}");
             }
         }
-    }
-}
-
-/// Helper for level modules: one op per (role, member sector, buffer).
-pub(crate) struct OpList<'a> {
-    devs: Vec<Arc<dyn Member>>,
-    pending: Vec<(u64, OpBuf<'a>)>,
-    roles: Vec<MemberIdx>,
-}
-
-impl<'a> OpList<'a> {
-    pub fn new() -> OpList<'a> {
-        OpList {
-            devs: Vec::new(),
-            pending: Vec::new(),
-            roles: Vec::new(),
-        }
-    }
-
-    pub fn read(
-        &mut self,
-        a: &Array,
-        dev: Arc<dyn Member>,
-        role: MemberIdx,
-        member_sector: u64,
-        buf: &'a mut [u8],
-    ) {
-        self.devs.push(dev);
-        self.pending
-            .push((a.member_byte(role, member_sector), OpBuf::Read(buf)));
-        self.roles.push(role);
-    }
-
-    pub fn write(
-        &mut self,
-        a: &Array,
-        dev: Arc<dyn Member>,
-        role: MemberIdx,
-        member_sector: u64,
-        buf: &'a [u8],
-    ) {
-        self.devs.push(dev);
-        self.pending
-            .push((a.member_byte(role, member_sector), OpBuf::Write(buf)));
-        self.roles.push(role);
-    }
-
-    /// Run all; write failures have failed their members, read failures are returned.
-    pub fn run(self, a: &Array) -> Failures {
-        if self.pending.is_empty() {
-            return Failures::default();
-        }
-        let mut ops: Vec<Op<'_>> = self
-            .pending
-            .into_iter()
-            .zip(&self.devs)
-            .map(|((offset, buf), dev)| Op {
-                member: dev.as_ref(),
-                offset,
-                buf,
-            })
-            .collect();
-        a.run_ops(&mut ops, &self.roles)
     }
 }
 

@@ -76,7 +76,7 @@ pub fn assemble(
     }
     // By device, not by path: one file under two names would take two roles.
     let named: Vec<&dyn Member> = devs.iter().map(|d| d.as_ref()).collect();
-    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+    if let Some((i, j)) = crate::placement::first_duplicate(&named) {
         return Err(ArrayError::Assemble(if devs[i].name() == devs[j].name() {
             format!("{} is given twice", devs[i].name())
         } else {
@@ -308,7 +308,7 @@ pub fn assemble(
         }
     }
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
-    let mut array_slots = Vec::with_capacity(raid_disks);
+    let mut array_slots: Vec<Slot> = Vec::with_capacity(raid_disks);
     let mut recovering: Vec<(usize, u64)> = Vec::new(); // (role, recovery_offset)
     let mut template = template;
     for (r, s) in slots.iter().enumerate() {
@@ -437,7 +437,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = Array::new(geometry, array_slots, meta, opts.clock.clone())?;
+    let mut array = crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?;
     array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
@@ -533,7 +533,7 @@ fn open_journal(
     // Write-back data the log held (rows with data but no parity): written out now, each
     // row logged again with its parity first, so a crash meanwhile still recovers (md
     // also writes such stripes out at the end of its recovery).
-    let recovered = array.journal.as_ref().and_then(|j| j.take_recovered());
+    let recovered = array.journal().and_then(|j| j.take_recovered());
     if let Some(r) = recovered {
         tracing::info!(
             "journal: writing out {} pages of write-back data",

@@ -7,10 +7,8 @@
 //! (`bblog_offset`, `bblog_size`, `bblog_shift`): 8-byte little-endian entries
 //! `start << 10 | length`, both in units of 2^bblog_shift sectors, the rest all ones.
 
-use crate::array::Array;
-use crate::member::Member;
-use crate::slot::SlotState;
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// md's longest entry (BB_MAX_LEN), in units.
 const MAX_ENTRY_UNITS: u64 = 512;
@@ -165,59 +163,20 @@ impl BadBlocks {
     }
 }
 
-impl Array {
-    /// A rewrite of `good` at byte `off` failed: rewrite it sector by sector (md's
-    /// narrow_write_error), record the sectors that still fail in the bad block log and
-    /// write the log. False if the member has no log, it is full, or it could not be
-    /// written.
-    pub(crate) fn record_bad_blocks(
-        &self,
-        role: MemberIdx,
-        dev: &dyn Member,
-        off: u64,
-        good: &[u8],
-    ) -> bool {
-        let slot = &self.slots[role.0];
-        {
-            let meta = self.meta();
-            match meta.members[role.0].as_ref() {
-                Some(sb) if sb.bblog_size != 0 && sb.bblog_offset != 0 => {}
-                _ => return false,
-            }
-        }
-        let sec = SECTOR_BYTES as usize;
-        let mut failed = crate::badblocks::BadBlocks::default();
-        let mut one = crate::buf::AlignedBuf::new(sec);
-        for (k, piece) in good.chunks(sec).enumerate() {
-            one[..piece.len()].copy_from_slice(piece);
-            let at = off + (k * sec) as u64;
-            if dev.write_at(&one[..piece.len()], at).is_err() {
-                failed.add(at / SECTOR_BYTES, 1);
-            } else {
-                slot.clear_bad(at / SECTOR_BYTES, 1);
-            }
-        }
-        let mut meta = self.meta();
-        let Some(sb) = meta.members[role.0].as_ref() else {
-            return false;
-        };
-        let mut trial = slot.bad_blocks();
-        for (first, n) in failed.ranges() {
-            trial.add(first, n);
-        }
-        if !trial.fits(sb.bblog_shift, sb.bblog_size) {
-            tracing::warn!("member {role}: bad block log full");
-            return false;
-        }
-        for (first, n) in failed.ranges() {
-            slot.record_bad(first, n);
-            tracing::warn!("member {role}: sectors {first}+{n} recorded as bad blocks");
-        }
-        if let Err(e) = meta.write_all(self) {
-            tracing::error!("member {role}: could not write the bad block log: {e}");
-            return false;
-        }
-        matches!(slot.state(), SlotState::InSync | SlotState::Recovering)
+/// A slot's bad block list, shared (the replace copy reads the old device directly).
+#[derive(Clone)]
+pub(crate) struct BadCheck {
+    bad: Arc<Mutex<BadBlocks>>,
+    has_bad: Arc<AtomicBool>,
+}
+
+impl BadCheck {
+    pub(crate) fn new(bad: Arc<Mutex<BadBlocks>>, has_bad: Arc<AtomicBool>) -> BadCheck {
+        BadCheck { bad, has_bad }
+    }
+
+    pub(crate) fn overlaps(&self, start: u64, sectors: u64) -> bool {
+        self.has_bad.load(Ordering::Acquire) && self.bad.lock().unwrap().overlaps(start, sectors)
     }
 }
 

@@ -173,7 +173,7 @@ pub fn create_confirmed(
     // One device under two names (a symlink, a hard link, ./x and x) would hold two roles.
     let mut named: Vec<&dyn Member> = present.iter().map(|d| d.as_ref()).collect();
     named.extend(opts.journal.as_deref());
-    if let Some((i, j)) = crate::identity::first_duplicate(&named) {
+    if let Some((i, j)) = crate::placement::first_duplicate(&named) {
         let what = if j == present.len() {
             "is both a member and the journal".to_string()
         } else {
@@ -446,7 +446,7 @@ pub fn create_confirmed(
         }
     }
     let template = sbs.iter().flatten().next().expect("one member").clone();
-    let slots = devs
+    let slots: Vec<Slot> = devs
         .iter()
         .zip(&sbs)
         .map(|(d, sb)| {
@@ -477,7 +477,7 @@ pub fn create_confirmed(
         }
         _ => None,
     };
-    let mut array = Array::new(geometry, slots, meta, opts.clock.clone())?;
+    let mut array = crate::levels::new_array(geometry, slots.into(), meta, opts.clock.clone())?;
     if let Some(j) = journal {
         array.set_journal(j);
     }

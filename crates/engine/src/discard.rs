@@ -16,42 +16,65 @@
 //! resync after a crash, so a half-done discard would stay inconsistent. Write-zeroes then
 //! writes zeros through the journal.
 
+pub(crate) use crate::array::ZeroKind as Kind;
 use crate::array::{Array, InFlight};
 use crate::error::ArrayError;
 use crate::member::{Member, ZeroHow};
 use crate::slot::SlotState;
 use std::sync::atomic::Ordering;
-use uraid_core::geometry::Personality;
-use uraid_core::{MemberIdx, SECTOR_BYTES};
-
-/// What a range change does on the members.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Discard,
-    Zero(ZeroHow),
-}
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 /// The devices of every role that holds data now (in sync or recovering, with any
 /// replacement behind it).
 fn active_devices(a: &Array) -> Vec<std::sync::Arc<dyn Member>> {
     a.slots
-        .iter()
+        .values()
         .filter(|s| matches!(s.state(), SlotState::InSync | SlotState::Recovering))
         .filter_map(|s| s.device())
         .collect()
 }
 
 impl Array {
+    /// Make a range read as zeros (NBD WRITE_ZEROES, ublk WRITE_ZEROES) with the members'
+    /// zeroing where parity allows (see [`crate::discard`]). `how.unmap` lets the members
+    /// deallocate it; `fast` refuses with [`ArrayError::NotFast`], before changing anything,
+    /// when some member would have to write zeros.
+    pub fn write_zeroes_with(
+        &self,
+        offset: u64,
+        len: u64,
+        how: crate::member::ZeroHow,
+        fast: bool,
+    ) -> Result<(), ArrayError> {
+        self.check_writable("write-zeroes")?;
+        write_zeroes(self, offset, len, how, fast)?;
+        // Zeroing skips failed members like a write: acknowledged only once recorded.
+        self.complete_write()
+    }
+
+    /// Make a range read as zeros; the members may deallocate it.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        self.write_zeroes_with(offset, len, crate::member::ZeroHow { unmap: true }, false)
+    }
+
+    /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
+    /// members only where every copy and parity stays consistent (see [`crate::discard`]).
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
+        self.check_writable("discard")?;
+        discard(self, offset, len)?;
+        self.complete_write()
+    }
+
     /// Whether [`Array::write_zeroes_with`] with `fast` can succeed: no journal, and every
     /// member zeroes without writing data (for NBD's NBD_FLAG_SEND_FAST_ZERO).
     pub fn can_fast_zero(&self, unmap: bool) -> bool {
-        self.journal.is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
+        self.journal().is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
     }
 
     /// Whether a discard reaches the members (see [`crate::discard`]).
     pub fn discard_passes_down(&self) -> bool {
-        self.journal.is_none()
-            && (self.personality.max_degraded() == 0
+        self.journal().is_none()
+            && (self.pers().max_degraded() == 0
                 || active_devices(self).iter().all(|d| d.discard_zeroes()))
     }
 }
@@ -61,13 +84,8 @@ impl Array {
 fn inner_sectors(a: &Array, offset: u64, len: u64) -> (u64, u64) {
     let start = offset.div_ceil(SECTOR_BYTES);
     let end = (offset + len) / SECTOR_BYTES;
-    match &a.personality {
-        Personality::Parity(g) => {
-            let d = g.stripe_data_sectors();
-            (start.div_ceil(d) * d, end / d * d)
-        }
-        _ => (start, end),
-    }
+    let (d, _) = a.pers().zero_unit();
+    (start.div_ceil(d) * d, end / d * d)
 }
 
 pub(crate) fn discard(a: &Array, offset: u64, len: u64) -> Result<(), ArrayError> {
@@ -92,7 +110,7 @@ pub(crate) fn write_zeroes(
     if len == 0 {
         return Ok(());
     }
-    let (start, end) = if a.journal.is_some() {
+    let (start, end) = if a.journal().is_some() {
         (0, 0)
     } else {
         inner_sectors(a, offset, len)
@@ -100,15 +118,12 @@ pub(crate) fn write_zeroes(
     let (start, end) = (start * SECTOR_BYTES, end * SECTOR_BYTES);
     if fast {
         // Everything by member zeroing, or nothing.
-        let why = if a.journal.is_some() {
+        let why = if a.journal().is_some() {
             Some("the write journal logs zeros as data".to_string())
         } else if start != offset || end != offset + len {
             Some(format!(
                 "{offset}+{len} is not made of whole {}",
-                match a.personality {
-                    Personality::Parity(_) => "stripes",
-                    _ => "sectors",
-                }
+                a.pers().zero_unit().1
             ))
         } else if !a.can_fast_zero(how.unmap) {
             Some("a member would have to write zeros".to_string())
@@ -160,14 +175,8 @@ fn change(a: &Array, sector: u64, sectors: u64, kind: Kind) -> Result<(), ArrayE
     let _in_flight = InFlight::new(a);
     a.check_metadata()?;
     a.ensure_dirty()?;
-    a.bitmap_write(sector, sectors, || match &a.personality {
-        Personality::Raid0(g) => crate::raid0::zero(a, g, sector, sectors, kind),
-        Personality::Raid1(_) => crate::raid1::zero(a, sector, sectors, kind),
-        Personality::Raid10(g) => crate::raid10::zero(a, g, sector, sectors, kind),
-        Personality::Parity(g) => {
-            let d = g.stripe_data_sectors();
-            crate::raid5::zero(a, g, sector / d, sectors / d, kind)
-        }
+    a.bitmap_write(sector, sectors, || {
+        a.pers().zero(a, Sector(sector), sectors, kind)
     })?;
     a.check_metadata()
 }

@@ -6,24 +6,111 @@
 //! `events` and rewrites the superblock of every live member, then flushes them, before the
 //! caller goes on: a crash can never leave a stale member looking fresh.
 
-use crate::array::Array;
 use crate::bitmap::BitmapState;
 use crate::error::ArrayError;
 use crate::member::Member;
-use crate::slot::SlotState;
-use std::sync::Arc;
+use crate::slot::{Slot, SlotState};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use uraid_core::superblock::{
     uuid_string, MetadataVersion, Superblock, SuperblockError, FEATURE_BAD_BLOCKS,
     FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
     SB_V12_OFFSET_SECTORS,
 };
-use uraid_core::MemberIdx;
+use uraid_core::{MemberIdx, MemberMap};
+
+/// What superblock writes need from the array above them (`Array` implements it): the
+/// slots, the level's recovery_offset, and the two member-change hooks. A trait here, so
+/// that the lower layer names no `Array`.
+pub trait SbHost {
+    /// The slot of `role`.
+    fn slot(&self, role: MemberIdx) -> &Slot;
+    /// md's recovery_offset for a recovering member's cursor (the level's unit).
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64;
+    /// See [`SbChange`].
+    fn begin_sb_change(&self) -> SbChange<'_>;
+    /// A member being replaced failed: its replacement goes on as a recovery.
+    fn promote_replacement(&self, role: MemberIdx, meta: &mut Meta) -> bool;
+    /// Wall seconds of the array's clock (the superblocks' utime).
+    fn now_secs(&self) -> u64;
+}
+
+/// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
+/// progress. The common case (none) costs a write one atomic load.
+#[derive(Default)]
+pub(crate) struct SbPending {
+    changes: AtomicU64,
+    /// Writes waiting in [`SbPending::wait`].
+    waiters: AtomicU64,
+    lock: Mutex<()>,
+    done: Condvar,
+}
+
+impl SbPending {
+    /// Wait until no member change is pending. A change that starts meanwhile is waited
+    /// for too: the writer cannot tell whether it skipped that member.
+    pub(crate) fn wait(&self) {
+        if self.changes.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while self.changes.load(Ordering::SeqCst) > 0 {
+            g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Writes waiting now.
+    pub(crate) fn waiters(&self) -> u64 {
+        self.waiters.load(Ordering::SeqCst)
+    }
+}
+
+/// A member change in progress: call [`SbChange::new`] before the slot changes, and hand
+/// the superblock update's result to [`SbChange::recorded`]; dropping it lets the writes
+/// that wait for it complete.
+pub struct SbChange<'a> {
+    pending: &'a SbPending,
+    /// Set when a change reached no superblock (no write is acknowledged after).
+    metadata_failed: &'a AtomicBool,
+}
+
+impl<'a> SbChange<'a> {
+    pub(crate) fn new(pending: &'a SbPending, metadata_failed: &'a AtomicBool) -> SbChange<'a> {
+        pending.changes.fetch_add(1, Ordering::SeqCst);
+        SbChange {
+            pending,
+            metadata_failed,
+        }
+    }
+
+    /// The change's superblock update finished with `r`. If it reached no superblock,
+    /// nothing on disk records the change: no write is acknowledged from now on (set
+    /// before the waiting writes wake, so that they see it).
+    pub(crate) fn recorded(&self, r: Result<(), ArrayError>) -> Result<(), ArrayError> {
+        if let Err(e) = &r {
+            tracing::error!("a member change could not be recorded in any superblock: {e}");
+            self.metadata_failed.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+}
+
+impl Drop for SbChange<'_> {
+    fn drop(&mut self) {
+        let p = self.pending;
+        let _g = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+        p.changes.fetch_sub(1, Ordering::SeqCst);
+        p.done.notify_all();
+    }
+}
 
 pub struct Meta {
     /// Array-wide state, from the freshest superblock.
     pub(crate) template: Superblock,
     /// Each role's own superblock (None for a missing role).
-    pub(crate) members: Vec<Option<Superblock>>,
+    pub(crate) members: MemberMap<Option<Superblock>>,
     /// A resync is owed (the array was not stopped cleanly) and has not run yet.
     pub(crate) needs_resync: bool,
     /// The internal write-intent bitmap, if the array has one.
@@ -35,7 +122,7 @@ pub struct Meta {
     /// The journal device and its superblock (its recovery_offset is journal_tail).
     pub(crate) journal: Option<(Arc<dyn Member>, Superblock)>,
     /// Per role, the superblock of its replacement being rebuilt (md's --replace).
-    pub(crate) replacements: Vec<Option<Superblock>>,
+    pub(crate) replacements: MemberMap<Option<Superblock>>,
     /// Members that failed and lost their role (to a spare, or to their replacement at
     /// the end of a replace). md keeps such a device, faulty and without a role, until
     /// `mdadm --remove`; so do we, so that detail names it and remove can take it out.
@@ -48,7 +135,8 @@ pub struct Meta {
 impl Meta {
     pub fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
         let needs_resync = template.resync_offset != MAX_SECTOR;
-        let replacements = vec![None; members.len()];
+        let replacements = MemberMap::from_fn(members.len(), |_| None);
+        let members = MemberMap::from(members);
         Meta {
             replacements,
             template,
@@ -68,7 +156,7 @@ impl Meta {
     }
 
     pub fn member_sb(&self, role: MemberIdx) -> Option<&Superblock> {
-        self.members.get(role.0).and_then(|m| m.as_ref())
+        self.members.get(role).and_then(|m| m.as_ref())
     }
 
     pub fn events(&self) -> u64 {
@@ -96,7 +184,7 @@ impl Meta {
     /// Everything written is durable (the caller flushed): clear the bitmap's idle bits
     /// (not while degraded: they are what a returning member is recovered from, nor while a
     /// resync is owed) and write the superblocks clean.
-    pub(crate) fn mark_clean(&mut self, a: &Array, degraded: bool) -> Result<(), ArrayError> {
+    pub(crate) fn mark_clean(&mut self, a: &dyn SbHost, degraded: bool) -> Result<(), ArrayError> {
         let events = self.events() + 1;
         let needs_resync = self.needs_resync;
         if let Some(b) = self.bitmap.as_mut() {
@@ -130,14 +218,14 @@ impl Meta {
     pub(crate) fn keep_faulty(&mut self, role: MemberIdx, old: Arc<dyn Member>) {
         let number = self
             .members
-            .get(role.0)
+            .get(role)
             .and_then(|m| m.as_ref())
             .map_or(u32::MAX, |sb| sb.dev_number);
         self.faulty.push((old, number));
     }
 
     pub fn mark_faulty(&mut self, role: MemberIdx) {
-        if let Some(sb) = self.members.get(role.0).and_then(|m| m.as_ref()) {
+        if let Some(sb) = self.members.get(role).and_then(|m| m.as_ref()) {
             let n = sb.dev_number as usize;
             if n < self.template.dev_roles.len() {
                 self.template.dev_roles[n] = ROLE_FAULTY;
@@ -147,7 +235,7 @@ impl Meta {
 
     /// Write only the bitmap (bits and superblock, same events) on every member holding
     /// data, and flush: a write must not reach the members before its bits do.
-    pub fn write_bitmap(&mut self, a: &Array) -> Result<(), ArrayError> {
+    pub fn write_bitmap(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok(());
         };
@@ -157,9 +245,9 @@ impl Meta {
         let events = self.template.events;
         let mut written = 0;
         let mut last_err = None;
-        for (i, own) in self.members.iter().enumerate() {
+        for (role, own) in self.members.iter() {
             let Some(own) = own else { continue };
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(role);
             if !matches!(slot.state(), SlotState::InSync | SlotState::Recovering) {
                 continue;
             }
@@ -177,8 +265,8 @@ impl Meta {
         }
         // A replacement keeps its own bitmap, as any member (best effort: it is not yet
         // what the array depends on).
-        for (i, own) in self.replacements.iter().enumerate() {
-            let (Some(own), Some(r)) = (own, a.slot(MemberIdx(i)).replacement()) else {
+        for (role, own) in self.replacements.iter() {
+            let (Some(own), Some(r)) = (own, a.slot(role).replacement()) else {
                 continue;
             };
             if !r.failed() {
@@ -198,7 +286,7 @@ impl Meta {
 
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
-    pub fn write_all(&mut self, a: &Array) -> Result<(), ArrayError> {
+    pub fn write_all(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         // --readonly: md does not write superblocks of a read-only array either (a failed
         // member is then recorded by the next read-write assembly).
         if self.read_only {
@@ -207,12 +295,12 @@ impl Meta {
         self.template.events += 1;
         self.template.utime = a.now_secs() & ((1 << 40) - 1);
         let dirty = self.template.resync_offset != MAX_SECTOR;
-        let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<usize>)> = Vec::new();
+        let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<MemberIdx>)> = Vec::new();
         // Bad block logs to write before their superblocks: (device, byte offset, bytes).
         let mut logs: Vec<(Arc<dyn Member>, u64, Vec<u8>)> = Vec::new();
-        for (i, own) in self.members.iter_mut().enumerate() {
+        for (role, own) in self.members.iter_mut() {
             let Some(own) = own else { continue };
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(role);
             let dev = match slot.state() {
                 SlotState::InSync => {
                     own.feature_map &= !FEATURE_RECOVERY_OFFSET;
@@ -237,7 +325,7 @@ impl Meta {
                 }
                 let mut sb = self.template.clone();
                 sb.dev_number = own.dev_number;
-                targets.push((dev, Meta::merge_into(sb, own), Some(i)));
+                targets.push((dev, Meta::merge_into(sb, own), Some(role)));
             }
         }
         if let Some((dev, own)) = &self.journal {
@@ -253,9 +341,9 @@ impl Meta {
         // Replacements: md's MD_FEATURE_REPLACEMENT, the same role as the member they
         // replace, and recovery_offset in member sectors. What the copy wrote is flushed
         // first, so recovery_offset never claims data the device could still lose.
-        let mut repl: Vec<(Arc<crate::replace::Replacing>, Superblock, usize)> = Vec::new();
-        for (i, own) in self.replacements.iter_mut().enumerate() {
-            let (Some(own), Some(r)) = (own.as_mut(), a.slot(MemberIdx(i)).replacement()) else {
+        let mut repl: Vec<(Arc<crate::replacing::Replacing>, Superblock, MemberIdx)> = Vec::new();
+        for (role, own) in self.replacements.iter_mut() {
+            let (Some(own), Some(r)) = (own.as_mut(), a.slot(role).replacement()) else {
                 continue;
             };
             if r.failed() {
@@ -265,11 +353,11 @@ impl Meta {
             own.recovery_offset = r.cursor_sectors();
             let mut sb = self.template.clone();
             sb.dev_number = own.dev_number;
-            repl.push((r, Meta::merge_into(sb, own), i));
+            repl.push((r, Meta::merge_into(sb, own), role));
         }
         let mut written = 0;
         let mut last_err = None;
-        let mut failed_roles: Vec<usize> = Vec::new();
+        let mut failed_roles: Vec<MemberIdx> = Vec::new();
         for (dev, at, bytes) in &logs {
             let mut buf = crate::buf::AlignedBuf::new(bytes.len());
             buf.copy_from_slice(bytes);
@@ -321,14 +409,14 @@ impl Meta {
         let change = (!failed_roles.is_empty()).then(|| a.begin_sb_change());
         let mut newly_failed = false;
         for i in failed_roles {
-            let slot = a.slot(MemberIdx(i));
+            let slot = a.slot(i);
             let prev = slot.state();
             if matches!(prev, SlotState::InSync | SlotState::Recovering)
                 && slot.transition(prev, SlotState::Faulty)
             {
-                self.mark_faulty(MemberIdx(i));
+                self.mark_faulty(i);
                 // A member being replaced: its replacement goes on as a recovery.
-                a.promote_replacement(MemberIdx(i), self);
+                a.promote_replacement(i, self);
                 newly_failed = true;
             }
         }

@@ -2,12 +2,51 @@
 //! valid copy. The level modules say where the copies of a piece are and which recovery
 //! unit the piece belongs to (see [`crate::slot`]).
 
-use crate::array::{no_redundancy, Array, OpList};
+use crate::array::ZeroKind;
+use crate::array::{no_redundancy, Array};
+pub(crate) use crate::array::{SyncCtx, SyncMode};
+use crate::barrier::Barriers;
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member_io::OpList;
 use crate::read_balance;
 use std::sync::atomic::Ordering;
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use std::sync::{Mutex, MutexGuard};
+use uraid_core::{MemberIdx, MemberMap, Sector, SECTOR_BYTES};
+
+/// Number of write-lock buckets that serialise writes to the same region.
+const LOCK_BUCKETS: usize = 1024;
+
+/// What raid1 and raid10 keep for themselves (part of md's r1conf/r10conf): the resync
+/// barriers, the per-region write locks and the read heads.
+pub(crate) struct MirrorConf {
+    /// Resync barriers (normal IO against sync, per region bucket).
+    pub(crate) barriers: Barriers,
+    /// Writes to one region (raid1) or chunk (raid10) serialise here (see ARCHITECTURE.md).
+    locks: Vec<Mutex<()>>,
+    /// Per-role read state for read balancing.
+    heads: MemberMap<read_balance::Head>,
+}
+
+impl MirrorConf {
+    pub(crate) fn new(raid_disks: usize) -> MirrorConf {
+        MirrorConf {
+            barriers: Barriers::default(),
+            locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
+            heads: MemberMap::from_fn(raid_disks, |_| Default::default()),
+        }
+    }
+
+    fn bucket_of(key: u64) -> usize {
+        // Fibonacci hashing spreads neighbouring regions over buckets.
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % LOCK_BUCKETS
+    }
+
+    /// The write lock of region (or chunk) `key`.
+    pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
+        self.locks[Self::bucket_of(key)].lock().unwrap()
+    }
+}
 
 /// Copies of one contiguous piece: (role, member sector) for each copy.
 pub(crate) type Copies = Vec<(MemberIdx, u64)>;
@@ -17,6 +56,7 @@ pub(crate) type Copies = Vec<(MemberIdx, u64)>;
 /// is the read balancer's choice (see [`crate::read_balance`]).
 pub(crate) fn read_piece(
     a: &Array,
+    conf: &MirrorConf,
     copies: &Copies,
     unit: u64,
     buf: &mut [u8],
@@ -28,7 +68,7 @@ pub(crate) fn read_piece(
         .enumerate()
         .filter(|(_, (role, _))| a.slot(*role).is_usable(unit))
         .map(|(i, &(role, msec))| {
-            let (head, pending) = a.heads[role.0].snapshot();
+            let (head, pending) = conf.heads[role].snapshot();
             let c = read_balance::Candidate {
                 member_sector: msec,
                 head,
@@ -45,8 +85,8 @@ pub(crate) fn read_piece(
             continue;
         };
         let mut ops = OpList::new();
-        ops.read(a, dev, role, msec, buf);
-        let reading = a.heads[role.0].start(msec, sectors);
+        ops.read(a, dev, role, Sector(msec), buf);
+        let reading = conf.heads[role].start(msec, sectors);
         let failed = ops.run(a);
         drop(reading);
         if failed.is_empty() {
@@ -90,7 +130,7 @@ fn read_by_sectors(a: &Array, copies: &[(MemberIdx, u64)], unit: u64, buf: &mut 
             };
             let at = msec + k as u64;
             let mut ops = OpList::new();
-            ops.read(a, dev, role, at, &mut tmp[..out.len()]);
+            ops.read(a, dev, role, Sector(at), &mut tmp[..out.len()]);
             if ops.run(a).is_empty() {
                 out.copy_from_slice(&tmp[..out.len()]);
                 got = true;
@@ -119,7 +159,7 @@ pub(crate) fn write_piece(
     let mut live = 0;
     for &(role, msec) in copies {
         if let Some(dev) = a.usable(role, unit) {
-            ops.write(a, dev, role, msec, buf);
+            ops.write(a, dev, role, Sector(msec), buf);
             live += 1;
         }
     }
@@ -141,7 +181,7 @@ pub(crate) fn zero_piece(
     copies: &Copies,
     unit: u64,
     sectors: u64,
-    kind: crate::discard::Kind,
+    kind: ZeroKind,
 ) -> Result<(), ArrayError> {
     let devs: Vec<(MemberIdx, u64, std::sync::Arc<dyn crate::member::Member>)> = copies
         .iter()
@@ -150,7 +190,7 @@ pub(crate) fn zero_piece(
     if devs.is_empty() {
         return Err(no_redundancy(a, "write-zeroes"));
     }
-    if kind == crate::discard::Kind::Discard && !devs.iter().all(|d| d.2.discard_zeroes()) {
+    if kind == ZeroKind::Discard && !devs.iter().all(|d| d.2.discard_zeroes()) {
         return Ok(());
     }
     let len = sectors * SECTOR_BYTES;
@@ -165,15 +205,6 @@ pub(crate) fn zero_piece(
         return Err(no_redundancy(a, "write-zeroes"));
     }
     Ok(())
-}
-
-/// What to do with copies that differ.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum SyncMode {
-    /// Count mismatches only (md's check).
-    Check,
-    /// Make every copy equal to the first readable one (resync, repair).
-    Repair,
 }
 
 /// Compare (and in repair mode rewrite) the valid copies of a piece; also writes the piece to
@@ -194,7 +225,13 @@ pub(crate) fn sync_piece(
     let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
     let mut ops = OpList::new();
     for ((role, msec), b) in valid.iter().zip(bufs.iter_mut()) {
-        ops.read(a, a.usable(*role, unit).expect("usable"), *role, *msec, b);
+        ops.read(
+            a,
+            a.usable(*role, unit).expect("usable"),
+            *role,
+            Sector(*msec),
+            b,
+        );
     }
     let failed = ops.run(a);
     let good: Vec<usize> = (0..valid.len())
@@ -214,38 +251,18 @@ pub(crate) fn sync_piece(
             if bufs[i][..] != bufs[src][..] {
                 let (role, msec) = valid[i];
                 if let Some(dev) = a.usable(role, unit) {
-                    ops.write(a, dev, role, msec, &bufs[src]);
+                    ops.write(a, dev, role, Sector(msec), &bufs[src]);
                 }
             }
         }
     }
     for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
         if let Some(dev) = a.slot(role).device() {
-            ops.write(a, dev, role, msec, &bufs[src]);
+            ops.write(a, dev, role, Sector(msec), &bufs[src]);
         }
     }
     ops.run(a);
     Ok(differ)
-}
-
-/// What a level's sync_range is asked to do.
-pub(crate) struct SyncCtx<'a> {
-    pub mode: SyncMode,
-    /// Recovering members to rebuild.
-    pub targets: &'a [MemberIdx],
-    /// Each target slot's generation when the step began (see `Slot::advance_cursor`).
-    pub generations: &'a [u64],
-    /// Skip ranges whose bitmap chunks are clean (bitmap-guided resync and re-add).
-    pub skip_clean: bool,
-}
-
-impl SyncCtx<'_> {
-    /// Credit recovery progress up to `unit` to the targets that still hold their device.
-    pub(crate) fn advance(&self, a: &Array, unit: u64) {
-        for (t, g) in self.targets.iter().zip(self.generations) {
-            a.slot(*t).advance_cursor(*g, unit);
-        }
-    }
 }
 
 /// Sectors per resync step.

@@ -1,10 +1,11 @@
 //! raid1 IO: n-way mirror, every member holds the whole array at the same offset.
 //! The recovery unit is the sector (member sector = array sector).
 
-use crate::array::Array;
+use crate::array::{Array, Personality, ZeroKind};
 use crate::error::ArrayError;
-use crate::mirror::{self, bytes, SyncCtx, RESYNC_STEP_SECTORS};
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use crate::mirror::{self, bytes, MirrorConf, SyncCtx, RESYNC_STEP_SECTORS};
+use uraid_core::geometry::Raid1;
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 /// Mirror write-lock region, in sectors: pieces never cross one.
 pub(crate) const REGION_SECTORS: u64 = 128;
@@ -33,7 +34,12 @@ fn unit(sector: u64, len: usize) -> u64 {
     sector + (len as u64).div_ceil(SECTOR_BYTES) - 1
 }
 
-pub(crate) fn read(a: &Array, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
+pub(crate) fn read(
+    a: &Array,
+    c: &MirrorConf,
+    sector: u64,
+    buf: &mut [u8],
+) -> Result<(), ArrayError> {
     // Only a recovering member needs reads cut at its cursor's granularity; every read is
     // cut at barrier units, so that it waits on one barrier at a time (as md splits).
     let split = if a.any_recovering() {
@@ -45,15 +51,15 @@ pub(crate) fn read(a: &Array, sector: u64, buf: &mut [u8]) -> Result<(), ArrayEr
     let mut off = 0;
     while off < buf.len() {
         let n = ((to_boundary(s, split) * SECTOR_BYTES) as usize).min(buf.len() - off);
-        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
-        mirror::read_piece(a, &copies(a, s), unit(s, n), &mut buf[off..off + n])?;
+        let _pending = c.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
+        mirror::read_piece(a, c, &copies(a, s), unit(s, n), &mut buf[off..off + n])?;
         off += n;
         s += (n as u64) / SECTOR_BYTES;
     }
     Ok(())
 }
 
-pub(crate) fn write(a: &Array, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
+pub(crate) fn write(a: &Array, c: &MirrorConf, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
     // Region by region: inside the barrier (against sync), and under the region's write
     // lock so that two overlapping writes cannot leave the copies different (reads never
     // take it; see ARCHITECTURE.md).
@@ -61,8 +67,8 @@ pub(crate) fn write(a: &Array, sector: u64, buf: &[u8]) -> Result<(), ArrayError
     let mut off = 0;
     while off < buf.len() {
         let n = ((to_boundary(s, REGION_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off);
-        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
-        let _g = a.lock_bucket(s / REGION_SECTORS);
+        let _pending = c.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
+        let _g = c.lock_bucket(s / REGION_SECTORS);
         mirror::write_piece(a, &copies(a, s), unit(s, n), &buf[off..off + n])?;
         off += n;
         s += (n as u64) / SECTOR_BYTES;
@@ -74,16 +80,17 @@ pub(crate) fn write(a: &Array, sector: u64, buf: &[u8]) -> Result<(), ArrayError
 /// as writes go (inside the barrier, under the region's write lock).
 pub(crate) fn zero(
     a: &Array,
+    c: &MirrorConf,
     sector: u64,
     sectors: u64,
-    kind: crate::discard::Kind,
+    kind: ZeroKind,
 ) -> Result<(), ArrayError> {
     let end = sector + sectors;
     let mut s = sector;
     while s < end {
         let n = to_boundary(s, REGION_SECTORS).min(end - s);
-        let _pending = a.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
-        let _g = a.lock_bucket(s / REGION_SECTORS);
+        let _pending = c.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
+        let _g = c.lock_bucket(s / REGION_SECTORS);
         mirror::zero_piece(a, &copies(a, s), s + n - 1, n, kind)?;
         s += n;
     }
@@ -94,6 +101,7 @@ pub(crate) fn zero(
 /// returns (sectors done, mismatched sectors).
 pub(crate) fn sync_range(
     a: &Array,
+    c: &MirrorConf,
     start: u64,
     max: u64,
     ctx: &SyncCtx,
@@ -108,7 +116,7 @@ pub(crate) fn sync_range(
             .min(end - s);
         // md's raise_barrier: no request is inside this piece's barrier unit meanwhile, and
         // the recovery cursor moves before the barrier drops.
-        let _raised = a.barriers.raise(s / BARRIER_UNIT_SECTORS);
+        let _raised = c.barriers.raise(s / BARRIER_UNIT_SECTORS);
         let skip = ctx.skip_clean && a.bitmap_clean(s, n);
         if !skip
             && mirror::sync_piece(
@@ -126,4 +134,90 @@ pub(crate) fn sync_range(
         s += n;
     }
     Ok((s - start, mismatches))
+}
+
+/// raid1's conf (md's r1conf): the mirror's barriers, write locks and read heads.
+pub(crate) struct Raid1Conf {
+    map: Raid1,
+    mirror: MirrorConf,
+}
+
+impl Raid1Conf {
+    pub(crate) fn new(map: Raid1) -> Raid1Conf {
+        let mirror = MirrorConf::new(map.raid_disks);
+        Raid1Conf { map, mirror }
+    }
+}
+
+impl Personality for Raid1Conf {
+    fn read(&self, a: &Array, sector: Sector, buf: &mut [u8]) -> Result<(), ArrayError> {
+        read(a, &self.mirror, sector.0, buf)
+    }
+
+    fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
+        write(a, &self.mirror, sector.0, buf)
+    }
+
+    fn zero(
+        &self,
+        a: &Array,
+        sector: Sector,
+        sectors: u64,
+        kind: ZeroKind,
+    ) -> Result<(), ArrayError> {
+        zero(a, &self.mirror, sector.0, sectors, kind)
+    }
+
+    fn sync_range(
+        &self,
+        a: &Array,
+        start: u64,
+        max: u64,
+        ctx: &SyncCtx,
+    ) -> Result<(u64, u64), ArrayError> {
+        sync_range(a, &self.mirror, start, max, ctx)
+    }
+
+    /// The recovery unit is the sector.
+    fn total_units(&self) -> u64 {
+        self.map.array_sectors()
+    }
+
+    fn unit_bytes(&self) -> u64 {
+        SECTOR_BYTES
+    }
+
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        cursor
+    }
+
+    fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
+        offset_sectors
+    }
+
+    fn member_units(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        Some((start, end))
+    }
+
+    fn locate(&self, sector: Sector) -> Vec<(MemberIdx, Sector)> {
+        (0..self.map.raid_disks)
+            .map(|i| (MemberIdx(i), sector))
+            .collect()
+    }
+
+    fn survives(&self, missing: &[MemberIdx]) -> bool {
+        missing.len() < self.map.raid_disks
+    }
+
+    fn max_degraded(&self) -> usize {
+        self.map.raid_disks - 1
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }

@@ -1,11 +1,11 @@
 //! raid10 IO: md's near/far/offset copies, one piece per chunk. The recovery unit is the
 //! array chunk: a recovering member holds valid copies of every chunk below its cursor.
 
-use crate::array::Array;
+use crate::array::{Array, Personality, ZeroKind};
 use crate::error::ArrayError;
-use crate::mirror::{self, bytes, SyncCtx};
+use crate::mirror::{self, bytes, MirrorConf, SyncCtx};
 use uraid_core::geometry::Raid10;
-use uraid_core::SECTOR_BYTES;
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 fn for_pieces(
     g: &Raid10,
@@ -25,21 +25,33 @@ fn for_pieces(
     Ok(())
 }
 
-pub(crate) fn read(a: &Array, g: &Raid10, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
+pub(crate) fn read(
+    a: &Array,
+    c: &MirrorConf,
+    g: &Raid10,
+    sector: u64,
+    buf: &mut [u8],
+) -> Result<(), ArrayError> {
     for_pieces(g, sector, buf.len(), |s, copies, off, n| {
         let chunk = s / g.chunk_sectors;
-        let _pending = a.barriers.wait_barrier(chunk);
-        mirror::read_piece(a, &copies, chunk, &mut buf[off..off + n])
+        let _pending = c.barriers.wait_barrier(chunk);
+        mirror::read_piece(a, c, &copies, chunk, &mut buf[off..off + n])
     })
 }
 
-pub(crate) fn write(a: &Array, g: &Raid10, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
+pub(crate) fn write(
+    a: &Array,
+    c: &MirrorConf,
+    g: &Raid10,
+    sector: u64,
+    buf: &[u8],
+) -> Result<(), ArrayError> {
     for_pieces(g, sector, buf.len(), |s, copies, off, n| {
         // Pieces never cross a chunk: the chunk's barrier keeps sync out, its write lock
         // serialises overlapping writes (reads take only the barrier).
         let chunk = s / g.chunk_sectors;
-        let _pending = a.barriers.wait_barrier(chunk);
-        let _g = a.lock_bucket(chunk);
+        let _pending = c.barriers.wait_barrier(chunk);
+        let _g = c.lock_bucket(chunk);
         mirror::write_piece(a, &copies, chunk, &buf[off..off + n])
     })
 }
@@ -48,16 +60,17 @@ pub(crate) fn write(a: &Array, g: &Raid10, sector: u64, buf: &[u8]) -> Result<()
 /// writes go.
 pub(crate) fn zero(
     a: &Array,
+    c: &MirrorConf,
     g: &Raid10,
     sector: u64,
     sectors: u64,
-    kind: crate::discard::Kind,
+    kind: ZeroKind,
 ) -> Result<(), ArrayError> {
     let len = (sectors * SECTOR_BYTES) as usize;
     for_pieces(g, sector, len, |s, copies, _, n| {
         let chunk = s / g.chunk_sectors;
-        let _pending = a.barriers.wait_barrier(chunk);
-        let _g = a.lock_bucket(chunk);
+        let _pending = c.barriers.wait_barrier(chunk);
+        let _g = c.lock_bucket(chunk);
         mirror::zero_piece(a, &copies, chunk, n as u64 / SECTOR_BYTES, kind)
     })
 }
@@ -66,6 +79,7 @@ pub(crate) fn zero(
 /// returns (sectors done, mismatched sectors).
 pub(crate) fn sync_range(
     a: &Array,
+    c: &MirrorConf,
     g: &Raid10,
     start: u64,
     max: u64,
@@ -79,7 +93,7 @@ pub(crate) fn sync_range(
         let m = g.map(s);
         let n = m.contiguous_sectors.min(total - s);
         let chunk = s / g.chunk_sectors;
-        let _raised = a.barriers.raise(chunk);
+        let _raised = c.barriers.raise(chunk);
         let skip = ctx.skip_clean && a.bitmap_clean(s, n);
         if !skip && mirror::sync_piece(a, &m.copies, chunk, bytes(n), ctx.mode, ctx.targets)? {
             mismatches += n;
@@ -90,4 +104,124 @@ pub(crate) fn sync_range(
         }
     }
     Ok((s - start, mismatches))
+}
+
+/// raid10's conf (md's r10conf): the mirror's barriers, write locks and read heads.
+pub(crate) struct Raid10Conf {
+    map: Raid10,
+    mirror: MirrorConf,
+}
+
+impl Raid10Conf {
+    pub(crate) fn new(map: Raid10) -> Raid10Conf {
+        let mirror = MirrorConf::new(map.raid_disks);
+        Raid10Conf { map, mirror }
+    }
+}
+
+impl Personality for Raid10Conf {
+    fn read(&self, a: &Array, sector: Sector, buf: &mut [u8]) -> Result<(), ArrayError> {
+        read(a, &self.mirror, &self.map, sector.0, buf)
+    }
+
+    fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
+        write(a, &self.mirror, &self.map, sector.0, buf)
+    }
+
+    fn zero(
+        &self,
+        a: &Array,
+        sector: Sector,
+        sectors: u64,
+        kind: ZeroKind,
+    ) -> Result<(), ArrayError> {
+        zero(a, &self.mirror, &self.map, sector.0, sectors, kind)
+    }
+
+    /// Units are array chunks; the level's sync works in sectors.
+    fn sync_range(
+        &self,
+        a: &Array,
+        start: u64,
+        max: u64,
+        ctx: &SyncCtx,
+    ) -> Result<(u64, u64), ArrayError> {
+        let g = &self.map;
+        let (sectors, mism) = sync_range(
+            a,
+            &self.mirror,
+            g,
+            start * g.chunk_sectors,
+            max * g.chunk_sectors,
+            ctx,
+        )?;
+        Ok((sectors.div_ceil(g.chunk_sectors), mism))
+    }
+
+    /// The recovery unit is the array chunk.
+    fn total_units(&self) -> u64 {
+        self.map.array_sectors() / self.map.chunk_sectors
+    }
+
+    fn unit_bytes(&self) -> u64 {
+        self.map.chunk_sectors * SECTOR_BYTES
+    }
+
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        let r = &self.map;
+        if r.far_copies == 1 {
+            cursor * r.near_copies as u64 / r.raid_disks as u64 * r.chunk_sectors
+        } else {
+            // far/offset copies land out of order: claim nothing until done.
+            0
+        }
+    }
+
+    fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
+        let r = &self.map;
+        if r.far_copies == 1 {
+            offset_sectors / r.chunk_sectors * r.raid_disks as u64 / r.near_copies as u64
+        } else {
+            0
+        }
+    }
+
+    fn member_units(&self, s: u64, e: u64) -> Option<(u64, u64)> {
+        let r = &self.map;
+        if r.far_copies != 1 {
+            return None;
+        }
+        // Member chunk row k holds array chunks [k*disks/near, (k+1)*disks/near).
+        let per_row = r.raid_disks as u64;
+        let row = |x: u64| x / r.chunk_sectors;
+        Some((
+            row(s) * per_row / r.near_copies as u64,
+            (row(e.saturating_sub(1)) + 1) * per_row / r.near_copies as u64 + 1,
+        ))
+    }
+
+    fn locate(&self, sector: Sector) -> Vec<(MemberIdx, Sector)> {
+        self.map
+            .map(sector.0)
+            .copies
+            .into_iter()
+            .map(|(m, s)| (m, Sector(s)))
+            .collect()
+    }
+
+    fn survives(&self, missing: &[MemberIdx]) -> bool {
+        self.map.survives(missing)
+    }
+
+    fn max_degraded(&self) -> usize {
+        self.map.max_degraded()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }

@@ -8,17 +8,16 @@
 //! sees it valid exactly where it has been rebuilt.
 
 use crate::array::Array;
+use crate::array::{SyncCtx, SyncMode};
 use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
-use crate::mirror::{SyncCtx, SyncMode};
 use crate::slot::SlotState;
 use std::sync::Arc;
-use uraid_core::geometry::Personality;
 use uraid_core::superblock::{
     Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
 };
-use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 /// What a sync pass does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,52 +74,19 @@ pub enum AddOutcome {
 }
 
 impl Array {
-    /// Recovery units in the whole array.
+    /// Recovery units in the whole array (the level's, see `Personality::total_units`).
     pub fn total_units(&self) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(r) => r.array_sectors(),
-            Personality::Raid10(r) => r.array_sectors() / r.chunk_sectors,
-            Personality::Parity(g) => g.stripes(),
-        }
+        self.pers().total_units()
     }
 
     /// Array bytes per recovery unit.
     pub fn unit_bytes(&self) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => SECTOR_BYTES,
-            Personality::Raid10(r) => r.chunk_sectors * SECTOR_BYTES,
-            Personality::Parity(g) => g.stripe_data_sectors() * SECTOR_BYTES,
-        }
-    }
-
-    /// md's recovery_offset (member sectors below which a recovering member is valid) for
-    /// a cursor in recovery units; conservative where the layout is not monotonic.
-    pub(crate) fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => cursor,
-            Personality::Parity(g) => cursor * g.chunk_sectors,
-            Personality::Raid10(r) if r.far_copies == 1 => {
-                cursor * r.near_copies as u64 / r.raid_disks as u64 * r.chunk_sectors
-            }
-            // far/offset copies land out of order: claim nothing until done.
-            Personality::Raid10(_) => 0,
-        }
+        self.pers().unit_bytes()
     }
 
     /// The recovery cursor for md's recovery_offset (the inverse, rounded down).
     pub(crate) fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
-        match self.personality() {
-            Personality::Raid0(_) => 0,
-            Personality::Raid1(_) => offset_sectors,
-            Personality::Parity(g) => offset_sectors / g.chunk_sectors,
-            Personality::Raid10(r) if r.far_copies == 1 => {
-                offset_sectors / r.chunk_sectors * r.raid_disks as u64 / r.near_copies as u64
-            }
-            Personality::Raid10(_) => 0,
-        }
+        self.pers().cursor_for_offset(offset_sectors)
     }
 
     pub fn recovering_roles(&self) -> Vec<MemberIdx> {
@@ -169,21 +135,7 @@ impl Array {
             generations: &generations,
             skip_clean,
         };
-        match self.personality() {
-            Personality::Raid0(_) => Ok((0, 0)),
-            Personality::Raid1(_) => crate::raid1::sync_range(self, start, max, &ctx),
-            Personality::Raid10(r) => {
-                let (sectors, mism) = crate::raid10::sync_range(
-                    self,
-                    r,
-                    start * r.chunk_sectors,
-                    max * r.chunk_sectors,
-                    &ctx,
-                )?;
-                Ok((sectors.div_ceil(r.chunk_sectors), mism))
-            }
-            Personality::Parity(g) => crate::raid5::sync_range(self, g, start, max, &ctx),
-        }
+        self.pers().sync_range(self, start, max, &ctx)
     }
 
     /// `Err` when the daemons asked the running sync to stop (md's MD_RECOVERY_INTR);
@@ -348,7 +300,7 @@ impl Array {
         }
         let mut meta = self.meta();
         for r in &done {
-            if let Some(sb) = meta.members[r.0].as_mut() {
+            if let Some(sb) = meta.members[*r].as_mut() {
                 sb.feature_map &= !FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = MAX_SECTOR;
             }
@@ -368,7 +320,7 @@ impl Array {
     /// was a member of this array before is re-added in its old role if that role is free.
     pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
         self.check_writable("adding a member")?;
-        if self.level() == Level::Raid0 {
+        if !self.pers().rebuilds() {
             return Err(ArrayError::Failed(
                 "raid0 has no redundancy: members cannot be added".into(),
             ));
@@ -387,7 +339,7 @@ impl Array {
             device_uuid: found.as_ref().map(|sb| sb.device_uuid),
         };
         let mut meta = self.meta();
-        if let Some((place, known, why)) = crate::identity::locate(self, &meta, &id) {
+        if let Some((place, known, why)) = crate::placement::locate(self, &meta, &id) {
             return Err(ArrayError::Failed(match place {
                 crate::identity::Place::Member(_, SlotState::Faulty) => format!(
                     "{name} is still in the array as {place}, named {known}: remove it first"
@@ -400,7 +352,7 @@ impl Array {
         }
         let tmpl_member = meta
             .members
-            .iter()
+            .values()
             .flatten()
             .next()
             .cloned()
@@ -438,7 +390,7 @@ impl Array {
         let old = found.filter(|sb| sb.set_uuid == meta.template.set_uuid);
         let used: Vec<u32> = meta
             .members
-            .iter()
+            .values()
             .flatten()
             .map(|s| s.dev_number)
             .chain(meta.spares.iter().map(|(_, s)| s.dev_number))
@@ -508,7 +460,7 @@ impl Array {
                 sb.feature_map |= FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = 0;
                 meta.template.dev_roles[dev_number as usize] = role as u16;
-                meta.members[role] = Some(sb);
+                meta.members[MemberIdx(role)] = Some(sb);
                 let slot = self.slot(MemberIdx(role));
                 slot.set_recovery_cursor(0);
                 slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -569,7 +521,7 @@ impl Array {
                 meta.keep_faulty(role, old);
             }
         }
-        meta.members[role.0] = Some(sb);
+        meta.members[role] = Some(sb);
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
         slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
@@ -605,7 +557,7 @@ impl Array {
         let change = self.begin_sb_change();
         slot.set_device(None, 0);
         slot.set_state(SlotState::Missing);
-        if let Some(sb) = meta.members[role.0].take() {
+        if let Some(sb) = meta.members[role].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
         }
         change.recorded(meta.write_all(self))?;

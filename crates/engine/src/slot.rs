@@ -10,48 +10,12 @@
 //! An in-sync role may also carry a *replacement* (md's --replace): a second device being
 //! rebuilt for the same role while the first stays active (see [`crate::replace`]).
 
-use crate::badblocks::BadBlocks;
+use crate::badblocks::{BadBlocks, BadCheck};
 use crate::member::Member;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    Missing,
-    InSync,
-    Recovering,
-    Faulty,
-}
-
-impl SlotState {
-    fn from_u8(v: u8) -> SlotState {
-        match v {
-            1 => SlotState::InSync,
-            2 => SlotState::Recovering,
-            3 => SlotState::Faulty,
-            _ => SlotState::Missing,
-        }
-    }
-
-    fn as_u8(self) -> u8 {
-        match self {
-            SlotState::Missing => 0,
-            SlotState::InSync => 1,
-            SlotState::Recovering => 2,
-            SlotState::Faulty => 3,
-        }
-    }
-
-    /// mdadm --detail's words.
-    pub fn describe(self) -> &'static str {
-        match self {
-            SlotState::Missing => "removed",
-            SlotState::InSync => "active sync",
-            SlotState::Recovering => "spare rebuilding",
-            SlotState::Faulty => "faulty",
-        }
-    }
-}
+pub use crate::slot_state::SlotState;
 
 pub struct Slot {
     dev: RwLock<Option<Arc<dyn Member>>>,
@@ -69,7 +33,7 @@ pub struct Slot {
     /// hourly halving of `corrected_reads` (check_decay_read_errors).
     last_read_error_secs: AtomicU64,
     /// The device being rebuilt to take this role over (md's replacement), if any.
-    replacement: RwLock<Option<Arc<crate::replace::Replacing>>>,
+    replacement: RwLock<Option<Arc<crate::replacing::Replacing>>>,
     /// The device's bad blocks (md's bad block log), in absolute device sectors.
     bad: Arc<Mutex<BadBlocks>>,
     /// Whether `bad` holds anything: the IO path checks this first.
@@ -133,14 +97,11 @@ impl Slot {
 
     /// A check of the old device's bad blocks, for a replacement copying from it.
     pub(crate) fn bad_check(&self) -> BadCheck {
-        BadCheck {
-            bad: self.bad.clone(),
-            has_bad: self.has_bad.clone(),
-        }
+        BadCheck::new(self.bad.clone(), self.has_bad.clone())
     }
 
     /// The replacement being rebuilt for this role, if any.
-    pub(crate) fn replacement(&self) -> Option<Arc<crate::replace::Replacing>> {
+    pub(crate) fn replacement(&self) -> Option<Arc<crate::replacing::Replacing>> {
         self.replacement.read().unwrap().clone()
     }
 
@@ -159,7 +120,7 @@ impl Slot {
     /// history (generation, corrected reads) is kept: it is the same device.
     pub(crate) fn set_replacement(
         &self,
-        r: Option<Arc<crate::replace::Replacing>>,
+        r: Option<Arc<crate::replacing::Replacing>>,
         dev: Arc<dyn Member>,
     ) {
         let mut d = self.dev.write().unwrap();
@@ -279,19 +240,6 @@ impl Slot {
             SlotState::InSync => self.device(),
             _ => None,
         }
-    }
-}
-
-/// A slot's bad block list, shared (the replace copy reads the old device directly).
-#[derive(Clone)]
-pub(crate) struct BadCheck {
-    bad: Arc<Mutex<BadBlocks>>,
-    has_bad: Arc<AtomicBool>,
-}
-
-impl BadCheck {
-    pub(crate) fn overlaps(&self, start: u64, sectors: u64) -> bool {
-        self.has_bad.load(Ordering::Acquire) && self.bad.lock().unwrap().overlaps(start, sectors)
     }
 }
 

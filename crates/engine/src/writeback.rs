@@ -342,30 +342,32 @@ fn all_chunks(data_disks: usize) -> u64 {
 impl Array {
     /// md's `journal_mode`: None without a journal.
     pub fn journal_mode(&self) -> Option<JournalMode> {
-        self.journal.as_ref().map(|_| self.wb.mode())
+        self.journal().map(|_| self.r5().wb.mode())
     }
 
     /// Write-back cache counters, with a journal.
     pub fn writeback_stats(&self) -> Option<WriteBackStats> {
-        self.journal.as_ref().map(|_| self.wb.stats())
+        self.journal().map(|_| self.r5().wb.stats())
     }
 
     /// Most pages the write-back cache holds before it writes out under pressure.
     pub fn set_writeback_max_pages(&self, pages: usize) {
-        self.wb.max_pages.store(pages.max(1), Ordering::Relaxed);
+        if let Some(c) = self.r5_conf() {
+            c.wb.max_pages.store(pages.max(1), Ordering::Relaxed);
+        }
     }
 
     /// Switch the journal mode at run time (md's `journal_mode` in sysfs). Write-back is
     /// refused while the array is degraded, as md refuses it; switching to write-through
     /// writes every cached stripe out first.
     pub fn set_journal_mode(&self, mode: JournalMode) -> Result<(), ArrayError> {
-        let Some(j) = &self.journal else {
+        let Some(j) = self.journal() else {
             return Err(ArrayError::Failed("the array has no write journal".into()));
         };
         let g = self
             .parity_geometry()
             .expect("a journal is on a parity level");
-        let _gate = self.wb.gate.write().unwrap();
+        let _gate = self.r5().wb.gate.write().unwrap();
         match mode {
             JournalMode::WriteBack => {
                 if self.is_degraded() {
@@ -377,11 +379,11 @@ impl Array {
                 if j.is_failed() {
                     return Err(self.journal_failed_error());
                 }
-                self.wb.on.store(true, Ordering::SeqCst);
+                self.r5().wb.on.store(true, Ordering::SeqCst);
             }
             JournalMode::WriteThrough => {
                 drain(self, g)?;
-                self.wb.on.store(false, Ordering::SeqCst);
+                self.r5().wb.on.store(false, Ordering::SeqCst);
             }
         }
         tracing::info!("journal mode: {mode}");
@@ -396,12 +398,12 @@ impl Array {
             return Ok(());
         };
         self.writeback_fallback()?;
-        if self.journal.is_none() || self.wb.is_empty() || self.journal_failed() {
+        if self.journal().is_none() || self.r5().wb.is_empty() || self.journal_failed() {
             return Ok(());
         }
-        let _gate = self.wb.gate.read().unwrap();
+        let _gate = self.r5().wb.gate.read().unwrap();
         reclaim(self, g, 0, false)?;
-        for s in self.wb.pick(false, 0, Some((PERIODIC_AGE, self.now_ms()))) {
+        for s in self.r5().wb.pick(false, 0, Some((PERIODIC_AGE, self.now_ms()))) {
             write_out_stripe(self, g, s)?;
         }
         Ok(())
@@ -410,14 +412,20 @@ impl Array {
     /// The reclaim daemon: run [`Array::writeback_periodic`] whenever the write path asks
     /// (log tight, cache filling, full stripes) and at least every 100 ms, until `stop`.
     pub fn writeback_daemon(&self, stop: &AtomicBool) {
+        let Some(c) = self.r5_conf() else {
+            // No write-back on the other levels: only wait for the stop.
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            return;
+        };
         while !stop.load(Ordering::SeqCst) {
             {
-                let w = self.wb.wake_mx.lock().unwrap();
-                let (mut w, _) = self
-                    .wb
-                    .wake_cv
-                    .wait_timeout_while(w, Duration::from_millis(100), |w| !*w)
-                    .unwrap();
+                let w = c.wb.wake_mx.lock().unwrap();
+                let (mut w, _) =
+                    c.wb.wake_cv
+                        .wait_timeout_while(w, Duration::from_millis(100), |w| !*w)
+                        .unwrap();
                 *w = false;
             }
             if let Err(e) = self.writeback_periodic() {
@@ -429,7 +437,7 @@ impl Array {
 
     /// In write-back with a member gone: write the cache out and go write-through.
     pub(crate) fn writeback_fallback(&self) -> Result<(), ArrayError> {
-        if self.wb.is_on() && self.is_degraded() {
+        if self.r5_conf().is_some_and(|c| c.wb.is_on()) && self.is_degraded() {
             tracing::warn!(
                 "a member failed while the journal was in write-back: writing the cache out \
                  and switching to write-through"
@@ -451,14 +459,14 @@ impl Array {
                 .or_default()
                 .push((*sector, &page[..]));
         }
-        let j = self.journal.as_ref().expect("journal attached");
+        let j = self.journal().expect("journal attached");
         // The replay's tickets pin all of it until every stripe is out.
         for (stripe, pages) in by_stripe {
-            self.wb.insert(j, g, stripe, &pages, None, 0, self.now_ms());
+            self.r5().wb.insert(j, g, stripe, &pages, None, 0, self.now_ms());
         }
-        *self.wb.recovered.lock().unwrap() = r.tickets;
+        *self.r5().wb.recovered.lock().unwrap() = r.tickets;
         drain(self, g)?;
-        for t in std::mem::take(&mut *self.wb.recovered.lock().unwrap()) {
+        for t in std::mem::take(&mut *self.r5().wb.recovered.lock().unwrap()) {
             j.stripe_written(t);
         }
         Ok(())
@@ -472,7 +480,7 @@ pub(crate) fn write(
     sector: u64,
     buf: &[u8],
 ) -> Result<(), ArrayError> {
-    let j = a.journal.as_ref().expect("write-back has a journal");
+    let j = a.journal().expect("write-back has a journal");
     let mut s = sector;
     let mut off = 0usize;
     while off < buf.len() {
@@ -489,12 +497,16 @@ pub(crate) fn write(
             let need =
                 g.stripe_data_sectors() + rows * PAGE_SECTORS * (g.parity_disks() as u64 + 1);
             reclaim(a, g, need, true)?;
-            let mut head = a.stripe_cache.get(loc.stripe, Get::Wait).expect("waited");
+            let mut head = a
+                .r5()
+                .stripe_cache
+                .get(loc.stripe, Get::Wait)
+                .expect("waited");
             let cb = (g.chunk_sectors * 512) as usize;
             let pieces: Vec<Option<(usize, &[u8])>> =
                 data.chunks(cb).map(|c| Some((0, c))).collect();
             crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, Log::Stripe)?;
-            for t in a.wb.remove(j, g, loc.stripe) {
+            for t in a.r5().wb.remove(j, g, loc.stripe) {
                 j.stripe_written(t);
             }
         } else if !s.is_multiple_of(PAGE_SECTORS) || !n.is_multiple_of(PAGE) {
@@ -514,12 +526,16 @@ pub(crate) fn write(
             let mut tries = 0;
             loop {
                 // The stripe's head: no write-out of this stripe runs meanwhile.
-                let lock = a.stripe_cache.get(loc.stripe, Get::Wait).expect("waited");
+                let lock = a
+                    .r5()
+                    .stripe_cache
+                    .get(loc.stripe, Get::Wait)
+                    .expect("waited");
                 // Room to log the parity of these rows too, once they go out.
                 let keep = pages.len() as u64 * row_reserve(g);
                 match j.append_data(&pages, a, keep) {
                     Ok(t) => {
-                        a.wb.insert(j, g, loc.stripe, &pages, Some(t), keep, a.now_ms());
+                        a.r5().wb.insert(j, g, loc.stripe, &pages, Some(t), keep, a.now_ms());
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. }) if tries < FULL_RETRIES => {
@@ -528,10 +544,10 @@ pub(crate) fn write(
                         // other threads: give them a moment.
                         drop(lock);
                         tries += 1;
-                        if a.wb.is_empty() {
+                        if a.r5().wb.is_empty() {
                             std::thread::sleep(Duration::from_millis(1));
                         }
-                        for st in a.wb.pick(false, 16, None) {
+                        for st in a.r5().wb.pick(false, 16, None) {
                             write_out_stripe(a, g, st)?;
                         }
                         j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
@@ -553,14 +569,16 @@ pub(crate) fn write(
 /// out when the log is tight (under three times), the cache is 3/4 full, or full stripes
 /// pile up, and moves the tail at half the ring (md's reclaim thread does the same).
 fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result<(), ArrayError> {
-    let j = a.journal.as_ref().expect("journal");
+    let j = a.journal().expect("journal");
     // The cache also stays under an eighth of the ring: writing it out needs about three
     // times its size in log space, and the critical threshold is twice that.
-    let max =
-        a.wb.max_pages
-            .load(Ordering::Relaxed)
-            .min((j.space().1 / (8 * PAGE_SECTORS)) as usize)
-            .max(1);
+    let max = a
+        .r5()
+        .wb
+        .max_pages
+        .load(Ordering::Relaxed)
+        .min((j.space().1 / (8 * PAGE_SECTORS)) as usize)
+        .max(1);
     for _ in 0..1024 {
         let (mut used, size) = j.space();
         let tail_at = if foreground { size / 4 * 3 } else { size / 2 };
@@ -568,32 +586,32 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
             j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
             used = j.space().0;
         }
-        if a.wb.is_empty() {
+        if a.r5().wb.is_empty() {
             return Ok(());
         }
         let free = size.saturating_sub(used + need);
         // What writing the cache out (or carrying it over at replay) needs, counting the
         // pages about to be logged.
-        let required = a.wb.required_sectors(g) + need;
+        let required = a.r5().wb.required_sectors(g) + need;
         let critical = free < 2 * required;
         let tight = free < 3 * required;
-        let pages = a.wb.cached_pages.load(Ordering::SeqCst);
+        let pages = a.r5().wb.cached_pages.load(Ordering::SeqCst);
         let over = pages >= max;
         let pressure = pages > max * 3 / 4;
-        let full = a.wb.full_stripes();
+        let full = a.r5().wb.full_stripes();
         let picked = if critical {
-            a.wb.pick(false, 8, None)
+            a.r5().wb.pick(false, 8, None)
         } else if over {
-            a.wb.pick(false, 1, None)
+            a.r5().wb.pick(false, 1, None)
         } else if foreground {
             if tight || pressure || full >= FULL_STRIPE_BATCH {
-                a.wb.wake();
+                a.r5().wb.wake();
             }
             return Ok(());
         } else if tight || pressure {
-            a.wb.pick(true, 4, None)
+            a.r5().wb.pick(true, 4, None)
         } else if full >= FULL_STRIPE_BATCH {
-            a.wb.pick(true, 0, None)
+            a.r5().wb.pick(true, 0, None)
         } else {
             return Ok(());
         };
@@ -609,8 +627,8 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
 
 /// Write every cached stripe out.
 pub(crate) fn drain(a: &Array, g: &ParityGeometry) -> Result<(), ArrayError> {
-    while !a.wb.is_empty() {
-        let picked = a.wb.pick(false, usize::MAX, None);
+    while !a.r5().wb.is_empty() {
+        let picked = a.r5().wb.pick(false, usize::MAX, None);
         for s in picked {
             write_out_stripe(a, g, s)?;
         }
@@ -627,10 +645,10 @@ pub(crate) fn write_out_stripe(
 ) -> Result<(), ArrayError> {
     // Member writes need the array marked active, as any write does.
     a.ensure_dirty()?;
-    let j = a.journal.as_ref().expect("journal");
-    let mut head = a.stripe_cache.get(stripe, Get::Wait).expect("waited");
+    let j = a.journal().expect("journal");
+    let mut head = a.r5().stripe_cache.get(stripe, Get::Wait).expect("waited");
     let lo = g.array_sector(stripe, 0);
-    let pages = a.wb.overlapping(g, lo, g.stripe_data_sectors());
+    let pages = a.r5().wb.overlapping(g, lo, g.stripe_data_sectors());
     if pages.is_empty() {
         return Ok(());
     }
@@ -678,10 +696,10 @@ pub(crate) fn write_out_stripe(
         crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, log)?;
         i = k;
     }
-    for t in a.wb.remove(j, g, stripe) {
+    for t in a.r5().wb.remove(j, g, stripe) {
         j.stripe_written(t);
     }
-    a.wb.written_out.fetch_add(1, Ordering::Relaxed);
+    a.r5().wb.written_out.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -707,10 +725,10 @@ pub(crate) fn cached_for_read(
     sector: u64,
     sectors: u64,
 ) -> Vec<(u64, Box<[u8]>)> {
-    if a.wb.is_empty() {
+    if a.r5().wb.is_empty() {
         return Vec::new();
     }
-    a.wb.overlapping(g, sector, sectors)
+    a.r5().wb.overlapping(g, sector, sectors)
 }
 
 /// Replay's fallback for one row of write-back data that does not fit the new log: write

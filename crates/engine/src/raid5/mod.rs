@@ -1,0 +1,187 @@
+//! raid4/5/6 IO over chunk-high stripes. The recovery unit is the stripe.
+//!
+//! Per stripe, holding the stripe's head in the stripe cache ([`crate::stripe_cache`]):
+//! - reads go straight to the data members (waiting first for a write in progress on the
+//!   stripe, without holding the head); a piece on a missing member is rebuilt from the
+//!   rest of its rows (XOR for one loss, P and Q for two); a piece whose read fails is
+//!   rebuilt the same way and written back to the member (read-error repair);
+//! - writes are full-stripe (no reads), read-modify-write (old data and parity) or
+//!   reconstruct-write (the untouched data), whichever reads fewer member blocks, as md
+//!   counts them; a degraded stripe always reconstructs, rebuilding missing blocks first.
+//!   Each stripe write is analyse -> plan ([`crate::stripe_plan`], pure) -> execute.
+//!
+//! Row ranges `[lo, hi)` are byte offsets inside the chunk.
+//!
+//! The files, by responsibility (md's raid5.c in parts):
+//! - this one: the entry points' shared helpers and the level's state, [`Conf`] (md's
+//!   r5conf: stripe cache, stripe workers, journal, write-back);
+//! - [`read`]: reads, degraded reads, read-error repair;
+//! - [`write`]: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
+//! - [`sync`]: resync, recovery, check and repair of parity;
+//! - [`stripe`]: one stripe's blocks (loading, reconstruction, parity).
+
+pub(crate) mod pers;
+mod read;
+mod stripe;
+mod sync;
+mod write;
+
+pub(crate) use read::read;
+pub(crate) use stripe::gen_parity;
+pub use sync::locate_bad_data;
+pub(crate) use sync::sync_range;
+pub(crate) use write::{write, write_pieces_locked, zero, Log};
+
+use crate::array::{no_redundancy, Array};
+use crate::error::ArrayError;
+use crate::journal::Journal;
+use crate::stripe_cache::StripeCache;
+use crate::stripe_workers::Workers;
+use crate::writeback::WriteBack;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::RwLock;
+use uraid_core::geometry::{ParityGeometry, StripeMap};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+/// What only a raid4/5/6 array holds (md's r5conf). The array keeps one, for the parity
+/// levels only; the level's code reaches its state through it.
+pub(crate) struct Conf {
+    /// Stripe ownership and buffers (md's stripe cache).
+    pub(crate) stripe_cache: StripeCache,
+    /// Stripe workers (md's group_thread_cnt); None = submitters do the work.
+    workers: RwLock<Option<Workers>>,
+    /// Workers in `workers`, so that the common case (none) takes no lock.
+    group_threads: AtomicUsize,
+    /// The write journal (md's raid5-cache).
+    pub(crate) journal: Option<Journal>,
+    /// The journal's write-back mode and its cache.
+    pub(crate) wb: WriteBack,
+}
+
+impl Conf {
+    pub(crate) fn new() -> Conf {
+        Conf {
+            stripe_cache: StripeCache::new(
+                crate::stripe_cache::DEFAULT_SIZE,
+                crate::stripe_cache::PARTITIONS,
+            ),
+            workers: RwLock::new(None),
+            group_threads: AtomicUsize::new(0),
+            journal: None,
+            wb: WriteBack::default(),
+        }
+    }
+
+    /// md's group_thread_cnt: stripe worker threads (0 = each submitter handles its stripes).
+    pub(crate) fn group_thread_cnt(&self) -> usize {
+        self.workers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |w| w.threads())
+    }
+
+    /// Set group_thread_cnt (checked by the caller): the old workers finish what they hold
+    /// and stop.
+    pub(crate) fn set_group_thread_cnt(&self, n: usize) {
+        let new = (n > 0).then(|| Workers::new(n));
+        let old = {
+            let mut w = self.workers.write().unwrap_or_else(|e| e.into_inner());
+            self.group_threads.store(n, Ordering::SeqCst);
+            std::mem::replace(&mut *w, new)
+        };
+        drop(old);
+    }
+
+    /// Run one stripe's work: on a stripe worker if there are any, else here.
+    pub(crate) fn run_stripe<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.group_threads.load(Ordering::Relaxed) == 0 {
+            return f();
+        }
+        let w = self.workers.read().unwrap_or_else(|e| e.into_inner());
+        match w.as_ref() {
+            Some(w) => w.run(f),
+            None => {
+                drop(w);
+                f()
+            }
+        }
+    }
+}
+
+impl Default for Conf {
+    fn default() -> Conf {
+        Conf::new()
+    }
+}
+
+pub(super) enum Outcome {
+    Done,
+    /// Reads failed on these members: redo the stripe treating them as missing.
+    Retry(Vec<MemberIdx>),
+}
+
+pub(super) fn chunk_bytes(g: &ParityGeometry) -> usize {
+    (g.chunk_sectors * SECTOR_BYTES) as usize
+}
+
+pub(super) fn sectors(bytes: usize) -> u64 {
+    bytes as u64 / SECTOR_BYTES
+}
+
+pub(super) fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
+    let mut v = map.data.clone();
+    v.push(map.p);
+    v.extend(map.q);
+    v
+}
+
+/// Roles of the stripe that cannot be read for it: missing, faulty, recovering above their
+/// cursor, or excluded after a read error.
+pub(super) fn lost_roles(
+    a: &Array,
+    map: &StripeMap,
+    stripe: u64,
+    exclude: &[MemberIdx],
+) -> Vec<MemberIdx> {
+    stripe_roles(map)
+        .into_iter()
+        .filter(|r| exclude.contains(r) || !a.slot(*r).is_usable(stripe))
+        .collect()
+}
+
+/// Run a stripe operation, retrying with members whose reads failed treated as missing;
+/// afterwards the blocks of those members are repaired by the operation itself (`f` gets the
+/// exclude list). If too many members fail, the failed ones are failed for good.
+pub(super) fn retrying(
+    a: &Array,
+    map: &StripeMap,
+    stripe: u64,
+    g: &ParityGeometry,
+    mut f: impl FnMut(&[MemberIdx]) -> Result<Outcome, ArrayError>,
+) -> Result<(), ArrayError> {
+    let mut exclude: Vec<MemberIdx> = Vec::new();
+    // Each retry follows a member that failed meanwhile, so a few are enough; the bound
+    // only guards against a bug turning into a hang.
+    for _ in 0..4 * a.raid_disks() + 4 {
+        match f(&exclude)? {
+            Outcome::Done => return Ok(()),
+            Outcome::Retry(more) => {
+                for r in more {
+                    if !exclude.contains(&r) {
+                        exclude.push(r);
+                    }
+                }
+                if lost_roles(a, map, stripe, &exclude).len() > g.parity_disks() {
+                    for r in &exclude {
+                        a.member_error(*r, &std::io::Error::other("unrecoverable read error"));
+                    }
+                    return Err(no_redundancy(a, "read"));
+                }
+            }
+        }
+    }
+    Err(ArrayError::Failed(format!(
+        "stripe {stripe}: members kept changing state; giving up"
+    )))
+}

@@ -1,0 +1,387 @@
+//! raid4/5/6 sync: resync, check and repair compare parity with the data (md's
+//! mismatch_cnt); recovery rebuilds the targets' blocks. Batched passes of whole stripes.
+
+use super::stripe::{gen_parity, Rows};
+use super::write::take_run;
+use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
+use crate::array::{no_redundancy, Array};
+use crate::buf::AlignedBuf;
+use crate::error::ArrayError;
+use crate::member_io::OpList;
+use crate::mirror::{SyncCtx, SyncMode};
+use crate::stripe_cache::{Get, StripeHead};
+use std::sync::atomic::Ordering;
+use uraid_core::geometry::{ParityGeometry, StripeMap};
+use uraid_core::{MemberIdx, Sector};
+
+/// Rows per sync step inside a chunk.
+const SYNC_ROWS_BYTES: usize = 64 * 1024;
+/// md compares and counts in pages.
+const PAGE: usize = 4096;
+
+/// Sync stripes from `start`, at most `max` stripes: resync/check/repair compare parity with
+/// the data (counting mismatched sectors as md's mismatch_cnt), recovery rebuilds the
+/// `targets`' blocks. Returns (stripes done, mismatched sectors).
+pub(crate) fn sync_range(
+    a: &Array,
+    g: &ParityGeometry,
+    start: u64,
+    max: u64,
+    ctx: &SyncCtx,
+) -> Result<(u64, u64), ArrayError> {
+    let (mode, targets) = (ctx.mode, ctx.targets);
+    let cb = chunk_bytes(g);
+    let end = (start + max.max(1)).min(g.stripes());
+    let mut mismatches = 0u64;
+    let batch = (a.tuning.sync_batch_bytes.load(Ordering::Relaxed) / cb).max(1) as u64;
+    let mut next = start;
+    // The previous pass, read and rebuilt, its writes not yet issued (stripes still locked).
+    let mut pending: Option<SyncPass> = None;
+    while next < end {
+        // Several whole stripes per pass: one read of each member and one write, so that
+        // members stream instead of waiting for each other stripe by stripe.
+        let k = batch.min(end - next);
+        if k >= 2 {
+            // Pipelined: the writes of the previous pass go out together with the reads of
+            // this one. While the previous pass still holds stripe heads, this one's are
+            // only taken if at hand (waiting for a head while holding others could wait
+            // for ourselves in a small cache); if the first is not, the previous pass
+            // completes first. As many of the k stripes as are at hand make the pass.
+            let how = if pending.is_some() {
+                Get::Try
+            } else {
+                Get::Wait
+            };
+            let heads = take_run(a, next, k as usize, how);
+            let Some(heads) = heads else {
+                if let Some(p) = pending.take() {
+                    p.complete(a, g, ctx);
+                }
+                continue;
+            };
+            let k = heads.len() as u64;
+            let mut reads = SyncPass::plan(a, g, ctx, next, k, heads);
+            let mut ops = OpList::new();
+            if let Some(p) = &pending {
+                p.queue_writes(a, g, ctx, &mut ops);
+            }
+            let read_ok = reads.queue_reads(a, g, ops);
+            if let Some(p) = pending.take() {
+                // Its writes completed (a failed write has failed its member): the cursor
+                // moves past its stripes before their locks go.
+                ctx.advance(a, p.first + p.k);
+            }
+            if read_ok {
+                mismatches += reads.rebuild(a, g, ctx)?;
+                next += k;
+                pending = Some(reads);
+                continue;
+            }
+            drop(reads);
+        }
+        if let Some(p) = pending.take() {
+            p.complete(a, g, ctx);
+        }
+        let stripe = next;
+        next += 1;
+        let map = g.stripe_map(stripe);
+        // The recovery cursor moves only while the stripe's head is held (ctx.advance).
+        let _head = a.r5().stripe_cache.get(stripe, Get::Wait);
+        // The bitmap counts member sectors for the parity levels.
+        let mut lo = if ctx.skip_clean && a.bitmap_clean(stripe * g.chunk_sectors, g.chunk_sectors)
+        {
+            cb
+        } else {
+            0
+        };
+        while lo < cb {
+            let hi = (lo + SYNC_ROWS_BYTES).min(cb);
+            let mut exclude: Vec<MemberIdx> = Vec::new();
+            let mut rows = loop {
+                match Rows::load(a, g, &map, stripe, lo, hi, &exclude, |_| true) {
+                    Ok(r) => break r,
+                    Err(failed) => {
+                        exclude.extend(failed);
+                        if lost_roles(a, &map, stripe, &exclude).len() > g.parity_disks() {
+                            for r in &exclude {
+                                a.member_error(
+                                    *r,
+                                    &std::io::Error::other("read error during sync"),
+                                );
+                            }
+                            return Err(no_redundancy(a, "sync"));
+                        }
+                    }
+                }
+            };
+            let lost = lost_roles(a, &map, stripe, &exclude);
+            let msec = g.member_sector(stripe, sectors(lo));
+            let mut ops = OpList::new();
+            let mut writes: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+            if !lost.is_empty() {
+                // Rebuild what is missing (recovery targets, read errors).
+                rows.reconstruct(a, g, &map)?;
+                for r in lost.iter().filter(|r| targets.contains(r)) {
+                    let mut b = AlignedBuf::new(hi - lo);
+                    b.copy_from_slice(rows.get(*r));
+                    writes.push((*r, b));
+                }
+            } else {
+                mismatches += compare_rows(&mut rows, &map, hi - lo, mode, &mut writes);
+            }
+            for (r, b) in &writes {
+                let dev = if targets.contains(r) {
+                    a.slot(*r).device()
+                } else {
+                    a.usable(*r, stripe)
+                };
+                if let Some(dev) = dev {
+                    ops.write(a, dev, *r, Sector(msec), b);
+                }
+            }
+            ops.run(a);
+            // Read errors: the rebuilt block is written back and counted, as any read-error
+            // repair (md's fix_read_error: decaying count, bad block log, limit of 20).
+            for r in exclude.iter().filter(|r| !targets.contains(r)) {
+                if a.usable(*r, stripe).is_some() {
+                    a.repair_read(*r, msec, rows.get(*r));
+                }
+            }
+            lo = hi;
+        }
+        ctx.advance(a, stripe + 1);
+    }
+    if let Some(p) = pending.take() {
+        p.complete(a, g, ctx);
+    }
+    Ok((end - start, mismatches))
+}
+
+/// `k` whole stripes from `first` synced in one pass: read (every member once), rebuilt or
+/// compared, then written; the stripes' heads are held from the read until the writes complete.
+struct SyncPass<'a> {
+    first: u64,
+    k: u64,
+    _heads: Vec<StripeHead<'a>>,
+    stripes: Vec<u64>,
+    maps: Vec<StripeMap>,
+    rows: Vec<Rows>,
+    /// Blocks to write: (stripe, role, data).
+    writes: Vec<(u64, MemberIdx, AlignedBuf)>,
+}
+
+impl<'a> SyncPass<'a> {
+    /// Buffers for the stripes that need syncing (the bitmap may say some are clean).
+    fn plan(
+        a: &Array,
+        g: &ParityGeometry,
+        ctx: &SyncCtx,
+        first: u64,
+        k: u64,
+        heads: Vec<StripeHead<'a>>,
+    ) -> SyncPass<'a> {
+        let cb = chunk_bytes(g);
+        let stripes: Vec<u64> = (first..first + k)
+            .filter(|&s| !(ctx.skip_clean && a.bitmap_clean(s * g.chunk_sectors, g.chunk_sectors)))
+            .collect();
+        let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
+        let rows = maps
+            .iter()
+            .zip(&stripes)
+            .map(|(map, &s)| {
+                let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
+                for role in stripe_roles(map) {
+                    if a.usable(role, s).is_some() {
+                        bufs[role.0] = Some(AlignedBuf::scratch(cb));
+                    }
+                }
+                Rows { bufs, len: cb }
+            })
+            .collect();
+        SyncPass {
+            first,
+            k,
+            _heads: heads,
+            stripes,
+            maps,
+            rows,
+            writes: Vec::new(),
+        }
+    }
+
+    /// Read every planned block, together with what `ops` already holds (the previous
+    /// pass's writes). False if a read failed: then nothing of this pass may be used.
+    fn queue_reads<'o>(&'o mut self, a: &Array, g: &ParityGeometry, mut ops: OpList<'o>) -> bool {
+        for (r, &s) in self.rows.iter_mut().zip(&self.stripes) {
+            for (i, b) in r.bufs.iter_mut().enumerate() {
+                let Some(b) = b else { continue };
+                match a.usable(MemberIdx(i), s) {
+                    Some(dev) => ops.read(a, dev, MemberIdx(i), Sector(g.member_sector(s, 0)), b),
+                    // Gone since planning (failed): the stripe-by-stripe path copes.
+                    None => return false,
+                }
+            }
+        }
+        ops.run(a).reads.is_empty()
+    }
+
+    /// Rebuild the targets' blocks (recovery) or compare parity (resync, check, repair);
+    /// queue the blocks to write. Returns mismatched sectors.
+    fn rebuild(&mut self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) -> Result<u64, ArrayError> {
+        let cb = chunk_bytes(g);
+        let mut mismatches = 0;
+        for ((map, &s), r) in self
+            .maps
+            .iter()
+            .zip(&self.stripes)
+            .zip(self.rows.iter_mut())
+        {
+            let lost = lost_roles(a, map, s, &[]);
+            let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+            if !lost.is_empty() {
+                // Rebuilt straight into the buffer that is then written.
+                r.reconstruct(a, g, map)?;
+                for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
+                    w.push((*l, r.bufs[l.0].take().expect("rebuilt block")));
+                }
+            } else {
+                mismatches += compare_rows(r, map, cb, ctx.mode, &mut w);
+            }
+            self.writes
+                .extend(w.into_iter().map(|(role, b)| (s, role, b)));
+        }
+        // The read buffers are not needed any more: back to the pool for the next pass.
+        self.rows.clear();
+        Ok(mismatches)
+    }
+
+    fn queue_writes<'o>(
+        &'o self,
+        a: &Array,
+        g: &ParityGeometry,
+        ctx: &SyncCtx,
+        ops: &mut OpList<'o>,
+    ) {
+        for (s, role, b) in &self.writes {
+            let dev = if ctx.targets.contains(role) {
+                a.slot(*role).device()
+            } else {
+                a.usable(*role, *s)
+            };
+            if let Some(dev) = dev {
+                ops.write(a, dev, *role, Sector(g.member_sector(*s, 0)), b);
+            }
+        }
+    }
+
+    /// Write the pass (with whatever `ops` holds) and move the cursor past it.
+    fn complete(self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
+        let mut ops = OpList::new();
+        self.queue_writes(a, g, ctx, &mut ops);
+        ops.run(a);
+        ctx.advance(a, self.first + self.k);
+    }
+}
+
+/// Check parity of complete rows page by page; in repair mode queue fixed blocks in
+/// `writes`. For raid6, a page where both P and Q disagree in a way that one data block
+/// explains gets that data block fixed (md only does this offline, in raid6check).
+fn compare_rows(
+    rows: &mut Rows,
+    map: &StripeMap,
+    len: usize,
+    mode: SyncMode,
+    writes: &mut Vec<(MemberIdx, AlignedBuf)>,
+) -> u64 {
+    let data: Vec<&[u8]> = map.data.iter().map(|r| rows.get(*r)).collect();
+    let mut p = AlignedBuf::new(len);
+    let mut q = map.q.map(|_| AlignedBuf::new(len));
+    gen_parity(map, &data, &mut p, q.as_deref_mut());
+    let mut mismatched = 0u64;
+    let mut fix: Vec<(MemberIdx, usize, Vec<u8>)> = Vec::new(); // (role, page offset, bytes)
+    for off in (0..len).step_by(PAGE) {
+        let end = (off + PAGE).min(len);
+        let p_bad = rows.get(map.p)[off..end] != p[off..end];
+        let q_bad = match (map.q, &q) {
+            (Some(qr), Some(q)) => rows.get(qr)[off..end] != q[off..end],
+            _ => false,
+        };
+        if !p_bad && !q_bad {
+            continue;
+        }
+        mismatched += ((end - off) / 512) as u64;
+        if mode != SyncMode::Repair {
+            continue;
+        }
+        match (map.q, &q) {
+            (Some(qr), Some(qq)) if p_bad && q_bad => {
+                let dp: Vec<u8> = rows.get(map.p)[off..end]
+                    .iter()
+                    .zip(&p[off..end])
+                    .map(|(a, b)| a ^ b)
+                    .collect();
+                let dq: Vec<u8> = rows.get(qr)[off..end]
+                    .iter()
+                    .zip(&qq[off..end])
+                    .map(|(a, b)| a ^ b)
+                    .collect();
+                let located = locate_bad_data(&dp, &dq, map.syndrome_width())
+                    .and_then(|slot| map.syndrome_slots.iter().position(|&x| x == slot));
+                match located {
+                    Some(k) => {
+                        let r = map.data[map.syndrome_order[k]];
+                        let fixed: Vec<u8> = rows.get(r)[off..end]
+                            .iter()
+                            .zip(&dp)
+                            .map(|(a, b)| a ^ b)
+                            .collect();
+                        fix.push((r, off, fixed));
+                    }
+                    None => {
+                        fix.push((map.p, off, p[off..end].to_vec()));
+                        fix.push((qr, off, qq[off..end].to_vec()));
+                    }
+                }
+            }
+            (Some(qr), Some(qq)) if q_bad => fix.push((qr, off, qq[off..end].to_vec())),
+            _ => fix.push((map.p, off, p[off..end].to_vec())),
+        }
+    }
+    if !fix.is_empty() {
+        let mut touched: Vec<MemberIdx> = Vec::new();
+        for (r, off, bytes) in fix {
+            rows.get_mut(r)[off..off + bytes.len()].copy_from_slice(&bytes);
+            if !touched.contains(&r) {
+                touched.push(r);
+            }
+        }
+        for r in touched {
+            let mut b = AlignedBuf::new(len);
+            b.copy_from_slice(rows.get(r));
+            writes.push((r, b));
+        }
+    }
+    mismatched
+}
+
+/// raid6: given P and Q deltas of one page, the syndrome slot z of a single bad data block
+/// explains them iff dq = {02}^z * dp at every byte (and both are zero together).
+pub fn locate_bad_data(dp: &[u8], dq: &[u8], ndata: usize) -> Option<usize> {
+    use uraid_parity::gf;
+    let mut z: Option<usize> = None;
+    for (&p, &q) in dp.iter().zip(dq) {
+        match (p, q) {
+            (0, 0) => continue,
+            (0, _) | (_, 0) => return None,
+            (p, q) => {
+                let k = (gf::LOG[q as usize] as usize + 255 - gf::LOG[p as usize] as usize) % 255;
+                match z {
+                    None => z = Some(k),
+                    Some(prev) if prev != k => return None,
+                    _ => {}
+                }
+            }
+        }
+    }
+    z.filter(|&k| k < ndata)
+}

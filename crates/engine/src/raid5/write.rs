@@ -1,0 +1,613 @@
+//! raid4/5/6 writes: runs of whole stripes in one pass, otherwise one stripe at a time as
+//! analyse -> plan ([`crate::stripe_plan`]) -> execute (rmw or rcw, journal first if any);
+//! discard and write-zeroes of whole stripes.
+
+use super::stripe::{gen_parity, Rows};
+use super::{chunk_bytes, lost_roles, retrying, sectors, Outcome};
+use crate::array::{no_redundancy, Array};
+use crate::buf::AlignedBuf;
+use crate::error::ArrayError;
+use crate::member_io::OpList;
+use crate::stripe_cache::{Get, HeadBufs, StripeHead};
+use crate::stripe_plan::{self, Cover, Plan, Summary};
+use std::sync::atomic::Ordering;
+use uraid_core::geometry::{ParityGeometry, StripeMap};
+use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
+
+pub(crate) fn write(
+    a: &Array,
+    g: &ParityGeometry,
+    sector: u64,
+    buf: &[u8],
+) -> Result<(), ArrayError> {
+    let mut s = sector;
+    let mut off = 0usize;
+    let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
+    let skip_copy = a.tuning.skip_copy.load(Ordering::Relaxed);
+    while off < buf.len() {
+        let loc = g.locate(s);
+        // A run of whole stripes goes out in one pass (md's full-stripe batching).
+        let whole = (buf.len() - off) / stripe_bytes;
+        if whole >= 2
+            && loc.data_index == 0
+            && loc.offset_sectors == 0
+            && a.tuning.batching.load(Ordering::Relaxed)
+            && a.journal().is_none()
+        {
+            let mut n = whole.min(MAX_BATCH_STRIPES);
+            if !skip_copy {
+                // The copy of the new data is per batch: bound it.
+                n = n.min((COPY_BATCH_BYTES / stripe_bytes).max(1));
+            }
+            let heads = take_run(a, loc.stripe, n, Get::Wait).expect("waited");
+            let n = heads.len();
+            let data = &buf[off..off + n * stripe_bytes];
+            let done = a
+                .r5()
+                .run_stripe(|| write_full_stripes(a, g, loc.stripe, n, data, skip_copy))?;
+            drop(heads);
+            if done {
+                off += n * stripe_bytes;
+                s += sectors(n * stripe_bytes);
+                continue;
+            }
+        }
+        let next_stripe = g.array_sector(loc.stripe + 1, 0);
+        let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let data = &buf[off..off + n];
+        {
+            let map = g.stripe_map(loc.stripe);
+            let mut head = a
+                .r5()
+                .stripe_cache
+                .get(loc.stripe, Get::Wait)
+                .expect("waited");
+            let bufs = head.bufs();
+            a.r5().run_stripe(|| {
+                retrying(a, &map, loc.stripe, g, |exclude| {
+                    write_stripe(a, g, &map, loc.stripe, s, data, exclude, bufs, skip_copy)
+                })
+            })?;
+        }
+        off += n;
+        s += sectors(n);
+    }
+    Ok(())
+}
+
+/// Most stripes written in one batch.
+const MAX_BATCH_STRIPES: usize = 64;
+/// Most new data copied per batch when skip_copy is off.
+const COPY_BATCH_BYTES: usize = 4 << 20;
+
+/// The heads of up to `n` stripes from `first`: the first as `first_how` says (None if
+/// `Get::Try` finds it taken), the others only while they are at hand, so that a thread
+/// never waits while it holds a head (no deadlock between batches, whatever the cache size).
+pub(super) fn take_run(
+    a: &Array,
+    first: u64,
+    n: usize,
+    first_how: Get,
+) -> Option<Vec<StripeHead<'_>>> {
+    let mut heads = vec![a.r5().stripe_cache.get(first, first_how)?];
+    for s in first + 1..first + n as u64 {
+        match a.r5().stripe_cache.get(s, Get::Try) {
+            Some(h) => heads.push(h),
+            None => break,
+        }
+    }
+    Some(heads)
+}
+
+/// Write `n` whole stripes from `first` in one pass (the caller holds their heads): parity
+/// from the new data, every member write submitted together (the IO layer merges each
+/// member's adjacent pieces into one). Without skip_copy the new data is copied first and
+/// parity and member writes both come from the copy. Returns false, having done nothing,
+/// when a stripe has lost members: those go one by one.
+fn write_full_stripes(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    n: usize,
+    data: &[u8],
+    skip_copy: bool,
+) -> Result<bool, ArrayError> {
+    let maps: Vec<StripeMap> = (first..first + n as u64).map(|s| g.stripe_map(s)).collect();
+    if maps
+        .iter()
+        .zip(first..)
+        .any(|(m, s)| !lost_roles(a, m, s, &[]).is_empty())
+    {
+        return Ok(false);
+    }
+    let copy;
+    let data = if skip_copy {
+        data
+    } else {
+        let mut b = AlignedBuf::scratch(data.len());
+        b.copy_from_slice(data);
+        copy = b;
+        &copy[..]
+    };
+    let cb = chunk_bytes(g);
+    let stripe_bytes = cb * g.data_disks();
+    let mut parity: Vec<(AlignedBuf, Option<AlignedBuf>)> = Vec::with_capacity(n);
+    for (k, map) in maps.iter().enumerate() {
+        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
+        let srcs: Vec<&[u8]> = sd.chunks(cb).collect();
+        let mut p = AlignedBuf::scratch(cb);
+        let mut q = map.q.map(|_| AlignedBuf::scratch(cb));
+        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+        parity.push((p, q));
+    }
+    let mut ops = OpList::new();
+    for (k, (map, (p, q))) in maps.iter().zip(&parity).enumerate() {
+        let stripe = first + k as u64;
+        let msec = g.member_sector(stripe, 0);
+        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
+        for (i, chunk) in sd.chunks(cb).enumerate() {
+            let r = map.data[i];
+            match a.usable(r, stripe) {
+                Some(dev) => ops.write(a, dev, r, Sector(msec), chunk),
+                None => return Ok(false),
+            }
+        }
+        match a.usable(map.p, stripe) {
+            Some(dev) => ops.write(a, dev, map.p, Sector(msec), p),
+            None => return Ok(false),
+        }
+        if let (Some(qr), Some(q)) = (map.q, q) {
+            match a.usable(qr, stripe) {
+                Some(dev) => ops.write(a, dev, qr, Sector(msec), q),
+                None => return Ok(false),
+            }
+        }
+    }
+    ops.run(a);
+    // Failed writes failed their members; the stripes stay consistent on the survivors.
+    if maps
+        .iter()
+        .zip(first..)
+        .any(|(m, s)| lost_roles(a, m, s, &[]).len() > g.parity_disks())
+    {
+        return Err(no_redundancy(a, "write"));
+    }
+    Ok(true)
+}
+
+/// Discard or zero `n` whole stripes from `first`, holding their heads (a batch at a time):
+/// every member that holds data for them gets the same member range, so data and parity
+/// are all zeros afterwards. A discard goes down only if every such member reads it back
+/// as zeros; otherwise the stripes keep their data.
+pub(crate) fn zero(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    n: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    let end = first + n;
+    let mut s = first;
+    while s < end {
+        let batch = (end - s).min(MAX_BATCH_STRIPES as u64) as usize;
+        let heads = take_run(a, s, batch, Get::Wait).expect("waited");
+        let k = heads.len() as u64;
+        a.r5().run_stripe(|| zero_stripes(a, g, s, k, kind))?;
+        drop(heads);
+        s += k;
+    }
+    Ok(())
+}
+
+fn zero_stripes(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    k: u64,
+    kind: crate::discard::Kind,
+) -> Result<(), ArrayError> {
+    // Recovering members too: below their cursor they must read zeros like the rest,
+    // above it recovery rewrites them (it takes these heads, so not meanwhile).
+    let devs: Vec<(MemberIdx, std::sync::Arc<dyn crate::member::Member>)> = (0..a.raid_disks())
+        .map(MemberIdx)
+        .filter(|&r| {
+            matches!(
+                a.slot_state(r),
+                crate::slot::SlotState::InSync | crate::slot::SlotState::Recovering
+            )
+        })
+        .filter_map(|r| a.slot(r).device().map(|d| (r, d)))
+        .collect();
+    if kind == crate::discard::Kind::Discard && !devs.iter().all(|d| d.1.discard_zeroes()) {
+        return Ok(());
+    }
+    let off_sectors = g.member_sector(first, 0);
+    let len = k * chunk_bytes(g) as u64;
+    for (role, dev) in &devs {
+        let off = a.member_byte(*role, off_sectors);
+        crate::discard::member_zero(a, *role, dev.as_ref(), off, len, kind, true);
+    }
+    // A member that failed was failed; the stripes stay consistent on the survivors.
+    if (first..first + k).any(|s| lost_roles(a, &g.stripe_map(s), s, &[]).len() > g.parity_disks())
+    {
+        return Err(no_redundancy(a, "write-zeroes"));
+    }
+    Ok(())
+}
+
+/// What one request writes into one data chunk: byte range in the chunk and the new bytes.
+struct Piece<'a> {
+    start: usize,
+    data: &'a [u8],
+}
+
+impl Piece<'_> {
+    fn end(&self) -> usize {
+        self.start + self.data.len()
+    }
+}
+
+/// Analyse: split the write into per-chunk pieces, the rows [lo, hi) they span, and what the
+/// stripe's members can give (a [`Summary`] for the plan step).
+struct Analysis<'d> {
+    pieces: Vec<Option<Piece<'d>>>,
+    lo: usize,
+    hi: usize,
+    summary: Summary,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn analyse<'d>(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    sector: u64,
+    data: &'d [u8],
+    exclude: &[MemberIdx],
+) -> Analysis<'d> {
+    let cb = chunk_bytes(g);
+    let dd = g.data_disks();
+    let first = g.locate(sector);
+    let mut pieces: Vec<Option<Piece>> = (0..dd).map(|_| None).collect();
+    let mut pos = 0usize;
+    let mut idx = first.data_index;
+    let mut start = (first.offset_sectors * SECTOR_BYTES) as usize;
+    while pos < data.len() {
+        let n = (cb - start).min(data.len() - pos);
+        pieces[idx] = Some(Piece {
+            start,
+            data: &data[pos..pos + n],
+        });
+        pos += n;
+        idx += 1;
+        start = 0;
+    }
+    analyse_pieces(a, g, map, stripe, pieces, exclude)
+}
+
+/// What a stripe write logs to the journal (if there is one) before its member writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    /// Data and parity (write-through).
+    Stripe,
+    /// Parity only: the data is in the log already (write-back's write-out).
+    ParityOnly,
+    /// Nothing: the journal failed and cached data must still reach the members.
+    Skip,
+}
+
+/// Write-back's hook: write `pieces` (per logical data chunk: start in the chunk, new
+/// bytes, whole pages) into the stripe whose head the caller holds, logging as `log` says.
+pub(crate) fn write_pieces_locked(
+    a: &Array,
+    g: &ParityGeometry,
+    head: &mut StripeHead<'_>,
+    pieces: &[Option<(usize, &[u8])>],
+    log: Log,
+) -> Result<(), ArrayError> {
+    let stripe = head.stripe();
+    let map = g.stripe_map(stripe);
+    let bufs = head.bufs();
+    retrying(a, &map, stripe, g, |exclude| {
+        let pieces: Vec<Option<Piece>> = pieces
+            .iter()
+            .map(|p| p.map(|(start, data)| Piece { start, data }))
+            .collect();
+        let an = analyse_pieces(a, g, &map, stripe, pieces, exclude);
+        let plan = stripe_plan::plan(&an.summary);
+        execute(a, g, &map, stripe, &an, &plan, exclude, bufs, log)
+    })
+}
+
+/// Analyse the per-chunk pieces of one stripe write (see [`analyse`]).
+fn analyse_pieces<'d>(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    pieces: Vec<Option<Piece<'d>>>,
+    exclude: &[MemberIdx],
+) -> Analysis<'d> {
+    let dd = g.data_disks();
+    let lo = pieces
+        .iter()
+        .flatten()
+        .map(|p| p.start)
+        .min()
+        .expect("a piece");
+    let hi = pieces
+        .iter()
+        .flatten()
+        .map(|p| p.end())
+        .max()
+        .expect("a piece");
+    // The journal logs whole pages: widen to pages; a sub-page piece then reconstructs.
+    let (lo, hi) = match a.journal() {
+        Some(_) => (lo / 4096 * 4096, hi.div_ceil(4096) * 4096),
+        None => (lo, hi),
+    };
+    let cover = pieces
+        .iter()
+        .map(|p| match p {
+            None => Cover::None,
+            Some(p) if p.start == lo && p.end() == hi => Cover::Full,
+            Some(_) => Cover::Partial,
+        })
+        .collect();
+    let lost = lost_roles(a, map, stripe, exclude);
+    let lost_data = (0..dd).filter(|&i| lost.contains(&map.data[i])).collect();
+    let lost_parity = lost.iter().filter(|r| !map.data.contains(r)).count();
+    let sub_page_journal = a.journal().is_some()
+        && pieces
+            .iter()
+            .flatten()
+            .any(|pc| pc.start % 4096 != 0 || pc.end() % 4096 != 0);
+    Analysis {
+        pieces,
+        lo,
+        hi,
+        summary: Summary {
+            cover,
+            lost_data,
+            lost_parity,
+            parity_disks: g.parity_disks(),
+            sub_page_journal,
+            rmw_level: a.tuning.rmw_level.load(Ordering::Relaxed),
+        },
+    }
+}
+
+/// One stripe write: analyse, plan, execute. Buffers come from the stripe's head.
+#[allow(clippy::too_many_arguments)]
+fn write_stripe(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    sector: u64,
+    data: &[u8],
+    exclude: &[MemberIdx],
+    bufs: &mut HeadBufs,
+    skip_copy: bool,
+) -> Result<Outcome, ArrayError> {
+    // Without skip_copy, parity and member writes both come from one private copy of the
+    // new data, so a caller changing its buffer meanwhile cannot make them disagree.
+    let copy = (!skip_copy).then(|| {
+        let mut b = bufs.take(data.len());
+        b.copy_from_slice(data);
+        b
+    });
+    let data = copy.as_deref().unwrap_or(data);
+    let an = analyse(a, g, map, stripe, sector, data, exclude);
+    let plan = stripe_plan::plan(&an.summary);
+    let r = execute(a, g, map, stripe, &an, &plan, exclude, bufs, Log::Stripe);
+    if let Some(c) = copy {
+        bufs.put(c);
+    }
+    r
+}
+
+/// Execute a stripe write's plan: reads, parity, journal, member writes.
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    an: &Analysis<'_>,
+    plan: &Plan,
+    exclude: &[MemberIdx],
+    bufs: &mut HeadBufs,
+    log: Log,
+) -> Result<Outcome, ArrayError> {
+    let (pieces, lo, hi) = (&an.pieces, an.lo, an.hi);
+    let mut p = bufs.take(hi - lo);
+    let mut q = map.q.map(|_| bufs.take(hi - lo));
+    let mut cols: Vec<AlignedBuf> = Vec::new();
+    match plan {
+        Plan::Unrecoverable => return Err(no_redundancy(a, "write")),
+        Plan::Full => {
+            let srcs: Vec<&[u8]> = pieces
+                .iter()
+                .map(|p| p.as_ref().expect("full").data)
+                .collect();
+            gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+        }
+        Plan::Rmw { read_data } => {
+            // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
+            let mut old: Vec<Option<AlignedBuf>> = (0..pieces.len()).map(|_| None).collect();
+            for &i in read_data {
+                let pc = pieces[i].as_ref().expect("touched");
+                old[i] = Some(bufs.take(pc.data.len()));
+            }
+            let msec_lo = g.member_sector(stripe, sectors(lo));
+            let failed = {
+                let mut ops = OpList::new();
+                for (i, b) in old.iter_mut().enumerate() {
+                    if let (Some(b), Some(pc)) = (b, &pieces[i]) {
+                        let r = map.data[i];
+                        // A member may fail between the analysis and here (another
+                        // request saw it): then redo the stripe with the new lost set.
+                        let Some(dev) = a.usable(r, stripe) else {
+                            return Ok(Outcome::Retry(Vec::new()));
+                        };
+                        ops.read(
+                            a,
+                            dev,
+                            r,
+                            Sector(g.member_sector(stripe, sectors(pc.start))),
+                            b,
+                        );
+                    }
+                }
+                let Some(pdev) = a.usable(map.p, stripe) else {
+                    return Ok(Outcome::Retry(Vec::new()));
+                };
+                ops.read(a, pdev, map.p, Sector(msec_lo), &mut p);
+                if let (Some(q), Some(qr)) = (q.as_deref_mut(), map.q) {
+                    let Some(qdev) = a.usable(qr, stripe) else {
+                        return Ok(Outcome::Retry(Vec::new()));
+                    };
+                    ops.read(a, qdev, qr, Sector(msec_lo), q);
+                }
+                ops.run(a)
+            };
+            if !failed.reads.is_empty() {
+                return Ok(Outcome::Retry(failed.reads));
+            }
+            for (i, b) in old.iter_mut().enumerate() {
+                if let (Some(b), Some(pc)) = (b, &pieces[i]) {
+                    uraid_parity::xor_acc(b, &[pc.data]);
+                    let range = pc.start - lo..pc.end() - lo;
+                    match q.as_deref_mut() {
+                        None => uraid_parity::xor_acc(&mut p[range], &[&b[..]]),
+                        Some(q) => {
+                            let slot = map
+                                .syndrome_order
+                                .iter()
+                                .position(|&x| x == i)
+                                .map(|k| map.syndrome_slots[k])
+                                .expect("slot");
+                            uraid_parity::update_pq(slot, b, &mut p[range.clone()], &mut q[range]);
+                        }
+                    }
+                }
+            }
+            for b in old.into_iter().flatten() {
+                bufs.put(b);
+            }
+        }
+        Plan::Rcw {
+            read_data,
+            reconstruct,
+        } => {
+            // Reconstruct-write: read what the write does not cover (and, when a lost chunk
+            // is not fully rewritten, everything needed to rebuild it), then compute parity
+            // afresh.
+            let want = |r: MemberIdx| {
+                *reconstruct
+                    || map
+                        .data
+                        .iter()
+                        .position(|&d| d == r)
+                        .is_some_and(|i| read_data.contains(&i))
+            };
+            let mut take = |len| bufs.take(len);
+            let loaded = Rows::load_into(a, g, map, stripe, lo, hi, exclude, want, &mut take);
+            let mut rows = match loaded {
+                Ok(r) => r,
+                Err(failed) => return Ok(Outcome::Retry(failed)),
+            };
+            if *reconstruct {
+                rows.reconstruct(a, g, map)?;
+            } else if read_data
+                .iter()
+                .any(|&i| rows.bufs[map.data[i].0].is_none())
+            {
+                // A member failed after the analysis: redo with the new set.
+                return Ok(Outcome::Retry(Vec::new()));
+            }
+            for (i, r) in map.data.iter().enumerate() {
+                let mut b = bufs.take(hi - lo);
+                if an.summary.cover[i] != Cover::Full {
+                    b.copy_from_slice(rows.get(*r));
+                }
+                if let Some(pc) = &pieces[i] {
+                    b[pc.start - lo..pc.end() - lo].copy_from_slice(pc.data);
+                }
+                cols.push(b);
+            }
+            let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
+            gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+            for b in rows.bufs.into_iter().flatten() {
+                bufs.put(b);
+            }
+        }
+    }
+
+    // Write-through: the stripe's new pages are durable in the journal before any member write.
+    let ticket = match a.journal() {
+        Some(j) if log != Log::Skip => {
+            let pages: Vec<Option<(usize, &[u8])>> = pieces
+                .iter()
+                .enumerate()
+                .map(|(i, pc)| {
+                    pc.as_ref().map(|pc| {
+                        let (s, e) = (pc.start / 4096 * 4096, pc.end().div_ceil(4096) * 4096);
+                        if (s, e) == (pc.start, pc.end()) {
+                            (s, pc.data)
+                        } else {
+                            (s, &cols[i][s - lo..e - lo])
+                        }
+                    })
+                })
+                .collect();
+            let logged = if log == Log::ParityOnly {
+                j.log_parity(g, stripe, &pages, &p, q.as_deref(), a)
+            } else {
+                j.log_stripe(g, stripe, &pages, &p, q.as_deref(), a)
+            };
+            Some(logged.map_err(|e| a.journal_error(e))?)
+        }
+        _ => None,
+    };
+    // Excluded members (read errors) still take writes: writing is how a bad sector heals.
+    let msec_lo = g.member_sector(stripe, sectors(lo));
+    let mut ops = OpList::new();
+    for (i, pc) in pieces.iter().enumerate() {
+        if let Some(pc) = pc {
+            let r = map.data[i];
+            if let Some(dev) = a.usable(r, stripe) {
+                ops.write(
+                    a,
+                    dev,
+                    r,
+                    Sector(g.member_sector(stripe, sectors(pc.start))),
+                    pc.data,
+                );
+            }
+        }
+    }
+    if let Some(dev) = a.usable(map.p, stripe) {
+        ops.write(a, dev, map.p, Sector(msec_lo), &p);
+    }
+    if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
+        if let Some(dev) = a.usable(qr, stripe) {
+            ops.write(a, dev, qr, Sector(msec_lo), q);
+        }
+    }
+    ops.run(a);
+    if let (Some(j), Some(t)) = (a.journal(), ticket) {
+        j.stripe_written(t);
+    }
+    for b in cols.into_iter().chain(std::iter::once(p)).chain(q) {
+        bufs.put(b);
+    }
+    // A failed write leaves the stripe consistent on the survivors; it only matters if
+    // the array lost more than it tolerates.
+    if lost_roles(a, map, stripe, &[]).len() > g.parity_disks() {
+        return Err(no_redundancy(a, "write"));
+    }
+    Ok(Outcome::Done)
+}
