@@ -386,13 +386,12 @@ impl Array {
 
     /// The stripe cache of a raid4/5/6 array (counters, size).
     /// Other levels have none: they get an empty one, unused.
-    pub fn stripe_cache(&self) -> &crate::stripe_cache::StripeCache {
-        static NONE: std::sync::OnceLock<crate::stripe_cache::StripeCache> =
-            std::sync::OnceLock::new();
+    pub fn stripe_cache(&self) -> &crate::raid5::StripeCache {
+        static NONE: std::sync::OnceLock<crate::raid5::StripeCache> = std::sync::OnceLock::new();
         match &self.r5 {
             Some(c) => &c.stripe_cache,
             None => NONE.get_or_init(|| {
-                crate::stripe_cache::StripeCache::new(
+                crate::raid5::StripeCache::new(
                     crate::stripe_cache::DEFAULT_SIZE,
                     crate::stripe_cache::PARTITIONS,
                 )
@@ -996,12 +995,12 @@ impl Array {
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
         if let Some(j) = self.journal() {
-            let wb = &self.r5().wb;
-            if j.is_failed() && !wb.is_empty() {
+            let (wb, cached) = (&self.r5().wb, self.r5().cached_pages() > 0);
+            if j.is_failed() && cached {
                 // Cached writes were durable only in the journal, which failed.
                 return Err(self.journal_failed_error());
             }
-            if !j.is_failed() && (wb.is_on() || !wb.is_empty()) {
+            if !j.is_failed() && (wb.is_on() || cached) {
                 j.flush().map_err(|e| self.journal_error(e))?;
             }
         }
@@ -1234,7 +1233,8 @@ impl Drop for InFlight<'_> {
 
 impl Drop for Array {
     fn drop(&mut self) {
-        if self.dirty.load(Ordering::Acquire) || self.r5.as_ref().is_some_and(|c| !c.wb.is_empty())
+        if self.dirty.load(Ordering::Acquire)
+            || self.r5.as_ref().is_some_and(|c| c.cached_pages() > 0)
         {
             if let Err(e) = self.stop() {
                 tracing::error!("could not stop the array cleanly: {e}");

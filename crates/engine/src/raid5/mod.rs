@@ -33,14 +33,18 @@ pub(crate) use write::{write, write_pieces_locked, zero, Log};
 
 use crate::array::{no_redundancy, Array};
 use crate::error::ArrayError;
-use crate::journal::Journal;
-use crate::stripe_cache::StripeCache;
+use crate::journal::{Journal, LogTicket};
 use crate::stripe_workers::Workers;
 use crate::writeback::WriteBack;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+/// raid4/5/6's stripe cache: cached heads keep the journal's handles of their records.
+pub(crate) type StripeCache = crate::stripe_cache::StripeCache<LogTicket>;
+/// A head of it.
+pub(crate) type StripeHead<'a> = crate::stripe_cache::StripeHead<'a, LogTicket>;
 
 /// What only a raid4/5/6 array holds (md's r5conf). The array keeps one, for the parity
 /// levels only; the level's code reaches its state through it.
@@ -90,6 +94,11 @@ impl Conf {
             std::mem::replace(&mut *w, new)
         };
         drop(old);
+    }
+
+    /// Pages that write-back holds in cached heads (none without write-back).
+    pub(crate) fn cached_pages(&self) -> usize {
+        self.stripe_cache.cached_pages()
     }
 
     /// Run one stripe's work: on a stripe worker if there are any, else here.
