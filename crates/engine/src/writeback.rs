@@ -1,7 +1,9 @@
 //! The raid5/6 journal's write-back mode (md's r5c, `journal_mode = write-back`).
 //!
 //! A write is logged to the journal as data-only records and acknowledged when that log
-//! write is done; its pages stay in a cache of stripes here until they are written out.
+//! write is done; its pages stay in the stripe's head, kept in the stripe cache as a
+//! cached head ([`crate::stripe_cache::head`]: pages, flags, transitions), until they are
+//! written out. This module is the policy: when to write out and which heads.
 //! A flush (or FUA) flushes the journal device, so whatever was acknowledged before it
 //! survives a crash. Reads take member data and lay the cached pages over it.
 //!
@@ -21,8 +23,9 @@
 //! daemon ([`Array::writeback_daemon`]) does the work; the write path only when the log is
 //! critical or the cache full.
 //!
-//! Locking: a stripe's cached pages change only while the stripe's head in the stripe
-//! cache is held, which write-out also holds while it writes the members. Writes hold the
+//! Locking: a stripe's cached pages change only while the stripe's head is held (owned),
+//! which write-out also holds while it writes the members (its pages Writing, then
+//! Written, then the head leaves the cache; on an error they are Cached again). Writes hold the
 //! `gate` for reading; a mode switch holds it for writing, so no write is half-way
 //! through the cache while the mode changes.
 
