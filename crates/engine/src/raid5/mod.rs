@@ -13,12 +13,12 @@
 //! Row ranges `[lo, hi)` are byte offsets inside the chunk.
 //!
 //! The files, by responsibility (md's raid5.c in parts):
-//! - this one: the entry points' shared helpers and the level's state, [`Conf`] (md's
+//! - this one: the entry points' shared helpers and the level's state, `Conf` (md's
 //!   r5conf: stripe cache, stripe workers, journal, write-back);
-//! - [`read`]: reads, degraded reads, read-error repair;
-//! - [`write`]: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
-//! - [`sync`]: resync, recovery, check and repair of parity;
-//! - [`stripe`]: one stripe's blocks (loading, reconstruction, parity).
+//! - `read`: reads, degraded reads, read-error repair;
+//! - `write`: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
+//! - `sync`: resync, recovery, check and repair of parity;
+//! - `stripe`: one stripe's blocks (loading, reconstruction, parity).
 
 mod read;
 mod stripe;
