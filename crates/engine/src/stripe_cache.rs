@@ -24,13 +24,31 @@
 //! a row) the quota grows by one head, up to [`GROW_FACTOR`] times the share (md grows its
 //! cache when stripes run short); when a partition goes idle (no head active) it drops back
 //! to its share, freeing the extra heads (md shrinks back to min_nr_stripes).
+//!
+//! ## Head states
+//!
+//! A head is *free* (on its partition's free list, with buffers, no stripe), *active*
+//! (owned by one thread for one stripe: a write, a degraded read, a sync step, a write-out;
+//! owning it is the stripe's lock) and, in the journal's write-back mode, *cached*: it keeps
+//! the stripe's pages that are acknowledged but not on the members yet until reclaim writes
+//! them out (md's r5c caching phase). A cached head stays in the cache whether or not it is
+//! active; its pages change only while it is active (through [`StripeHead`]), readers see
+//! them at any time. Active heads are bounded by `stripe_cache_size`, cached ones by
+//! write-back's page limit (`set_writeback_max_pages`, enforced by reclaim in
+//! [`crate::writeback`]). The pages' flags and their legal transitions: [`head`].
 
 use crate::buf::AlignedBuf;
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
+
+pub mod head;
+pub use head::{
+    next_page_state, Cached, CachedHead, IllegalTransition, PageEvent, PageFlags, Released,
+};
 
 /// Hash partitions (md's NR_STRIPE_HASH_LOCKS).
 pub const PARTITIONS: usize = 8;
@@ -152,9 +170,13 @@ pub struct CacheStats {
     pub shrunk: AtomicU64,
     /// Most heads that existed at once.
     pub max_heads: AtomicUsize,
+    /// Most pages cached heads held at once.
+    pub max_cached_pages: AtomicUsize,
 }
 
-pub struct StripeCache {
+/// The stripe cache; `T` is the journal's handle of a logged record, which cached heads
+/// keep until their pages are on the members.
+pub struct StripeCache<T = ()> {
     parts: Box<[Partition]>,
     /// Owned heads per stripe hash slot: zero means no stripe of the slot is owned, so a
     /// healthy read can skip the partition lock (it is one atomic load).
@@ -162,6 +184,10 @@ pub struct StripeCache {
     size: AtomicUsize,
     heads: AtomicUsize,
     pub stats: CacheStats,
+    /// Cached heads (write-back), with the lists reclaim picks from.
+    cached: Mutex<Cached<T>>,
+    /// Pages of cached heads, read without the lock (reads skip the cache when zero).
+    cached_pages: AtomicUsize,
 }
 
 /// How a stripe's head is asked for.
@@ -178,9 +204,9 @@ fn shares(size: usize, parts: usize) -> impl Iterator<Item = usize> {
     (0..parts).map(move |i| (size / parts + usize::from(i < size % parts)).max(1))
 }
 
-impl StripeCache {
+impl<T> StripeCache<T> {
     /// A cache of `size` heads over `parts` partitions (every partition gets at least one).
-    pub fn new(size: usize, parts: usize) -> StripeCache {
+    pub fn new(size: usize, parts: usize) -> StripeCache<T> {
         assert!(parts > 0, "a stripe cache needs a partition");
         let parts: Box<[Partition]> = shares(size, parts)
             .map(|share| Partition {
@@ -204,6 +230,8 @@ impl StripeCache {
             size: AtomicUsize::new(size),
             heads: AtomicUsize::new(0),
             stats: CacheStats::default(),
+            cached: Mutex::new(Cached::default()),
+            cached_pages: AtomicUsize::new(0),
         }
     }
 
@@ -267,7 +295,7 @@ impl StripeCache {
     }
 
     /// Take the head of `stripe`: wait for it (`Get::Wait`), or only if at hand (`Get::Try`).
-    pub fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_>> {
+    pub fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_, T>> {
         self.stats.gets.fetch_add(1, Ordering::Relaxed);
         let p = self.part_of(stripe);
         let mut st = self.lock(p);
@@ -313,7 +341,7 @@ impl StripeCache {
         }
     }
 
-    fn head(&self, part: usize, stripe: u64, bufs: HeadBufs) -> StripeHead<'_> {
+    fn head(&self, part: usize, stripe: u64, bufs: HeadBufs) -> StripeHead<'_, T> {
         StripeHead {
             cache: self,
             part,
@@ -430,14 +458,14 @@ impl StripeCache {
 }
 
 /// Ownership of one stripe, with the head's buffers; released on drop.
-pub struct StripeHead<'a> {
-    cache: &'a StripeCache,
+pub struct StripeHead<'a, T = ()> {
+    cache: &'a StripeCache<T>,
     part: usize,
     stripe: u64,
     bufs: Option<HeadBufs>,
 }
 
-impl StripeHead<'_> {
+impl<T> StripeHead<'_, T> {
     pub fn stripe(&self) -> u64 {
         self.stripe
     }
@@ -447,10 +475,125 @@ impl StripeHead<'_> {
     }
 }
 
-impl Drop for StripeHead<'_> {
+impl<T> Drop for StripeHead<'_, T> {
     fn drop(&mut self) {
         let bufs = self.bufs.take().unwrap_or_default();
         self.cache.release(self.part, self.stripe, bufs);
+    }
+}
+
+impl<T> StripeCache<T> {
+    fn cached(&self) -> MutexGuard<'_, Cached<T>> {
+        self.cached.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pages of cached heads (no lock).
+    pub fn cached_pages(&self) -> usize {
+        self.cached_pages.load(Ordering::SeqCst)
+    }
+
+    /// Look at the cached heads and their lists (under the cache's lock: keep it short).
+    pub fn with_cached<R>(&self, f: impl FnOnce(&Cached<T>) -> R) -> R {
+        f(&self.cached())
+    }
+
+    fn sync_count(&self, c: &Cached<T>) {
+        self.cached_pages.store(c.pages(), Ordering::SeqCst);
+        self.stats
+            .max_cached_pages
+            .fetch_max(c.pages(), Ordering::Relaxed);
+    }
+}
+
+impl<T> StripeHead<'_, T> {
+    /// Cache pages of this stripe, (data member, row, data) each, logged under `ticket`
+    /// (Cache). `data_disks` and `seq` (log order) make the head if it is not cached yet.
+    /// Returns the rows new to the head.
+    pub fn cache_pages(
+        &self,
+        data_disks: usize,
+        pages: &[(usize, u64, &[u8])],
+        ticket: Option<T>,
+        seq: u64,
+        now_ms: u64,
+    ) -> Result<usize, IllegalTransition> {
+        let mut c = self.cache.cached();
+        let r = c
+            .update(
+                self.stripe,
+                Some(|| CachedHead::new(data_disks, seq, now_ms)),
+                |h| {
+                    if let Some(&(dev, row, _)) = pages.first() {
+                        if h.writing() {
+                            return Err(IllegalTransition {
+                                from: h.flags(dev, row),
+                                event: PageEvent::Cache,
+                            });
+                        }
+                    }
+                    let rows = h.rows();
+                    for (dev, row, data) in pages {
+                        h.cache(*dev, *row, data)?;
+                    }
+                    h.tickets.extend(ticket);
+                    Ok(h.rows() - rows)
+                },
+            )
+            .expect("made");
+        self.cache.sync_count(&c);
+        r
+    }
+
+    /// This head's cached pages, copied: (data member, row, data).
+    pub fn cached_pages(&self) -> Vec<(usize, u64, Box<[u8]>)> {
+        let c = self.cache.cached();
+        c.head(self.stripe).map_or_else(Vec::new, |h| {
+            h.all_pages().map(|(d, r, p)| (d, r, p.into())).collect()
+        })
+    }
+
+    /// Write-out of rows `rows` starts (BeginWrite).
+    pub fn begin_write(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
+        let mut c = self.cache.cached();
+        c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
+            h.begin_write(rows)
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// Rows `rows` are on the members (WriteDone).
+    pub fn write_done(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
+        let mut c = self.cache.cached();
+        c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
+            h.write_done(rows)
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// The write-out failed: the head stays cached, every page Cached (WriteFailed).
+    pub fn write_failed(&self) -> Result<(), IllegalTransition> {
+        let mut c = self.cache.cached();
+        c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
+            h.write_failed()
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// Every page is on its member: the head leaves the cache (Finish). Nothing if it
+    /// was not cached.
+    pub fn finish(&self) -> Result<Released<T>, IllegalTransition> {
+        let mut c = self.cache.cached();
+        let r = c.remove(self.stripe, PageEvent::Finish);
+        self.cache.sync_count(&c);
+        r
+    }
+
+    /// A full-stripe write replaced the head's data: it leaves the cache (Supersede).
+    pub fn supersede(&self) -> Result<Released<T>, IllegalTransition> {
+        let mut c = self.cache.cached();
+        let r = c.remove(self.stripe, PageEvent::Supersede);
+        self.cache.sync_count(&c);
+        r
     }
 }
 
@@ -472,7 +615,7 @@ mod tests {
 
     #[test]
     fn a_stripe_has_one_owner_and_try_does_not_wait() {
-        let c = StripeCache::new(4, 2);
+        let c = StripeCache::<()>::new(4, 2);
         let h = c.get(7, Get::Wait).expect("head");
         assert!(c.is_active(7));
         assert!(c.get(7, Get::Try).is_none(), "second owner of stripe 7");
@@ -485,7 +628,7 @@ mod tests {
     #[test]
     fn the_count_is_bounded_and_a_release_wakes_exactly_one_waiter() {
         // One partition of two heads: two owners exhaust it.
-        let c = Arc::new(StripeCache::new(2, 1));
+        let c = Arc::new(StripeCache::<()>::new(2, 1));
         let h1 = c.get(1, Get::Wait).unwrap();
         let h2 = c.get(2, Get::Wait).unwrap();
         assert!(
@@ -529,7 +672,7 @@ mod tests {
 
     #[test]
     fn a_release_with_nobody_waiting_wakes_nobody() {
-        let c = StripeCache::new(16, 4);
+        let c = StripeCache::<()>::new(16, 4);
         for s in 0..1000u64 {
             let _h = c.get(s % 5, Get::Wait).unwrap();
         }
@@ -539,7 +682,7 @@ mod tests {
 
     #[test]
     fn a_waiter_for_a_busy_stripe_gets_it_on_release() {
-        let c = Arc::new(StripeCache::new(8, 1));
+        let c = Arc::new(StripeCache::<()>::new(8, 1));
         let h = c.get(5, Get::Wait).unwrap();
         let c2 = c.clone();
         let t = std::thread::spawn(move || {
@@ -554,7 +697,7 @@ mod tests {
 
     #[test]
     fn it_grows_under_pressure_and_shrinks_back_when_idle() {
-        let c = Arc::new(StripeCache::new(1, 1));
+        let c = Arc::new(StripeCache::<()>::new(1, 1));
         let stop = Arc::new(AtomicBool::new(false));
         let ts: Vec<_> = (0..4u64)
             .map(|i| {
@@ -584,7 +727,7 @@ mod tests {
 
     #[test]
     fn set_size_shrinks_free_heads_and_feeds_waiters_when_growing() {
-        let c = Arc::new(StripeCache::new(8, 1));
+        let c = Arc::new(StripeCache::<()>::new(8, 1));
         let hs: Vec<_> = (0..8).map(|s| c.get(s, Get::Wait).unwrap()).collect();
         assert_eq!(c.heads(), 8);
         let c2 = c.clone();
@@ -600,7 +743,7 @@ mod tests {
 
     #[test]
     fn head_buffers_are_reused_and_capped() {
-        let c = StripeCache::new(8, 1);
+        let c = StripeCache::<()>::new(8, 1);
         {
             let mut h = c.get(1, Get::Wait).unwrap();
             for _ in 0..10 {
@@ -662,7 +805,7 @@ mod tests {
 
     fn stress_once(seed: u64, size: usize, parts: usize, ops: usize) {
         const STRIPES: u64 = 12;
-        let c = Arc::new(StripeCache::new(size, parts));
+        let c = Arc::new(StripeCache::<()>::new(size, parts));
         let owners: Arc<Vec<AtomicUsize>> =
             Arc::new((0..STRIPES).map(|_| AtomicUsize::new(0)).collect());
         let done = Arc::new(AtomicUsize::new(0));

@@ -1,7 +1,9 @@
 //! The raid5/6 journal's write-back mode (md's r5c, `journal_mode = write-back`).
 //!
 //! A write is logged to the journal as data-only records and acknowledged when that log
-//! write is done; its pages stay in a cache of stripes here until they are written out.
+//! write is done; its pages stay in the stripe's head, kept in the stripe cache as a
+//! cached head ([`crate::stripe_cache::head`]: pages, flags, transitions), until they are
+//! written out. This module is the policy: when to write out and which heads.
 //! A flush (or FUA) flushes the journal device, so whatever was acknowledged before it
 //! survives a crash. Reads take member data and lay the cached pages over it.
 //!
@@ -21,17 +23,18 @@
 //! daemon ([`Array::writeback_daemon`]) does the work; the write path only when the log is
 //! critical or the cache full.
 //!
-//! Locking: a stripe's cached pages change only while the stripe's head in the stripe
-//! cache is held, which write-out also holds while it writes the members. Writes hold the
+//! Locking: a stripe's cached pages change only while the stripe's head is held (owned),
+//! which write-out also holds while it writes the members (its pages Writing, then
+//! Written, then the head leaves the cache; on an error they are Cached again). Writes hold the
 //! `gate` for reading; a mode switch holds it for writing, so no write is half-way
 //! through the cache while the mode changes.
 
 use crate::array::Array;
 use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
-use crate::raid5::Log;
+use crate::raid5::{Conf, Log, StripeHead};
 use crate::stripe_cache::Get;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, RwLock};
 use std::time::Duration;
@@ -86,34 +89,6 @@ pub const DEFAULT_MAX_PAGES: usize = 16384;
 /// The periodic pass writes out stripes cached longer than this.
 pub const PERIODIC_AGE: Duration = Duration::from_secs(5);
 
-/// One cached stripe (chunk-high).
-struct Entry {
-    /// Cached pages per row (page index in the chunk): bit i = logical data chunk i.
-    rows: BTreeMap<u64, u64>,
-    pages: usize,
-    /// Rows with every data page cached.
-    full_rows: usize,
-    tickets: Vec<LogTicket>,
-    /// Log order of the first data cached here, for oldest-first write-out.
-    first_seq: u64,
-    /// When it was first cached, in the array clock's milliseconds.
-    since_ms: u64,
-}
-
-#[derive(Default)]
-struct Cache {
-    /// Array sector of a page -> its newest data.
-    pages: BTreeMap<u64, Box<[u8]>>,
-    stripes: BTreeMap<u64, Entry>,
-    /// Cached pages per array data chunk: a read of a chunk with none skips the cache.
-    per_chunk: HashMap<u64, u32>,
-    total_rows: usize,
-    /// Stripes by log order of their first cached data (oldest first).
-    order: BTreeSet<(u64, u64)>,
-    /// Full stripes: every cached row has all its data pages.
-    full: BTreeSet<u64>,
-}
-
 /// Counters for `detail`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteBackStats {
@@ -122,11 +97,11 @@ pub struct WriteBackStats {
     pub written_out_stripes: u64,
 }
 
+/// The mode and the reclaim policy's state; the cached data itself is in the stripe
+/// cache's cached heads ([`crate::stripe_cache`]).
 pub(crate) struct WriteBack {
     on: AtomicBool,
     pub(crate) gate: RwLock<()>,
-    cache: Mutex<Cache>,
-    cached_pages: AtomicUsize,
     pub(crate) max_pages: AtomicUsize,
     written_out: AtomicU64,
     /// Tickets of write-back data carried over by replay, released once drained.
@@ -141,8 +116,6 @@ impl Default for WriteBack {
         WriteBack {
             on: AtomicBool::new(false),
             gate: RwLock::new(()),
-            cache: Mutex::new(Cache::default()),
-            cached_pages: AtomicUsize::new(0),
             max_pages: AtomicUsize::new(DEFAULT_MAX_PAGES),
             written_out: AtomicU64::new(0),
             recovered: Mutex::new(Vec::new()),
@@ -169,174 +142,128 @@ impl WriteBack {
         *self.wake_mx.lock().unwrap() = true;
         self.wake_cv.notify_one();
     }
+}
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.cached_pages.load(Ordering::SeqCst) == 0
+fn stats(c: &Conf) -> WriteBackStats {
+    let (cached_stripes, cached_pages) = c
+        .stripe_cache
+        .with_cached(|cached| (cached.heads(), cached.pages()));
+    WriteBackStats {
+        cached_stripes,
+        cached_pages,
+        written_out_stripes: c.wb.written_out.load(Ordering::Relaxed),
     }
+}
 
-    pub(crate) fn stats(&self) -> WriteBackStats {
-        let c = self.cache.lock().unwrap();
-        WriteBackStats {
-            cached_stripes: c.stripes.len(),
-            cached_pages: c.pages.len(),
-            written_out_stripes: self.written_out.load(Ordering::Relaxed),
-        }
-    }
+fn is_empty(c: &Conf) -> bool {
+    c.cached_pages() == 0
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn insert(
-        &self,
-        j: &Journal,
-        g: &ParityGeometry,
-        stripe: u64,
-        pages: &[(u64, &[u8])],
-        t: Option<LogTicket>,
-        reserved: u64,
-        now_ms: u64,
-    ) {
-        let all = all_chunks(g.data_disks());
-        let mut c = self.cache.lock().unwrap();
-        let c = &mut *c;
-        let seq = t.as_ref().map_or(0, LogTicket::seq);
-        let e = c.stripes.entry(stripe).or_insert_with(|| {
-            c.order.insert((seq, stripe));
-            Entry {
-                rows: BTreeMap::new(),
-                pages: 0,
-                full_rows: 0,
-                tickets: Vec::new(),
-                first_seq: seq,
-                since_ms: now_ms,
-            }
-        });
-        e.tickets.extend(t);
-        let rows_before = e.rows.len() as u64;
-        for (sector, page) in pages {
+/// Cache `pages` (array sector, data) of the stripe whose head the caller holds, logged
+/// under `t`; `reserved` is the log space the append reserved for their write-out.
+fn insert(
+    j: &Journal,
+    g: &ParityGeometry,
+    head: &StripeHead<'_>,
+    pages: &[(u64, &[u8])],
+    t: Option<LogTicket>,
+    reserved: u64,
+    now_ms: u64,
+) {
+    let by_dev: Vec<(usize, u64, &[u8])> = pages
+        .iter()
+        .map(|(sector, page)| {
             let loc = g.locate(*sector);
-            let row = loc.offset_sectors / PAGE_SECTORS;
-            // Arrays of more than 64 data disks are never "full" here: their stripes go
-            // out as partial ones, which is only slower.
-            let bit = 1u64.checked_shl(loc.data_index as u32).unwrap_or(0);
-            let mask = e.rows.entry(row).or_insert_with(|| {
-                c.total_rows += 1;
-                0
-            });
-            if c.pages.insert(*sector, page.to_vec().into()).is_none() {
-                *mask |= bit;
-                if *mask == all {
-                    e.full_rows += 1;
-                }
-                e.pages += 1;
-                *c.per_chunk.entry(sector / g.chunk_sectors).or_default() += 1;
-                self.cached_pages.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        if e.full_rows == e.rows.len() {
-            c.full.insert(stripe);
-        } else {
-            c.full.remove(&stripe);
-        }
-        // The append reserved log space for a row per page; keep what the new rows need.
-        let need = (e.rows.len() as u64 - rows_before) * row_reserve(g);
-        if reserved >= need {
-            j.unreserve(reserved - need);
-        } else {
-            j.reserve(need - reserved);
-        }
+            assert_eq!(loc.stripe, head.stripe(), "a page of the head's stripe");
+            (loc.data_index, loc.offset_sectors / PAGE_SECTORS, *page)
+        })
+        .collect();
+    let seq = t.as_ref().map_or(0, LogTicket::seq);
+    let new_rows = head
+        .cache_pages(g.data_disks(), &by_dev, t, seq, now_ms)
+        .unwrap_or_else(|e| panic!("stripe {}: {e}", head.stripe()));
+    // The append reserved log space for a row per page; keep what the new rows need.
+    let need = new_rows as u64 * row_reserve(g);
+    if reserved >= need {
+        j.unreserve(reserved - need);
+    } else {
+        j.reserve(need - reserved);
     }
+}
 
-    /// Cached pages overlapping array sectors [sector, sector + sectors).
-    fn overlapping(&self, g: &ParityGeometry, sector: u64, sectors: u64) -> Vec<(u64, Box<[u8]>)> {
-        let c = self.cache.lock().unwrap();
-        let end = sector + sectors;
+/// A head left the cache: release its log space and records.
+fn released(j: &Journal, g: &ParityGeometry, r: crate::stripe_cache::Released<LogTicket>) {
+    j.unreserve(r.rows as u64 * row_reserve(g));
+    for t in r.tickets {
+        j.stripe_written(t);
+    }
+}
+
+/// Cached pages overlapping array sectors [sector, sector + sectors): (array sector, data).
+fn overlapping(c: &Conf, g: &ParityGeometry, sector: u64, sectors: u64) -> Vec<(u64, Box<[u8]>)> {
+    let end = sector + sectors;
+    let (first, last) = (g.locate(sector).stripe, g.locate(end - 1).stripe);
+    c.stripe_cache.with_cached(|cached| {
         let mut out = Vec::new();
-        let first_chunk = sector / g.chunk_sectors;
-        let last_chunk = (end - 1) / g.chunk_sectors;
-        for chunk in first_chunk..=last_chunk {
-            if c.per_chunk.get(&chunk).copied().unwrap_or(0) == 0 {
-                continue;
+        for (stripe, h) in cached.range(first..=last) {
+            for dev in 0..g.data_disks() {
+                let chunk = g.array_sector(stripe, dev);
+                let (lo, hi) = (sector.max(chunk), end.min(chunk + g.chunk_sectors));
+                if lo >= hi {
+                    continue;
+                }
+                let rows = (lo - chunk) / PAGE_SECTORS..(hi - chunk).div_ceil(PAGE_SECTORS);
+                out.extend(
+                    h.dev_pages(dev, rows)
+                        .map(|(row, p)| (chunk + row * PAGE_SECTORS, p.into())),
+                );
             }
-            let lo = (chunk * g.chunk_sectors).max(sector.saturating_sub(PAGE_SECTORS - 1));
-            let hi = ((chunk + 1) * g.chunk_sectors).min(end);
-            out.extend(c.pages.range(lo..hi).map(|(s, p)| (*s, p.clone())));
         }
         out
-    }
+    })
+}
 
-    /// Remove a written-out stripe; returns its tickets.
-    fn remove(&self, j: &Journal, g: &ParityGeometry, stripe: u64) -> Vec<LogTicket> {
-        let mut c = self.cache.lock().unwrap();
-        let c = &mut *c;
-        let Some(e) = c.stripes.remove(&stripe) else {
-            return Vec::new();
-        };
-        c.full.remove(&stripe);
-        c.order.remove(&(e.first_seq, stripe));
-        c.total_rows -= e.rows.len();
-        let lo = g.array_sector(stripe, 0);
-        let hi = g.array_sector(stripe + 1, 0);
-        let sectors: Vec<u64> = c.pages.range(lo..hi).map(|(s, _)| *s).collect();
-        for s in sectors {
-            c.pages.remove(&s);
-            let chunk = s / g.chunk_sectors;
-            if let Some(n) = c.per_chunk.get_mut(&chunk) {
-                *n -= 1;
-                if *n == 0 {
-                    c.per_chunk.remove(&chunk);
-                }
-            }
-            self.cached_pages.fetch_sub(1, Ordering::SeqCst);
-        }
-        j.unreserve(e.rows.len() as u64 * row_reserve(g));
-        e.tickets
-    }
+/// Log space the cache may need: every page again (carried over by a replay), plus
+/// parity and a meta block per row for its write-out (md's
+/// r5c_log_required_to_flush_cache, in our record shape, with margin).
+fn required_sectors(c: &Conf, g: &ParityGeometry) -> u64 {
+    let (pages, rows) = c
+        .stripe_cache
+        .with_cached(|cached| (cached.pages(), cached.rows()));
+    PAGE_SECTORS * (pages + rows * (g.parity_disks() + 1)) as u64
+}
 
-    /// Log space the cache may need: every page again (carried over by a replay), plus
-    /// parity and a meta block per row for its write-out (md's
-    /// r5c_log_required_to_flush_cache, in our record shape, with margin).
-    fn required_sectors(&self, g: &ParityGeometry) -> u64 {
-        let c = self.cache.lock().unwrap();
-        PAGE_SECTORS * (c.pages.len() + c.total_rows * (g.parity_disks() + 1)) as u64
-    }
-
-    /// Stripes to write out now, in order: full ones first (if `full`), then the oldest
-    /// partial ones (up to `partial`), then any older than `older` = (age, now in ms).
-    fn pick(&self, full: bool, partial: usize, older: Option<(Duration, u64)>) -> Vec<u64> {
-        let c = self.cache.lock().unwrap();
+/// Stripes to write out now, in order: full ones first (if `full`), then the oldest
+/// partial ones (up to `partial`), then any older than `older` = (age, now in the array
+/// clock's ms).
+fn pick(c: &Conf, full: bool, partial: usize, older: Option<(Duration, u64)>) -> Vec<u64> {
+    c.stripe_cache.with_cached(|cached| {
         let mut v: Vec<u64> = Vec::new();
         if full {
-            v.extend(c.full.iter().copied());
+            v.extend(cached.full());
         }
-        let mut rest = c
-            .order
-            .iter()
-            .map(|(_, s)| *s)
-            .filter(|s| !(full && c.full.contains(s)));
+        let mut rest = cached.oldest().filter(|s| !(full && cached.is_full(*s)));
         v.extend(rest.by_ref().take(partial));
         if let Some((age, now_ms)) = older {
             // Log order is age order: stop at the first young one.
             let age_ms = age.as_millis() as u64;
-            v.extend(rest.take_while(|s| now_ms.saturating_sub(c.stripes[s].since_ms) >= age_ms));
+            v.extend(rest.take_while(|s| {
+                cached
+                    .head(*s)
+                    .is_some_and(|h| now_ms.saturating_sub(h.since_ms()) >= age_ms)
+            }));
         }
         v
-    }
+    })
+}
 
-    fn full_stripes(&self) -> usize {
-        self.cache.lock().unwrap().full.len()
-    }
+fn full_stripes(c: &Conf) -> usize {
+    c.stripe_cache.with_cached(|cached| cached.full_count())
 }
 
 /// Log space a cached row keeps reserved for its write-out: a meta block and its parity.
 fn row_reserve(g: &ParityGeometry) -> u64 {
     PAGE_SECTORS * (g.parity_disks() as u64 + 1)
-}
-
-fn all_chunks(data_disks: usize) -> u64 {
-    if data_disks >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << data_disks) - 1
-    }
 }
 
 impl Array {
@@ -347,7 +274,7 @@ impl Array {
 
     /// Write-back cache counters, with a journal.
     pub fn writeback_stats(&self) -> Option<WriteBackStats> {
-        self.journal().map(|_| self.r5().wb.stats())
+        self.journal().map(|_| stats(self.r5()))
     }
 
     /// Most pages the write-back cache holds before it writes out under pressure.
@@ -398,12 +325,12 @@ impl Array {
             return Ok(());
         };
         self.writeback_fallback()?;
-        if self.journal().is_none() || self.r5().wb.is_empty() || self.journal_failed() {
+        if self.journal().is_none() || is_empty(self.r5()) || self.journal_failed() {
             return Ok(());
         }
         let _gate = self.r5().wb.gate.read().unwrap();
         reclaim(self, g, 0, false)?;
-        for s in self.r5().wb.pick(false, 0, Some((PERIODIC_AGE, self.now_ms()))) {
+        for s in pick(self.r5(), false, 0, Some((PERIODIC_AGE, self.now_ms()))) {
             write_out_stripe(self, g, s)?;
         }
         Ok(())
@@ -462,7 +389,12 @@ impl Array {
         let j = self.journal().expect("journal attached");
         // The replay's tickets pin all of it until every stripe is out.
         for (stripe, pages) in by_stripe {
-            self.r5().wb.insert(j, g, stripe, &pages, None, 0, self.now_ms());
+            let head = self
+                .r5()
+                .stripe_cache
+                .get(stripe, Get::Wait)
+                .expect("waited");
+            insert(j, g, &head, &pages, None, 0, self.now_ms());
         }
         *self.r5().wb.recovered.lock().unwrap() = r.tickets;
         drain(self, g)?;
@@ -506,9 +438,10 @@ pub(crate) fn write(
             let pieces: Vec<Option<(usize, &[u8])>> =
                 data.chunks(cb).map(|c| Some((0, c))).collect();
             crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, Log::Stripe)?;
-            for t in a.r5().wb.remove(j, g, loc.stripe) {
-                j.stripe_written(t);
-            }
+            let gone = head
+                .supersede()
+                .unwrap_or_else(|e| panic!("stripe {}: {e}", loc.stripe));
+            released(j, g, gone);
         } else if !s.is_multiple_of(PAGE_SECTORS) || !n.is_multiple_of(PAGE) {
             // Sub-page: the journal logs whole pages. Write the stripe's cache out and
             // write this piece through (rare: exports use 4 KiB blocks).
@@ -535,7 +468,7 @@ pub(crate) fn write(
                 let keep = pages.len() as u64 * row_reserve(g);
                 match j.append_data(&pages, a, keep) {
                     Ok(t) => {
-                        a.r5().wb.insert(j, g, loc.stripe, &pages, Some(t), keep, a.now_ms());
+                        insert(j, g, &lock, &pages, Some(t), keep, a.now_ms());
                         break;
                     }
                     Err(crate::journal::JournalError::Full { .. }) if tries < FULL_RETRIES => {
@@ -544,10 +477,10 @@ pub(crate) fn write(
                         // other threads: give them a moment.
                         drop(lock);
                         tries += 1;
-                        if a.r5().wb.is_empty() {
+                        if is_empty(a.r5()) {
                             std::thread::sleep(Duration::from_millis(1));
                         }
-                        for st in a.r5().wb.pick(false, 16, None) {
+                        for st in pick(a.r5(), false, 16, None) {
                             write_out_stripe(a, g, st)?;
                         }
                         j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
@@ -586,32 +519,32 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
             j.reclaim_now(a).map_err(|e| a.journal_error(e))?;
             used = j.space().0;
         }
-        if a.r5().wb.is_empty() {
+        if is_empty(a.r5()) {
             return Ok(());
         }
         let free = size.saturating_sub(used + need);
         // What writing the cache out (or carrying it over at replay) needs, counting the
         // pages about to be logged.
-        let required = a.r5().wb.required_sectors(g) + need;
+        let required = required_sectors(a.r5(), g) + need;
         let critical = free < 2 * required;
         let tight = free < 3 * required;
-        let pages = a.r5().wb.cached_pages.load(Ordering::SeqCst);
+        let pages = a.r5().cached_pages();
         let over = pages >= max;
         let pressure = pages > max * 3 / 4;
-        let full = a.r5().wb.full_stripes();
+        let full = full_stripes(a.r5());
         let picked = if critical {
-            a.r5().wb.pick(false, 8, None)
+            pick(a.r5(), false, 8, None)
         } else if over {
-            a.r5().wb.pick(false, 1, None)
+            pick(a.r5(), false, 1, None)
         } else if foreground {
             if tight || pressure || full >= FULL_STRIPE_BATCH {
                 a.r5().wb.wake();
             }
             return Ok(());
         } else if tight || pressure {
-            a.r5().wb.pick(true, 4, None)
+            pick(a.r5(), true, 4, None)
         } else if full >= FULL_STRIPE_BATCH {
-            a.r5().wb.pick(true, 0, None)
+            pick(a.r5(), true, 0, None)
         } else {
             return Ok(());
         };
@@ -627,8 +560,8 @@ fn reclaim(a: &Array, g: &ParityGeometry, need: u64, foreground: bool) -> Result
 
 /// Write every cached stripe out.
 pub(crate) fn drain(a: &Array, g: &ParityGeometry) -> Result<(), ArrayError> {
-    while !a.r5().wb.is_empty() {
-        let picked = a.r5().wb.pick(false, usize::MAX, None);
+    while !is_empty(a.r5()) {
+        let picked = pick(a.r5(), false, usize::MAX, None);
         for s in picked {
             write_out_stripe(a, g, s)?;
         }
@@ -647,20 +580,18 @@ pub(crate) fn write_out_stripe(
     a.ensure_dirty()?;
     let j = a.journal().expect("journal");
     let mut head = a.r5().stripe_cache.get(stripe, Get::Wait).expect("waited");
-    let lo = g.array_sector(stripe, 0);
-    let pages = a.r5().wb.overlapping(g, lo, g.stripe_data_sectors());
+    let pages = head.cached_pages();
     if pages.is_empty() {
         return Ok(());
     }
     let dd = g.data_disks();
     // row -> page per logical data chunk
     let mut rows: BTreeMap<u64, Vec<Option<&[u8]>>> = BTreeMap::new();
-    for (sector, page) in &pages {
-        let loc = g.locate(*sector);
-        debug_assert_eq!(loc.stripe, stripe);
-        let row = loc.offset_sectors / PAGE_SECTORS;
-        rows.entry(row).or_insert_with(|| vec![None; dd])[loc.data_index] = Some(&page[..]);
+    for (dev, row, page) in &pages {
+        rows.entry(*row).or_insert_with(|| vec![None; dd])[*dev] = Some(&page[..]);
     }
+    let illegal =
+        |e: crate::stripe_cache::IllegalTransition| -> ! { panic!("stripe {stripe}: {e}") };
     let present = |v: &Vec<Option<&[u8]>>| -> Vec<bool> { v.iter().map(Option::is_some).collect() };
     let rows: Vec<(u64, Vec<Option<&[u8]>>)> = rows.into_iter().collect();
     let mut i = 0;
@@ -693,12 +624,17 @@ pub(crate) fn write_out_stripe(
         } else {
             Log::ParityOnly
         };
-        crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, log)?;
+        let run = rows[i].0..rows[k - 1].0 + 1;
+        head.begin_write(run.clone()).unwrap_or_else(|e| illegal(e));
+        if let Err(e) = crate::raid5::write_pieces_locked(a, g, &mut head, &pieces, log) {
+            // The head stays cached, all of it dirty again: a later write-out redoes it.
+            head.write_failed().unwrap_or_else(|e| illegal(e));
+            return Err(e);
+        }
+        head.write_done(run).unwrap_or_else(|e| illegal(e));
         i = k;
     }
-    for t in a.r5().wb.remove(j, g, stripe) {
-        j.stripe_written(t);
-    }
+    released(j, g, head.finish().unwrap_or_else(|e| illegal(e)));
     a.r5().wb.written_out.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -725,10 +661,10 @@ pub(crate) fn cached_for_read(
     sector: u64,
     sectors: u64,
 ) -> Vec<(u64, Box<[u8]>)> {
-    if a.r5().wb.is_empty() {
+    if is_empty(a.r5()) {
         return Vec::new();
     }
-    a.r5().wb.overlapping(g, sector, sectors)
+    overlapping(a.r5(), g, sector, sectors)
 }
 
 /// Replay's fallback for one row of write-back data that does not fit the new log: write

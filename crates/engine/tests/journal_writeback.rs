@@ -366,3 +366,40 @@ fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
         }
     }
 }
+
+/// Write-back's cached heads are bounded: reclaim keeps them under the page limit
+/// (`set_writeback_max_pages`), over it by at most the stripe one writer is adding.
+#[test]
+fn cached_heads_stay_within_the_page_limit() {
+    for (level, disks, parity) in [(Level::Raid5, 4, 1), (Level::Raid6, 5, 2)] {
+        let (_mems, _journal, a) = setup(level, disks, 8 << 20);
+        a.set_journal_mode(JournalMode::WriteBack).unwrap();
+        let limit = 40;
+        a.set_writeback_max_pages(limit);
+        let size = a.size_bytes().min(1 << 20);
+        let mut r = rng(11);
+        for _ in 0..300 {
+            let pages = r.gen_range(1..=12u64);
+            let off = r.gen_range(0..size / 4096 - pages) * 4096;
+            let d: Vec<u8> = (0..pages * 4096).map(|_| r.gen()).collect();
+            a.write(off, &d).unwrap();
+            let now = a.writeback_stats().unwrap().cached_pages;
+            assert_eq!(now, a.stripe_cache().cached_pages(), "{level}: one count");
+        }
+        // chunk_sectors 16: two pages per data chunk.
+        let stripe_pages = 2 * (disks - parity);
+        let high = a
+            .stripe_cache()
+            .stats
+            .max_cached_pages
+            .load(Ordering::Relaxed);
+        assert!(
+            high >= limit / 2,
+            "{level}: the writes should fill the cache ({high})"
+        );
+        assert!(
+            high < limit + stripe_pages,
+            "{level}: {high} cached pages with a limit of {limit}"
+        );
+    }
+}

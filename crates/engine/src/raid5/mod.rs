@@ -13,12 +13,12 @@
 //! Row ranges `[lo, hi)` are byte offsets inside the chunk.
 //!
 //! The files, by responsibility (md's raid5.c in parts):
-//! - this one: the entry points' shared helpers and the level's state, [`Conf`] (md's
+//! - this one: the entry points' shared helpers and the level's state, `Conf` (md's
 //!   r5conf: stripe cache, stripe workers, journal, write-back);
-//! - [`read`]: reads, degraded reads, read-error repair;
-//! - [`write`]: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
-//! - [`sync`]: resync, recovery, check and repair of parity;
-//! - [`stripe`]: one stripe's blocks (loading, reconstruction, parity).
+//! - `read`: reads, degraded reads, read-error repair;
+//! - `write`: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
+//! - `sync`: resync, recovery, check and repair of parity;
+//! - `stripe`: one stripe's blocks (loading, reconstruction, parity).
 
 pub(crate) mod pers;
 mod read;
@@ -34,14 +34,18 @@ pub(crate) use write::{write, write_pieces_locked, zero, Log};
 
 use crate::array::{no_redundancy, Array};
 use crate::error::ArrayError;
-use crate::journal::Journal;
-use crate::stripe_cache::StripeCache;
+use crate::journal::{Journal, LogTicket};
 use crate::stripe_workers::Workers;
 use crate::writeback::WriteBack;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+/// raid4/5/6's stripe cache: cached heads keep the journal's handles of their records.
+pub(crate) type StripeCache = crate::stripe_cache::StripeCache<LogTicket>;
+/// A head of it.
+pub(crate) type StripeHead<'a> = crate::stripe_cache::StripeHead<'a, LogTicket>;
 
 /// What only a raid4/5/6 array holds (md's r5conf). The array keeps one, for the parity
 /// levels only; the level's code reaches its state through it.
@@ -91,6 +95,11 @@ impl Conf {
             std::mem::replace(&mut *w, new)
         };
         drop(old);
+    }
+
+    /// Pages that write-back holds in cached heads (none without write-back).
+    pub(crate) fn cached_pages(&self) -> usize {
+        self.stripe_cache.cached_pages()
     }
 
     /// Run one stripe's work: on a stripe worker if there are any, else here.

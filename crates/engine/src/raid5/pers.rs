@@ -8,7 +8,7 @@ use super::Conf;
 use crate::array::{Array, Personality, SyncCtx, ZeroKind};
 use crate::error::ArrayError;
 use crate::journal::Journal;
-use crate::stripe_cache::StripeCache;
+use super::StripeCache;
 use std::any::Any;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -212,12 +212,12 @@ impl Personality for Raid5Pers {
     /// The journal first: write-back acknowledges a write once it is in the journal.
     fn flush(&self, a: &Array) -> Result<(), ArrayError> {
         if let Some(j) = &self.conf.journal {
-            let wb = &self.conf.wb;
-            if j.is_failed() && !wb.is_empty() {
+            let (wb, cached) = (&self.conf.wb, self.conf.cached_pages() > 0);
+            if j.is_failed() && cached {
                 // Cached writes were durable only in the journal, which failed.
                 return Err(a.journal_failed_error());
             }
-            if !j.is_failed() && (wb.is_on() || !wb.is_empty()) {
+            if !j.is_failed() && (wb.is_on() || cached) {
                 j.flush().map_err(|e| a.journal_error(e))?;
             }
         }
@@ -233,7 +233,7 @@ impl Personality for Raid5Pers {
     }
 
     fn has_cached_writes(&self) -> bool {
-        !self.conf.wb.is_empty()
+        self.conf.cached_pages() > 0
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -3,13 +3,14 @@
 
 use super::stripe::{gen_parity, Rows};
 use super::write::take_run;
+use super::StripeHead;
 use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::member_io::OpList;
 use crate::mirror::{SyncCtx, SyncMode};
-use crate::stripe_cache::{Get, StripeHead};
+use crate::stripe_cache::Get;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, Sector};

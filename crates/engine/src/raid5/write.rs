@@ -3,12 +3,13 @@
 //! discard and write-zeroes of whole stripes.
 
 use super::stripe::{gen_parity, Rows};
+use super::StripeHead;
 use super::{chunk_bytes, lost_roles, retrying, sectors, Outcome};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::member_io::OpList;
-use crate::stripe_cache::{Get, HeadBufs, StripeHead};
+use crate::stripe_cache::{Get, HeadBufs};
 use crate::stripe_plan::{self, Cover, Plan, Summary};
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
