@@ -20,7 +20,6 @@ pub mod create;
 pub mod discard;
 pub mod error;
 pub mod events;
-pub mod fault;
 pub mod file;
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
@@ -40,7 +39,6 @@ pub(crate) mod read_balance;
 pub mod recovery;
 pub mod replace;
 pub mod shape;
-pub mod sim;
 pub mod slot;
 pub mod stripe_cache;
 pub mod stripe_plan;

@@ -460,7 +460,7 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
 /// failed write: the copies never silently differ, and the array reads zeros from the rest.
 #[test]
 fn a_copy_that_cannot_discard_is_failed_not_left_different() {
-    use uraid_engine::fault::FaultMember;
+    use uraid_sim::FaultMember;
     let faults: Vec<Arc<FaultMember>> = (0..2)
         .map(|i| {
             Arc::new(FaultMember::new(Arc::new(uraid_engine::MemMember::new(

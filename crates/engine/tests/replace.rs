@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use uraid_core::superblock::{Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT};
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::{
     assemble, Array, AssembleOptions, Event, MemMember, Member, MemberOutcome, SlotState, SyncKind,
 };
+use uraid_sim::FaultMember;
 
 const MEMBER_BYTES: u64 = 2 << 20;
 const ROLE: MemberIdx = MemberIdx(1);

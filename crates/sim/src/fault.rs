@@ -1,10 +1,10 @@
 //! A fault-injecting member wrapper, for tests and the simulator: reads or writes fail
 //! (EIO) while a switch is on, optionally only inside a byte range; flushes can fail too.
 
-use crate::member::{Member, ZeroHow};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use uraid_engine::{Member, ZeroHow};
 
 pub struct FaultMember {
     inner: Arc<dyn Member>,
@@ -107,7 +107,7 @@ impl Member for FaultMember {
         self.inner.name()
     }
 
-    fn device_id(&self) -> crate::identity::DeviceId {
+    fn device_id(&self) -> uraid_engine::identity::DeviceId {
         self.inner.device_id()
     }
 }

@@ -11,11 +11,11 @@
 //! Nothing here reads real time or depends on thread scheduling: the engine drives the
 //! disks synchronously from one thread, so the same workload gives the same IO sequence.
 
-use crate::member::Member;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use uraid_engine::Member;
 
 /// Virtual time in nanoseconds: advanced by IO costs and stalls, never by the real clock.
 #[derive(Debug, Default)]
@@ -690,7 +690,7 @@ impl Member for SimDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::SimRng;
+    use crate::SimRng;
 
     fn disk() -> (Arc<SimWorld>, SimDisk) {
         let w = SimWorld::new();
