@@ -50,6 +50,6 @@ pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
 pub use create::{create, CreateOptions};
 pub use error::ArrayError;
 pub use events::Event;
-pub use member::{MemMember, Member, ZeroHow};
+pub use member::{Batch, MemMember, Member, MemberOp, ZeroHow};
 pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 pub use slot::SlotState;

@@ -1,5 +1,6 @@
 //! Member devices: the one trait every backend implements.
 
+pub use crate::io::{Batch, MemberOp, OpBuf};
 use std::io;
 use std::sync::RwLock;
 
@@ -43,9 +44,18 @@ pub trait Member: Send + Sync {
     }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
-    /// The file backend behind this member, for the io_uring path.
-    fn as_file(&self) -> Option<&crate::file::FileMember> {
-        None
+    /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
+    /// on `batch`; the engine runs the queued ones and waits for them before the batch
+    /// returns (complete). The default does each op with [`Member::read_at`] or
+    /// [`Member::write_at`]; the file backend queues its ops for io_uring. A wrapper
+    /// completes the ops it decides itself (an injected error, a refused write), maps the
+    /// offsets of the others if it must, and forwards the slice to its inner member's
+    /// `submit`, so that a wrapper over a file keeps io_uring.
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        let _ = batch;
+        for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            op.run_sync(self);
+        }
     }
     /// Whether the whole device is known to read as zeros (a new sparse file), so that a new
     /// array needs no initial sync.
@@ -160,7 +170,7 @@ impl Member for MemMember {
 
 /// A member opened read-only (`--readonly`): reads pass through; writes and discards fail
 /// with EROFS before reaching the device, so nothing, not even the dirty flag, is written.
-/// It hides the file backend (`as_file`) so that no fast path can write around it.
+/// In a batch it refuses the writes itself and forwards only the reads to the device.
 pub struct ReadOnlyMember(pub std::sync::Arc<dyn Member>);
 
 impl ReadOnlyMember {
@@ -191,6 +201,13 @@ impl Member for ReadOnlyMember {
 
     fn discard(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Err(self.refuse())
+    }
+
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        for op in ops.iter_mut().filter(|o| o.is_write() && !o.is_complete()) {
+            op.complete(Err(self.refuse()));
+        }
+        self.0.submit(ops, batch);
     }
 
     fn name(&self) -> String {

@@ -1,10 +1,12 @@
 //! A fault-injecting member wrapper, for tests and the simulator: reads or writes fail
 //! (EIO) while a switch is on, optionally only inside a byte range; flushes can fail too.
+//! In a batch it fails the ops it must itself and forwards the others to the inner
+//! member's batch path, so that a FaultMember over a file still runs on io_uring.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use uraid_engine::{Member, ZeroHow};
+use uraid_engine::{Batch, Member, MemberOp, ZeroHow};
 
 pub struct FaultMember {
     inner: Arc<dyn Member>,
@@ -70,6 +72,21 @@ impl Member for FaultMember {
             return Err(self.eio("write", offset));
         }
         self.inner.write_at(buf, offset)
+    }
+
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            let (counter, switch, what) = if op.is_write() {
+                (&self.writes, &self.fail_writes, "write")
+            } else {
+                (&self.reads, &self.fail_reads, "read")
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if switch.load(Ordering::SeqCst) && self.hits(op.offset, op.len()) {
+                op.complete(Err(self.eio(what, op.offset)));
+            }
+        }
+        self.inner.submit(ops, batch);
     }
 
     fn flush(&self) -> io::Result<()> {
