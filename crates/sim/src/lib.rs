@@ -30,7 +30,9 @@ mod rng;
 pub mod run;
 
 pub use config::{Mode, SimConfig};
-pub use disk::{Effect, FaultCounts, FaultKind, FaultRule, OpFilter, SimClock, SimDisk, SimWorld};
+pub use disk::{
+    Effect, FaultCounts, FaultKind, FaultRule, OpFilter, Power, SimClock, SimDisk, SimWorld,
+};
 pub use fault::FaultMember;
 pub use rng::SimRng;
 pub use run::{
