@@ -33,7 +33,7 @@ pub use config::{Mode, SimConfig};
 pub use disk::{
     Effect, FaultCounts, FaultKind, FaultRule, OpFilter, Power, SimClock, SimDisk, SimWorld,
 };
-pub use fault::FaultMember;
+pub use fault::{FaultMember, HookIo, Verdict};
 pub use rng::SimRng;
 pub use run::{
     replay_command, run, run_seed, Finding, Lifecycle, NoLifecycle, RunStats, SimFailure,

@@ -68,3 +68,52 @@ fn fault_member_over_files_runs_on_the_ring_and_fails_per_op() {
         uraid_testkit::skip("fault_member_over_files", "io_uring unavailable");
     }
 }
+
+#[test]
+fn a_hook_sees_every_op_of_a_batch_and_may_lose_or_fail_it() {
+    use std::sync::Mutex;
+    use uraid_sim::{HookIo, Verdict};
+    let f = file("hook");
+    let seen: Arc<Mutex<Vec<HookIo>>> = Arc::default();
+    let s2 = seen.clone();
+    let m = FaultMember::new(f.clone()).with_hook(move |io| {
+        s2.lock().unwrap().push(io);
+        match io.offset {
+            0 => Verdict::Lose,
+            4096 => Verdict::Fail(std::io::Error::other("hooked")),
+            _ => Verdict::Pass,
+        }
+    });
+    let (w0, w1, w2) = (vec![1u8; 4096], vec![2u8; 4096], vec![3u8; 4096]);
+    let before = uring_ios_on_this_thread();
+    let mut ops = vec![
+        Op::write(&m, 0, &w0),
+        Op::write(&m, 4096, &w1),
+        Op::write(&m, 8192, &w2),
+        Op::write(&m, 12288, &w2),
+    ];
+    let res = execute(&mut ops);
+    drop(ops);
+    assert!(res[0].is_ok(), "a lost write reports success");
+    assert_eq!(res[1].as_ref().unwrap_err().to_string(), "hooked");
+    assert!(res[2].is_ok() && res[3].is_ok());
+    let offs: Vec<u64> = seen.lock().unwrap().iter().map(|io| io.offset).collect();
+    assert_eq!(offs, [0, 4096, 8192, 12288]);
+    let mut raw = vec![9u8; 16384];
+    f.read_at(&mut raw, 0).unwrap();
+    assert_eq!(
+        &raw[..8192],
+        &[0u8; 8192][..],
+        "lost and failed writes stored nothing"
+    );
+    assert_eq!(&raw[8192..], &[3u8; 8192][..]);
+    if io_engine() == IoEngine::Uring {
+        assert_eq!(
+            uring_ios_on_this_thread() - before,
+            2,
+            "only the passed writes"
+        );
+    } else {
+        uraid_testkit::skip("a_hook_sees_every_op_of_a_batch", "io_uring unavailable");
+    }
+}
