@@ -9,8 +9,8 @@
 //! synchronous methods at submit. Where io_uring is unavailable (old kernel, seccomp)
 //! everything falls back to pread/pwrite, once and for all.
 
-use crate::file::FileMember;
-use crate::member::Member;
+pub use crate::member::OpBuf;
+use crate::member::{Batch, FileIo, Member, MemberOp};
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
@@ -22,11 +22,6 @@ pub struct Op<'a> {
     pub member: &'a dyn Member,
     pub offset: u64,
     pub buf: OpBuf<'a>,
-}
-
-pub enum OpBuf<'a> {
-    Read(&'a mut [u8]),
-    Write(&'a [u8]),
 }
 
 impl<'a> Op<'a> {
@@ -44,104 +39,6 @@ impl<'a> Op<'a> {
             offset,
             buf: OpBuf::Write(buf),
         }
-    }
-}
-
-/// One op of a batch as a member sees it in [`Member::submit`]: where on this member, the
-/// buffer, and (once done) its result. A member completes an op or forwards it; it skips
-/// ops that are complete already (completed by a wrapper above it).
-pub struct MemberOp<'a> {
-    /// Byte offset on the member it is submitted to; a wrapper that maps offsets changes it
-    /// before it forwards the op.
-    pub offset: u64,
-    pub buf: OpBuf<'a>,
-    /// The member the op was issued to (for grouping; wrappers do not change it).
-    issued_to: &'a dyn Member,
-    index: usize,
-    result: Option<io::Result<()>>,
-}
-
-impl MemberOp<'_> {
-    pub fn len(&self) -> usize {
-        match &self.buf {
-            OpBuf::Read(b) => b.len(),
-            OpBuf::Write(b) => b.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn is_write(&self) -> bool {
-        matches!(self.buf, OpBuf::Write(_))
-    }
-
-    /// Whether a result is in already (nothing more to do for this op).
-    pub fn is_complete(&self) -> bool {
-        self.result.is_some()
-    }
-
-    /// Give the op its result (an injected error, a refusal, a synchronous IO's outcome).
-    pub fn complete(&mut self, r: io::Result<()>) {
-        debug_assert!(self.result.is_none(), "op completed twice");
-        self.result = Some(r);
-    }
-
-    /// Do the op now with `m`'s synchronous methods and complete it.
-    pub fn run_sync<M: Member + ?Sized>(&mut self, m: &M) {
-        let r = match &mut self.buf {
-            OpBuf::Read(b) => m.read_at(b, self.offset),
-            OpBuf::Write(b) => m.write_at(b, self.offset),
-        };
-        self.complete(r);
-    }
-}
-
-/// File IOs queued by [`Member::submit`] for one ring submission. Only the engine's file
-/// backend queues here; other members complete their ops or forward them.
-pub struct Batch<'a> {
-    files: Vec<FileIo<'a>>,
-    /// Whether file ops may be queued for io_uring (else they run at submit).
-    uring: bool,
-}
-
-/// One queued file IO: op `index` of the batch, on `file` at `offset` (the file's offset,
-/// after any mapping by wrappers), through descriptor `fd`.
-struct FileIo<'a> {
-    file: &'a FileMember,
-    index: usize,
-    fd: RawFd,
-    offset: u64,
-    len: usize,
-    write: bool,
-}
-
-impl<'a> Batch<'a> {
-    /// Queue `op` on `file`'s ring path, or run it now where no ring is used (a single
-    /// op, `--io-engine sync`, an empty or out-of-range op whose error pread reports).
-    pub(crate) fn queue_file(&mut self, file: &'a FileMember, op: &mut MemberOp<'_>) {
-        let len = op.len();
-        let in_range = op
-            .offset
-            .checked_add(len as u64)
-            .is_some_and(|e| e <= file.size_bytes());
-        if !self.uring || len == 0 || !in_range {
-            op.run_sync(file);
-            return;
-        }
-        let addr = match &op.buf {
-            OpBuf::Read(b) => b.as_ptr() as usize,
-            OpBuf::Write(b) => b.as_ptr() as usize,
-        };
-        self.files.push(FileIo {
-            file,
-            index: op.index,
-            fd: file.fd_for(addr, op.offset, len),
-            offset: op.offset,
-            len,
-            write: op.is_write(),
-        });
     }
 }
 
@@ -191,10 +88,7 @@ thread_local! {
 
 /// Run all ops; returns one result per op, in order.
 pub fn execute(ops: &mut [Op<'_>]) -> Vec<io::Result<()>> {
-    let mut batch = Batch {
-        files: Vec::new(),
-        uring: ops.len() > 1 && io_engine() == IoEngine::Uring,
-    };
+    let mut batch = Batch::new(ops.len() > 1 && io_engine() == IoEngine::Uring);
     let mut mops: Vec<MemberOp<'_>> = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter_mut().enumerate() {
         let buf = match &mut op.buf {
@@ -233,7 +127,7 @@ pub fn execute(ops: &mut [Op<'_>]) -> Vec<io::Result<()>> {
         if op.result.is_none() {
             let saved = op.offset;
             op.offset = f.offset;
-            op.run_sync(f.file);
+            op.run_sync(f.dev);
             op.offset = saved;
         }
     }

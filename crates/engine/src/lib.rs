@@ -2,7 +2,8 @@
 //!
 //! - [`member`]: the one member-device trait; backends: [`member::MemMember`] (memory),
 //!   [`file::FileMember`] (file or block device, O_DIRECT where possible).
-//! - [`io`]: batched member IO (io_uring for files, synchronous otherwise).
+//! - [`io`]: batched member IO: each member takes its ops through [`Member::submit`]
+//!   (files queue them for io_uring, wrappers forward them), then the ring runs them.
 //! - [`array`]: an assembled array: read, write, flush, degraded operation, resync.
 //! - one module per level: [`raid0`], [`raid1`], [`raid10`], [`raid5`] (raid4/5/6);
 //!   [`mirror`] holds what raid1 and raid10 share.

@@ -1,7 +1,7 @@
 //! Member devices: the one trait every backend implements.
 
-pub use crate::io::{Batch, MemberOp, OpBuf};
 use std::io;
+use std::os::unix::io::RawFd;
 use std::sync::RwLock;
 
 /// A member device: a byte-addressed store with a fixed size.
@@ -66,6 +66,123 @@ pub trait Member: Send + Sync {
     /// names (see [`crate::identity`]). Wrappers return their inner device's.
     fn device_id(&self) -> crate::identity::DeviceId {
         crate::identity::DeviceId::Named(self.name())
+    }
+}
+
+/// The buffer of one member IO: filled by a read, written by a write.
+pub enum OpBuf<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+/// One op of a batch as a member sees it in [`Member::submit`]: where on this member, the
+/// buffer, and (once done) its result. A member completes an op or forwards it; it skips
+/// ops that are complete already (completed by a wrapper above it).
+pub struct MemberOp<'a> {
+    /// Byte offset on the member it is submitted to; a wrapper that maps offsets changes it
+    /// before it forwards the op.
+    pub offset: u64,
+    pub buf: OpBuf<'a>,
+    /// The member the op was issued to (for grouping; wrappers do not change it).
+    pub(crate) issued_to: &'a dyn Member,
+    pub(crate) index: usize,
+    pub(crate) result: Option<io::Result<()>>,
+}
+
+impl MemberOp<'_> {
+    pub fn len(&self) -> usize {
+        match &self.buf {
+            OpBuf::Read(b) => b.len(),
+            OpBuf::Write(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(self.buf, OpBuf::Write(_))
+    }
+
+    /// Address of the buffer (for the O_DIRECT alignment check).
+    pub(crate) fn addr(&self) -> usize {
+        match &self.buf {
+            OpBuf::Read(b) => b.as_ptr() as usize,
+            OpBuf::Write(b) => b.as_ptr() as usize,
+        }
+    }
+
+    /// Whether a result is in already (nothing more to do for this op).
+    pub fn is_complete(&self) -> bool {
+        self.result.is_some()
+    }
+
+    /// Give the op its result (an injected error, a refusal, a synchronous IO's outcome).
+    pub fn complete(&mut self, r: io::Result<()>) {
+        debug_assert!(self.result.is_none(), "op completed twice");
+        self.result = Some(r);
+    }
+
+    /// Do the op now with `m`'s synchronous methods and complete it.
+    pub fn run_sync<M: Member + ?Sized>(&mut self, m: &M) {
+        let r = match &mut self.buf {
+            OpBuf::Read(b) => m.read_at(b, self.offset),
+            OpBuf::Write(b) => m.write_at(b, self.offset),
+        };
+        self.complete(r);
+    }
+}
+
+/// File IOs queued by [`Member::submit`] for one ring submission. Only the engine's file
+/// backend queues here; other members complete their ops or forward them.
+pub struct Batch<'a> {
+    pub(crate) files: Vec<FileIo<'a>>,
+    /// Whether file ops may be queued for io_uring (else they run at submit).
+    uring: bool,
+}
+
+/// One queued file IO: op `index` of the batch, on `dev` at `offset` (the file's offset,
+/// after any mapping by wrappers), through descriptor `fd`; `dev` runs it synchronously if
+/// the ring cannot.
+pub(crate) struct FileIo<'a> {
+    pub(crate) dev: &'a dyn Member,
+    pub(crate) index: usize,
+    pub(crate) fd: RawFd,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) write: bool,
+}
+
+impl<'a> Batch<'a> {
+    pub(crate) fn new(uring: bool) -> Batch<'a> {
+        Batch {
+            files: Vec::new(),
+            uring,
+        }
+    }
+
+    /// Queue `op` on `dev`'s descriptor `fd` for the ring, or run it now where no ring is
+    /// used (a single op, `--io-engine sync`, an empty or out-of-range op whose error the
+    /// synchronous path reports).
+    pub(crate) fn queue_fd(&mut self, dev: &'a dyn Member, fd: RawFd, op: &mut MemberOp<'_>) {
+        let len = op.len();
+        let in_range = op
+            .offset
+            .checked_add(len as u64)
+            .is_some_and(|e| e <= dev.size_bytes());
+        if !self.uring || len == 0 || !in_range {
+            op.run_sync(dev);
+            return;
+        }
+        self.files.push(FileIo {
+            dev,
+            index: op.index,
+            fd,
+            offset: op.offset,
+            len,
+            write: op.is_write(),
+        });
     }
 }
 
