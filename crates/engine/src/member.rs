@@ -50,7 +50,8 @@ pub trait Member: Send + Sync {
     /// [`Member::write_at`]; the file backend queues its ops for io_uring. A wrapper
     /// completes the ops it decides itself (an injected error, a refused write), maps the
     /// offsets of the others if it must, and forwards the slice to its inner member's
-    /// `submit`, so that a wrapper over a file keeps io_uring.
+    /// `submit`, so that a wrapper over a file keeps io_uring. For each op it must do what
+    /// `read_at`/`write_at` would (a batch of one goes straight to them).
     fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
         let _ = batch;
         for op in ops.iter_mut().filter(|o| !o.is_complete()) {
@@ -82,14 +83,20 @@ pub struct MemberOp<'a> {
     /// Byte offset on the member it is submitted to; a wrapper that maps offsets changes it
     /// before it forwards the op.
     pub offset: u64,
-    pub buf: OpBuf<'a>,
+    /// Private: the ring reads and writes it after `submit` returns, so nobody may swap it.
+    pub(crate) buf: OpBuf<'a>,
     /// The member the op was issued to (for grouping; wrappers do not change it).
     pub(crate) issued_to: &'a dyn Member,
     pub(crate) index: usize,
     pub(crate) result: Option<io::Result<()>>,
 }
 
-impl MemberOp<'_> {
+impl<'a> MemberOp<'a> {
+    /// The op's buffer (a read's to fill, a write's data).
+    pub fn buf(&self) -> &OpBuf<'a> {
+        &self.buf
+    }
+
     pub fn len(&self) -> usize {
         match &self.buf {
             OpBuf::Read(b) => b.len(),
