@@ -30,6 +30,11 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== the production build holds no test crate (uraid-sim, uraid-testkit)"
+if cargo tree -p uraid -e normal --prefix none | grep -E '^uraid-(sim|testkit) '; then
+    echo "uraid's normal dependencies include a test crate" >&2
+    exit 1
+fi
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== Linux md interoperability (VM)"

@@ -1,7 +1,7 @@
 //! File and block-device members: O_DIRECT where the file system allows it (with a buffered
 //! descriptor beside it for unaligned IO), and io_uring for batched IO (see [`crate::io`]).
 
-use crate::member::{write_zero_buffers, Member, ZeroHow};
+use crate::member::{write_zero_buffers, Batch, Member, MemberOp, ZeroHow};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
@@ -316,8 +316,12 @@ impl Member for FileMember {
         self.path.display().to_string()
     }
 
-    fn as_file(&self) -> Option<&FileMember> {
-        Some(self)
+    /// Queues every op for the batch's io_uring submission (see [`crate::io`]).
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            let fd = self.fd_for(op.addr(), op.offset, op.len());
+            batch.queue_fd(self, fd, op);
+        }
     }
 
     fn known_zero(&self) -> bool {

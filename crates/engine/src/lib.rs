@@ -2,7 +2,8 @@
 //!
 //! - [`member`]: the one member-device trait; backends: [`member::MemMember`] (memory),
 //!   [`file::FileMember`] (file or block device, O_DIRECT where possible).
-//! - [`io`]: batched member IO (io_uring for files, synchronous otherwise).
+//! - [`io`]: batched member IO: each member takes its ops through [`Member::submit`]
+//!   (files queue them for io_uring, wrappers forward them), then the ring runs them.
 //! - [`array`]: an assembled array: read, write, flush, degraded operation, resync.
 //! - one module per level: [`raid0`], [`raid1`], [`raid10`], [`raid5`] (raid4/5/6);
 //!   [`mirror`] holds what raid1 and raid10 share.
@@ -22,7 +23,6 @@ pub mod daemon;
 pub mod discard;
 pub mod error;
 pub mod events;
-pub mod fault;
 pub mod file;
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
@@ -46,7 +46,6 @@ pub mod recovery;
 pub mod replace;
 pub(crate) mod replacing;
 pub mod shape;
-pub mod sim;
 pub mod slot;
 pub(crate) mod slot_state;
 pub mod stripe_cache;
@@ -61,6 +60,6 @@ pub use create::{create, CreateOptions};
 pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons};
 pub use error::ArrayError;
 pub use events::Event;
-pub use member::{MemMember, Member, ZeroHow};
+pub use member::{Batch, MemMember, Member, MemberOp, ZeroHow};
 pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 pub use slot::SlotState;

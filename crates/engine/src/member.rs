@@ -1,6 +1,7 @@
 //! Member devices: the one trait every backend implements.
 
 use std::io;
+use std::os::unix::io::RawFd;
 use std::sync::RwLock;
 
 /// A member device: a byte-addressed store with a fixed size.
@@ -43,9 +44,19 @@ pub trait Member: Send + Sync {
     }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
-    /// The file backend behind this member, for the io_uring path.
-    fn as_file(&self) -> Option<&crate::file::FileMember> {
-        None
+    /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
+    /// on `batch`; the engine runs the queued ones and waits for them before the batch
+    /// returns (complete). The default does each op with [`Member::read_at`] or
+    /// [`Member::write_at`]; the file backend queues its ops for io_uring. A wrapper
+    /// completes the ops it decides itself (an injected error, a refused write), maps the
+    /// offsets of the others if it must, and forwards the slice to its inner member's
+    /// `submit`, so that a wrapper over a file keeps io_uring. For each op it must do what
+    /// `read_at`/`write_at` would (a batch of one goes straight to them).
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        let _ = batch;
+        for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            op.run_sync(self);
+        }
     }
     /// Whether the whole device is known to read as zeros (a new sparse file), so that a new
     /// array needs no initial sync.
@@ -56,6 +67,129 @@ pub trait Member: Send + Sync {
     /// names (see [`crate::identity`]). Wrappers return their inner device's.
     fn device_id(&self) -> crate::identity::DeviceId {
         crate::identity::DeviceId::Named(self.name())
+    }
+}
+
+/// The buffer of one member IO: filled by a read, written by a write.
+pub enum OpBuf<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+/// One op of a batch as a member sees it in [`Member::submit`]: where on this member, the
+/// buffer, and (once done) its result. A member completes an op or forwards it; it skips
+/// ops that are complete already (completed by a wrapper above it).
+pub struct MemberOp<'a> {
+    /// Byte offset on the member it is submitted to; a wrapper that maps offsets changes it
+    /// before it forwards the op.
+    pub offset: u64,
+    /// Private: the ring reads and writes it after `submit` returns, so nobody may swap it.
+    pub(crate) buf: OpBuf<'a>,
+    /// The member the op was issued to (for grouping; wrappers do not change it).
+    pub(crate) issued_to: &'a dyn Member,
+    pub(crate) index: usize,
+    pub(crate) result: Option<io::Result<()>>,
+}
+
+impl<'a> MemberOp<'a> {
+    /// The op's buffer (a read's to fill, a write's data).
+    pub fn buf(&self) -> &OpBuf<'a> {
+        &self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.buf {
+            OpBuf::Read(b) => b.len(),
+            OpBuf::Write(b) => b.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(self.buf, OpBuf::Write(_))
+    }
+
+    /// Address of the buffer (for the O_DIRECT alignment check).
+    pub(crate) fn addr(&self) -> usize {
+        match &self.buf {
+            OpBuf::Read(b) => b.as_ptr() as usize,
+            OpBuf::Write(b) => b.as_ptr() as usize,
+        }
+    }
+
+    /// Whether a result is in already (nothing more to do for this op).
+    pub fn is_complete(&self) -> bool {
+        self.result.is_some()
+    }
+
+    /// Give the op its result (an injected error, a refusal, a synchronous IO's outcome).
+    pub fn complete(&mut self, r: io::Result<()>) {
+        debug_assert!(self.result.is_none(), "op completed twice");
+        self.result = Some(r);
+    }
+
+    /// Do the op now with `m`'s synchronous methods and complete it.
+    pub fn run_sync<M: Member + ?Sized>(&mut self, m: &M) {
+        let r = match &mut self.buf {
+            OpBuf::Read(b) => m.read_at(b, self.offset),
+            OpBuf::Write(b) => m.write_at(b, self.offset),
+        };
+        self.complete(r);
+    }
+}
+
+/// File IOs queued by [`Member::submit`] for one ring submission. Only the engine's file
+/// backend queues here; other members complete their ops or forward them.
+pub struct Batch<'a> {
+    pub(crate) files: Vec<FileIo<'a>>,
+    /// Whether file ops may be queued for io_uring (else they run at submit).
+    uring: bool,
+}
+
+/// One queued file IO: op `index` of the batch, on `dev` at `offset` (the file's offset,
+/// after any mapping by wrappers), through descriptor `fd`; `dev` runs it synchronously if
+/// the ring cannot.
+pub(crate) struct FileIo<'a> {
+    pub(crate) dev: &'a dyn Member,
+    pub(crate) index: usize,
+    pub(crate) fd: RawFd,
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) write: bool,
+}
+
+impl<'a> Batch<'a> {
+    pub(crate) fn new(uring: bool) -> Batch<'a> {
+        Batch {
+            files: Vec::new(),
+            uring,
+        }
+    }
+
+    /// Queue `op` on `dev`'s descriptor `fd` for the ring, or run it now where no ring is
+    /// used (a single op, `--io-engine sync`, an empty or out-of-range op whose error the
+    /// synchronous path reports).
+    pub(crate) fn queue_fd(&mut self, dev: &'a dyn Member, fd: RawFd, op: &mut MemberOp<'_>) {
+        let len = op.len();
+        let in_range = op
+            .offset
+            .checked_add(len as u64)
+            .is_some_and(|e| e <= dev.size_bytes());
+        if !self.uring || len == 0 || !in_range {
+            op.run_sync(dev);
+            return;
+        }
+        self.files.push(FileIo {
+            dev,
+            index: op.index,
+            fd,
+            offset: op.offset,
+            len,
+            write: op.is_write(),
+        });
     }
 }
 
@@ -160,7 +294,7 @@ impl Member for MemMember {
 
 /// A member opened read-only (`--readonly`): reads pass through; writes and discards fail
 /// with EROFS before reaching the device, so nothing, not even the dirty flag, is written.
-/// It hides the file backend (`as_file`) so that no fast path can write around it.
+/// In a batch it refuses the writes itself and forwards only the reads to the device.
 pub struct ReadOnlyMember(pub std::sync::Arc<dyn Member>);
 
 impl ReadOnlyMember {
@@ -191,6 +325,13 @@ impl Member for ReadOnlyMember {
 
     fn discard(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Err(self.refuse())
+    }
+
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        for op in ops.iter_mut().filter(|o| o.is_write() && !o.is_complete()) {
+            op.complete(Err(self.refuse()));
+        }
+        self.0.submit(ops, batch);
     }
 
     fn name(&self) -> String {

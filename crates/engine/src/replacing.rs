@@ -223,6 +223,19 @@ impl Member for Replacing {
         })
     }
 
+    /// Reads go to the old device in the batch (on its ring if it has one); writes go to
+    /// both devices through `write_at`.
+    fn submit<'a>(
+        &'a self,
+        ops: &mut [crate::member::MemberOp<'a>],
+        batch: &mut crate::member::Batch<'a>,
+    ) {
+        for op in ops.iter_mut().filter(|o| o.is_write() && !o.is_complete()) {
+            op.run_sync(self);
+        }
+        self.old.submit(ops, batch);
+    }
+
     fn flush(&self) -> io::Result<()> {
         if !self.failed() {
             if let Err(e) = self.new.flush() {

@@ -11,9 +11,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::superblock::FEATURE_BAD_BLOCKS;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, AssembleOptions, Member, SlotState};
+use uraid_sim::FaultMember;
 
 fn cfg(level: Level, disks: usize) -> Config {
     Config {

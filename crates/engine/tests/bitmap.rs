@@ -8,8 +8,8 @@ use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::{assemble, AddOutcome, Array, AssembleOptions, Member, SlotState, SyncKind};
+use uraid_sim::FaultMember;
 
 const BM_CHUNK: u32 = 64 * 1024;
 

@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use uraid_core::geometry::raid5::*;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{Array, MemMember, Member};
+use uraid_sim::{FaultMember, Verdict};
 
 const SECTOR: usize = 512;
 const MAGIC: [u8; 8] = *b"uRAIDtag";
@@ -827,34 +828,21 @@ fn the_tag_oracle_rejects_torn_and_moved_sectors() {
 }
 
 /// A member that silently drops every `every`-th write to its data area: a lost write.
-struct DropsWrites {
-    inner: Arc<dyn Member>,
-    n: AtomicU64,
-    every: u64,
-}
-
-impl Member for DropsWrites {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        // Superblocks (below the data offset of 64 sectors) always land.
-        if offset >= 64 * 512
-            && self.n.fetch_add(1, Ordering::Relaxed) % self.every == self.every - 1
-        {
-            return Ok(());
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
+fn drops_writes(inner: Arc<dyn Member>, every: u64) -> FaultMember {
+    let n = AtomicU64::new(0);
+    FaultMember::new(inner)
+        .zeroes_by_writing()
+        .with_hook(move |io| {
+            // Superblocks (below the data offset of 64 sectors) always land.
+            if io.write
+                && io.offset >= 64 * 512
+                && n.fetch_add(1, Ordering::Relaxed) % every == every - 1
+            {
+                Verdict::Lose
+            } else {
+                Verdict::Pass
+            }
+        })
 }
 
 /// The whole check must catch an engine that loses writes: run the overlapping phase over a
@@ -875,11 +863,7 @@ fn the_checks_catch_a_member_that_loses_writes() {
         }
         let r = rig_with(&c, |m, i| {
             if i == 0 {
-                Arc::new(DropsWrites {
-                    inner: m,
-                    n: AtomicU64::new(0),
-                    every: 3,
-                })
+                Arc::new(drops_writes(m, 3))
             } else {
                 m
             }

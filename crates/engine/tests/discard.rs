@@ -16,6 +16,7 @@ use uraid_core::geometry::Personality;
 use uraid_core::Level;
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, ArrayError, AssembleOptions, Member, ZeroHow};
+use uraid_sim::FaultMember;
 
 /// Bytes [start, end) of `offset+len` that the members change as a whole: whole sectors,
 /// whole stripes on raid4/5/6 (computed here from the geometry, not asked of the engine).
@@ -120,27 +121,6 @@ fn write_zeroes_without_holes_zeroes_exactly_the_range() {
     });
 }
 
-/// A member that zeroes only by writing (as the simulator's disks do).
-struct SlowZero(Arc<dyn Member>);
-
-impl Member for SlowZero {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.0.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.0.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.0.flush()
-    }
-    fn name(&self) -> String {
-        self.0.name()
-    }
-}
-
 #[test]
 fn fast_zero_is_refused_before_anything_changes_when_it_cannot_be_fast() {
     let cfg = Config {
@@ -173,7 +153,8 @@ fn fast_zero_is_refused_before_anything_changes_when_it_cannot_be_fast() {
     // Members that can only write zeros: no fast zeroing at all.
     let slow: Vec<Option<Arc<dyn Member>>> = mem_members(&cfg, "fs")
         .into_iter()
-        .map(|m| Some(Arc::new(SlowZero(m)) as Arc<dyn Member>))
+        // Members that zero only by writing (as the simulator's disks do).
+        .map(|m| Some(Arc::new(FaultMember::new(m).zeroes_by_writing()) as Arc<dyn Member>))
         .collect();
     let b = uraid_engine::create(slow, &create_opts(&cfg)).unwrap();
     assert!(!b.can_fast_zero(true));
@@ -460,7 +441,6 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
 /// failed write: the copies never silently differ, and the array reads zeros from the rest.
 #[test]
 fn a_copy_that_cannot_discard_is_failed_not_left_different() {
-    use uraid_engine::fault::FaultMember;
     let faults: Vec<Arc<FaultMember>> = (0..2)
         .map(|i| {
             Arc::new(FaultMember::new(Arc::new(uraid_engine::MemMember::new(

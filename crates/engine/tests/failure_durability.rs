@@ -1,8 +1,8 @@
 //! A member failure is durable before any write that depends on it completes (md's
 //! MD_SB_CHANGE_PENDING).
 //!
-//! raid5 on crash members behind a gate that holds superblock writes open. Member 0 fails
-//! a write; its failure's superblock update is held at the gate while other writers write
+//! raid5 on crash disks (uraid_sim::SimDisk) that hold superblock writes open. Member 0
+//! fails a write; its failure's superblock update is held at the disks while other writers write
 //! (and flush) blocks that live on member 0: they skip it, so the only record that member
 //! 0 is stale is the held update. The power goes out while it is held; the array is
 //! assembled from what survived, and every write acknowledged before the cut must read
@@ -11,94 +11,27 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use uraid_core::geometry::{ParityGeometry, Personality};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
-
-mod crash_disk;
-use crash_disk::{CrashMember, Power};
+use uraid_sim::{Effect, FaultRule, OpFilter, Power, SimDisk};
 
 const CHUNK_SECTORS: u64 = 8;
 const DATA_OFFSET_SECTORS: u64 = 64;
 const MEMBER_BYTES: u64 = (DATA_OFFSET_SECTORS + 32 * CHUNK_SECTORS) * 512;
 const WRITERS: usize = 4;
 
-/// A member whose superblock-area writes can be held open, and whose data writes can
-/// be made to fail.
-struct Gate {
-    inner: Arc<dyn Member>,
-    data_start: u64,
-    hold_sb: AtomicBool,
-    fail_data: AtomicBool,
-    held: Mutex<u32>,
-    cv: Condvar,
-}
-
-impl Gate {
-    fn new(inner: Arc<dyn Member>) -> Gate {
-        Gate {
-            inner,
-            data_start: DATA_OFFSET_SECTORS * 512,
-            hold_sb: AtomicBool::new(false),
-            fail_data: AtomicBool::new(false),
-            held: Mutex::new(0),
-            cv: Condvar::new(),
-        }
-    }
-
-    /// Superblock writes held at the gate right now.
-    fn held(&self) -> u32 {
-        *self.held.lock().unwrap()
-    }
-
-    fn release(&self) {
-        self.hold_sb.store(false, Ordering::SeqCst);
-        self.cv.notify_all();
-    }
-}
-
-impl Member for Gate {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        if offset < self.data_start {
-            let mut h = self.held.lock().unwrap();
-            if self.hold_sb.load(Ordering::SeqCst) {
-                *h += 1;
-                self.cv.notify_all();
-                while self.hold_sb.load(Ordering::SeqCst) {
-                    h = self.cv.wait(h).unwrap();
-                }
-                *h -= 1;
-            }
-        } else if self.fail_data.load(Ordering::SeqCst) {
-            return Err(io::Error::other("injected data write error"));
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-}
-
 struct Rig {
     power: Arc<Power>,
-    crash: Vec<Arc<CrashMember>>,
-    gates: Vec<Arc<Gate>>,
+    /// Crash disks; their superblock-area writes can be held open, their data writes made
+    /// to fail.
+    crash: Vec<Arc<SimDisk>>,
     g: ParityGeometry,
 }
 
-/// A clean 3-member raid5 on crash members behind gates.
+/// A clean 3-member raid5 on crash disks.
 fn rig() -> Rig {
     let mems: Vec<Arc<MemMember>> = (0..3)
         .map(|i| Arc::new(MemMember::new(format!("m{i}"), MEMBER_BYTES)))
@@ -123,11 +56,11 @@ fn rig() -> Rig {
     let power = Arc::new(Power {
         ops_left: AtomicI64::new(i64::MAX),
     });
-    let crash: Vec<Arc<CrashMember>> = mems
+    let crash: Vec<Arc<SimDisk>> = mems
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            Arc::new(CrashMember::new(
+            Arc::new(SimDisk::crash_disk(
                 &format!("m{i}"),
                 power.clone(),
                 m.snapshot(),
@@ -135,16 +68,7 @@ fn rig() -> Rig {
             ))
         })
         .collect();
-    let gates = crash
-        .iter()
-        .map(|c| Arc::new(Gate::new(c.clone() as Arc<dyn Member>)))
-        .collect();
-    Rig {
-        power,
-        crash,
-        gates,
-        g,
-    }
+    Rig { power, crash, g }
 }
 
 /// Array byte offsets of whole chunks that member 0 holds, one per stripe.
@@ -178,9 +102,9 @@ fn run(seed: u64, release_first: bool) -> Outcome {
     let r = rig();
     let mut rng = StdRng::seed_from_u64(seed);
     let devs: Vec<Arc<dyn Member>> = r
-        .gates
+        .crash
         .iter()
-        .map(|g| g.clone() as Arc<dyn Member>)
+        .map(|d| d.clone() as Arc<dyn Member>)
         .collect();
     let (a, _) = assemble(devs, &AssembleOptions::default()).unwrap();
     let a = Arc::new(a);
@@ -193,10 +117,17 @@ fn run(seed: u64, release_first: bool) -> Outcome {
     a.flush().unwrap();
     // Acknowledgements count only while the power is on: `cut` takes this lock to cut.
     let acks: Arc<Mutex<Writes>> = Arc::new(Mutex::new(vec![(offs[0], first)]));
-    for gt in &r.gates[1..] {
-        gt.hold_sb.store(true, Ordering::SeqCst);
+    let data_start = DATA_OFFSET_SECTORS * 512;
+    for d in &r.crash[1..] {
+        d.hold_writes((0, data_start));
     }
-    r.gates[0].fail_data.store(true, Ordering::SeqCst);
+    r.crash[0].add_rule(FaultRule {
+        effect: Effect::Error,
+        ops: OpFilter::Write,
+        from_io: 0,
+        range: Some((data_start, u64::MAX)),
+        times: None,
+    });
 
     let done = Arc::new(AtomicU64::new(0));
     let mut writer = |off: u64| {
@@ -214,13 +145,13 @@ fn run(seed: u64, release_first: bool) -> Outcome {
     };
     // The write that fails member 0; its failure's superblock update is held.
     let failing = writer(offs[1]);
-    while r.gates[1].held() + r.gates[2].held() == 0 {
+    while r.crash[1].held_writes() + r.crash[2].held_writes() == 0 {
         std::thread::yield_now();
     }
     // Writers that find member 0 faulty and skip it.
     let writers: Vec<_> = offs[2..].iter().map(|&off| writer(off)).collect();
     // Every writer is either finished or waiting for the superblocks (no timing); the
-    // failing write is still inside its failure handling, held at the gate.
+    // failing write is still inside its failure handling, held at the disks.
     while done.load(Ordering::SeqCst) + a.writes_waiting_for_superblocks() < WRITERS as u64 {
         std::thread::yield_now();
     }
@@ -229,8 +160,8 @@ fn run(seed: u64, release_first: bool) -> Outcome {
         r.power.ops_left.store(0, Ordering::SeqCst);
     };
     if release_first {
-        for gt in &r.gates {
-            gt.release();
+        for d in &r.crash {
+            d.release_writes();
         }
         for w in writers {
             w.join().unwrap();
@@ -239,8 +170,8 @@ fn run(seed: u64, release_first: bool) -> Outcome {
         cut();
     } else {
         cut();
-        for gt in &r.gates {
-            gt.release();
+        for d in &r.crash {
+            d.release_writes();
         }
         for w in writers {
             w.join().unwrap();

@@ -10,8 +10,8 @@ use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, MemberOutcome, SlotState};
+use uraid_sim::FaultMember;
 
 fn cfg() -> Config {
     Config {

@@ -36,12 +36,11 @@ const STRIPES: u64 = 4;
 /// Three records fill the ring: later writes wrap around and reclaim.
 const JOURNAL_BLOCKS: u64 = 8;
 
-mod crash_disk;
-use crash_disk::{CrashMember, Power};
+use uraid_sim::{Power, SimDisk};
 
 /// The array's side of reclaim: flush the members, keep journal_tail "in the superblock".
 struct Host {
-    members: Vec<Arc<CrashMember>>,
+    members: Vec<Arc<SimDisk>>,
     power: Arc<Power>,
     tail: Mutex<u64>,
     reclaims: Mutex<u32>,
@@ -149,9 +148,9 @@ fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
     let power = Arc::new(Power {
         ops_left: AtomicI64::new(i64::MAX),
     });
-    let members: Vec<Arc<CrashMember>> = (0..b.images.len())
+    let members: Vec<Arc<SimDisk>> = (0..b.images.len())
         .map(|i| {
-            Arc::new(CrashMember::new(
+            Arc::new(SimDisk::crash_disk(
                 &format!("m{i}"),
                 power.clone(),
                 b.images[i].clone(),
@@ -167,7 +166,7 @@ fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
         &AssembleOptions::default(),
     )
     .unwrap();
-    let jdev = Arc::new(CrashMember::new(
+    let jdev = Arc::new(SimDisk::crash_disk(
         "journal",
         power.clone(),
         vec![0u8; JOURNAL_BLOCKS as usize * PAGE],

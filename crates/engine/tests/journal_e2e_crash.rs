@@ -52,8 +52,7 @@ enum Mode {
     WriteBack,
 }
 
-mod crash_disk;
-use crash_disk::{CrashMember, Power};
+use uraid_sim::{Power, SimDisk};
 
 /// A clean array with random data in the workload's stripes, made once per level and
 /// journal choice. The last image is the journal's, if any.
@@ -157,12 +156,12 @@ fn run_case(level: Level, seed: u64, mode: Mode, verbose: bool) -> Outcome {
     let power = Arc::new(Power {
         ops_left: AtomicI64::new(i64::MAX),
     });
-    let devs: Vec<Arc<CrashMember>> = b
+    let devs: Vec<Arc<SimDisk>> = b
         .images
         .iter()
         .enumerate()
         .map(|(i, img)| {
-            Arc::new(CrashMember::new(
+            Arc::new(SimDisk::crash_disk(
                 &format!("d{i}"),
                 power.clone(),
                 img.clone(),

@@ -9,9 +9,9 @@ use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::Level;
-use uraid_engine::fault::FaultMember;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{assemble, ArrayError, AssembleOptions, MemMember, Member};
+use uraid_sim::FaultMember;
 
 fn setup(
     level: Level,

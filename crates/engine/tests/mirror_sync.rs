@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{AddOutcome, Array, MemMember, Member, SlotState, SyncKind};
+use uraid_sim::{FaultMember, Verdict};
 
 const SECTOR: usize = 512;
 const MAGIC: [u8; 8] = *b"uRAIDmir";
@@ -488,59 +489,32 @@ fn shape_changes_under_io_are_seen_whole() {
     assert_eq!(a.shape().epoch, changes);
 }
 
-/// Counts reads of the data area (past the 64-sector data offset).
-struct CountReads {
-    inner: Arc<dyn Member>,
-    reads: AtomicU64,
-}
-
-impl Member for CountReads {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if offset >= 64 * 512 {
-            self.reads.fetch_add(1, Ordering::SeqCst);
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-}
-
 /// Read balancing: a sequential stream stays on the copy where it started (md's
 /// head-position rule), and once that copy is faulty the stream moves to another.
 #[test]
 fn a_sequential_stream_stays_on_one_copy() {
     for (name, c) in configs() {
         let mems = mem_members(&c, "seq");
-        let counted: Vec<Arc<CountReads>> = as_members(&mems)
+        // Reads of the data area (past the 64-sector data offset), per member.
+        let counted: Vec<Arc<AtomicU64>> = mems.iter().map(|_| Arc::default()).collect();
+        let devs = as_members(&mems)
             .into_iter()
-            .map(|m| {
-                Arc::new(CountReads {
-                    inner: m.unwrap(),
-                    reads: AtomicU64::new(0),
-                })
+            .zip(&counted)
+            .map(|(m, n)| {
+                let n = n.clone();
+                let m = FaultMember::new(m.unwrap())
+                    .zeroes_by_writing()
+                    .with_hook(move |io| {
+                        if !io.write && io.offset >= 64 * 512 {
+                            n.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Verdict::Pass
+                    });
+                Some(Arc::new(m) as Arc<dyn Member>)
             })
             .collect();
-        let devs = counted
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect();
         let a = uraid_engine::create(devs, &create_opts(&c)).expect("create");
-        let counts = || -> Vec<u64> {
-            counted
-                .iter()
-                .map(|m| m.reads.load(Ordering::SeqCst))
-                .collect()
-        };
+        let counts = || -> Vec<u64> { counted.iter().map(|n| n.load(Ordering::SeqCst)).collect() };
         let base = counts();
         let mut buf = vec![0u8; 4096];
         // 64 KiB in 4 KiB reads, chunk-aligned so raid10 pieces follow each other too.

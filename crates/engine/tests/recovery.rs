@@ -8,10 +8,10 @@ use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::{
     assemble, AddOutcome, Array, AssembleOptions, MemMember, Member, SlotState, SyncKind,
 };
+use uraid_sim::FaultMember;
 
 fn fill(a: &Array, seed: u64) -> Vec<u8> {
     let mut r = rng(seed);

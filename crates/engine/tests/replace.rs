@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use uraid_core::superblock::{Superblock, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT};
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::fault::FaultMember;
 use uraid_engine::{
     assemble, Array, AssembleOptions, Event, MemMember, Member, MemberOutcome, SlotState, SyncKind,
 };
+use uraid_sim::{FaultMember, Verdict};
 
 const MEMBER_BYTES: u64 = 2 << 20;
 const ROLE: MemberIdx = MemberIdx(1);
@@ -395,50 +395,32 @@ fn replace_refuses_what_md_refuses() {
     assert!(e.contains("in-sync"), "{e}");
 }
 
-/// A member with a bad range that reads fail on until it is rewritten (a disk remapping a
-/// sector on write).
-struct BadUntilWritten {
-    inner: Arc<MemMember>,
-    bad: Mutex<Option<(u64, u64)>>,
-}
-
-impl Member for BadUntilWritten {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        if let Some((s, e)) = *self.bad.lock().unwrap() {
-            if offset < e && offset + buf.len() as u64 > s {
-                return Err(std::io::Error::other("injected bad sector"));
+/// A member with a bad range (`bad`) that reads fail on until it is rewritten (a disk
+/// remapping a sector on write).
+fn bad_until_written(inner: Arc<MemMember>, bad: Arc<Mutex<Option<(u64, u64)>>>) -> FaultMember {
+    FaultMember::new(inner)
+        .zeroes_by_writing()
+        .with_hook(move |io| {
+            let mut bad = bad.lock().unwrap();
+            if let Some((s, e)) = *bad {
+                if io.write {
+                    if io.offset <= s && io.offset + io.len >= e {
+                        *bad = None;
+                    }
+                } else if io.offset < e && io.offset + io.len > s {
+                    return Verdict::Fail(std::io::Error::other("injected bad sector"));
+                }
             }
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        let mut bad = self.bad.lock().unwrap();
-        if let Some((s, e)) = *bad {
-            if offset <= s && offset + buf.len() as u64 >= e {
-                *bad = None;
-            }
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
+            Verdict::Pass
+        })
 }
 
 #[test]
 fn read_error_on_the_old_member_is_repaired_from_redundancy() {
     for_all(|c, seed| {
         let mems = mem_members(c, "m");
-        let old = Arc::new(BadUntilWritten {
-            inner: mems[ROLE.0].clone(),
-            bad: Mutex::new(None),
-        });
+        let bad = Arc::new(Mutex::new(None));
+        let old = Arc::new(bad_until_written(mems[ROLE.0].clone(), bad.clone()));
         let mut devs = as_members(&mems);
         devs[ROLE.0] = Some(old.clone());
         let a = uraid_engine::create(devs, &create_opts(c)).unwrap();
@@ -450,7 +432,7 @@ fn read_error_on_the_old_member_is_repaired_from_redundancy() {
         let events = a.subscribe();
         // One bad sector somewhere in the data area (data offset 64 sectors).
         let sector = 64 + rng(seed).gen_range(0..(MEMBER_BYTES / 512 - 200));
-        *old.bad.lock().unwrap() = Some((sector * 512, sector * 512 + 512));
+        *bad.lock().unwrap() = Some((sector * 512, sector * 512 + 512));
         a.replace(ROLE, None).unwrap();
         a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
         assert_eq!(a.slot(ROLE).device_name().as_deref(), Some("spare"));
@@ -458,10 +440,7 @@ fn read_error_on_the_old_member_is_repaired_from_redundancy() {
         let ev: Vec<String> = drain(&events).iter().map(|e| e.name()).collect();
         let far = matches!(a.personality(), uraid_core::geometry::Personality::Raid10(g) if g.far_copies > 1);
         if !far {
-            assert!(
-                old.bad.lock().unwrap().is_none(),
-                "bad sector not rewritten"
-            );
+            assert!(bad.lock().unwrap().is_none(), "bad sector not rewritten");
             assert!(
                 !ev.iter().any(|e| e == "DegradedArray"),
                 "the old member was failed over one bad sector: {ev:?}"

@@ -4,14 +4,14 @@
 //! - `URAID_SIM_SEEDS=N` runs N seeds, `URAID_FULL=1` thousands; `URAID_SIM_BASE=B` starts
 //!   at seed B (default 0).
 //! - `URAID_SIM_SEED=S` replays one seed exactly; a failing seed prints that command.
-//! - A recorded deviation from md (a [`uraid_engine::sim::Finding`]) fails the run;
+//! - A recorded deviation from md (a [`uraid_sim::Finding`]) fails the run;
 //!   `URAID_SIM_LENIENT=1` records and lists them instead.
 //!
 //! Run with `--nocapture` to see seeds run and faults injected by kind.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use uraid_engine::sim::hooks::EngineLifecycle;
-use uraid_engine::sim::{
+use uraid_sim::hooks::EngineLifecycle;
+use uraid_sim::{
     replay_command, run, run_seed, FaultCounts, FaultKind, Mode, RunStats, SimConfig, SimOptions,
     SimReport,
 };

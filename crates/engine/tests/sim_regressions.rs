@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::sim::{Effect, FaultRule, OpFilter, SimDisk, SimWorld};
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, Member, SlotState};
+use uraid_sim::{Effect, FaultRule, OpFilter, SimDisk, SimWorld};
 
 const MEMBER_BYTES: u64 = 64 * 1024 + 32 * 4096;
 

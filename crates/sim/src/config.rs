@@ -2,9 +2,9 @@
 //! replays a run.
 
 use super::SimRng;
-use crate::create::CreateOptions;
 use uraid_core::geometry::raid5::*;
 use uraid_core::Level;
+use uraid_engine::CreateOptions;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimConfig {

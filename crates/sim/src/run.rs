@@ -15,17 +15,17 @@ use super::disk::{Effect, FaultCounts, FaultKind, FaultRule, OpFilter, SimDisk, 
 use super::layout;
 use super::model::Model;
 use super::SimRng;
-use crate::array::Array;
-use crate::assemble::{assemble, AssembleOptions};
-use crate::error::ArrayError;
-use crate::member::Member;
-use crate::slot::SlotState;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 use uraid_core::geometry::Personality;
 use uraid_core::superblock::Superblock;
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+use uraid_engine::Array;
+use uraid_engine::ArrayError;
+use uraid_engine::Member;
+use uraid_engine::SlotState;
+use uraid_engine::{assemble, AssembleOptions};
 
 mod lost_write;
 mod restart;
@@ -317,7 +317,7 @@ impl<'h> Simulator<'h> {
             .iter()
             .map(|d| Some(d.clone() as Arc<dyn Member>))
             .collect();
-        let array = crate::create::create(devs, &cfg.create_options(uuid))
+        let array = uraid_engine::create(devs, &cfg.create_options(uuid))
             .map_err(|e| (world.clone(), format!("create failed: {e}")))?;
         let personality = array.personality().clone();
         let data_offset_bytes = array.slot(MemberIdx(0)).data_offset_bytes();

@@ -1,8 +1,12 @@
-//! A deterministic simulator of whole arrays (TigerBeetle style): seeded, virtual time,
-//! simulated member disks with faults, a workload checked against a byte model.
+//! uraid's test disks and its deterministic simulator of whole arrays (TigerBeetle style):
+//! seeded, virtual time, simulated member disks with faults, a workload checked against a
+//! byte model. Tests depend on this crate; the production build does not contain it. It
+//! uses only the engine's public API.
 //!
-//! - [`disk`]: [`SimDisk`] (a [`crate::Member`] with a fault schedule), [`SimWorld`]
+//! - [`disk`]: [`SimDisk`] (a [`uraid_engine::Member`] with a fault schedule), [`SimWorld`]
 //!   (virtual clock, power, fault counts, event trace);
+//! - [`fault`]: [`FaultMember`], a pass-through wrapper over any member that fails IO on
+//!   a switch;
 //! - [`budget`]: faults only where the level must survive them, per unit and per member;
 //! - [`model`]: the bytes every read must return (old-or-new after failed writes);
 //! - [`layout`]: where data lives, asked of the level's geometry;
@@ -18,6 +22,7 @@
 pub mod budget;
 pub mod config;
 pub mod disk;
+pub mod fault;
 pub mod hooks;
 pub mod layout;
 pub mod model;
@@ -25,7 +30,10 @@ mod rng;
 pub mod run;
 
 pub use config::{Mode, SimConfig};
-pub use disk::{Effect, FaultCounts, FaultKind, FaultRule, OpFilter, SimClock, SimDisk, SimWorld};
+pub use disk::{
+    Effect, FaultCounts, FaultKind, FaultRule, OpFilter, Power, SimClock, SimDisk, SimWorld,
+};
+pub use fault::{FaultMember, HookIo, Verdict};
 pub use rng::SimRng;
 pub use run::{
     replay_command, run, run_seed, Finding, Lifecycle, NoLifecycle, RunStats, SimFailure,

@@ -5,17 +5,26 @@
 //! persistent), stalls that advance the virtual clock, disappearance (every IO fails until
 //! [`SimDisk::come_back`]), lost and misdirected writes (success reported, bytes dropped or
 //! stored elsewhere). Silent corruption and stale images are applied directly by the
-//! simulator; writes can be held open ([`SimDisk::hold_writes`]) for a slow write. All disks of one run share a [`SimWorld`]: the clock, a global IO
-//! sequence (for power cuts) and the counts of faults that actually fired.
+//! simulator; writes can be held open ([`SimDisk::hold_writes`]) for a slow write. All
+//! disks of one run share a [`SimWorld`]: the clock, a global IO sequence (for power cuts)
+//! and the counts of faults that actually fired.
+//!
+//! A disk keeps a live image (what reads see) and a durable one (what survives a power
+//! cut): only a flush advances the durable image. [`SimDisk::crash`] gives the image after
+//! a cut: durable, plus each write since the last flush kept, dropped or torn per sector,
+//! in random order (writes below [`SimDisk::atomic_below`], superblocks that md writes
+//! with FUA, are never torn). The crash tests run with a [`Power`] budget, after which
+//! writes and flushes vanish silently (the host died with the power); the simulator's own
+//! power cut ([`SimWorld::arm_power_cut`]) fails every IO instead.
 //!
 //! Nothing here reads real time or depends on thread scheduling: the engine drives the
 //! disks synchronously from one thread, so the same workload gives the same IO sequence.
 
-use crate::member::Member;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use uraid_engine::Member;
 
 /// Virtual time in nanoseconds: advanced by IO costs and stalls, never by the real clock.
 #[derive(Debug, Default)]
@@ -321,8 +330,39 @@ impl FaultRule {
     }
 }
 
+/// Power for every disk of a crash test: writes and flushes stop once `ops_left` runs out,
+/// silently (a write after the cut reports success and is lost, as the host that issued
+/// it died with the power). Reads do not spend it.
+pub struct Power {
+    pub ops_left: AtomicI64,
+}
+
+impl Power {
+    /// Power for `ops` more writes and flushes.
+    pub fn new(ops: i64) -> Arc<Power> {
+        Arc::new(Power {
+            ops_left: AtomicI64::new(ops),
+        })
+    }
+
+    /// Spend one IO; false once the power is off.
+    pub fn tick(&self) -> bool {
+        self.ops_left.fetch_sub(1, Ordering::SeqCst) > 0
+    }
+
+    pub fn on(&self) -> bool {
+        self.ops_left.load(Ordering::SeqCst) > 0
+    }
+}
+
 struct DiskState {
+    /// The live image: what reads see.
     data: Vec<u8>,
+    /// What survives a power cut: the live image as of the last flush.
+    durable: Vec<u8>,
+    /// Writes since the last flush, in order, where they landed: the durable image plus
+    /// these is the live one.
+    pending: Vec<(u64, Vec<u8>)>,
     /// IOs seen by this disk (the clock of its fault schedule).
     ios: u64,
     gone: bool,
@@ -340,6 +380,10 @@ struct Hold {
 pub struct SimDisk {
     name: String,
     world: Arc<SimWorld>,
+    /// A crash test's power budget (None: always on, as for the simulator).
+    power: Option<Arc<Power>>,
+    /// Writes that start below this offset are never torn by [`SimDisk::crash`].
+    atomic_below: u64,
     st: Mutex<DiskState>,
     hold: Mutex<Hold>,
     hold_cv: Condvar,
@@ -347,11 +391,20 @@ pub struct SimDisk {
 
 impl SimDisk {
     pub fn new(name: impl Into<String>, size_bytes: u64, world: Arc<SimWorld>) -> SimDisk {
+        SimDisk::from_image(name, vec![0; size_bytes as usize], world)
+    }
+
+    /// A disk holding `image`, live and durable.
+    pub fn from_image(name: impl Into<String>, image: Vec<u8>, world: Arc<SimWorld>) -> SimDisk {
         SimDisk {
             name: name.into(),
             world,
+            power: None,
+            atomic_below: 0,
             st: Mutex::new(DiskState {
-                data: vec![0; size_bytes as usize],
+                durable: image.clone(),
+                data: image,
+                pending: Vec::new(),
                 ios: 0,
                 gone: false,
                 rules: Vec::new(),
@@ -359,6 +412,69 @@ impl SimDisk {
             hold: Mutex::new(Hold::default()),
             hold_cv: Condvar::new(),
         }
+    }
+
+    /// A crash test's disk: `image` live and durable, writes and flushes spending `power`,
+    /// writes below `atomic_below` never torn; its own world (no faults scheduled).
+    pub fn crash_disk(name: &str, power: Arc<Power>, image: Vec<u8>, atomic_below: u64) -> SimDisk {
+        SimDisk::from_image(name, image, SimWorld::new())
+            .with_power(power)
+            .atomic_below(atomic_below)
+    }
+
+    /// Writes and flushes spend `power`; once it is out they are lost silently.
+    pub fn with_power(mut self, power: Arc<Power>) -> SimDisk {
+        self.power = Some(power);
+        self
+    }
+
+    /// Writes starting below `bytes` are atomic at a crash (md writes superblocks with FUA).
+    pub fn atomic_below(mut self, bytes: u64) -> SimDisk {
+        self.atomic_below = bytes;
+        self
+    }
+
+    /// Writes since the last flush: what a crash now may keep, drop or tear.
+    pub fn unflushed_writes(&self) -> usize {
+        self.st.lock().unwrap().pending.len()
+    }
+
+    /// The durable image: what the disk held at its last flush.
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.st.lock().unwrap().durable.clone()
+    }
+
+    /// The image after a power cut now: the durable one, plus each write since the last
+    /// flush kept, dropped or torn (each sector kept or not), in an order drawn from `rng`.
+    pub fn crash<R: rand::Rng>(&self, rng: &mut R) -> Vec<u8> {
+        use rand::seq::SliceRandom;
+        let st = self.st.lock().unwrap();
+        let mut img = st.durable.clone();
+        let mut pending = st.pending.clone();
+        drop(st);
+        pending.shuffle(rng);
+        for (off, buf) in pending {
+            let o = off as usize;
+            match rng.gen_range(0..3) {
+                0 => {}
+                1 => img[o..o + buf.len()].copy_from_slice(&buf),
+                _ if off < self.atomic_below => {}
+                _ => {
+                    for s in (0..buf.len()).step_by(512) {
+                        let e = (s + 512).min(buf.len());
+                        if rng.gen_bool(0.5) {
+                            img[o + s..o + e].copy_from_slice(&buf[s..e]);
+                        }
+                    }
+                }
+            }
+        }
+        img
+    }
+
+    /// Spend one write or flush of the crash power; false: lost with the power.
+    fn powered(&self) -> bool {
+        self.power.as_ref().is_none_or(|p| p.tick())
     }
 
     /// Hold every write overlapping `range` open (before it is counted or lands) until
@@ -491,6 +607,16 @@ impl SimDisk {
             let i = s + rng.index(e - s);
             st.data[i] ^= rng.range(1, 256) as u8;
         }
+        // Bit rot is on the medium: durable at once, and in any pending write over it.
+        let st = &mut *st;
+        st.durable[s..e].copy_from_slice(&st.data[s..e]);
+        for (off, buf) in st.pending.iter_mut() {
+            let (ws, we) = (*off as usize, *off as usize + buf.len());
+            let (a, b) = (ws.max(s), we.min(e));
+            if a < b {
+                buf[a - ws..b - ws].copy_from_slice(&st.data[a..b]);
+            }
+        }
         self.world.count(FaultKind::SilentCorruption);
         self.world.note(format!(
             "{}: silent corruption in {offset}+{len}",
@@ -498,7 +624,7 @@ impl SimDisk {
         ));
     }
 
-    /// A copy of the whole contents.
+    /// A copy of the live image (what reads see).
     pub fn image(&self) -> Vec<u8> {
         self.st.lock().unwrap().data.clone()
     }
@@ -508,6 +634,8 @@ impl SimDisk {
         let mut st = self.st.lock().unwrap();
         assert_eq!(image.len(), st.data.len(), "image of another size");
         st.data.copy_from_slice(image);
+        st.durable.copy_from_slice(image);
+        st.pending.clear();
         self.world.count(FaultKind::StaleImage);
         self.world
             .note(format!("{}: replaced by a stale image", self.name));
@@ -670,16 +798,30 @@ impl Member for SimDisk {
         self.wait_if_held(offset, buf.len() as u64);
         let mut st = self.st.lock().unwrap();
         self.check_range(&st, offset, buf.len())?;
-        if let Some(at) = self.io(&mut st, IoKind::Write, offset, buf.len() as u64)? {
-            let at = at as usize;
-            st.data[at..at + buf.len()].copy_from_slice(buf);
+        let landed = self.io(&mut st, IoKind::Write, offset, buf.len() as u64)?;
+        if !self.powered() {
+            return Ok(()); // lost with the power; the caller cannot tell
+        }
+        if let Some(at) = landed {
+            let a = at as usize;
+            st.data[a..a + buf.len()].copy_from_slice(buf);
+            st.pending.push((at, buf.to_vec()));
         }
         Ok(())
     }
 
     fn flush(&self) -> io::Result<()> {
         let mut st = self.st.lock().unwrap();
-        self.io(&mut st, IoKind::Flush, 0, 0).map(|_| ())
+        self.io(&mut st, IoKind::Flush, 0, 0)?;
+        if !self.powered() {
+            return Ok(());
+        }
+        let st = &mut *st;
+        for (off, buf) in st.pending.drain(..) {
+            let o = off as usize;
+            st.durable[o..o + buf.len()].copy_from_slice(&buf);
+        }
+        Ok(())
     }
 
     fn name(&self) -> String {
@@ -690,7 +832,7 @@ impl Member for SimDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::SimRng;
+    use crate::SimRng;
 
     fn disk() -> (Arc<SimWorld>, SimDisk) {
         let w = SimWorld::new();
@@ -809,5 +951,66 @@ mod tests {
         w.power_on();
         d.read_at(&mut b, 0).unwrap();
         assert_eq!(w.counts().get(FaultKind::PowerCut), 1);
+    }
+
+    #[test]
+    fn only_flush_advances_the_durable_image_and_a_crash_keeps_drops_or_tears() {
+        use rand::SeedableRng;
+        let w = SimWorld::new();
+        let d = SimDisk::from_image("c0", vec![0u8; 16 * 1024], w).atomic_below(4096);
+        d.write_at(&[1u8; 1024], 0).unwrap();
+        d.flush().unwrap();
+        d.write_at(&[2u8; 1024], 0).unwrap(); // a superblock write: atomic
+        d.write_at(&[3u8; 4096], 8192).unwrap();
+        assert_eq!(d.unflushed_writes(), 2);
+        assert_eq!(&d.durable_image()[..1024], &[1u8; 1024][..]);
+        assert_eq!(
+            &d.image()[..1024],
+            &[2u8; 1024][..],
+            "reads see the live image"
+        );
+        let (mut torn, mut kept, mut dropped) = (0, 0, 0);
+        for seed in 0..64 {
+            let img = d.crash(&mut rand::rngs::StdRng::seed_from_u64(seed));
+            let sb = &img[..1024];
+            assert!(
+                sb == [1u8; 1024] || sb == [2u8; 1024],
+                "seed {seed}: torn superblock"
+            );
+            let sectors: Vec<u8> = img[8192..12288].chunks(512).map(|c| c[0]).collect();
+            for (c, &first) in img[8192..12288].chunks(512).zip(&sectors) {
+                assert!(c.iter().all(|&b| b == first), "seed {seed}: a torn sector");
+            }
+            match (
+                sectors.iter().all(|&b| b == 3),
+                sectors.iter().all(|&b| b == 0),
+            ) {
+                (true, _) => kept += 1,
+                (_, true) => dropped += 1,
+                _ => torn += 1,
+            }
+        }
+        assert!(
+            torn > 0 && kept > 0 && dropped > 0,
+            "{torn} {kept} {dropped}"
+        );
+        d.flush().unwrap();
+        assert_eq!(d.unflushed_writes(), 0);
+        assert_eq!(d.durable_image(), d.image());
+    }
+
+    #[test]
+    fn after_the_power_budget_writes_and_flushes_vanish_silently() {
+        let power = Power::new(2);
+        let d = SimDisk::new("p0", 8192, SimWorld::new()).with_power(power.clone());
+        d.write_at(&[1u8; 512], 0).unwrap();
+        d.flush().unwrap();
+        assert!(!power.on());
+        d.write_at(&[2u8; 512], 0).unwrap();
+        d.flush().unwrap();
+        let mut b = [0u8; 512];
+        d.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, [1u8; 512], "the write after the cut was lost");
+        assert_eq!(d.unflushed_writes(), 0);
     }
 }

@@ -3,12 +3,12 @@
 //! change when these APIs do.
 
 use super::run::Lifecycle;
-use crate::array::Array;
-use crate::error::ArrayError;
-use crate::member::Member;
-use crate::recovery::{AddOutcome, SyncKind};
 use std::sync::Arc;
 use uraid_core::MemberIdx;
+use uraid_engine::Array;
+use uraid_engine::ArrayError;
+use uraid_engine::Member;
+use uraid_engine::{AddOutcome, SyncKind};
 
 /// The engine's own lifecycle features.
 pub struct EngineLifecycle;

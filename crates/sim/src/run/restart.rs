@@ -156,7 +156,7 @@ impl Simulator<'_> {
     fn try_assemble(
         &self,
         give: &[usize],
-    ) -> Result<(Array, crate::assemble::AssembleReport), String> {
+    ) -> Result<(Array, uraid_engine::AssembleReport), String> {
         let devs: Vec<Arc<dyn Member>> = give
             .iter()
             .map(|&d| self.disks[d].clone() as Arc<dyn Member>)
@@ -178,7 +178,7 @@ impl Simulator<'_> {
         give: &[usize],
         engine_missing: &BTreeSet<usize>,
         expect_out: &BTreeSet<usize>,
-        rep: &crate::assemble::AssembleReport,
+        rep: &uraid_engine::AssembleReport,
     ) -> Res {
         let events: Vec<Option<u64>> = (0..self.disks.len())
             .map(|d| Self::events_of(&self.disks[d]))
@@ -197,7 +197,7 @@ impl Simulator<'_> {
                     ));
                 }
             }
-            let active = b.live(MemberIdx(r)).is_some();
+            let active = b.slot(MemberIdx(r)).in_sync().is_some();
             let given = give.contains(&d);
             let want = given && !expect_out.contains(&r);
             if active == want {
