@@ -1,0 +1,103 @@
+//! The `uraid` command for the command line's tests, and the runners that check how it
+//! ended.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Extra arguments for the sync IO engine (pread/pwrite instead of io_uring); a global flag,
+/// so it may follow the subcommand.
+pub const SYNC: [&str; 2] = ["--io-engine", "sync"];
+
+/// The `uraid` binary of this build. Cargo builds a package's binaries before its
+/// integration tests and puts them one folder above the test binaries (`target/<profile>/`
+/// beside `deps/`), which is where this looks, so it serves the cli's tests from a library.
+pub fn uraid_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut dir = exe
+        .parent()
+        .expect("the test binary's folder")
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("uraid");
+    assert!(
+        bin.is_file(),
+        "{} is missing: the uraid binary is built for the uraid package's tests \
+         (cargo test -p uraid)",
+        bin.display()
+    );
+    bin
+}
+
+/// `uraid` with the default IO engine (io_uring); a test that wants pread/pwrite passes
+/// [`SYNC`].
+pub fn uraid() -> Command {
+    Command::new(uraid_bin())
+}
+
+/// Runs the command to its end and gives its output, whatever its status.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Runs the command and fails the test, with its status and output, unless it succeeds.
+pub fn ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs the command, which must fail and leave every one of `files` byte for byte as it
+/// was; gives its stderr, for the caller to check what it said.
+pub fn fails_cleanly(cmd: &mut Command, files: &[PathBuf]) -> String {
+    let before = crate::data::snapshot(files);
+    let out = run(cmd);
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "{cmd:?} succeeded but must fail:\n{err}"
+    );
+    assert!(
+        before == crate::data::snapshot(files),
+        "{cmd:?} wrote to a member despite failing"
+    );
+    err
+}
+
+/// Bytes as text (lossy).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A command's stdout as text.
+pub fn stdout(out: &Output) -> String {
+    text(&out.stdout)
+}
+
+/// A command's stdout as JSON, from its first `{` or `[` (a served array's commands may
+/// print a line before it).
+pub fn json(out: &Output) -> serde_json::Value {
+    let text = stdout(out);
+    let start = text.find(['{', '[']).unwrap_or(0);
+    serde_json::from_str(&text[start..]).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"))
+}
+
+/// A command's stdout, which must be JSON and nothing else.
+pub fn json_exact(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("json output")
+}
+
+/// The value of `key` in `mdadm --examine`/`--detail` style text (`   Key : value` lines).
+pub fn mdadm_field(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(" : ")?;
+        (k.trim() == key).then(|| v.trim().to_string())
+    })
+}
