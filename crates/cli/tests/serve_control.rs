@@ -2,13 +2,11 @@
 //! socket, member locks, a member failed under fio without the client seeing an error,
 //! a hostile client, the demo command and the no-ublk message.
 
-mod serve_common;
-
-use serve_common::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use uraid_testkit::prelude::*;
 
 fn member_state(detail: &serde_json::Value, role: usize) -> String {
     detail["members"][role]["state"]
@@ -34,10 +32,10 @@ fn wait_detail(srv: &Served, member: &std::path::Path, f: impl Fn(&serde_json::V
 /// its data must verify again after a restart on the remaining members.
 #[test]
 fn members_fail_under_fio() {
-    if !have("fio", "members_fail_under_fio") {
+    if !need_tool("fio", "members_fail_under_fio") {
         return;
     }
-    let dir = Dir::new("failio");
+    let dir = TempDir::new("failio");
     let members = create_array(&dir, "6", 5, 24, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let fio = ChildGuard(Some(
@@ -89,38 +87,15 @@ fn members_fail_under_fio() {
     );
 }
 
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &std::path::Path) -> Option<Loop> {
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(file)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        Some(Loop(stdout(&out).trim().to_string()))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 /// A real IO error: member 2 is a loop device whose backing file shrinks to nothing while
 /// fio runs, so every IO to it fails. The engine marks it faulty and serves from parity;
 /// fio sees no error and its data verifies.
 #[test]
 fn member_io_error_under_fio() {
-    if !have_all(&["fio", "losetup"], "member_io_error_under_fio") {
+    if !need_tools(&["fio", "losetup"], "member_io_error_under_fio") {
         return;
     }
-    let dir = Dir::new("ioerr");
+    let dir = TempDir::new("ioerr");
     let files = create_array(&dir, "5", 4, 16, &[]);
     let Some(lo) = Loop::attach(&files[2]) else {
         uraid_testkit::skip(
@@ -170,10 +145,10 @@ fn member_io_error_under_fio() {
 /// served again, and its data is intact.
 #[test]
 fn unclean_stop_resyncs_when_served_again() {
-    if !have("qemu-io", "unclean_stop_resyncs_when_served_again") {
+    if !need_tool("qemu-io", "unclean_stop_resyncs_when_served_again") {
         return;
     }
-    let dir = Dir::new("unclean");
+    let dir = TempDir::new("unclean");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     ok(Command::new("qemu-io")
@@ -200,7 +175,7 @@ fn unclean_stop_resyncs_when_served_again() {
 /// the server.
 #[test]
 fn served_members_are_locked() {
-    let dir = Dir::new("locks");
+    let dir = TempDir::new("locks");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     for sub in ["read", "write", "resync", "assemble"] {
@@ -275,10 +250,10 @@ fn served_members_are_locked() {
 /// on its own (read back with another member left out).
 #[test]
 fn remove_and_add_rebuilds() {
-    if !have("nbdcopy", "remove_and_add_rebuilds") {
+    if !need_tool("nbdcopy", "remove_and_add_rebuilds") {
         return;
     }
-    let dir = Dir::new("readd");
+    let dir = TempDir::new("readd");
     let members = create_array(&dir, "5", 4, 12, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
@@ -315,10 +290,10 @@ fn remove_and_add_rebuilds() {
 /// rebuilt while served, then holds every byte on its own.
 #[test]
 fn spare_takes_over() {
-    if !have("nbdcopy", "spare_takes_over") {
+    if !need_tool("nbdcopy", "spare_takes_over") {
         return;
     }
-    let dir = Dir::new("spare");
+    let dir = TempDir::new("spare");
     let members = create_array(&dir, "1", 2, 10, &[]);
     let spare = dir.path("spare.img");
     std::fs::File::create(&spare)
@@ -365,10 +340,10 @@ fn spare_takes_over() {
 /// the data (also without one of the old members).
 #[test]
 fn replace_while_served() {
-    if !have("nbdcopy", "replace_while_served") {
+    if !need_tool("nbdcopy", "replace_while_served") {
         return;
     }
-    let dir = Dir::new("replace");
+    let dir = TempDir::new("replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
     let new = dir.path("new.img");
     std::fs::File::create(&new)
@@ -425,10 +400,10 @@ fn replace_while_served() {
 /// Garbage on the NBD socket drops that client only; data and other clients are unharmed.
 #[test]
 fn hostile_client() {
-    if !have("qemu-io", "hostile_client") {
+    if !need_tool("qemu-io", "hostile_client") {
         return;
     }
-    let dir = Dir::new("hostile");
+    let dir = TempDir::new("hostile");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let srv = Served::start(&dir, &members, &[]);
     let uri = srv.uri();
@@ -482,10 +457,10 @@ fn hostile_client() {
 /// `uraid demo` makes an array, serves it, stops on Ctrl-C, and reuses it the next time.
 #[test]
 fn demo_serves_and_reuses() {
-    if !have("nbdinfo", "demo_serves_and_reuses") {
+    if !need_tool("nbdinfo", "demo_serves_and_reuses") {
         return;
     }
-    let dir = Dir::new("demo");
+    let dir = TempDir::new("demo");
     let demo_dir = dir.path("demo");
     let control = demo_dir.join("control.sock");
     let sock = dir.path("demo.sock");
@@ -525,7 +500,7 @@ fn ublk_missing_driver_message() {
         );
         return;
     }
-    let dir = Dir::new("noublk");
+    let dir = TempDir::new("noublk");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let out = uraid()
         .env("URAID_RUN_DIR", dir.run_dir())
@@ -551,10 +526,10 @@ fn ublk_missing_driver_message() {
 /// write that stays in the cache, a kill, and the next assembly replays it.
 #[test]
 fn journal_mode_write_back_survives_a_kill() {
-    if !have("qemu-io", "journal_mode_write_back_survives_a_kill") {
+    if !need_tool("qemu-io", "journal_mode_write_back_survives_a_kill") {
         return;
     }
-    let dir = Dir::new("jmode");
+    let dir = TempDir::new("jmode");
     let mut all = Vec::new();
     for name in ["m0", "m1", "m2", "m3", "j"] {
         let p = dir.path(&format!("{name}.img"));

@@ -4,17 +4,15 @@
 //! must be on the members, not just in the server. Each suite runs with the default IO
 //! engine (io_uring) or `--io-engine sync`, so both serve real clients.
 
-mod serve_common;
-
-use serve_common::*;
 use std::process::Command;
+use uraid_testkit::prelude::*;
 
 /// Every client against one array; returns nothing, panics with the failing step.
 fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
-    if !have_all(&["nbdinfo", "qemu-img", "qemu-io", "nbdcopy", "fio"], tag) {
+    if !need_tools(&["nbdinfo", "qemu-img", "qemu-io", "nbdcopy", "fio"], tag) {
         return;
     }
-    let dir = Dir::new(tag);
+    let dir = TempDir::new(tag);
     let members = create_array(&dir, level, n, 12, missing);
     let engine: &[&str] = if sync { &SYNC } else { &[] };
     let mut srv = Served::start(&dir, &members, engine);
@@ -156,10 +154,10 @@ fn raid6_degraded_clients() {
 /// says which.
 #[test]
 fn tcp_listener_and_banner() {
-    if !have("nbdinfo", "tcp_listener_and_banner") {
+    if !need_tool("nbdinfo", "tcp_listener_and_banner") {
         return;
     }
-    let dir = Dir::new("tcp");
+    let dir = TempDir::new("tcp");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let control = dir.path("ctl.sock");
     let args = vec![
@@ -202,10 +200,10 @@ fn member_blocks(members: &[std::path::PathBuf]) -> u64 {
 /// check finds no mismatch. nbdinfo sees fast zeroing advertised.
 #[test]
 fn trim_and_write_zeroes_reach_the_member_files() {
-    if !have_all(&["nbdinfo", "qemu-io", "qemu-img"], "trim_and_write_zeroes") {
+    if !need_tools(&["nbdinfo", "qemu-io", "qemu-img"], "trim_and_write_zeroes") {
         return;
     }
-    let dir = Dir::new("trim");
+    let dir = TempDir::new("trim");
     let members = create_array(&dir, "5", 4, 12, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let uri = srv.uri();

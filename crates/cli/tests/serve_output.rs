@@ -1,11 +1,9 @@
 //! `uraid detail` of a served array as mdadm prints it while members fail, spares take
 //! over, a replace completes and faulty members are removed.
 
-mod serve_common;
-
-use serve_common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use uraid_testkit::prelude::*;
 
 fn human(srv: &Served, member: &Path) -> String {
     stdout(&ok(srv.cmd().arg("detail").arg(member)))
@@ -50,7 +48,7 @@ fn wait_until(srv: &Served, member: &Path, f: impl Fn(&serde_json::Value) -> boo
 
 #[test]
 fn detail_names_spares_and_faulty_members_until_removed() {
-    let dir = Dir::new("out-faulty");
+    let dir = TempDir::new("out-faulty");
     let members = create_array(&dir, "5", 3, 10, &[]);
     let spare = dir.path("spare.img");
     std::fs::File::create(&spare)
@@ -110,7 +108,7 @@ fn detail_names_spares_and_faulty_members_until_removed() {
 /// when the replacement takes over).
 #[test]
 fn the_old_member_after_a_replace_is_faulty_until_removed() {
-    let dir = Dir::new("out-replace");
+    let dir = TempDir::new("out-replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
     let new = dir.path("new.img");
     std::fs::File::create(&new)
@@ -148,7 +146,7 @@ fn the_old_member_after_a_replace_is_faulty_until_removed() {
 /// The old spellings still work.
 #[test]
 fn the_array_and_the_member_are_named_the_same_way_everywhere() {
-    let dir = Dir::new("out-flags");
+    let dir = TempDir::new("out-flags");
     let members = create_array(&dir, "5", 3, 10, &[]);
     let extra: Vec<_> = ["a.img", "b.img"]
         .iter()
@@ -194,7 +192,7 @@ fn the_array_and_the_member_are_named_the_same_way_everywhere() {
 /// as the argument or as --mode; anything else is refused with what was expected.
 #[test]
 fn journal_mode_takes_a_member_path_and_a_mode() {
-    let dir = Dir::new("out-jmode");
+    let dir = TempDir::new("out-jmode");
     let mut paths = Vec::new();
     for n in ["e0", "e1", "e2", "e3", "j"] {
         let p = dir.path(&format!("{n}.img"));

@@ -11,6 +11,7 @@
 //! - [`served`]: `uraid serve` as a child process over member files, always killed, with its
 //!   control socket, output and the host tools that talk to it (fio, nbdinfo).
 //! - [`loopdev`]: loop devices over image files, detached on drop.
+//! - [`prelude`]: all of the above that a command-line test uses, in one glob import.
 //! - `engine` (feature `engine`): array configurations of every level on memory members,
 //!   a byte model's random writes, and arrays with a write journal.
 
@@ -22,6 +23,7 @@ pub mod data;
 pub mod engine;
 pub mod fuzz;
 pub mod loopdev;
+pub mod prelude;
 pub mod served;
 pub mod skip;
 pub mod tmp;
