@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use uraid_testkit::prelude::*;
 
 fn member_state(detail: &serde_json::Value, role: usize) -> String {
@@ -13,19 +13,6 @@ fn member_state(detail: &serde_json::Value, role: usize) -> String {
         .as_str()
         .unwrap_or("?")
         .to_string()
-}
-
-/// Waits (bounded) until `f` holds on the served array's detail.
-fn wait_detail(srv: &Served, member: &std::path::Path, f: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = srv.detail(member);
-        if f(&d) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// raid6: two members fail while fio runs randrw with verify; fio must see no error, and
@@ -48,7 +35,7 @@ fn members_fail_under_fio() {
     ));
     let mut fio = fio;
     // Once fio has written (the array turned dirty), fail one member by path and one by role.
-    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    srv.wait_detail(&members[0], |d| d["state"] == "active");
     ok(srv.cmd().arg("fail").arg(&members[1]));
     let during = fio.still_running();
     ok(srv
@@ -97,11 +84,7 @@ fn member_io_error_under_fio() {
     }
     let dir = TempDir::new("ioerr");
     let files = create_array(&dir, "5", 4, 16, &[]);
-    let Some(lo) = Loop::attach(&files[2]) else {
-        uraid_testkit::skip(
-            "member_io_error_under_fio",
-            "cannot attach a loop device (needs root)",
-        );
+    let Some(lo) = Loop::attach_or_skip(&files[2], "member_io_error_under_fio") else {
         return;
     };
     let mut members = files.clone();
@@ -115,7 +98,7 @@ fn member_io_error_under_fio() {
             .spawn()
             .unwrap(),
     ));
-    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    srv.wait_detail(&members[0], |d| d["state"] == "active");
     let during = fio.still_running();
     // Between the truncation and `losetup -c` the loop device reads the truncated file as
     // zeros without an error: silent corruption that no RAID can see (only a scrub finds
@@ -159,7 +142,7 @@ fn unclean_stop_resyncs_when_served_again() {
     assert!(!st.success());
     assert!(member_states(&members).iter().all(|s| s == "active"));
     let mut srv = Served::start(&dir, &members, &[]);
-    wait_detail(&srv, &members[0], |d| d["resync_pending"] == false);
+    srv.wait_detail(&members[0], |d| d["resync_pending"] == false);
     let out = ok(Command::new("qemu-io")
         .args(["-f", "raw"])
         .arg(srv.uri())
@@ -274,7 +257,7 @@ fn remove_and_add_rebuilds() {
         .arg("--array")
         .arg(&members[0])
         .arg(&members[1]));
-    wait_detail(&srv, &members[0], |d| d["degraded"] == false);
+    srv.wait_detail(&members[0], |d| d["degraded"] == false);
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     // Leave out member 0: member 1's rebuilt data is now needed everywhere.
@@ -313,7 +296,7 @@ fn spare_takes_over() {
         .arg(&spare)));
     assert_eq!(added["degraded"], false, "{added}");
     ok(srv.cmd().arg("fail").arg(&members[0]));
-    wait_detail(&srv, &members[1], |d| d["degraded"] == false);
+    srv.wait_detail(&members[1], |d| d["degraded"] == false);
     let d = srv.detail(&members[1]);
     let spare_name = spare.display().to_string();
     assert!(
@@ -364,7 +347,7 @@ fn replace_while_served() {
         .arg(&new)));
     assert_eq!(r["degraded"], false, "{r}");
     let new_name = new.display().to_string();
-    wait_detail(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         assert_eq!(d["degraded"], false, "degraded while replacing: {d}");
         d["members"][1]["device"].as_str() == Some(new_name.as_str())
     });

@@ -2,7 +2,6 @@
 //! over, a replace completes and faulty members are removed.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 use uraid_testkit::prelude::*;
 
 fn human(srv: &Served, member: &Path) -> String {
@@ -10,12 +9,7 @@ fn human(srv: &Served, member: &Path) -> String {
 }
 
 fn field(text: &str, key: &str) -> String {
-    text.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(" : ")?;
-            (k.trim() == key).then(|| v.trim().to_string())
-        })
-        .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    mdadm_field(text, key).unwrap_or_else(|| panic!("no {key} in:\n{text}"))
 }
 
 /// The rows after the blank line that ends the role rows: mdadm's faulty list.
@@ -31,18 +25,6 @@ fn faulty_rows(text: &str) -> Vec<String> {
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect(),
         None => Vec::new(),
-    }
-}
-
-fn wait_until(srv: &Served, member: &Path, f: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = srv.detail(member);
-        if f(&d) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -75,7 +57,7 @@ fn detail_names_spares_and_faulty_members_until_removed() {
         "{said}"
     );
     let spare_name = spare.display().to_string();
-    wait_until(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         d["degraded"] == false && d["members"][1]["device"].as_str() == Some(&spare_name)
     });
     let t = human(&srv, &members[0]);
@@ -123,7 +105,7 @@ fn the_old_member_after_a_replace_is_faulty_until_removed() {
         .arg("--with")
         .arg(&new));
     let new_name = new.display().to_string();
-    wait_until(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         d["members"][2]["device"].as_str() == Some(&new_name)
             && d["members"][2]["replacement"].is_null()
     });

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use uraid_core::geometry::raid5::*;
 use uraid_core::Level;
-use uraid_engine::{Array, CreateOptions, MemMember, Member};
+use uraid_engine::{assemble, Array, AssembleOptions, CreateOptions, MemMember, Member};
 
 /// One array to create: level, layout, members and chunk.
 #[derive(Clone, Debug)]
@@ -218,4 +218,22 @@ pub fn with_journal(m: &[Arc<MemMember>], j: &Arc<MemMember>) -> Vec<Arc<dyn Mem
     let mut v: Vec<Arc<dyn Member>> = m.iter().map(|x| x.clone() as Arc<dyn Member>).collect();
     v.push(j.clone());
     v
+}
+
+/// Assembles `members`, which must be refused with an error that says `needle` (a journal
+/// missing or faulty); then assembles them again with `--force` and gives that array.
+pub fn assemble_needs_force(members: Vec<Arc<dyn Member>>, needle: &str) -> Array {
+    let e = assemble(members.clone(), &AssembleOptions::default())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains(needle), "{e}");
+    let (a, _) = assemble(
+        members,
+        &AssembleOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    a
 }

@@ -19,6 +19,16 @@ impl Loop {
             .success()
             .then(|| Loop(String::from_utf8_lossy(&out.stdout).trim().to_string()))
     }
+
+    /// [`Loop::attach`], or a [`skip`](crate::skip) of `test` (a failure in CI, which runs as
+    /// root) where no loop device can be attached.
+    pub fn attach_or_skip(file: &Path, test: &str) -> Option<Loop> {
+        let lo = Loop::attach(file);
+        if lo.is_none() {
+            crate::skip(test, "cannot attach a loop device (needs root)");
+        }
+        lo
+    }
 }
 
 impl Drop for Loop {

@@ -197,6 +197,20 @@ impl Served {
         json(&ok(self.cmd().args(["detail", "--json"]).arg(member)))
     }
 
+    /// Waits until `f` holds on [`Served::detail`], failing the test with the last detail
+    /// after 120 s (a safety net for a hung server, no assertion about speed).
+    pub fn wait_detail(&self, member: &Path, f: impl Fn(&serde_json::Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let d = self.detail(member);
+            if f(&d) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Sends a signal and waits for the exit status.
     pub fn signal_and_wait(&mut self, sig: i32) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
