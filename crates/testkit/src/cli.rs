@@ -101,3 +101,38 @@ pub fn mdadm_field(text: &str, key: &str) -> Option<String> {
         (k.trim() == key).then(|| v.trim().to_string())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    #[test]
+    fn fails_cleanly_gives_stderr_and_catches_success_and_writes() {
+        let d = crate::TempDir::new("tk-cli");
+        let files = d.images(1, 1, "f");
+        let err = fails_cleanly(&mut sh("echo refused >&2; exit 1"), &files);
+        assert_eq!(err, "refused\n");
+        let f = files[0].display().to_string();
+        for script in ["exit 0".to_string(), format!("echo x >> {f}; exit 1")] {
+            let r = std::panic::catch_unwind(|| fails_cleanly(&mut sh(&script), &files));
+            assert!(r.is_err(), "{script} passed fails_cleanly");
+        }
+    }
+
+    #[test]
+    fn json_skips_a_leading_line_and_mdadm_field_finds_a_key() {
+        let out = ok(&mut sh("echo note; echo '{\"a\": 1}'"));
+        assert_eq!(json(&out)["a"], 1);
+        let r = std::panic::catch_unwind(|| json_exact(&out));
+        assert!(r.is_err(), "json_exact took a leading line");
+        let text = "     Raid Level : raid5\n   Array Size : 10\n";
+        assert_eq!(mdadm_field(text, "Raid Level").as_deref(), Some("raid5"));
+        assert_eq!(mdadm_field(text, "State"), None);
+    }
+}

@@ -58,3 +58,32 @@ pub fn write_at(path: &Path, offset: u64, bytes: &[u8]) {
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     f.write_all_at(bytes, offset).unwrap();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_repeat_per_seed_and_differ_between_seeds() {
+        assert_eq!(pattern(100, 7), pattern(100, 7));
+        assert_ne!(pattern(100, 7), pattern(100, 8));
+        assert_eq!(pattern(13, 7)[..], pattern(100, 7)[..13]);
+        assert_eq!(byte_pattern(100, 7), byte_pattern(100, 7));
+        assert_ne!(byte_pattern(100, 7), byte_pattern(100, 8));
+        // Pinned: the first bytes of each, so that a test's images do not change under it.
+        assert_eq!(byte_pattern(4, 1), [0x41, 0x41, 0x29, 0x25]);
+        assert_eq!(pattern(4, 0), [0x41, 0x20, 0x82, 0x40]);
+    }
+
+    #[test]
+    fn write_at_shows_in_snapshots_and_checksums() {
+        let d = crate::TempDir::new("tk-data");
+        let files = d.images(2, 1, "f");
+        let (snap, sums) = (snapshot(&files), checksums(&files));
+        assert_eq!(sums[0], sums[1]);
+        write_at(&files[1], 4096, b"x");
+        assert_eq!(snap[0], snapshot(&files)[0]);
+        assert_ne!(snap[1], snapshot(&files)[1]);
+        assert_ne!(sums[1], checksums(&files)[1]);
+    }
+}

@@ -55,3 +55,22 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_are_distinct_hold_sparse_images_and_go_on_drop() {
+        let a = TempDir::new("tk");
+        let b = TempDir::new("tk");
+        assert_ne!(a.0, b.0);
+        let imgs = a.images(2, 3, "m");
+        assert_eq!(imgs, vec![a.path("m0.img"), a.path("m1.img")]);
+        assert_eq!(std::fs::metadata(&imgs[1]).unwrap().len(), 3 * MIB);
+        let kept = a.0.clone();
+        drop(a);
+        assert!(!kept.exists());
+        assert!(b.0.is_dir());
+    }
+}
