@@ -1,7 +1,7 @@
 //! Helpers for uraid's tests (a dev-dependency only), so that each test file keeps its
 //! checks and no copy of the plumbing.
 //!
-//! - [`skip`]: a test that needs a host tool (or root) either runs, fails in CI, or skips
+//! - [`skip`](mod@skip): a test that needs a host tool (or root) either runs, fails in CI, or skips
 //!   with a line that `scripts/test.sh` counts.
 //! - [`fuzz`]: the parsers' fuzz targets driven on stable Rust, for a bounded time, from a
 //!   printed seed, after a replay of the checked-in corpus and crashes under `fuzz/`.

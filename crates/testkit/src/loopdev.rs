@@ -20,7 +20,7 @@ impl Loop {
             .then(|| Loop(String::from_utf8_lossy(&out.stdout).trim().to_string()))
     }
 
-    /// [`Loop::attach`], or a [`skip`](crate::skip) of `test` (a failure in CI, which runs as
+    /// [`Loop::attach`], or a [`skip`](crate::skip()) of `test` (a failure in CI, which runs as
     /// root) where no loop device can be attached.
     pub fn attach_or_skip(file: &Path, test: &str) -> Option<Loop> {
         let lo = Loop::attach(file);
