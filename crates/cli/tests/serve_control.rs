@@ -134,20 +134,14 @@ fn unclean_stop_resyncs_when_served_again() {
     let dir = TempDir::new("unclean");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "write -P 0x42 0 1M", "-c", "flush"]));
+    qemu_io(&srv.uri(), &["write -P 0x42 0 1M", "flush"]);
     let st = srv.signal_and_wait(libc::SIGKILL);
     assert!(!st.success());
     assert!(member_states(&members).iter().all(|s| s == "active"));
     let mut srv = Served::start(&dir, &members, &[]);
     srv.wait_detail(&members[0], |d| d["resync_pending"] == false);
-    let out = ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "read -P 0x42 0 1M"]));
-    assert!(!stdout(&out).contains("verification failed"));
+    let out = qemu_io(&srv.uri(), &["read -P 0x42 0 1M"]);
+    assert!(!out.contains("verification failed"));
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     assert!(srv.stderr().contains("resync finished"), "{}", srv.stderr());
@@ -390,10 +384,7 @@ fn hostile_client() {
     let members = create_array(&dir, "1", 2, 8, &[]);
     let srv = Served::start(&dir, &members, &[]);
     let uri = srv.uri();
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(&uri)
-        .args(["-c", "write -P 0x77 0 65536"]));
+    qemu_io(&uri, &["write -P 0x77 0 65536"]);
     for junk in [
         pattern(4096, 9),
         // The client half of a handshake, then an oversized option.
@@ -429,11 +420,8 @@ fn hostile_client() {
     let mut c = UnixStream::connect(&srv.control).unwrap();
     let _ = c.write_all(&vec![b'x'; 200_000]);
     drop(c);
-    let out = ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(&uri)
-        .args(["-c", "read -P 0x77 0 65536"]));
-    assert!(!stdout(&out).contains("verification failed"));
+    let out = qemu_io(&uri, &["read -P 0x77 0 65536"]);
+    assert!(!out.contains("verification failed"));
     assert_eq!(srv.detail(&members[0])["degraded"], false);
 }
 
@@ -515,12 +503,7 @@ fn journal_mode_write_back_survives_a_kill() {
     let dir = TempDir::new("jmode");
     let mut all = Vec::new();
     for name in ["m0", "m1", "m2", "m3", "j"] {
-        let p = dir.path(&format!("{name}.img"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(16 * MIB)
-            .unwrap();
-        all.push(p);
+        all.push(dir.image(&format!("{name}.img"), 16));
     }
     ok(uraid()
         .args([
@@ -544,10 +527,7 @@ fn journal_mode_write_back_survives_a_kill() {
         .arg(&all[0])
         .arg("write-back"));
     assert_eq!(srv.detail(&all[0])["journal"]["mode"], "write-back");
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "write -P 0x5a 4096 8192", "-c", "flush"]));
+    qemu_io(&srv.uri(), &["write -P 0x5a 4096 8192", "flush"]);
     let d = srv.detail(&all[0]);
     assert!(
         d["journal"]["cached_bytes"].as_u64().unwrap_or(0) > 0,

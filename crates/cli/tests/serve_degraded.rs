@@ -7,13 +7,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use uraid_testkit::prelude::*;
 
-fn qemu_io(uri: &str, cmd: &str) -> String {
-    stdout(&ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(uri)
-        .args(["-c", cmd])))
-}
-
 #[test]
 fn a_degraded_array_with_a_spare_recovers_when_served() {
     if !need_tool(
@@ -30,7 +23,7 @@ fn a_degraded_array_with_a_spare_recovers_when_served() {
         .set_len(8 * MIB)
         .unwrap();
     let mut srv = Served::start(&dir, &members, &[]);
-    qemu_io(&srv.uri(), "write -P 0x3c 0 1M");
+    qemu_io(&srv.uri(), &["write -P 0x3c 0 1M"]);
     ok(srv
         .cmd()
         .arg("add")
@@ -66,7 +59,7 @@ fn a_degraded_array_with_a_spare_recovers_when_served() {
     assert!(srv.wait().success(), "{}", srv.stderr());
     // The rebuilt spare alone holds the data.
     let srv = Served::start(&dir, std::slice::from_ref(&spare), &[]);
-    let out = qemu_io(&srv.uri(), "read -P 0x3c 0 1M");
+    let out = qemu_io(&srv.uri(), &["read -P 0x3c 0 1M"]);
     assert!(!out.contains("verification failed"), "{out}");
 }
 
@@ -99,7 +92,7 @@ fn a_degraded_write_marks_the_absent_member_removed_for_mdadm() {
     let dir = TempDir::new("degr-roles");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members[..2], &[]);
-    qemu_io(&srv.uri(), "write -P 0x11 0 64k");
+    qemu_io(&srv.uri(), &["write -P 0x11 0 64k"]);
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     for m in &members[..2] {

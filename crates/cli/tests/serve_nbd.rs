@@ -54,19 +54,16 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
     );
 
     // qemu-io patterns: unaligned, across chunk boundaries, verified by qemu-io itself.
-    let qio = ok(Command::new("qemu-io").args(["-f", "raw"]).arg(&uri).args([
-        "-c",
-        "write -P 0xa5 65024 70144",
-        "-c",
-        "write -P 0x3c 1048576 262144",
-        "-c",
-        "read -P 0xa5 65024 70144",
-        "-c",
-        "read -P 0x3c 1048576 262144",
-        "-c",
-        "flush",
-    ]));
-    let text = stdout(&qio);
+    let text = qemu_io(
+        &uri,
+        &[
+            "write -P 0xa5 65024 70144",
+            "write -P 0x3c 1048576 262144",
+            "read -P 0xa5 65024 70144",
+            "read -P 0x3c 1048576 262144",
+            "flush",
+        ],
+    );
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert_eq!(text.matches("read ").count(), 2, "{text}");
 
@@ -219,12 +216,7 @@ fn trim_and_write_zeroes_reach_the_member_files() {
         .arg(&src)
         .arg(&uri));
     let qio = |cmds: &[String]| {
-        let mut c = Command::new("qemu-io");
-        c.args(["-f", "raw"]).arg(&uri);
-        for x in cmds {
-            c.arg("-c").arg(x);
-        }
-        let text = stdout(&ok(&mut c));
+        let text = qemu_io(&uri, &cmds.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(!text.contains("Pattern verification failed"), "{text}");
         assert!(!text.contains("failed"), "{cmds:?}: {text}");
     };

@@ -177,12 +177,7 @@ fn journal_mode_takes_a_member_path_and_a_mode() {
     let dir = TempDir::new("out-jmode");
     let mut paths = Vec::new();
     for n in ["e0", "e1", "e2", "e3", "j"] {
-        let p = dir.path(&format!("{n}.img"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(32 * MIB)
-            .unwrap();
-        paths.push(p);
+        paths.push(dir.image(&format!("{n}.img"), 32));
     }
     ok(uraid()
         .args(["create", "-l", "5", "--write-journal"])

@@ -43,16 +43,6 @@ fn signal(srv: &Served, sig: i32) {
     unsafe { libc::kill(srv.pid() as i32, sig) };
 }
 
-fn qemu_io(uri: &str, cmds: &[&str]) -> String {
-    let mut c = Command::new("qemu-io");
-    c.args(["-f", "raw"]).arg(uri);
-    for cmd in cmds {
-        c.args(["-c", cmd]);
-    }
-    let out = ok(&mut c);
-    stdout(&out)
-}
-
 /// Acknowledged data that the next assembly must read back: 1 MiB of 0x5c at 0.
 fn write_known(srv: &Served) {
     qemu_io(&srv.uri(), &["write -P 0x5c 0 1M", "flush"]);

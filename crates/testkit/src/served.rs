@@ -294,6 +294,17 @@ pub fn fio_check(out: &Output) {
     assert!(job["read"]["io_bytes"].as_u64().unwrap() > 0);
 }
 
+/// Runs `qemu-io -f raw URI -c CMD...` (each of `cmds` in turn), which must succeed; gives
+/// its stdout (where a failed `read -P` says "verification failed").
+pub fn qemu_io(uri: &str, cmds: &[&str]) -> String {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]).arg(uri);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    stdout(&ok(&mut c))
+}
+
 /// Size of the export as nbdinfo sees it.
 pub fn nbd_size(uri: &str) -> u64 {
     let out = ok(Command::new("nbdinfo").arg("--size").arg(uri));
