@@ -18,14 +18,6 @@ fn assert_unchanged(before: &[Vec<u8>], files: &[PathBuf], what: &str) {
     }
 }
 
-fn fails(cmd: &mut Command, needle: &str) -> String {
-    let out = cmd.stdin(Stdio::null()).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "{cmd:?} succeeded:\n{err}");
-    assert!(err.contains(needle), "{cmd:?}: no {needle:?} in:\n{err}");
-    err
-}
-
 /// A raid5 of four 8 MiB members with `data` written and then left dirty, as after a
 /// kill -9 of a writer (the superblocks say active, resync owed).
 fn dirty_raid5(dir: &TempDir, data: &[u8]) -> Vec<PathBuf> {
@@ -112,7 +104,7 @@ fn dirty_degraded_raid5_does_not_start_without_force() {
     let three = &members[1..];
     let before = snapshot(&members);
     for sub in ["read", "assemble", "write", "check"] {
-        let err = fails(uraid().arg(sub).args(three), "cannot start dirty degraded");
+        let err = fails_with(uraid().arg(sub).args(three), "cannot start dirty degraded");
         assert!(err.contains("--force"), "{sub}: {err}");
         assert_eq!(
             err.matches("dirty degraded").count(),
@@ -176,7 +168,7 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
         .args(&members));
     let uuid = json(&ok(uraid().args(["examine", "--json"]).arg(&members[0])))["uuid"].clone();
     let before = snapshot(&members);
-    let err = fails(
+    let err = fails_with(
         uraid().args(["create", "-l", "1"]).args(&members[..2]),
         "appears to be part of a raid array",
     );
@@ -224,7 +216,7 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
     ] {
         let files = vec![dev.clone(), blank.clone()];
         let was = snapshot(&files);
-        fails(
+        fails_with(
             uraid().args(["create", "-l", "1"]).arg(dev).arg(&blank),
             said,
         );
@@ -233,7 +225,7 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
     // Members of different sizes (mdadm warns and asks too); raid0 uses them whole.
     let big = dir.image("big.img", 16);
     let blank2 = dir.image("blank2.img", 8);
-    fails(
+    fails_with(
         uraid().args(["create", "-l", "1"]).arg(&blank).arg(&big),
         "differ in size",
     );
@@ -246,7 +238,7 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
     let a = dir.image("ja.img", 8);
     let b = dir.image("jb.img", 8);
     let c = dir.image("jc.img", 8);
-    fails(
+    fails_with(
         uraid()
             .args(["create", "-l", "5", "--write-journal"])
             .arg(&ext)
@@ -378,12 +370,12 @@ fn served_array_knows_its_members_whatever_their_names() {
         c
     };
     for other in ["m1.img", "./m1.img", "link.img", "hard.img"] {
-        let err = fails(
+        let err = fails_with(
             &mut in_dir(&["add", "--array", "m0.img", other]),
             "already in the array as member 1",
         );
         assert!(err.contains("nothing was changed"), "{err}");
-        fails(
+        fails_with(
             &mut in_dir(&["replace", "--member", "m0.img", "--with", other]),
             "already in the array as member 1",
         );
@@ -394,7 +386,7 @@ fn served_array_knows_its_members_whatever_their_names() {
         dir.image("b.img", 8),
         dir.image("c.img", 8),
     );
-    fails(
+    fails_with(
         in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"]).args([&a, &b, &c]),
         "control",
     );
@@ -405,7 +397,7 @@ fn served_array_knows_its_members_whatever_their_names() {
     let spare = dir.image("spare.img", 8);
     std::os::unix::fs::symlink(&spare, dir.path("spare-link.img")).unwrap();
     ok(&mut in_dir(&["add", "--array", "m0.img", "spare.img"]));
-    fails(
+    fails_with(
         &mut in_dir(&["add", "--array", "m0.img", "spare-link.img"]),
         "already in the array as a spare",
     );
@@ -460,14 +452,14 @@ fn one_file_under_two_names_is_refused_by_create_and_assemble() {
     std::os::unix::fs::symlink(&a, dir.path("a-link.img")).unwrap();
     let files = vec![a.clone(), b.clone()];
     let was = snapshot(&files);
-    fails(
+    fails_with(
         uraid()
             .args(["create", "-l", "1"])
             .arg(&a)
             .arg(dir.path("a-link.img")),
         "are one device",
     );
-    fails(
+    fails_with(
         uraid()
             .args(["create", "-l", "5", "--write-journal"])
             .arg(dir.path("a-link.img"))
@@ -478,7 +470,7 @@ fn one_file_under_two_names_is_refused_by_create_and_assemble() {
     );
     assert_unchanged(&was, &files, "refused create");
     ok(uraid().args(["create", "-l", "1"]).arg(&a).arg(&b));
-    fails(
+    fails_with(
         uraid().arg("assemble").arg(&a).arg(dir.path("a-link.img")),
         "are one device",
     );
@@ -502,7 +494,7 @@ fn one_block_device_under_two_names_is_refused() {
     std::os::unix::fs::symlink(&lo.0, &link).unwrap();
     let files = vec![file.clone(), other.clone()];
     let was = snapshot(&files);
-    let err = fails(
+    let err = fails_with(
         uraid()
             .args(["create", "-l", "5", "--run"])
             .arg(&lo.0)

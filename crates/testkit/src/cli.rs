@@ -71,6 +71,16 @@ pub fn fails_cleanly(cmd: &mut Command, files: &[PathBuf]) -> String {
     err
 }
 
+/// Runs the command with stdin empty (so that nothing waits on a terminal); it must fail
+/// and say `needle` on stderr, which it gives back for further checks.
+pub fn fails_with(cmd: &mut Command, needle: &str) -> String {
+    let out = run(cmd.stdin(std::process::Stdio::null()));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{cmd:?} succeeded:\n{err}");
+    assert!(err.contains(needle), "{cmd:?}: no {needle:?} in:\n{err}");
+    err
+}
+
 /// Bytes as text (lossy).
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
@@ -122,6 +132,18 @@ mod tests {
         for script in ["exit 0".to_string(), format!("echo x >> {f}; exit 1")] {
             let r = std::panic::catch_unwind(|| fails_cleanly(&mut sh(&script), &files));
             assert!(r.is_err(), "{script} passed fails_cleanly");
+        }
+    }
+
+    #[test]
+    fn fails_with_wants_a_failure_that_says_the_needle() {
+        assert_eq!(
+            fails_with(&mut sh("echo no such array >&2; exit 2"), "no such"),
+            "no such array\n"
+        );
+        for script in ["echo no such array >&2", "echo other >&2; exit 1"] {
+            let r = std::panic::catch_unwind(|| fails_with(&mut sh(script), "no such"));
+            assert!(r.is_err(), "{script} passed fails_with");
         }
     }
 
