@@ -272,11 +272,7 @@ fn spare_takes_over() {
     }
     let dir = TempDir::new("spare");
     let members = create_array(&dir, "1", 2, 10, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 10);
     let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 8);
@@ -322,11 +318,7 @@ fn replace_while_served() {
     }
     let dir = TempDir::new("replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let new = dir.path("new.img");
-    std::fs::File::create(&new)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let new = dir.image("new.img", 10);
     let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 21);

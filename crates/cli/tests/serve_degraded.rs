@@ -17,11 +17,7 @@ fn a_degraded_array_with_a_spare_recovers_when_served() {
     }
     let dir = TempDir::new("degr-spare");
     let members = create_array(&dir, "1", 2, 8, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(8 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 8);
     let mut srv = Served::start(&dir, &members, &[]);
     qemu_io(&srv.uri(), &["write -P 0x3c 0 1M"]);
     ok(srv

@@ -32,11 +32,7 @@ fn faulty_rows(text: &str) -> Vec<String> {
 fn detail_names_spares_and_faulty_members_until_removed() {
     let dir = TempDir::new("out-faulty");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 10);
     let srv = Served::start(&dir, &members, &[]);
     ok(srv
         .cmd()
@@ -92,11 +88,7 @@ fn detail_names_spares_and_faulty_members_until_removed() {
 fn the_old_member_after_a_replace_is_faulty_until_removed() {
     let dir = TempDir::new("out-replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let new = dir.path("new.img");
-    std::fs::File::create(&new)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let new = dir.image("new.img", 10);
     let srv = Served::start(&dir, &members, &[]);
     ok(srv
         .cmd()
@@ -132,14 +124,7 @@ fn the_array_and_the_member_are_named_the_same_way_everywhere() {
     let members = create_array(&dir, "5", 3, 10, &[]);
     let extra: Vec<_> = ["a.img", "b.img"]
         .iter()
-        .map(|n| {
-            let p = dir.path(n);
-            std::fs::File::create(&p)
-                .unwrap()
-                .set_len(10 * MIB)
-                .unwrap();
-            p
-        })
+        .map(|n| dir.image(n, 10))
         .collect();
     let srv = Served::start(&dir, &members, &[]);
     let arr = &members[0];
