@@ -1,88 +1,12 @@
 //! The command line end to end on image files: create/examine/read/write for every level,
 //! mdadm --examine agreement, and bad input that must fail cleanly without writing.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn uraid() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uraid"))
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("uraid-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    /// Sparse member files of `mib` MiB each.
-    fn images(&self, n: usize, mib: u64, prefix: &str) -> Vec<PathBuf> {
-        (0..n)
-            .map(|i| {
-                let p = self.0.join(format!("{prefix}{i}.img"));
-                let f = std::fs::File::create(&p).unwrap();
-                f.set_len(mib << 20).unwrap();
-                p
-            })
-            .collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().expect("run uraid")
-}
-
-fn ok(cmd: &mut Command) -> Output {
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).expect("json output")
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use std::path::PathBuf;
+use std::process::Command;
+use uraid_testkit::prelude::*;
 
 fn mdadm(test: &str) -> Option<PathBuf> {
-    let found = uraid_testkit::skip::find_tool("mdadm");
-    if found.is_none() {
-        uraid_testkit::skip(
-            test,
-            "mdadm is not installed, so its comparison is left out",
-        );
-    }
-    found
-}
-
-fn mdadm_field(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(" : ")?;
-        (k.trim() == key).then(|| v.trim().to_string())
-    })
+    tool_path("mdadm", test)
 }
 
 const LEVELS: &[(&str, Option<&str>, usize)] = &[
@@ -103,7 +27,7 @@ const LEVELS: &[(&str, Option<&str>, usize)] = &[
 fn create_write_read_examine_every_level() {
     let md = mdadm("create_write_read_examine_every_level");
     for (i, &(level, layout, n)) in LEVELS.iter().enumerate() {
-        let d = Dir::new(&format!("lvl{i}"));
+        let d = TempDir::new(&format!("lvl{i}"));
         let imgs = d.images(n, 24, "d");
         let mut c = uraid();
         c.args(["create", "--level", level, "--chunk", "64K", "--name", "t"]);
@@ -112,11 +36,11 @@ fn create_write_read_examine_every_level() {
         }
         c.args(&imgs);
         ok(&mut c);
-        let det = json(&ok(uraid().arg("detail").arg("--json").args(&imgs)));
+        let det = json_exact(&ok(uraid().arg("detail").arg("--json").args(&imgs)));
         let size = det["array_bytes"].as_u64().unwrap();
         assert!(size > 0);
         // Write a pattern over most of the array and read it back through a new assembly.
-        let data = pattern((size as usize).min(5 << 20) - 4096 + 123, i as u64 + 7);
+        let data = byte_pattern((size as usize).min(5 << 20) - 4096 + 123, i as u64 + 7);
         let input = d.0.join("in.bin");
         std::fs::write(&input, &data).unwrap();
         ok(uraid()
@@ -133,7 +57,7 @@ fn create_write_read_examine_every_level() {
         );
         // uraid examine and mdadm --examine agree on every member.
         for (role, img) in imgs.iter().enumerate() {
-            let ex = json(&ok(uraid().args(["examine", "--json"]).arg(img)));
+            let ex = json_exact(&ok(uraid().args(["examine", "--json"]).arg(img)));
             assert_eq!(ex["uuid"], det["uuid"]);
             assert_eq!(ex["role_number"].as_u64(), Some(role as u64));
             assert_eq!(ex["state"], "clean", "raid{level}: not clean after write");
@@ -189,57 +113,40 @@ fn create_write_read_examine_every_level() {
     }
 }
 
-fn snapshot(files: &[PathBuf]) -> Vec<Vec<u8>> {
-    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
-}
-
-/// The command fails, says `needle` on stderr, and leaves every file as it was.
+/// The command fails, says `needle` on stderr (in any case), and leaves every file as it was.
 fn fails_cleanly(cmd: &mut Command, files: &[PathBuf], needle: &str) {
-    let before = snapshot(files);
-    let out = run(cmd);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{cmd:?} succeeded but should fail");
+    let err = uraid_testkit::cli::fails_cleanly(cmd, files);
     assert!(
         err.to_lowercase().contains(&needle.to_lowercase()),
         "{cmd:?}: expected {needle:?} in: {err}"
     );
-    assert!(
-        before == snapshot(files),
-        "{cmd:?} wrote to a member despite failing"
-    );
 }
 
-fn create5(d: &Dir, prefix: &str) -> Vec<PathBuf> {
+fn create5(d: &TempDir, prefix: &str) -> Vec<PathBuf> {
     let imgs = d.images(4, 8, prefix);
     ok(uraid().args(["create", "-l", "5", "-c", "16K"]).args(&imgs));
-    let data = pattern(1 << 20, 3);
+    let data = byte_pattern(1 << 20, 3);
     let input = d.0.join(format!("{prefix}.bin"));
     std::fs::write(&input, data).unwrap();
     ok(uraid().args(["write", "--input"]).arg(&input).args(&imgs));
     imgs
 }
 
-fn corrupt(path: &Path, offset: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(bytes, offset).unwrap();
-}
-
 #[test]
 fn bad_checksum_or_magic_is_refused() {
-    let d = Dir::new("csum");
+    let d = TempDir::new("csum");
     let imgs = create5(&d, "a");
-    corrupt(&imgs[1], 4096 + 40, b"X"); // inside set_name
+    write_at(&imgs[1], 4096 + 40, b"X"); // inside set_name
     fails_cleanly(uraid().arg("read").args(&imgs), &imgs, "checksum");
     fails_cleanly(uraid().arg("examine").arg(&imgs[1]), &imgs, "checksum");
     let imgs = create5(&d, "b");
-    corrupt(&imgs[2], 4096, &[0, 0, 0, 0]);
+    write_at(&imgs[2], 4096, &[0, 0, 0, 0]);
     fails_cleanly(uraid().arg("detail").args(&imgs), &imgs, "magic");
 }
 
 #[test]
 fn truncated_member_is_refused() {
-    let d = Dir::new("trunc");
+    let d = TempDir::new("trunc");
     let imgs = create5(&d, "a");
     let f = std::fs::OpenOptions::new()
         .write(true)
@@ -254,7 +161,7 @@ fn truncated_member_is_refused() {
 
 #[test]
 fn members_of_two_arrays_are_refused() {
-    let d = Dir::new("two");
+    let d = TempDir::new("two");
     let a = create5(&d, "a");
     let b = create5(&d, "b");
     let mixed = vec![a[0].clone(), a[1].clone(), b[2].clone(), a[3].clone()];
@@ -264,7 +171,7 @@ fn members_of_two_arrays_are_refused() {
 
 #[test]
 fn member_too_small_for_create_writes_nothing() {
-    let d = Dir::new("small");
+    let d = TempDir::new("small");
     let mut imgs = d.images(3, 8, "a");
     let small = d.0.join("small.img");
     std::fs::File::create(&small)
@@ -281,7 +188,7 @@ fn member_too_small_for_create_writes_nothing() {
 
 #[test]
 fn too_many_missing_members_are_refused() {
-    let d = Dir::new("missing");
+    let d = TempDir::new("missing");
     let imgs = d.images(2, 8, "a");
     let mut c = uraid();
     c.args(["create", "-l", "5"])
@@ -296,22 +203,25 @@ fn too_many_missing_members_are_refused() {
     let out = ok(uraid()
         .args(["read", "--length", "1048576"])
         .args(&imgs[1..]));
-    assert!(out.stdout == pattern(1 << 20, 3), "degraded read differs");
+    assert!(
+        out.stdout == byte_pattern(1 << 20, 3),
+        "degraded read differs"
+    );
 }
 
 #[test]
 fn stale_member_is_left_out_and_force_brings_it_back() {
-    let d = Dir::new("stale");
+    let d = TempDir::new("stale");
     let imgs = create5(&d, "a");
     // Write with member 0 absent: it becomes stale (older events).
-    let data = pattern(1 << 20, 99);
+    let data = byte_pattern(1 << 20, 99);
     let input = d.0.join("new.bin");
     std::fs::write(&input, &data).unwrap();
     ok(uraid()
         .args(["write", "--input"])
         .arg(&input)
         .args(&imgs[1..]));
-    let rep = json(&ok(uraid().args(["assemble", "--json"]).args(&imgs)));
+    let rep = json_exact(&ok(uraid().args(["assemble", "--json"]).args(&imgs)));
     assert_eq!(
         rep["degraded"], true,
         "stale member was not left out: {rep}"

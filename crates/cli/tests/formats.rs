@@ -3,97 +3,25 @@
 //! like 1.2 ones (mdadm --examine agreeing).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use uraid_core::superblock::{
     MetadataVersion, Superblock, FEATURE_CLUSTERED, FEATURE_PPL, FEATURE_RESHAPE_ACTIVE,
 };
+use uraid_testkit::prelude::*;
 
+/// `uraid` with the sync IO engine.
 fn uraid() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_uraid"));
-    c.args(["--io-engine", "sync"]);
+    let mut c = uraid_testkit::cli::uraid();
+    c.args(SYNC);
     c
 }
 
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("uraid-fmt-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    fn images(&self, n: usize, mib: u64, prefix: &str) -> Vec<PathBuf> {
-        (0..n)
-            .map(|i| {
-                let p = self.0.join(format!("{prefix}{i}.img"));
-                std::fs::File::create(&p)
-                    .unwrap()
-                    .set_len(mib << 20)
-                    .unwrap();
-                p
-            })
-            .collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("run uraid");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// FNV-1a of every member: equal before and after means nothing was written.
-fn checksums(files: &[PathBuf]) -> Vec<u64> {
-    files
-        .iter()
-        .map(|f| {
-            std::fs::read(f)
-                .unwrap()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-                })
-        })
-        .collect()
-}
-
+/// The command refuses, says every one of `needles`, and writes nothing.
 fn fails_cleanly(cmd: &mut Command, files: &[PathBuf], needles: &[&str]) -> String {
-    let before = checksums(files);
-    let out = cmd.output().expect("run uraid");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "{cmd:?} succeeded but must refuse");
+    let err = uraid_testkit::cli::fails_cleanly(cmd, files);
     for n in needles {
         assert!(err.contains(n), "{cmd:?}: expected {n:?} in: {err}");
     }
-    assert_eq!(
-        before,
-        checksums(files),
-        "{cmd:?} wrote to a member while refusing"
-    );
     err
 }
 
@@ -117,13 +45,13 @@ fn write_sb(path: &Path, sb: &Superblock) {
     f.write_all_at(&sb.encode(), sb.super_offset * 512).unwrap();
 }
 
-fn create_raid5(d: &Dir, prefix: &str, extra: &[&str]) -> (Vec<PathBuf>, Vec<u8>) {
+fn create_raid5(d: &TempDir, prefix: &str, extra: &[&str]) -> (Vec<PathBuf>, Vec<u8>) {
     let imgs = d.images(4, 8, prefix);
     ok(uraid()
         .args(["create", "-l", "5", "-c", "16K", "-N", "shelf"])
         .args(extra)
         .args(&imgs));
-    let data = pattern(1 << 20, 11);
+    let data = byte_pattern(1 << 20, 11);
     let input = d.0.join(format!("{prefix}.bin"));
     std::fs::write(&input, &data).unwrap();
     ok(uraid().args(["write", "--input"]).arg(&input).args(&imgs));
@@ -163,7 +91,7 @@ fn every_open_refuses(imgs: &[PathBuf], needles: &[&str]) {
 
 #[test]
 fn a_raid5_stopped_mid_reshape_is_refused_and_left_untouched() {
-    let d = Dir::new("reshape");
+    let d = TempDir::new("reshape");
     let (imgs, _) = create_raid5(&d, "r", &[]);
     // As Linux md leaves a raid5 growing from 4 to 5 disks, stopped half way.
     for img in &imgs {
@@ -194,7 +122,7 @@ fn a_raid5_stopped_mid_reshape_is_refused_and_left_untouched() {
 
 #[test]
 fn clustered_and_ppl_members_are_refused_by_name() {
-    let d = Dir::new("feat");
+    let d = TempDir::new("feat");
     for (i, (bit, name)) in [
         (FEATURE_CLUSTERED, "FEATURE_CLUSTERED"),
         (FEATURE_PPL, "FEATURE_PPL"),
@@ -212,17 +140,7 @@ fn clustered_and_ppl_members_are_refused_by_name() {
 }
 
 fn mdadm() -> Option<PathBuf> {
-    if !uraid_testkit::need_tool("mdadm", "formats: mdadm comparison") {
-        return None;
-    }
-    uraid_testkit::skip::find_tool("mdadm")
-}
-
-fn mdadm_field(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(" : ")?;
-        (k.trim() == key).then(|| v.trim().to_string())
-    })
+    tool_path("mdadm", "formats: mdadm comparison")
 }
 
 #[test]
@@ -231,12 +149,12 @@ fn metadata_10_and_11_arrays_are_created_read_and_examined() {
     for e in ["1.0", "1.1"] {
         for bitmap in ["none", "internal"] {
             for level in ["1", "5"] {
-                let d = Dir::new(&format!("v{e}-{bitmap}-{level}"));
+                let d = TempDir::new(&format!("v{e}-{bitmap}-{level}"));
                 let imgs = d.images(3, 12, "m");
                 ok(uraid()
                     .args(["create", "-e", e, "-l", level, "-c", "64K", "-b", bitmap])
                     .args(&imgs));
-                let data = pattern(3 << 20, 5);
+                let data = byte_pattern(3 << 20, 5);
                 let input = d.0.join("in.bin");
                 std::fs::write(&input, &data).unwrap();
                 ok(uraid()
@@ -341,7 +259,7 @@ fn metadata_10_and_11_arrays_are_created_read_and_examined() {
 
 #[test]
 fn a_stale_10_superblock_under_a_12_one() {
-    let d = Dir::new("stale");
+    let d = TempDir::new("stale");
     let imgs = d.images(2, 8, "s");
     ok(uraid()
         .args(["create", "-e", "1.0", "-l", "1", "-N", "old"])
@@ -397,7 +315,7 @@ fn a_stale_10_superblock_under_a_12_one() {
 
 #[test]
 fn a_10_member_whose_device_grew_is_named() {
-    let d = Dir::new("grown");
+    let d = TempDir::new("grown");
     let imgs = d.images(2, 8, "g");
     ok(uraid().args(["create", "-e", "1.0", "-l", "1"]).args(&imgs));
     std::fs::OpenOptions::new()

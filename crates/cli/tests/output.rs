@@ -2,83 +2,18 @@
 //! once, check's exit status, repair's summary, examine and detail lines.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-
-fn uraid() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uraid"))
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("uraid-out-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    fn images(&self, n: usize, mib: u64, prefix: &str) -> Vec<PathBuf> {
-        (0..n)
-            .map(|i| {
-                let p = self.0.join(format!("{prefix}{i}.img"));
-                std::fs::File::create(&p)
-                    .unwrap()
-                    .set_len(mib << 20)
-                    .unwrap();
-                p
-            })
-            .collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("run uraid");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use uraid_testkit::prelude::*;
 
 /// A raid5 of four 8 MiB members with 1 MiB of data written.
-fn raid5(d: &Dir, prefix: &str) -> Vec<PathBuf> {
+fn raid5(d: &TempDir, prefix: &str) -> Vec<PathBuf> {
     let imgs = d.images(4, 8, prefix);
     ok(uraid().args(["create", "-l", "5", "-c", "16K"]).args(&imgs));
     let input = d.0.join(format!("{prefix}.bin"));
-    std::fs::write(&input, pattern(1 << 20, 5)).unwrap();
+    std::fs::write(&input, byte_pattern(1 << 20, 5)).unwrap();
     ok(uraid().args(["write", "--input"]).arg(&input).args(&imgs));
     imgs
-}
-
-fn corrupt(path: &Path, offset: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(bytes, offset).unwrap();
 }
 
 /// Runs the command with its stdout a pipe whose reading end is closed at once.
@@ -94,7 +29,7 @@ fn into_closed_pipe(cmd: &mut Command) -> Output {
 
 #[test]
 fn a_closed_pipe_ends_the_command_quietly() {
-    let d = Dir::new("pipe");
+    let d = TempDir::new("pipe");
     let imgs = raid5(&d, "a");
     let cmds: Vec<Vec<std::ffi::OsString>> = vec![
         std::iter::once("detail".into())
@@ -123,7 +58,7 @@ fn a_closed_pipe_ends_the_command_quietly() {
 /// (its banner is lost, nothing panics) and still stops cleanly on request.
 #[test]
 fn a_server_whose_stdout_closes_keeps_serving() {
-    let d = Dir::new("servepipe");
+    let d = TempDir::new("servepipe");
     let imgs = raid5(&d, "s");
     let control = d.0.join("ctl.sock");
     let sock = d.0.join("nbd.sock");
@@ -170,7 +105,7 @@ fn a_server_whose_stdout_closes_keeps_serving() {
 
 #[test]
 fn errors_are_said_once() {
-    let d = Dir::new("once");
+    let d = TempDir::new("once");
     let missing = d.0.join("nope.img");
     let out = uraid().arg("examine").arg(&missing).output().unwrap();
     assert!(!out.status.success());
@@ -190,7 +125,7 @@ fn errors_are_said_once() {
     assert!(err.contains("no md superblock"), "{err}");
     // A corrupt superblock: the member, then the reason, once.
     let imgs = raid5(&d, "a");
-    corrupt(&imgs[1], 4096 + 40, b"X");
+    write_at(&imgs[1], 4096 + 40, b"X");
     let out = uraid().arg("read").args(&imgs).output().unwrap();
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -200,12 +135,12 @@ fn errors_are_said_once() {
 
 #[test]
 fn check_fails_on_mismatches_and_repair_says_what_it_did() {
-    let d = Dir::new("check");
+    let d = TempDir::new("check");
     let imgs = raid5(&d, "a");
     let out = ok(uraid().args(["check", "-q"]).args(&imgs));
     assert_eq!(text(&out.stdout), "mismatch_cnt: 0\n");
     // One data block changed behind the array's back (data starts at 1 MiB).
-    corrupt(&imgs[1], (1 << 20) + 512, &[0x5a; 512]);
+    write_at(&imgs[1], (1 << 20) + 512, &[0x5a; 512]);
     let out = uraid().args(["check", "-q"]).args(&imgs).output().unwrap();
     assert!(!out.status.success(), "check with a mismatch exited 0");
     let stdout = text(&out.stdout);
@@ -231,10 +166,7 @@ fn check_fails_on_mismatches_and_repair_says_what_it_did() {
 }
 
 fn mdadm() -> Option<PathBuf> {
-    if !uraid_testkit::need_tool("mdadm", "output: mdadm comparison") {
-        return None;
-    }
-    uraid_testkit::skip::find_tool("mdadm")
+    tool_path("mdadm", "output: mdadm comparison")
 }
 
 /// Every line of `uraid examine` is the line `mdadm --examine` prints for the same member:
@@ -243,7 +175,7 @@ fn mdadm() -> Option<PathBuf> {
 #[test]
 fn examine_prints_what_mdadm_prints() {
     let Some(md) = mdadm() else { return };
-    let d = Dir::new("examine");
+    let d = TempDir::new("examine");
     let mut members = Vec::new();
     let small = d.images(3, 4, "s");
     ok(uraid().args(["create", "-l", "0"]).args(&small));
@@ -283,9 +215,9 @@ fn examine_prints_what_mdadm_prints() {
 /// the expected checksum), marked as not trusted, and examine exits non-zero.
 #[test]
 fn examine_prints_a_bad_checksum_superblock_and_fails() {
-    let d = Dir::new("badsum");
+    let d = TempDir::new("badsum");
     let imgs = raid5(&d, "a");
-    corrupt(&imgs[1], 4096 + 40, b"X");
+    write_at(&imgs[1], 4096 + 40, b"X");
     let out = uraid().arg("examine").arg(&imgs[1]).output().unwrap();
     assert!(
         !out.status.success(),
@@ -327,7 +259,7 @@ fn examine_prints_a_bad_checksum_superblock_and_fails() {
 /// gives Used Dev Size in words, and Spare Devices.
 #[test]
 fn detail_counts_the_journal_and_names_the_policy() {
-    let d = Dir::new("detail");
+    let d = TempDir::new("detail");
     let e = d.images(5, 64, "e");
     ok(uraid()
         .args(["create", "-l", "5", "--write-journal"])

@@ -7,7 +7,7 @@
 //! and the NBD port is a free one (tests run side by side) instead of 10809.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -42,14 +42,6 @@ fn write_exe(path: &Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn the_readme_tour_runs_as_written() {
     if !["bash", "mdadm", "nbdinfo", "sha256sum", "truncate"]
@@ -61,9 +53,7 @@ fn the_readme_tour_runs_as_written() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
     let block = tour(&readme);
-    let scratch =
-        Scratch(std::env::temp_dir().join(format!("uraid-readme-tour-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
+    let scratch = uraid_testkit::TempDir::new("readme-tour");
     let bin = scratch.0.join("bin");
     let tmp = scratch.0.join("tmp");
     let run = scratch.0.join("run");
@@ -79,10 +69,7 @@ fn the_readme_tour_runs_as_written() {
         ),
     );
     write_exe(&bin.join("cargo"), "#!/bin/sh\nexit 0\n");
-    let nbdinfo = std::env::split_paths(&std::env::var_os("PATH").unwrap())
-        .map(|d| d.join("nbdinfo"))
-        .find(|p| p.is_file())
-        .expect("nbdinfo");
+    let nbdinfo = uraid_testkit::skip::find_tool("nbdinfo").expect("nbdinfo");
     write_exe(
         &bin.join("nbdinfo"),
         &format!(

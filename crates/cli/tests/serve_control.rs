@@ -2,13 +2,11 @@
 //! socket, member locks, a member failed under fio without the client seeing an error,
 //! a hostile client, the demo command and the no-ublk message.
 
-mod serve_common;
-
-use serve_common::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use uraid_testkit::prelude::*;
 
 fn member_state(detail: &serde_json::Value, role: usize) -> String {
     detail["members"][role]["state"]
@@ -17,27 +15,14 @@ fn member_state(detail: &serde_json::Value, role: usize) -> String {
         .to_string()
 }
 
-/// Waits (bounded) until `f` holds on the served array's detail.
-fn wait_detail(srv: &Served, member: &std::path::Path, f: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = srv.detail(member);
-        if f(&d) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// raid6: two members fail while fio runs randrw with verify; fio must see no error, and
 /// its data must verify again after a restart on the remaining members.
 #[test]
 fn members_fail_under_fio() {
-    if !have("fio", "members_fail_under_fio") {
+    if !need_tool("fio", "members_fail_under_fio") {
         return;
     }
-    let dir = Dir::new("failio");
+    let dir = TempDir::new("failio");
     let members = create_array(&dir, "6", 5, 24, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let fio = ChildGuard(Some(
@@ -50,7 +35,7 @@ fn members_fail_under_fio() {
     ));
     let mut fio = fio;
     // Once fio has written (the array turned dirty), fail one member by path and one by role.
-    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    srv.wait_detail(&members[0], |d| d["state"] == "active");
     ok(srv.cmd().arg("fail").arg(&members[1]));
     let during = fio.still_running();
     ok(srv
@@ -89,44 +74,17 @@ fn members_fail_under_fio() {
     );
 }
 
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &std::path::Path) -> Option<Loop> {
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(file)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        Some(Loop(stdout(&out).trim().to_string()))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 /// A real IO error: member 2 is a loop device whose backing file shrinks to nothing while
 /// fio runs, so every IO to it fails. The engine marks it faulty and serves from parity;
 /// fio sees no error and its data verifies.
 #[test]
 fn member_io_error_under_fio() {
-    if !have_all(&["fio", "losetup"], "member_io_error_under_fio") {
+    if !need_tools(&["fio", "losetup"], "member_io_error_under_fio") {
         return;
     }
-    let dir = Dir::new("ioerr");
+    let dir = TempDir::new("ioerr");
     let files = create_array(&dir, "5", 4, 16, &[]);
-    let Some(lo) = Loop::attach(&files[2]) else {
-        uraid_testkit::skip(
-            "member_io_error_under_fio",
-            "cannot attach a loop device (needs root)",
-        );
+    let Some(lo) = Loop::attach_or_skip(&files[2], "member_io_error_under_fio") else {
         return;
     };
     let mut members = files.clone();
@@ -140,7 +98,7 @@ fn member_io_error_under_fio() {
             .spawn()
             .unwrap(),
     ));
-    wait_detail(&srv, &members[0], |d| d["state"] == "active");
+    srv.wait_detail(&members[0], |d| d["state"] == "active");
     let during = fio.still_running();
     // Between the truncation and `losetup -c` the loop device reads the truncated file as
     // zeros without an error: silent corruption that no RAID can see (only a scrub finds
@@ -170,26 +128,20 @@ fn member_io_error_under_fio() {
 /// served again, and its data is intact.
 #[test]
 fn unclean_stop_resyncs_when_served_again() {
-    if !have("qemu-io", "unclean_stop_resyncs_when_served_again") {
+    if !need_tool("qemu-io", "unclean_stop_resyncs_when_served_again") {
         return;
     }
-    let dir = Dir::new("unclean");
+    let dir = TempDir::new("unclean");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "write -P 0x42 0 1M", "-c", "flush"]));
+    qemu_io(&srv.uri(), &["write -P 0x42 0 1M", "flush"]);
     let st = srv.signal_and_wait(libc::SIGKILL);
     assert!(!st.success());
     assert!(member_states(&members).iter().all(|s| s == "active"));
     let mut srv = Served::start(&dir, &members, &[]);
-    wait_detail(&srv, &members[0], |d| d["resync_pending"] == false);
-    let out = ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "read -P 0x42 0 1M"]));
-    assert!(!stdout(&out).contains("verification failed"));
+    srv.wait_detail(&members[0], |d| d["resync_pending"] == false);
+    let out = qemu_io(&srv.uri(), &["read -P 0x42 0 1M"]);
+    assert!(!out.contains("verification failed"));
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     assert!(srv.stderr().contains("resync finished"), "{}", srv.stderr());
@@ -200,7 +152,7 @@ fn unclean_stop_resyncs_when_served_again() {
 /// the server.
 #[test]
 fn served_members_are_locked() {
-    let dir = Dir::new("locks");
+    let dir = TempDir::new("locks");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     for sub in ["read", "write", "resync", "assemble"] {
@@ -275,10 +227,10 @@ fn served_members_are_locked() {
 /// on its own (read back with another member left out).
 #[test]
 fn remove_and_add_rebuilds() {
-    if !have("nbdcopy", "remove_and_add_rebuilds") {
+    if !need_tool("nbdcopy", "remove_and_add_rebuilds") {
         return;
     }
-    let dir = Dir::new("readd");
+    let dir = TempDir::new("readd");
     let members = create_array(&dir, "5", 4, 12, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
@@ -299,7 +251,7 @@ fn remove_and_add_rebuilds() {
         .arg("--array")
         .arg(&members[0])
         .arg(&members[1]));
-    wait_detail(&srv, &members[0], |d| d["degraded"] == false);
+    srv.wait_detail(&members[0], |d| d["degraded"] == false);
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     // Leave out member 0: member 1's rebuilt data is now needed everywhere.
@@ -315,16 +267,12 @@ fn remove_and_add_rebuilds() {
 /// rebuilt while served, then holds every byte on its own.
 #[test]
 fn spare_takes_over() {
-    if !have("nbdcopy", "spare_takes_over") {
+    if !need_tool("nbdcopy", "spare_takes_over") {
         return;
     }
-    let dir = Dir::new("spare");
+    let dir = TempDir::new("spare");
     let members = create_array(&dir, "1", 2, 10, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 10);
     let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 8);
@@ -338,7 +286,7 @@ fn spare_takes_over() {
         .arg(&spare)));
     assert_eq!(added["degraded"], false, "{added}");
     ok(srv.cmd().arg("fail").arg(&members[0]));
-    wait_detail(&srv, &members[1], |d| d["degraded"] == false);
+    srv.wait_detail(&members[1], |d| d["degraded"] == false);
     let d = srv.detail(&members[1]);
     let spare_name = spare.display().to_string();
     assert!(
@@ -365,16 +313,12 @@ fn spare_takes_over() {
 /// the data (also without one of the old members).
 #[test]
 fn replace_while_served() {
-    if !have("nbdcopy", "replace_while_served") {
+    if !need_tool("nbdcopy", "replace_while_served") {
         return;
     }
-    let dir = Dir::new("replace");
+    let dir = TempDir::new("replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let new = dir.path("new.img");
-    std::fs::File::create(&new)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let new = dir.image("new.img", 10);
     let mut srv = Served::start(&dir, &members, &SYNC);
     let size = srv.detail(&members[0])["array_bytes"].as_u64().unwrap() as usize;
     let image = pattern(size, 21);
@@ -389,7 +333,7 @@ fn replace_while_served() {
         .arg(&new)));
     assert_eq!(r["degraded"], false, "{r}");
     let new_name = new.display().to_string();
-    wait_detail(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         assert_eq!(d["degraded"], false, "degraded while replacing: {d}");
         d["members"][1]["device"].as_str() == Some(new_name.as_str())
     });
@@ -425,17 +369,14 @@ fn replace_while_served() {
 /// Garbage on the NBD socket drops that client only; data and other clients are unharmed.
 #[test]
 fn hostile_client() {
-    if !have("qemu-io", "hostile_client") {
+    if !need_tool("qemu-io", "hostile_client") {
         return;
     }
-    let dir = Dir::new("hostile");
+    let dir = TempDir::new("hostile");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let srv = Served::start(&dir, &members, &[]);
     let uri = srv.uri();
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(&uri)
-        .args(["-c", "write -P 0x77 0 65536"]));
+    qemu_io(&uri, &["write -P 0x77 0 65536"]);
     for junk in [
         pattern(4096, 9),
         // The client half of a handshake, then an oversized option.
@@ -471,21 +412,18 @@ fn hostile_client() {
     let mut c = UnixStream::connect(&srv.control).unwrap();
     let _ = c.write_all(&vec![b'x'; 200_000]);
     drop(c);
-    let out = ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(&uri)
-        .args(["-c", "read -P 0x77 0 65536"]));
-    assert!(!stdout(&out).contains("verification failed"));
+    let out = qemu_io(&uri, &["read -P 0x77 0 65536"]);
+    assert!(!out.contains("verification failed"));
     assert_eq!(srv.detail(&members[0])["degraded"], false);
 }
 
 /// `uraid demo` makes an array, serves it, stops on Ctrl-C, and reuses it the next time.
 #[test]
 fn demo_serves_and_reuses() {
-    if !have("nbdinfo", "demo_serves_and_reuses") {
+    if !need_tool("nbdinfo", "demo_serves_and_reuses") {
         return;
     }
-    let dir = Dir::new("demo");
+    let dir = TempDir::new("demo");
     let demo_dir = dir.path("demo");
     let control = demo_dir.join("control.sock");
     let sock = dir.path("demo.sock");
@@ -525,7 +463,7 @@ fn ublk_missing_driver_message() {
         );
         return;
     }
-    let dir = Dir::new("noublk");
+    let dir = TempDir::new("noublk");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let out = uraid()
         .env("URAID_RUN_DIR", dir.run_dir())
@@ -551,18 +489,13 @@ fn ublk_missing_driver_message() {
 /// write that stays in the cache, a kill, and the next assembly replays it.
 #[test]
 fn journal_mode_write_back_survives_a_kill() {
-    if !have("qemu-io", "journal_mode_write_back_survives_a_kill") {
+    if !need_tool("qemu-io", "journal_mode_write_back_survives_a_kill") {
         return;
     }
-    let dir = Dir::new("jmode");
+    let dir = TempDir::new("jmode");
     let mut all = Vec::new();
     for name in ["m0", "m1", "m2", "m3", "j"] {
-        let p = dir.path(&format!("{name}.img"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(16 * MIB)
-            .unwrap();
-        all.push(p);
+        all.push(dir.image(&format!("{name}.img"), 16));
     }
     ok(uraid()
         .args([
@@ -586,10 +519,7 @@ fn journal_mode_write_back_survives_a_kill() {
         .arg(&all[0])
         .arg("write-back"));
     assert_eq!(srv.detail(&all[0])["journal"]["mode"], "write-back");
-    ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(srv.uri())
-        .args(["-c", "write -P 0x5a 4096 8192", "-c", "flush"]));
+    qemu_io(&srv.uri(), &["write -P 0x5a 4096 8192", "flush"]);
     let d = srv.detail(&all[0]);
     assert!(
         d["journal"]["cached_bytes"].as_u64().unwrap_or(0) > 0,

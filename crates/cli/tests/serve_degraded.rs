@@ -3,36 +3,23 @@
 //! superblocks record the absent one as removed (mdadm --examine: `AA.`); `uraid monitor`
 //! reports every event of a served array, even several within one polling interval.
 
-mod serve_common;
-
-use serve_common::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn qemu_io(uri: &str, cmd: &str) -> String {
-    stdout(&ok(Command::new("qemu-io")
-        .args(["-f", "raw"])
-        .arg(uri)
-        .args(["-c", cmd])))
-}
+use uraid_testkit::prelude::*;
 
 #[test]
 fn a_degraded_array_with_a_spare_recovers_when_served() {
-    if !have(
+    if !need_tool(
         "qemu-io",
         "a_degraded_array_with_a_spare_recovers_when_served",
     ) {
         return;
     }
-    let dir = Dir::new("degr-spare");
+    let dir = TempDir::new("degr-spare");
     let members = create_array(&dir, "1", 2, 8, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(8 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 8);
     let mut srv = Served::start(&dir, &members, &[]);
-    qemu_io(&srv.uri(), "write -P 0x3c 0 1M");
+    qemu_io(&srv.uri(), &["write -P 0x3c 0 1M"]);
     ok(srv
         .cmd()
         .arg("add")
@@ -68,13 +55,13 @@ fn a_degraded_array_with_a_spare_recovers_when_served() {
     assert!(srv.wait().success(), "{}", srv.stderr());
     // The rebuilt spare alone holds the data.
     let srv = Served::start(&dir, std::slice::from_ref(&spare), &[]);
-    let out = qemu_io(&srv.uri(), "read -P 0x3c 0 1M");
+    let out = qemu_io(&srv.uri(), &["read -P 0x3c 0 1M"]);
     assert!(!out.contains("verification failed"), "{out}");
 }
 
 #[test]
 fn recover_with_nothing_to_do_says_so() {
-    let dir = Dir::new("degr-recover");
+    let dir = TempDir::new("degr-recover");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let out = ok(uraid().arg("recover").args(&members));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -92,16 +79,16 @@ fn recover_with_nothing_to_do_says_so() {
 
 #[test]
 fn a_degraded_write_marks_the_absent_member_removed_for_mdadm() {
-    if !have_all(
+    if !need_tools(
         &["qemu-io", "mdadm"],
         "a_degraded_write_marks_the_absent_member_removed_for_mdadm",
     ) {
         return;
     }
-    let dir = Dir::new("degr-roles");
+    let dir = TempDir::new("degr-roles");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let mut srv = Served::start(&dir, &members[..2], &[]);
-    qemu_io(&srv.uri(), "write -P 0x11 0 64k");
+    qemu_io(&srv.uri(), &["write -P 0x11 0 64k"]);
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     for m in &members[..2] {
@@ -117,7 +104,7 @@ fn a_degraded_write_marks_the_absent_member_removed_for_mdadm() {
 /// each (a diff of two states would see only a rebuild, or nothing at all).
 #[test]
 fn monitor_misses_no_event_within_one_interval() {
-    let dir = Dir::new("degr-monitor");
+    let dir = TempDir::new("degr-monitor");
     let members = create_array(&dir, "5", 3, 8, &[]);
     let srv = Served::start(&dir, &members, &[]);
     let mut mon = ChildGuard(Some(

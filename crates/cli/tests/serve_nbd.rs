@@ -4,17 +4,15 @@
 //! must be on the members, not just in the server. Each suite runs with the default IO
 //! engine (io_uring) or `--io-engine sync`, so both serve real clients.
 
-mod serve_common;
-
-use serve_common::*;
 use std::process::Command;
+use uraid_testkit::prelude::*;
 
 /// Every client against one array; returns nothing, panics with the failing step.
 fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
-    if !have_all(&["nbdinfo", "qemu-img", "qemu-io", "nbdcopy", "fio"], tag) {
+    if !need_tools(&["nbdinfo", "qemu-img", "qemu-io", "nbdcopy", "fio"], tag) {
         return;
     }
-    let dir = Dir::new(tag);
+    let dir = TempDir::new(tag);
     let members = create_array(&dir, level, n, 12, missing);
     let engine: &[&str] = if sync { &SYNC } else { &[] };
     let mut srv = Served::start(&dir, &members, engine);
@@ -56,19 +54,16 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
     );
 
     // qemu-io patterns: unaligned, across chunk boundaries, verified by qemu-io itself.
-    let qio = ok(Command::new("qemu-io").args(["-f", "raw"]).arg(&uri).args([
-        "-c",
-        "write -P 0xa5 65024 70144",
-        "-c",
-        "write -P 0x3c 1048576 262144",
-        "-c",
-        "read -P 0xa5 65024 70144",
-        "-c",
-        "read -P 0x3c 1048576 262144",
-        "-c",
-        "flush",
-    ]));
-    let text = stdout(&qio);
+    let text = qemu_io(
+        &uri,
+        &[
+            "write -P 0xa5 65024 70144",
+            "write -P 0x3c 1048576 262144",
+            "read -P 0xa5 65024 70144",
+            "read -P 0x3c 1048576 262144",
+            "flush",
+        ],
+    );
     assert!(!text.contains("Pattern verification failed"), "{text}");
     assert_eq!(text.matches("read ").count(), 2, "{text}");
 
@@ -156,10 +151,10 @@ fn raid6_degraded_clients() {
 /// says which.
 #[test]
 fn tcp_listener_and_banner() {
-    if !have("nbdinfo", "tcp_listener_and_banner") {
+    if !need_tool("nbdinfo", "tcp_listener_and_banner") {
         return;
     }
-    let dir = Dir::new("tcp");
+    let dir = TempDir::new("tcp");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let control = dir.path("ctl.sock");
     let args = vec![
@@ -202,10 +197,10 @@ fn member_blocks(members: &[std::path::PathBuf]) -> u64 {
 /// check finds no mismatch. nbdinfo sees fast zeroing advertised.
 #[test]
 fn trim_and_write_zeroes_reach_the_member_files() {
-    if !have_all(&["nbdinfo", "qemu-io", "qemu-img"], "trim_and_write_zeroes") {
+    if !need_tools(&["nbdinfo", "qemu-io", "qemu-img"], "trim_and_write_zeroes") {
         return;
     }
-    let dir = Dir::new("trim");
+    let dir = TempDir::new("trim");
     let members = create_array(&dir, "5", 4, 12, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     let uri = srv.uri();
@@ -221,12 +216,7 @@ fn trim_and_write_zeroes_reach_the_member_files() {
         .arg(&src)
         .arg(&uri));
     let qio = |cmds: &[String]| {
-        let mut c = Command::new("qemu-io");
-        c.args(["-f", "raw"]).arg(&uri);
-        for x in cmds {
-            c.arg("-c").arg(x);
-        }
-        let text = stdout(&ok(&mut c));
+        let text = qemu_io(&uri, &cmds.iter().map(String::as_str).collect::<Vec<_>>());
         assert!(!text.contains("Pattern verification failed"), "{text}");
         assert!(!text.contains("failed"), "{cmds:?}: {text}");
     };

@@ -1,23 +1,15 @@
 //! `uraid detail` of a served array as mdadm prints it while members fail, spares take
 //! over, a replace completes and faulty members are removed.
 
-mod serve_common;
-
-use serve_common::*;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use uraid_testkit::prelude::*;
 
 fn human(srv: &Served, member: &Path) -> String {
     stdout(&ok(srv.cmd().arg("detail").arg(member)))
 }
 
 fn field(text: &str, key: &str) -> String {
-    text.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(" : ")?;
-            (k.trim() == key).then(|| v.trim().to_string())
-        })
-        .unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    mdadm_field(text, key).unwrap_or_else(|| panic!("no {key} in:\n{text}"))
 }
 
 /// The rows after the blank line that ends the role rows: mdadm's faulty list.
@@ -36,27 +28,11 @@ fn faulty_rows(text: &str) -> Vec<String> {
     }
 }
 
-fn wait_until(srv: &Served, member: &Path, f: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let d = srv.detail(member);
-        if f(&d) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn detail_names_spares_and_faulty_members_until_removed() {
-    let dir = Dir::new("out-faulty");
+    let dir = TempDir::new("out-faulty");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let spare = dir.image("spare.img", 10);
     let srv = Served::start(&dir, &members, &[]);
     ok(srv
         .cmd()
@@ -77,7 +53,7 @@ fn detail_names_spares_and_faulty_members_until_removed() {
         "{said}"
     );
     let spare_name = spare.display().to_string();
-    wait_until(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         d["degraded"] == false && d["members"][1]["device"].as_str() == Some(&spare_name)
     });
     let t = human(&srv, &members[0]);
@@ -110,13 +86,9 @@ fn detail_names_spares_and_faulty_members_until_removed() {
 /// when the replacement takes over).
 #[test]
 fn the_old_member_after_a_replace_is_faulty_until_removed() {
-    let dir = Dir::new("out-replace");
+    let dir = TempDir::new("out-replace");
     let members = create_array(&dir, "5", 3, 10, &[]);
-    let new = dir.path("new.img");
-    std::fs::File::create(&new)
-        .unwrap()
-        .set_len(10 * MIB)
-        .unwrap();
+    let new = dir.image("new.img", 10);
     let srv = Served::start(&dir, &members, &[]);
     ok(srv
         .cmd()
@@ -125,7 +97,7 @@ fn the_old_member_after_a_replace_is_faulty_until_removed() {
         .arg("--with")
         .arg(&new));
     let new_name = new.display().to_string();
-    wait_until(&srv, &members[0], |d| {
+    srv.wait_detail(&members[0], |d| {
         d["members"][2]["device"].as_str() == Some(&new_name)
             && d["members"][2]["replacement"].is_null()
     });
@@ -148,18 +120,11 @@ fn the_old_member_after_a_replace_is_faulty_until_removed() {
 /// The old spellings still work.
 #[test]
 fn the_array_and_the_member_are_named_the_same_way_everywhere() {
-    let dir = Dir::new("out-flags");
+    let dir = TempDir::new("out-flags");
     let members = create_array(&dir, "5", 3, 10, &[]);
     let extra: Vec<_> = ["a.img", "b.img"]
         .iter()
-        .map(|n| {
-            let p = dir.path(n);
-            std::fs::File::create(&p)
-                .unwrap()
-                .set_len(10 * MIB)
-                .unwrap();
-            p
-        })
+        .map(|n| dir.image(n, 10))
         .collect();
     let srv = Served::start(&dir, &members, &[]);
     let arr = &members[0];
@@ -194,15 +159,10 @@ fn the_array_and_the_member_are_named_the_same_way_everywhere() {
 /// as the argument or as --mode; anything else is refused with what was expected.
 #[test]
 fn journal_mode_takes_a_member_path_and_a_mode() {
-    let dir = Dir::new("out-jmode");
+    let dir = TempDir::new("out-jmode");
     let mut paths = Vec::new();
     for n in ["e0", "e1", "e2", "e3", "j"] {
-        let p = dir.path(&format!("{n}.img"));
-        std::fs::File::create(&p)
-            .unwrap()
-            .set_len(32 * MIB)
-            .unwrap();
-        paths.push(p);
+        paths.push(dir.image(&format!("{n}.img"), 32));
     }
     ok(uraid()
         .args(["create", "-l", "5", "--write-journal"])

@@ -1,29 +1,12 @@
 //! `--readonly` (mdadm's -o): nothing is written to any member, not by a client that tries
 //! to write over NBD, not by assemble/read/detail/check, not even the dirty flag.
 
-mod serve_common;
-
-use serve_common::*;
 use std::path::PathBuf;
 use std::process::Command;
-
-/// FNV-1a of every member file.
-fn checksums(files: &[PathBuf]) -> Vec<u64> {
-    files
-        .iter()
-        .map(|f| {
-            std::fs::read(f)
-                .unwrap()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-                })
-        })
-        .collect()
-}
+use uraid_testkit::prelude::*;
 
 fn need(tools: &[&str], test: &str) -> bool {
-    let found = have_all(tools, test);
+    let found = need_tools(tools, test);
     assert!(
         found || std::env::var_os("CI").is_none(),
         "{test}: {tools:?} must be installed in CI"
@@ -31,7 +14,7 @@ fn need(tools: &[&str], test: &str) -> bool {
     found
 }
 
-fn array_with_data(dir: &Dir) -> (Vec<PathBuf>, Vec<u8>) {
+fn array_with_data(dir: &TempDir) -> (Vec<PathBuf>, Vec<u8>) {
     let members = create_array(dir, "5", 4, 8, &[]);
     let data = pattern(2 << 20, 9);
     let input = dir.path("in.bin");
@@ -48,7 +31,7 @@ fn readonly_serve_refuses_client_writes_and_writes_nothing() {
     if !need(&["nbdinfo", "qemu-io", "nbdcopy"], "readonly_serve") {
         return;
     }
-    let dir = Dir::new("ro-serve");
+    let dir = TempDir::new("ro-serve");
     let (members, data) = array_with_data(&dir);
     let before = checksums(&members);
     let mut srv = Served::start(&dir, &members, &["--readonly"]);
@@ -101,7 +84,7 @@ fn readonly_serve_refuses_client_writes_and_writes_nothing() {
 
 #[test]
 fn readonly_commands_write_nothing_not_even_the_dirty_flag() {
-    let dir = Dir::new("ro-cmds");
+    let dir = TempDir::new("ro-cmds");
     let (members, data) = array_with_data(&dir);
     // Leave it dirty, as a crash would: a read-write assembly would write it clean.
     let input = dir.path("more.bin");

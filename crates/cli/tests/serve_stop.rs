@@ -5,14 +5,12 @@
 //!
 //! The bounds below are hang bounds (a stop that never ends), far above what a stop takes.
 
-mod serve_common;
-
-use serve_common::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use uraid_testkit::prelude::*;
 
 /// Longer than this and the stop is taken to hang.
 const HANG_BOUND: Duration = Duration::from_secs(30);
@@ -45,23 +43,13 @@ fn signal(srv: &Served, sig: i32) {
     unsafe { libc::kill(srv.pid() as i32, sig) };
 }
 
-fn qemu_io(uri: &str, cmds: &[&str]) -> String {
-    let mut c = Command::new("qemu-io");
-    c.args(["-f", "raw"]).arg(uri);
-    for cmd in cmds {
-        c.args(["-c", cmd]);
-    }
-    let out = ok(&mut c);
-    stdout(&out)
-}
-
 /// Acknowledged data that the next assembly must read back: 1 MiB of 0x5c at 0.
 fn write_known(srv: &Served) {
     qemu_io(&srv.uri(), &["write -P 0x5c 0 1M", "flush"]);
 }
 
 /// Serves `members` again (degraded if some are gone) and checks the known data.
-fn check_known(dir: &Dir, members: &[PathBuf], what: &str) {
+fn check_known(dir: &TempDir, members: &[PathBuf], what: &str) {
     let mut srv = Served::start(dir, members, &[]);
     let out = qemu_io(&srv.uri(), &["read -P 0x5c 0 1M"]);
     assert!(
@@ -108,10 +96,10 @@ fn wait_active(srv: &Served, member: &Path) {
 /// thread used to be woken by connecting to that path, and the stop hung for ever.
 #[test]
 fn stop_with_the_control_socket_removed() {
-    if !have_all(&["fio", "qemu-io"], "stop_with_the_control_socket_removed") {
+    if !need_tools(&["fio", "qemu-io"], "stop_with_the_control_socket_removed") {
         return;
     }
-    let dir = Dir::new("stop-sock");
+    let dir = TempDir::new("stop-sock");
     let members = create_array(&dir, "5", 3, 16, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     write_known(&srv);
@@ -132,10 +120,10 @@ fn stop_with_the_control_socket_removed() {
 /// stop may depend on its path.
 #[test]
 fn stop_with_a_member_file_removed() {
-    if !have_all(&["fio", "qemu-io"], "stop_with_a_member_file_removed") {
+    if !need_tools(&["fio", "qemu-io"], "stop_with_a_member_file_removed") {
         return;
     }
-    let dir = Dir::new("stop-member");
+    let dir = TempDir::new("stop-member");
     let members = create_array(&dir, "5", 3, 16, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     write_known(&srv);
@@ -150,45 +138,19 @@ fn stop_with_a_member_file_removed() {
     check_known(&dir, left, "member removed");
 }
 
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &Path) -> Option<Loop> {
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(file)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| Loop(stdout(&out).trim().to_string()))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 /// A member's device fails every IO as the stop begins (its loop device's backing file
 /// shrinks to nothing): it is failed, the stop goes on and the others are marked clean.
 #[test]
 fn stop_with_a_member_erroring() {
-    if !have_all(
+    if !need_tools(
         &["fio", "qemu-io", "losetup"],
         "stop_with_a_member_erroring",
     ) {
         return;
     }
-    let dir = Dir::new("stop-eio");
+    let dir = TempDir::new("stop-eio");
     let files = create_array(&dir, "5", 3, 16, &[]);
-    let Some(lo) = Loop::attach(&files[2]) else {
-        uraid_testkit::skip(
-            "stop_with_a_member_erroring",
-            "cannot attach a loop device (not root?)",
-        );
+    let Some(lo) = Loop::attach_or_skip(&files[2], "stop_with_a_member_erroring") else {
         return;
     };
     let mut members = files.clone();
@@ -259,10 +221,10 @@ fn stalled_client(sock: &Path) -> UnixStream {
 /// process flush, say what it left and exit non-zero at once; the data is all there after.
 #[test]
 fn a_second_sigterm_forces_the_exit() {
-    if !have("qemu-io", "a_second_sigterm_forces_the_exit") {
+    if !need_tool("qemu-io", "a_second_sigterm_forces_the_exit") {
         return;
     }
-    let dir = Dir::new("stop-twice");
+    let dir = TempDir::new("stop-twice");
     let members = create_array(&dir, "5", 3, 16, &[]);
     let mut srv = Served::start(&dir, &members, &[]);
     write_known(&srv);

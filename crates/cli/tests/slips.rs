@@ -3,17 +3,10 @@
 //! a device holds; a dirty degraded raid4/5/6 does not start without --force; reporting
 //! commands leave every member byte as it was.
 
-mod serve_common;
-
-use serve_common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// Every byte of every file, to compare before and after a command.
-fn snapshot(files: &[PathBuf]) -> Vec<Vec<u8>> {
-    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
-}
+use uraid_testkit::prelude::*;
 
 fn assert_unchanged(before: &[Vec<u8>], files: &[PathBuf], what: &str) {
     for (b, f) in before.iter().zip(files) {
@@ -25,17 +18,9 @@ fn assert_unchanged(before: &[Vec<u8>], files: &[PathBuf], what: &str) {
     }
 }
 
-fn fails(cmd: &mut Command, needle: &str) -> String {
-    let out = cmd.stdin(Stdio::null()).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "{cmd:?} succeeded:\n{err}");
-    assert!(err.contains(needle), "{cmd:?}: no {needle:?} in:\n{err}");
-    err
-}
-
 /// A raid5 of four 8 MiB members with `data` written and then left dirty, as after a
 /// kill -9 of a writer (the superblocks say active, resync owed).
-fn dirty_raid5(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
+fn dirty_raid5(dir: &TempDir, data: &[u8]) -> Vec<PathBuf> {
     let members = create_array(dir, "5", 4, 8, &[]);
     let input = dir.path("in.bin");
     std::fs::write(&input, data).unwrap();
@@ -48,10 +33,8 @@ fn dirty_raid5(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
 }
 
 /// A raid1 with an internal bitmap, written and left dirty as [`dirty_raid5`].
-fn dirty_raid1_bitmap(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
-    let members: Vec<PathBuf> = (0..2)
-        .map(|i| fresh(dir, &format!("b{i}.img"), 8))
-        .collect();
+fn dirty_raid1_bitmap(dir: &TempDir, data: &[u8]) -> Vec<PathBuf> {
+    let members: Vec<PathBuf> = (0..2).map(|i| dir.image(&format!("b{i}.img"), 8)).collect();
     ok(uraid()
         .args(["create", "-l", "1", "--bitmap", "internal"])
         .args(&members));
@@ -67,7 +50,7 @@ fn dirty_raid1_bitmap(dir: &Dir, data: &[u8]) -> Vec<PathBuf> {
 
 #[test]
 fn reporting_commands_write_nothing_on_a_dirty_array() {
-    let dir = Dir::new("nowrite");
+    let dir = TempDir::new("nowrite");
     let data = pattern(1 << 20, 11);
     reporting_commands_write_nothing(&dirty_raid5(&dir, &data), &data);
     reporting_commands_write_nothing(&dirty_raid1_bitmap(&dir, &data), &data);
@@ -115,13 +98,13 @@ fn exits(mut child: std::process::Child, what: &str) -> Output {
 
 #[test]
 fn dirty_degraded_raid5_does_not_start_without_force() {
-    let dir = Dir::new("dirtydeg");
+    let dir = TempDir::new("dirtydeg");
     let data = pattern(1 << 20, 12);
     let members = dirty_raid5(&dir, &data);
     let three = &members[1..];
     let before = snapshot(&members);
     for sub in ["read", "assemble", "write", "check"] {
-        let err = fails(uraid().arg(sub).args(three), "cannot start dirty degraded");
+        let err = fails_with(uraid().arg(sub).args(three), "cannot start dirty degraded");
         assert!(err.contains("--force"), "{sub}: {err}");
         assert_eq!(
             err.matches("dirty degraded").count(),
@@ -159,7 +142,7 @@ fn dirty_degraded_raid5_does_not_start_without_force() {
     let out = ok(uraid().args(["read", "--length", "1048576"]).args(&members));
     assert!(out.stdout == data);
     // A dirty degraded mirror has no parity to disagree with: it starts.
-    let dir1 = Dir::new("dirtydeg1");
+    let dir1 = TempDir::new("dirtydeg1");
     let m = create_array(&dir1, "1", 2, 8, &[]);
     let input = dir1.path("in.bin");
     std::fs::write(&input, &data).unwrap();
@@ -171,24 +154,9 @@ fn dirty_degraded_raid5_does_not_start_without_force() {
     assert!(out.stdout == data);
 }
 
-fn fresh(dir: &Dir, name: &str, mib: u64) -> PathBuf {
-    let p = dir.path(name);
-    std::fs::File::create(&p)
-        .unwrap()
-        .set_len(mib * MIB)
-        .unwrap();
-    p
-}
-
-fn put(p: &Path, at: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
-    f.write_all_at(bytes, at).unwrap();
-}
-
 #[test]
 fn create_over_data_warns_and_refuses_without_a_terminal() {
-    let dir = Dir::new("createask");
+    let dir = TempDir::new("createask");
     let data = pattern(1 << 20, 13);
     let members = create_array(&dir, "5", 4, 8, &[]);
     let input = dir.path("in.bin");
@@ -200,7 +168,7 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
         .args(&members));
     let uuid = json(&ok(uraid().args(["examine", "--json"]).arg(&members[0])))["uuid"].clone();
     let before = snapshot(&members);
-    let err = fails(
+    let err = fails_with(
         uraid().args(["create", "-l", "1"]).args(&members[..2]),
         "appears to be part of a raid array",
     );
@@ -212,30 +180,30 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
     // Other metadata versions, file systems and partition tables: one device each.
     let size = 8 * MIB;
     let magic = 0xa92b_4efcu32.to_le_bytes();
-    let v090 = fresh(&dir, "v090.img", 8);
-    put(&v090, (size & !0xffff) - 0x10000, &magic);
-    let v10 = fresh(&dir, "v10.img", 8);
-    put(&v10, ((size / 512 - 16) & !7) * 512, &magic);
-    put(
+    let v090 = dir.image("v090.img", 8);
+    write_at(&v090, (size & !0xffff) - 0x10000, &magic);
+    let v10 = dir.image("v10.img", 8);
+    write_at(&v10, ((size / 512 - 16) & !7) * 512, &magic);
+    write_at(
         &v10,
         ((size / 512 - 16) & !7) * 512 + 4,
         &1u32.to_le_bytes(),
     );
-    let v11 = fresh(&dir, "v11.img", 8);
-    put(&v11, 0, &magic);
-    put(&v11, 4, &1u32.to_le_bytes());
-    let ext = fresh(&dir, "ext.img", 8);
-    put(&ext, 1080, &[0x53, 0xef]);
-    let xfs = fresh(&dir, "xfs.img", 8);
-    put(&xfs, 0, b"XFSB");
-    let btrfs = fresh(&dir, "btrfs.img", 8);
-    put(&btrfs, 65536 + 64, b"_BHRfS_M");
-    let mbr = fresh(&dir, "mbr.img", 8);
-    put(&mbr, 510, &[0x55, 0xaa]);
-    let gpt = fresh(&dir, "gpt.img", 8);
-    put(&gpt, 510, &[0x55, 0xaa]);
-    put(&gpt, 512, b"EFI PART");
-    let blank = fresh(&dir, "blank.img", 8);
+    let v11 = dir.image("v11.img", 8);
+    write_at(&v11, 0, &magic);
+    write_at(&v11, 4, &1u32.to_le_bytes());
+    let ext = dir.image("ext.img", 8);
+    write_at(&ext, 1080, &[0x53, 0xef]);
+    let xfs = dir.image("xfs.img", 8);
+    write_at(&xfs, 0, b"XFSB");
+    let btrfs = dir.image("btrfs.img", 8);
+    write_at(&btrfs, 65536 + 64, b"_BHRfS_M");
+    let mbr = dir.image("mbr.img", 8);
+    write_at(&mbr, 510, &[0x55, 0xaa]);
+    let gpt = dir.image("gpt.img", 8);
+    write_at(&gpt, 510, &[0x55, 0xaa]);
+    write_at(&gpt, 512, b"EFI PART");
+    let blank = dir.image("blank.img", 8);
     for (dev, said) in [
         (&v090, "metadata=0.90"),
         (&v10, "metadata=1.0"),
@@ -248,16 +216,16 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
     ] {
         let files = vec![dev.clone(), blank.clone()];
         let was = snapshot(&files);
-        fails(
+        fails_with(
             uraid().args(["create", "-l", "1"]).arg(dev).arg(&blank),
             said,
         );
         assert_unchanged(&was, &files, said);
     }
     // Members of different sizes (mdadm warns and asks too); raid0 uses them whole.
-    let big = fresh(&dir, "big.img", 16);
-    let blank2 = fresh(&dir, "blank2.img", 8);
-    fails(
+    let big = dir.image("big.img", 16);
+    let blank2 = dir.image("blank2.img", 8);
+    fails_with(
         uraid().args(["create", "-l", "1"]).arg(&blank).arg(&big),
         "differ in size",
     );
@@ -267,10 +235,10 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
         .arg(&big)
         .stdin(Stdio::null()));
     // A journal device is looked at too.
-    let a = fresh(&dir, "ja.img", 8);
-    let b = fresh(&dir, "jb.img", 8);
-    let c = fresh(&dir, "jc.img", 8);
-    fails(
+    let a = dir.image("ja.img", 8);
+    let b = dir.image("jb.img", 8);
+    let c = dir.image("jc.img", 8);
+    fails_with(
         uraid()
             .args(["create", "-l", "5", "--write-journal"])
             .arg(&ext)
@@ -294,12 +262,12 @@ fn create_over_data_warns_and_refuses_without_a_terminal() {
 /// On a terminal create asks; "n" (or nothing) writes nothing, "y" creates.
 #[test]
 fn create_over_data_asks_on_a_terminal() {
-    if !have("script", "create_over_data_asks_on_a_terminal") {
+    if !need_tool("script", "create_over_data_asks_on_a_terminal") {
         // CI installs util-linux: there a missing tool is a failure, not a skip.
         assert!(std::env::var_os("CI").is_none(), "script is missing in CI");
         return;
     }
-    let dir = Dir::new("createtty");
+    let dir = TempDir::new("createtty");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let before = snapshot(&members);
     let cmdline = |extra: &str| {
@@ -345,7 +313,7 @@ fn create_over_data_asks_on_a_terminal() {
 }
 
 /// `uraid serve` started in `dir` on relative member paths, as the README does.
-fn serve_relative(dir: &Dir, members: &[&str]) -> Served {
+fn serve_relative(dir: &TempDir, members: &[&str]) -> Served {
     let sock = dir.path("nbd.sock");
     let control = dir.path("ctl.sock");
     let stderr_path = dir.path("serve.stderr");
@@ -382,7 +350,7 @@ fn serve_relative(dir: &Dir, members: &[&str]) -> Served {
 
 #[test]
 fn served_array_knows_its_members_whatever_their_names() {
-    let dir = Dir::new("identity");
+    let dir = TempDir::new("identity");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let data = pattern(1 << 20, 14);
     let input = dir.path("in.bin");
@@ -402,23 +370,23 @@ fn served_array_knows_its_members_whatever_their_names() {
         c
     };
     for other in ["m1.img", "./m1.img", "link.img", "hard.img"] {
-        let err = fails(
+        let err = fails_with(
             &mut in_dir(&["add", "--array", "m0.img", other]),
             "already in the array as member 1",
         );
         assert!(err.contains("nothing was changed"), "{err}");
-        fails(
+        fails_with(
             &mut in_dir(&["replace", "--member", "m0.img", "--with", other]),
             "already in the array as member 1",
         );
     }
     // A served member is not taken as the journal of a new array either.
     let (a, b, c) = (
-        fresh(&dir, "a.img", 8),
-        fresh(&dir, "b.img", 8),
-        fresh(&dir, "c.img", 8),
+        dir.image("a.img", 8),
+        dir.image("b.img", 8),
+        dir.image("c.img", 8),
     );
-    fails(
+    fails_with(
         in_dir(&["create", "-l", "5", "--run", "--write-journal", "m1.img"]).args([&a, &b, &c]),
         "control",
     );
@@ -426,10 +394,10 @@ fn served_array_knows_its_members_whatever_their_names() {
     let d = srv.detail(&members[0]);
     assert_eq!(d["spares"].as_array().map(|s| s.len()), Some(0), "{d}");
     // A real new device is still taken, and then cannot be added a second time.
-    let spare = fresh(&dir, "spare.img", 8);
+    let spare = dir.image("spare.img", 8);
     std::os::unix::fs::symlink(&spare, dir.path("spare-link.img")).unwrap();
     ok(&mut in_dir(&["add", "--array", "m0.img", "spare.img"]));
-    fails(
+    fails_with(
         &mut in_dir(&["add", "--array", "m0.img", "spare-link.img"]),
         "already in the array as a spare",
     );
@@ -446,7 +414,7 @@ fn served_array_knows_its_members_whatever_their_names() {
 /// name of the same file) acts on that member and no other.
 #[test]
 fn fail_and_remove_find_a_member_under_another_name() {
-    let dir = Dir::new("failhard");
+    let dir = TempDir::new("failhard");
     let members = create_array(&dir, "1", 3, 8, &[]);
     std::fs::hard_link(&members[1], dir.path("hard.img")).unwrap();
     let mut srv = serve_relative(&dir, &["m0.img", "m1.img", "m2.img"]);
@@ -478,20 +446,20 @@ fn fail_and_remove_find_a_member_under_another_name() {
 
 #[test]
 fn one_file_under_two_names_is_refused_by_create_and_assemble() {
-    let dir = Dir::new("twice");
-    let a = fresh(&dir, "a.img", 8);
-    let b = fresh(&dir, "b.img", 8);
+    let dir = TempDir::new("twice");
+    let a = dir.image("a.img", 8);
+    let b = dir.image("b.img", 8);
     std::os::unix::fs::symlink(&a, dir.path("a-link.img")).unwrap();
     let files = vec![a.clone(), b.clone()];
     let was = snapshot(&files);
-    fails(
+    fails_with(
         uraid()
             .args(["create", "-l", "1"])
             .arg(&a)
             .arg(dir.path("a-link.img")),
         "are one device",
     );
-    fails(
+    fails_with(
         uraid()
             .args(["create", "-l", "5", "--write-journal"])
             .arg(dir.path("a-link.img"))
@@ -502,50 +470,31 @@ fn one_file_under_two_names_is_refused_by_create_and_assemble() {
     );
     assert_unchanged(&was, &files, "refused create");
     ok(uraid().args(["create", "-l", "1"]).arg(&a).arg(&b));
-    fails(
+    fails_with(
         uraid().arg("assemble").arg(&a).arg(dir.path("a-link.img")),
         "are one device",
     );
 }
 
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
 /// A block device is known by its major:minor, whatever node or link names it.
 #[test]
 fn one_block_device_under_two_names_is_refused() {
-    if !have("losetup", "one_block_device_under_two_names_is_refused") {
+    if !need_tool("losetup", "one_block_device_under_two_names_is_refused") {
         assert!(std::env::var_os("CI").is_none(), "losetup is missing in CI");
         return;
     }
-    let dir = Dir::new("blockid");
-    let file = fresh(&dir, "lo.img", 8);
-    let other = fresh(&dir, "other.img", 8);
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        // Loop devices need root (CI runs as root).
-        uraid_testkit::skip(
-            "one_block_device_under_two_names_is_refused",
-            "cannot attach a loop device (not root?)",
-        );
+    let dir = TempDir::new("blockid");
+    let file = dir.image("lo.img", 8);
+    let other = dir.image("other.img", 8);
+    let Some(lo) = Loop::attach_or_skip(&file, "one_block_device_under_two_names_is_refused")
+    else {
         return;
-    }
-    let lo = Loop(stdout(&out).trim().to_string());
+    };
     let link = dir.path("lo-link");
     std::os::unix::fs::symlink(&lo.0, &link).unwrap();
     let files = vec![file.clone(), other.clone()];
     let was = snapshot(&files);
-    let err = fails(
+    let err = fails_with(
         uraid()
             .args(["create", "-l", "5", "--run"])
             .arg(&lo.0)

@@ -2,15 +2,13 @@
 //! absent one's device as removed (0xffff in dev_roles, `AA.` in mdadm --examine) with a
 //! new events count, so the absent member cannot come back as the holder of its role.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::Arc;
 use uraid_core::superblock::ROLE_SPARE;
 use uraid_core::Level;
 use uraid_engine::meta::read_superblock;
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, MemberOutcome};
+use uraid_testkit::engine::*;
 
 fn restore(name: &str, img: &[u8]) -> Arc<dyn Member> {
     let m = Arc::new(MemMember::new(name, img.len() as u64));
@@ -20,13 +18,7 @@ fn restore(name: &str, img: &[u8]) -> Arc<dyn Member> {
 
 #[test]
 fn a_degraded_write_records_the_absent_member_as_removed() {
-    let c = Config {
-        level: Level::Raid5,
-        layout: None,
-        disks: 3,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; 3],
-    };
+    let c = Config::new(Level::Raid5, None, 3);
     let mems = mem_members(&c, "dr");
     let a = uraid_engine::create(as_members(&mems), &create_opts(&c)).unwrap();
     a.stop().unwrap();

@@ -2,9 +2,6 @@
 //! survive a crash (replayed on assembly), mode switches, degraded fallback, and a failed
 //! journal that stops writes but not reads.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,31 +9,14 @@ use uraid_core::Level;
 use uraid_engine::writeback::JournalMode;
 use uraid_engine::{assemble, ArrayError, AssembleOptions, MemMember, Member};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 fn setup(
     level: Level,
     disks: usize,
     journal_bytes: u64,
 ) -> (Vec<Arc<MemMember>>, Arc<MemMember>, uraid_engine::Array) {
-    let c = Config {
-        level,
-        layout: None,
-        disks,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; disks],
-    };
-    let mems = mem_members(&c, "wb");
-    let journal = Arc::new(MemMember::new("journal", journal_bytes));
-    let mut o = create_opts(&c);
-    o.journal = Some(journal.clone());
-    let a = uraid_engine::create(as_members(&mems), &o).unwrap();
-    (mems, journal, a)
-}
-
-fn all(m: &[Arc<MemMember>], j: &Arc<MemMember>) -> Vec<Arc<dyn Member>> {
-    let mut v: Vec<Arc<dyn Member>> = m.iter().map(|x| x.clone() as Arc<dyn Member>).collect();
-    v.push(j.clone());
-    v
+    journaled_array(level, disks, journal_bytes, "wb")
 }
 
 /// Random page-aligned and unaligned writes against a byte model, in write-back mode;
@@ -78,7 +58,7 @@ fn write_back_reads_match_a_model_through_write_outs() {
         let cached = a.writeback_stats().unwrap().cached_pages;
         assert!(cached > 0, "{level}: the crash should find cached data");
         std::mem::forget(a);
-        let (b, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+        let (b, _) = assemble(with_journal(&mems, &journal), &AssembleOptions::default()).unwrap();
         assert_eq!(b.journal_mode(), Some(JournalMode::WriteThrough));
         let mut got = vec![0u8; size as usize];
         b.read(0, &mut got).unwrap();
@@ -89,7 +69,7 @@ fn write_back_reads_match_a_model_through_write_outs() {
         assert_eq!(b.check().unwrap(), 0, "{level}: parity after replay");
         // A second crash right after that assembly replays again to the same data.
         std::mem::forget(b);
-        let (c, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+        let (c, _) = assemble(with_journal(&mems, &journal), &AssembleOptions::default()).unwrap();
         c.read(0, &mut got).unwrap();
         assert!(got == model, "{level}: data after a second replay differs");
         assert_eq!(c.check().unwrap(), 0);
@@ -108,7 +88,7 @@ fn switching_to_write_through_writes_the_cache_out() {
     assert_eq!(a.check().unwrap(), 0);
     a.stop().unwrap();
     drop(a);
-    let (b, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+    let (b, _) = assemble(with_journal(&mems, &journal), &AssembleOptions::default()).unwrap();
     let mut got = vec![0u8; 8192];
     b.read(4096, &mut got).unwrap();
     assert_eq!(got, vec![7u8; 8192]);
@@ -133,13 +113,7 @@ fn write_back_is_refused_while_degraded_and_falls_back_on_a_failure() {
 
 #[test]
 fn a_failed_journal_stops_writes_and_keeps_reads() {
-    let c = Config {
-        level: Level::Raid5,
-        layout: None,
-        disks: 4,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; 4],
-    };
+    let c = Config::new(Level::Raid5, None, 4);
     let mems = mem_members(&c, "jf");
     let jm = Arc::new(MemMember::new("journal", 4 << 20));
     let fj = Arc::new(FaultMember::new(jm.clone()));
@@ -175,18 +149,7 @@ fn a_failed_journal_stops_writes_and_keeps_reads() {
         .map(|m| m.clone() as Arc<dyn Member>)
         .chain([jm.clone() as Arc<dyn Member>])
         .collect();
-    let e = assemble(members.clone(), &AssembleOptions::default())
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("journal"), "{e}");
-    let (b, _) = assemble(
-        members,
-        &AssembleOptions {
-            force: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let b = assemble_needs_force(members, "journal");
     assert!(!b.has_journal());
     b.read(0, &mut got).unwrap();
     assert_eq!(got, vec![5u8; 8192]);
@@ -251,7 +214,7 @@ fn concurrent_writers_and_the_reclaim_daemon_agree() {
         a.stop().unwrap();
         assert_eq!(a.writeback_stats().unwrap().cached_pages, 0);
         drop(Arc::try_unwrap(a).ok().expect("one owner"));
-        let (b, _) = assemble(all(&mems, &journal), &AssembleOptions::default()).unwrap();
+        let (b, _) = assemble(with_journal(&mems, &journal), &AssembleOptions::default()).unwrap();
         check(&b);
         assert_eq!(b.check().unwrap(), 0, "{level}: parity after a clean stop");
     }

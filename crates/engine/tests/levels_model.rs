@@ -4,14 +4,12 @@
 //!
 //! Seeds: `URAID_SEED=n` replays one seed; `URAID_FULL=1` runs more seeds per config.
 
-mod common;
-
-use common::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, Array, AssembleOptions, Member};
+use uraid_testkit::engine::*;
 
 fn check_all(a: &Array, model: &[u8], ctx: &str) {
     let mut got = vec![0u8; model.len()];

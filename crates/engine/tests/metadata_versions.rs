@@ -6,6 +6,7 @@ use uraid_core::superblock::MetadataVersion;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::meta::read_superblock;
 use uraid_engine::{assemble, AssembleOptions, CreateOptions, MemMember, Member, SyncKind};
+use uraid_testkit::engine::as_members;
 
 fn mem(name: &str, mib: u64) -> Arc<MemMember> {
     Arc::new(MemMember::new(name, mib << 20))
@@ -26,13 +27,7 @@ fn a_member_added_to_a_10_array_keeps_its_superblock_at_its_own_end() {
         opts.chunk_sectors = Some(16);
         opts.bitmap = bitmap;
         opts.assume_clean = true;
-        let a = uraid_engine::create(
-            devs.iter()
-                .map(|d| Some(d.clone() as Arc<dyn Member>))
-                .collect(),
-            &opts,
-        )
-        .unwrap();
+        let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
         let data = pattern(a.size_bytes() as usize, 3);
         a.write(0, &data).unwrap();
         a.fail_member(MemberIdx(1)).unwrap();
@@ -75,13 +70,7 @@ fn a_11_array_reassembles_with_its_data_after_the_superblock() {
     let mut opts = CreateOptions::new(Level::Raid1);
     opts.metadata = MetadataVersion::V1_1;
     opts.bitmap = true;
-    let a = uraid_engine::create(
-        devs.iter()
-            .map(|d| Some(d.clone() as Arc<dyn Member>))
-            .collect(),
-        &opts,
-    )
-    .unwrap();
+    let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
     let data = pattern(a.size_bytes() as usize, 9);
     a.write(0, &data).unwrap();
     a.stop().unwrap();

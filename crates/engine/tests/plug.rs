@@ -2,15 +2,13 @@
 //! member IOs), the data is what the writes say, overlapping writes keep their order, and a
 //! plug shared by threads loses nothing.
 
-mod common;
-
-use common::*;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
 use uraid_core::Level;
 use uraid_engine::Array;
+use uraid_testkit::engine::*;
 
 fn seed() -> u64 {
     std::env::var("URAID_SEED")

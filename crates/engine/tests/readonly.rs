@@ -6,6 +6,7 @@ use uraid_core::Level;
 use uraid_engine::{
     assemble, ArrayError, AssembleOptions, CreateOptions, MemMember, Member, SyncKind,
 };
+use uraid_testkit::engine::as_members;
 
 #[test]
 fn a_readonly_array_refuses_every_write_and_changes_no_byte() {
@@ -15,13 +16,7 @@ fn a_readonly_array_refuses_every_write_and_changes_no_byte() {
     let mut opts = CreateOptions::new(Level::Raid5);
     opts.chunk_sectors = Some(16);
     opts.bitmap = true;
-    let a = uraid_engine::create(
-        devs.iter()
-            .map(|d| Some(d.clone() as Arc<dyn Member>))
-            .collect(),
-        &opts,
-    )
-    .unwrap();
+    let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
     let data: Vec<u8> = (0..a.size_bytes() as usize)
         .map(|i| (i * 7) as u8)
         .collect();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{CreateOptions, Member, SlotState, SyncKind};
+use uraid_testkit::tmp::{TempDir, MIB};
 
 const BLOCK: usize = 64 * 1024;
 
@@ -60,16 +61,8 @@ fn rebuild_a_file_member_under_load() {
     } else {
         (256 << 20) + (8 << 20)
     };
-    let dir = std::env::temp_dir().join(format!("uraid-rebuild-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let paths: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("m{i}.img"))).collect();
-    for p in &paths {
-        std::fs::File::create(p)
-            .unwrap()
-            .set_len(member_bytes)
-            .unwrap();
-    }
+    let dir = TempDir::new("rebuild");
+    let paths = dir.images(4, member_bytes / MIB, "m");
     let open = |p: &PathBuf| -> Arc<dyn Member> {
         Arc::new(FileMember::open(p, DirectMode::Auto).unwrap())
     };
@@ -153,5 +146,4 @@ fn rebuild_a_file_member_under_load() {
         "checksum with the rebuilt member carrying data"
     );
     drop(a);
-    let _ = std::fs::remove_dir_all(&dir);
 }

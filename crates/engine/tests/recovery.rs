@@ -1,9 +1,6 @@
 //! Member lifecycle and sync work: recovery onto a new member (also resumed after a
 //! restart), spares taking over, remove, read-error repair, check/repair with raid6 locate.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +9,7 @@ use uraid_engine::{
     assemble, AddOutcome, Array, AssembleOptions, MemMember, Member, SlotState, SyncKind,
 };
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 fn fill(a: &Array, seed: u64) -> Vec<u8> {
     let mut r = rng(seed);
@@ -28,13 +26,7 @@ fn read_all(a: &Array) -> Vec<u8> {
 }
 
 fn cfg(level: Level, layout: Option<u32>, disks: usize) -> Config {
-    Config {
-        level,
-        layout,
-        disks,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; disks],
-    }
+    Config::new(level, layout, disks)
 }
 
 fn redundant_configs() -> Vec<Config> {

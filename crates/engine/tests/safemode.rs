@@ -1,22 +1,14 @@
 //! md's safe mode: an idle array is marked clean on disk, and the next write marks it
 //! active again before it reaches a member.
 
-mod common;
-
-use common::*;
 use std::time::Duration;
 use uraid_core::Level;
 use uraid_engine::meta::read_superblock;
+use uraid_testkit::engine::*;
 
 #[test]
 fn idle_array_is_marked_clean_and_the_next_write_dirties_it() {
-    let c = Config {
-        level: Level::Raid5,
-        layout: None,
-        disks: 4,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; 4],
-    };
+    let c = Config::new(Level::Raid5, None, 4);
     let mems = mem_members(&c, "sm");
     let a = uraid_engine::create(as_members(&mems), &create_opts(&c)).unwrap();
     let on_disk_clean = || read_superblock(mems[0].as_ref()).unwrap().is_clean();

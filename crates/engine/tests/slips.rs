@@ -2,22 +2,14 @@
 //! dirty array opened and stopped without writes is left byte for byte, and a device that
 //! is already in the array (or a copy of a member) is not added again.
 
-mod common;
-
-use common::*;
 use std::sync::Arc;
 use uraid_core::Level;
 use uraid_engine::identity::Place;
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, SlotState};
+use uraid_testkit::engine::*;
 
 fn raid5() -> Config {
-    Config {
-        level: Level::Raid5,
-        layout: None,
-        disks: 4,
-        chunk_sectors: 16,
-        member_bytes: vec![2 << 20; 4],
-    }
+    Config::new(Level::Raid5, None, 4)
 }
 
 /// A raid5 with one write and then "killed": the array object is leaked, so it never

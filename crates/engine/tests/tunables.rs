@@ -1,11 +1,9 @@
 //! md's run-time knobs (`Array::set_tunable`, `uraid set`): values take effect, bad input gets
 //! a clear error and changes nothing, and a write under each setting reads back.
 
-mod common;
-
-use common::*;
 use uraid_core::Level;
 use uraid_engine::Array;
+use uraid_testkit::engine::*;
 
 fn array(level: Level, disks: usize) -> Array {
     let cfg = Config {

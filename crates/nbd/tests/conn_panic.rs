@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uraid_nbd::proto::Command;
 use uraid_nbd::{Backend, Listener, MemBackend, Server, ServerConfig, ZeroFlags};
+use uraid_testkit::TempDir;
 
 const MIB: usize = 1 << 20;
 const BOMB_OFFSET: u64 = 64 * 1024;

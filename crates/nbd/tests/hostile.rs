@@ -22,6 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uraid_nbd::proto::*;
 use uraid_nbd::{MemBackend, ServerConfig};
+use uraid_testkit::data::pattern;
 
 const MIB: usize = 1 << 20;
 const EXPORT_BYTES: usize = 8 * MIB;
@@ -175,7 +176,7 @@ fn attack_random(path: &Path, rng: &mut StdRng) {
 #[test]
 fn hostile_clients_do_not_disturb_a_good_one() {
     println!("seed {SEED:#x}");
-    let initial = pattern(SEED, EXPORT_BYTES);
+    let initial = pattern(EXPORT_BYTES, SEED);
     let config = ServerConfig {
         max_connections: 6,
         ..ServerConfig::default()
@@ -189,13 +190,13 @@ fn hostile_clients_do_not_disturb_a_good_one() {
         let path = path.clone();
         std::thread::spawn(move || {
             let mut c = Client::connect(&path, "uraid", true).unwrap();
-            let mut model = pattern(SEED, GOOD_BYTES);
+            let mut model = pattern(GOOD_BYTES, SEED);
             let mut rng = StdRng::seed_from_u64(SEED);
             let mut rounds = 0u64;
             while rounds < 200 || !stop.load(Ordering::Relaxed) {
                 let len = rng.gen_range(1..64 * 1024);
                 let off = rng.gen_range(0..GOOD_BYTES - len);
-                let data = pattern(rounds + 1000, len);
+                let data = pattern(len, rounds + 1000);
                 assert_eq!(c.write(off as u64, &data), 0);
                 model[off..off + len].copy_from_slice(&data);
                 let roff = rng.gen_range(0..GOOD_BYTES - 4096);

@@ -9,6 +9,8 @@ use std::os::unix::net::UnixStream;
 use common::*;
 use uraid_nbd::proto::*;
 use uraid_nbd::{MemBackend, ServerConfig, ZeroFlags};
+use uraid_testkit::data::pattern;
+use uraid_testkit::TempDir;
 
 const MIB: usize = 1 << 20;
 
@@ -26,7 +28,7 @@ fn go_reports_size_and_flags_and_data_roundtrips() {
             | FLAG_CAN_MULTI_CONN
             | if structured { FLAG_SEND_DF } else { 0 };
         assert_eq!(c.flags, want);
-        let data = pattern(structured as u64 + 1, 10_000);
+        let data = pattern(10_000, structured as u64 + 1);
         assert_eq!(c.write(12_345, &data), 0);
         assert_eq!(c.read(12_345, 10_000).unwrap(), data);
         // Zero-length read is legal and carries no data.
@@ -43,7 +45,7 @@ fn pipelined_requests_get_every_reply_with_right_data() {
     let mut expect = HashMap::new();
     // 96 writes in flight (more than the worker count), then 96 reads.
     for i in 0..96u64 {
-        let data = pattern(i, 4096 * (1 + (i as usize % 5)));
+        let data = pattern(4096 * (1 + (i as usize % 5)), i);
         let cookie = c
             .send(Command::Write, 0, i * 65536, data.len() as u32, &data)
             .unwrap();
@@ -255,7 +257,7 @@ fn shutdown_answers_in_flight_requests_and_flushes() {
     let mut idle = Client::connect(&srv.socket, "", true).unwrap();
     let mut c = Client::connect(&srv.socket, "", true).unwrap();
     for i in 0..32u64 {
-        c.send(Command::Write, 0, i * 4096, 4096, &pattern(i, 4096))
+        c.send(Command::Write, 0, i * 4096, 4096, &pattern(4096, i))
             .unwrap();
     }
     for _ in 0..32 {
@@ -270,7 +272,7 @@ fn shutdown_answers_in_flight_requests_and_flushes() {
     for i in 0..32usize {
         assert_eq!(
             &snap[i * 4096..(i + 1) * 4096],
-            &pattern(i as u64, 4096)[..]
+            &pattern(4096, i as u64)[..]
         );
     }
     // Both connections were closed and nothing listens any more.
@@ -310,7 +312,7 @@ fn parallel_connections_share_one_export() {
                 let mut c = Client::connect(&path, "", t % 2 == 0).unwrap();
                 let base = t * 2 * MIB as u64;
                 for i in 0..16u64 {
-                    let data = pattern(t * 100 + i, 64 * 1024);
+                    let data = pattern(64 * 1024, t * 100 + i);
                     c.send(Command::Write, 0, base + i * 65536, 65536, &data)
                         .unwrap();
                 }
@@ -330,7 +332,7 @@ fn parallel_connections_share_one_export() {
     for t in 0..4u64 {
         for i in 0..16u64 {
             let got = c.read(t * 2 * MIB as u64 + i * 65536, 65536).unwrap();
-            assert_eq!(got, pattern(t * 100 + i, 64 * 1024), "conn {t} block {i}");
+            assert_eq!(got, pattern(64 * 1024, t * 100 + i), "conn {t} block {i}");
         }
     }
 }
@@ -351,7 +353,7 @@ fn large_writes_under_a_tight_buffer_budget_all_complete() {
                 let mut c = Client::connect(&path, "", true).unwrap();
                 for round in 0..2u64 {
                     let off = t * 2 * MIB as u64 + round * MIB as u64;
-                    let data = pattern(t * 10 + round, MIB);
+                    let data = pattern(MIB, t * 10 + round);
                     // Write and read back pipelined; both need a large buffer.
                     c.send(Command::Write, 0, off, MIB as u32, &data).unwrap();
                     assert_eq!(c.recv().unwrap().error, 0);
@@ -369,7 +371,7 @@ fn large_writes_under_a_tight_buffer_budget_all_complete() {
     for t in 0..3usize {
         for round in 0..2usize {
             let off = t * 2 * MIB + round * MIB;
-            assert!(snap[off..off + MIB] == pattern(t as u64 * 10 + round as u64, MIB)[..]);
+            assert!(snap[off..off + MIB] == pattern(MIB, t as u64 * 10 + round as u64)[..]);
         }
     }
 }
@@ -599,10 +601,10 @@ fn buffered_adjacent_writes_merge_into_one_backend_write() {
     // 8 adjacent 4 KiB writes, then one after a gap, then a FUA one right after it: 33 KiB
     // in one send, so the server's first read holds them all.
     let mut writes: Vec<(u64, Vec<u8>, u16)> = (0..8u64)
-        .map(|i| (i * 4096, pattern(i + 1, 4096), 0))
+        .map(|i| (i * 4096, pattern(4096, i + 1), 0))
         .collect();
-    writes.push((65536, pattern(20, 4096), 0));
-    writes.push((65536 + 4096, pattern(21, 4096), CMD_FLAG_FUA));
+    writes.push((65536, pattern(4096, 20), 0));
+    writes.push((65536 + 4096, pattern(4096, 21), CMD_FLAG_FUA));
     let before = srv.backend.write_count();
     let mut cookies = c.send_writes(&writes).unwrap();
     for _ in 0..writes.len() {

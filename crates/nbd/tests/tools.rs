@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use common::*;
 use uraid_nbd::{Backend, Listener, MemBackend, Server, ServerConfig};
+use uraid_testkit::data::pattern;
+use uraid_testkit::need_tool;
 
 const MIB: usize = 1 << 20;
 
@@ -26,7 +28,7 @@ fn run(cmd: &mut Command) -> Output {
 
 #[test]
 fn nbdinfo_reports_size_and_flags() {
-    if !have_tool("nbdinfo", "nbdinfo_reports_size_and_flags") {
+    if !need_tool("nbdinfo", "nbdinfo_reports_size_and_flags") {
         return;
     }
     let srv = TestServer::start(64 * MIB);
@@ -53,8 +55,8 @@ fn nbdinfo_reports_size_and_flags() {
 
 #[test]
 fn qemu_img_info_and_qemu_io_pattern() {
-    if !have_tool("qemu-img", "qemu_img_info_and_qemu_io_pattern")
-        || !have_tool("qemu-io", "qemu_img_info_and_qemu_io_pattern")
+    if !need_tool("qemu-img", "qemu_img_info_and_qemu_io_pattern")
+        || !need_tool("qemu-io", "qemu_img_info_and_qemu_io_pattern")
     {
         return;
     }
@@ -86,11 +88,11 @@ fn qemu_img_info_and_qemu_io_pattern() {
 
 #[test]
 fn nbdcopy_in_and_out() {
-    if !have_tool("nbdcopy", "nbdcopy_in_and_out") {
+    if !need_tool("nbdcopy", "nbdcopy_in_and_out") {
         return;
     }
     let srv = TestServer::start(16 * MIB);
-    let image = pattern(42, 16 * MIB);
+    let image = pattern(16 * MIB, 42);
     let src = srv.dir.path("in.img");
     let dst = srv.dir.path("out.img");
     std::fs::write(&src, &image).unwrap();
@@ -108,11 +110,11 @@ fn nbdcopy_in_and_out() {
 
 #[test]
 fn qemu_img_convert_in_and_out() {
-    if !have_tool("qemu-img", "qemu_img_convert_in_and_out") {
+    if !need_tool("qemu-img", "qemu_img_convert_in_and_out") {
         return;
     }
     let srv = TestServer::start(16 * MIB);
-    let mut image = pattern(7, 16 * MIB);
+    let mut image = pattern(16 * MIB, 7);
     // A zero region lets qemu-img use write-zeroes.
     image[4 * MIB..6 * MIB].fill(0);
     let src = srv.dir.path("in.img");
@@ -149,7 +151,7 @@ fn qemu_img_convert_in_and_out() {
 
 #[test]
 fn fio_randrw_with_verify() {
-    if !have_tool("fio", "fio_randrw_with_verify") {
+    if !need_tool("fio", "fio_randrw_with_verify") {
         return;
     }
     let srv = TestServer::start(64 * MIB);
@@ -193,7 +195,7 @@ fn fio_randrw_with_verify() {
 
 #[test]
 fn tcp_on_loopback() {
-    if !have_tool("qemu-io", "tcp_on_loopback") {
+    if !need_tool("qemu-io", "tcp_on_loopback") {
         return;
     }
     let backend = Arc::new(MemBackend::new(8 * MIB));

@@ -28,8 +28,11 @@ pub fn fuzz_dir() -> PathBuf {
 /// What one run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Report {
+    /// The seed of the generated cases (printed, to reproduce a failure).
     pub seed: u64,
+    /// How many corpus and crash files were replayed first.
     pub replayed_files: usize,
+    /// How many generated cases ran.
     pub cases: u64,
 }
 
@@ -37,9 +40,13 @@ pub struct Report {
 /// mutate besides the corpus, the longest input to generate, and its body, which panics on
 /// a broken promise.
 pub struct Target<'a> {
+    /// The folder under `fuzz/seeds` and `fuzz/crashes`.
     pub name: &'a str,
+    /// Valid inputs to mutate besides the corpus.
     pub seeds: Vec<Vec<u8>>,
+    /// The longest input to generate.
     pub max_len: usize,
+    /// Runs one input; panics on a broken promise.
     pub body: &'a dyn Fn(&[u8]),
 }
 

@@ -33,6 +33,16 @@ pub fn need_tool(tool: &str, test: &str) -> bool {
     false
 }
 
+/// Where `tool` is installed; when it is not, [`skip`]s `test` (a failure in CI) and gives
+/// `None`. For tests that run the tool by its path (mdadm from an sbin folder).
+pub fn tool_path(tool: &str, test: &str) -> Option<std::path::PathBuf> {
+    if need_tool(tool, test) {
+        find_tool(tool)
+    } else {
+        None
+    }
+}
+
 /// True when every tool is installed; the first missing one is reported.
 pub fn need_tools(tools: &[&str], test: &str) -> bool {
     tools.iter().all(|t| need_tool(t, test))

@@ -1,43 +1,17 @@
-//! Shared test helpers: an in-process server on a temp Unix socket, a tool
-//! probe, and a minimal raw NBD client built on the crate's wire codecs.
+//! The NBD tests' own helpers: an in-process server on a temp Unix socket and a minimal raw
+//! NBD client built on the crate's wire codecs. Temp folders, test data and tool checks
+//! come from `uraid_testkit`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use uraid_testkit::TempDir;
 
 use uraid_nbd::proto::*;
 use uraid_nbd::{Backend, Listener, MemBackend, RunningServer, ServeStats, Server, ServerConfig};
-
-/// A unique scratch directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "uraid-nbd-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 pub struct TestServer {
     pub backend: Arc<MemBackend>,
@@ -83,25 +57,6 @@ impl Drop for TestServer {
             let _ = r.shutdown();
         }
     }
-}
-
-/// True if `tool` is installed; otherwise a failure in CI and a recorded skip elsewhere.
-pub fn have_tool(tool: &str, test: &str) -> bool {
-    uraid_testkit::need_tool(tool, test)
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

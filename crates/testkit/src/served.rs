@@ -1,6 +1,6 @@
-//! Helpers for the `uraid serve` tests: temp folders, arrays on sparse files, a served array
-//! as a child process that is always killed, and the host tools.
-#![allow(dead_code)]
+//! `uraid serve` as a test fixture: arrays on sparse member files, a served array as a
+//! child process that is always killed, its control socket and output, and the host tools
+//! that talk to it (fio's nbd engine, nbdinfo).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
@@ -10,16 +10,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub const MIB: u64 = 1 << 20;
+use crate::cli::{json, ok, stdout, uraid};
+use crate::tmp::{TempDir, MIB};
 
-/// `uraid` with the default IO engine (io_uring); a test that wants pread/pwrite passes
-/// [`SYNC`] (a global flag, so it may follow the subcommand).
-pub fn uraid() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uraid"))
-}
-
-/// Extra `serve` arguments for the sync IO engine.
-pub const SYNC: [&str; 2] = ["--io-engine", "sync"];
+static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// Checks that a served array ran with the engine its test asked for (`detail["serve"]`),
 /// once traffic went through it. Where io_uring is unavailable the default engine falls back
@@ -30,91 +24,21 @@ pub fn check_engine(detail: &serde_json::Value, sync: bool, test: &str) {
         assert_eq!(got, "sync", "{test}: served with {got}, asked for sync");
     } else if got != "io_uring" {
         assert_eq!(got, "sync", "{test}: unknown engine {got}");
-        uraid_testkit::skip(
+        crate::skip(
             test,
             "io_uring is unavailable here; served with sync instead",
         );
     }
 }
 
-/// Whether a host tool is installed; when it is not, a failure in CI and a recorded skip
-/// elsewhere.
-pub fn have(tool: &str, test: &str) -> bool {
-    uraid_testkit::need_tool(tool, test)
-}
-
-pub fn have_all(tools: &[&str], test: &str) -> bool {
-    uraid_testkit::need_tools(tools, test)
-}
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A temp folder, removed on drop.
-pub struct Dir(pub PathBuf);
-
-impl Dir {
-    pub fn new(tag: &str) -> Dir {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("uraid-serve-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// The run dir for servers started by this test (index files and default sockets).
-    pub fn run_dir(&self) -> PathBuf {
-        self.0.join("run")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-pub fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-pub fn json(out: &Output) -> serde_json::Value {
-    let text = stdout(out);
-    let start = text.find(['{', '[']).unwrap_or(0);
-    serde_json::from_str(&text[start..]).unwrap_or_else(|e| panic!("bad JSON ({e}): {text}"))
-}
-
-/// Deterministic bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
 /// Creates an array on `n` sparse files of `mib` MiB; roles in `missing` are left empty.
-pub fn create_array(dir: &Dir, level: &str, n: usize, mib: u64, missing: &[usize]) -> Vec<PathBuf> {
+pub fn create_array(
+    dir: &TempDir,
+    level: &str,
+    n: usize,
+    mib: u64,
+    missing: &[usize],
+) -> Vec<PathBuf> {
     let mut args: Vec<String> = Vec::new();
     let mut paths = Vec::new();
     for i in 0..n {
@@ -155,19 +79,25 @@ pub fn member_states(members: &[PathBuf]) -> Vec<String> {
 
 /// A running `uraid serve`, killed on drop if still running.
 pub struct Served {
+    /// The `uraid serve` process; `None` once a test has waited for it.
     pub child: Option<Child>,
+    /// Its NBD Unix socket.
     pub sock: PathBuf,
+    /// Its control socket.
     pub control: PathBuf,
+    /// `URAID_RUN_DIR` of the server and of [`Served::cmd`].
     pub run_dir: PathBuf,
+    /// The export's name (`md0`).
     pub name: String,
     /// Lines the server printed on stdout.
     pub lines: mpsc::Receiver<String>,
+    /// The file that collects its stderr.
     pub stderr_path: PathBuf,
 }
 
 impl Served {
     /// `uraid serve` on a Unix socket in `dir`, with its control socket beside it.
-    pub fn start(dir: &Dir, members: &[PathBuf], extra: &[&str]) -> Served {
+    pub fn start(dir: &TempDir, members: &[PathBuf], extra: &[&str]) -> Served {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let sock = dir.path(&format!("nbd{n}.sock"));
         let control = dir.path(&format!("ctl{n}.sock"));
@@ -184,8 +114,10 @@ impl Served {
         Served::spawn(dir, args, members, sock, control)
     }
 
+    /// `uraid` with `args` then `members`, its stdout read line by line into
+    /// [`Served::lines`]; returns once `control` accepts a connection (60 s at the most).
     pub fn spawn(
-        dir: &Dir,
+        dir: &TempDir,
         args: Vec<String>,
         members: &[PathBuf],
         sock: PathBuf,
@@ -238,14 +170,17 @@ impl Served {
         }
     }
 
+    /// What the server has printed on stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// The export's NBD URI (`nbd+unix:///md0?socket=...`).
     pub fn uri(&self) -> String {
         format!("nbd+unix:///{}?socket={}", self.name, self.sock.display())
     }
 
+    /// The server's process id (0 once it was waited for).
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
@@ -260,6 +195,20 @@ impl Served {
     /// `uraid detail --json` through the control socket (found from a member path).
     pub fn detail(&self, member: &Path) -> serde_json::Value {
         json(&ok(self.cmd().args(["detail", "--json"]).arg(member)))
+    }
+
+    /// Waits until `f` holds on [`Served::detail`], failing the test with the last detail
+    /// after 120 s (a safety net for a hung server, no assertion about speed).
+    pub fn wait_detail(&self, member: &Path, f: impl Fn(&serde_json::Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let d = self.detail(member);
+            if f(&d) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "gave up waiting; detail: {d}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Sends a signal and waits for the exit status.
@@ -289,10 +238,12 @@ impl Drop for Served {
 pub struct ChildGuard(pub Option<Child>);
 
 impl ChildGuard {
+    /// Waits for the child and collects its output.
     pub fn wait_output(mut self) -> Output {
         self.0.take().unwrap().wait_with_output().unwrap()
     }
 
+    /// Whether the child has not exited yet.
     pub fn still_running(&mut self) -> bool {
         matches!(self.0.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
@@ -341,6 +292,17 @@ pub fn fio_check(out: &Output) {
     assert_eq!(job["error"], 0, "fio reported an error: {text}");
     assert!(job["write"]["io_bytes"].as_u64().unwrap() > 0);
     assert!(job["read"]["io_bytes"].as_u64().unwrap() > 0);
+}
+
+/// Runs `qemu-io -f raw URI -c CMD...` (each of `cmds` in turn), which must succeed; gives
+/// its stdout (where a failed `read -P` says "verification failed").
+pub fn qemu_io(uri: &str, cmds: &[&str]) -> String {
+    let mut c = Command::new("qemu-io");
+    c.args(["-f", "raw"]).arg(uri);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    stdout(&ok(&mut c))
 }
 
 /// Size of the export as nbdinfo sees it.

@@ -1,0 +1,239 @@
+//! Engine test fixtures: array configurations of every level and layout on memory
+//! members, a byte model's random writes, and arrays with a write journal.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use uraid_core::geometry::raid5::*;
+use uraid_core::Level;
+use uraid_engine::{assemble, Array, AssembleOptions, CreateOptions, MemMember, Member};
+
+/// One array to create: level, layout, members and chunk.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The RAID level.
+    pub level: Level,
+    /// md's layout number; `None` for the level's default.
+    pub layout: Option<u32>,
+    /// How many members (raid devices).
+    pub disks: usize,
+    /// The chunk in sectors; 0 for the mirrors, which have none.
+    pub chunk_sectors: u64,
+    /// Member sizes in bytes (equal, except for multi-zone raid0).
+    pub member_bytes: Vec<u64>,
+}
+
+impl Config {
+    /// `disks` members of 2 MiB and a 16-sector (8 KiB) chunk: the small array most tests use.
+    pub fn new(level: Level, layout: Option<u32>, disks: usize) -> Config {
+        Config {
+            level,
+            layout,
+            disks,
+            chunk_sectors: 16,
+            member_bytes: vec![2 << 20; disks],
+        }
+    }
+}
+
+/// Every level and layout, with small members so that tests stay fast.
+pub fn all_configs() -> Vec<Config> {
+    let mut v = Vec::new();
+    let mb = 1u64 << 20;
+    let eq = |n: usize, size: u64| vec![size; n];
+    for disks in [2, 3, 4] {
+        v.push(Config {
+            level: Level::Raid0,
+            layout: None,
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for lay in [1, 2] {
+        v.push(Config {
+            level: Level::Raid0,
+            layout: Some(lay),
+            disks: 3,
+            chunk_sectors: 16,
+            member_bytes: vec![2 * mb, 2 * mb + 256 * 1024, 3 * mb],
+        });
+    }
+    for disks in [1, 2, 3] {
+        v.push(Config {
+            level: Level::Raid1,
+            layout: None,
+            disks,
+            chunk_sectors: 0,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for (layout, disks) in [
+        (0x102, 2),
+        (0x102, 3),
+        (0x102, 4),
+        (0x102, 5),
+        (0x103, 3),
+        (0x103, 4),
+        (0x201, 2),
+        (0x201, 3),
+        (0x201, 4),
+        (0x201, 5),
+        (0x301, 3),
+        (0x10201, 2),
+        (0x10201, 3),
+        (0x10201, 4),
+        (0x10301, 4),
+        (0x202, 4),
+    ] {
+        v.push(Config {
+            level: Level::Raid10,
+            layout: Some(layout),
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for disks in [3, 4] {
+        v.push(Config {
+            level: Level::Raid4,
+            layout: None,
+            disks,
+            chunk_sectors: 8,
+            member_bytes: eq(disks, 2 * mb),
+        });
+    }
+    for &layout in RAID5_LAYOUTS {
+        for disks in [2, 3, 5] {
+            v.push(Config {
+                level: Level::Raid5,
+                layout: Some(layout),
+                disks,
+                chunk_sectors: 8,
+                member_bytes: eq(disks, 2 * mb),
+            });
+        }
+    }
+    for &layout in RAID6_LAYOUTS {
+        for disks in [4, 6] {
+            v.push(Config {
+                level: Level::Raid6,
+                layout: Some(layout),
+                disks,
+                chunk_sectors: 8,
+                member_bytes: eq(disks, 2 * mb),
+            });
+        }
+    }
+    // Larger chunks on the parity levels.
+    v.push(Config {
+        level: Level::Raid5,
+        layout: None,
+        disks: 4,
+        chunk_sectors: 128,
+        member_bytes: eq(4, 3 * mb),
+    });
+    v.push(Config {
+        level: Level::Raid6,
+        layout: None,
+        disks: 5,
+        chunk_sectors: 64,
+        member_bytes: eq(5, 3 * mb),
+    });
+    v
+}
+
+/// Zeroed memory members of the config's sizes, named `{tag}-mem{i}`.
+pub fn mem_members(cfg: &Config, tag: &str) -> Vec<Arc<MemMember>> {
+    cfg.member_bytes
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| Arc::new(MemMember::new(format!("{tag}-mem{i}"), b)))
+        .collect()
+}
+
+/// Create options for the config: clean from the start (memory members are zeroed, so
+/// consistent) and data at sector 64.
+pub fn create_opts(cfg: &Config) -> CreateOptions {
+    let mut o = CreateOptions::new(cfg.level);
+    o.layout = cfg.layout;
+    if cfg.chunk_sectors > 0 {
+        o.chunk_sectors = Some(cfg.chunk_sectors);
+    }
+    o.assume_clean = true; // memory members start zeroed: consistent
+    o.data_offset_sectors = Some(64);
+    o
+}
+
+/// The members as `create`/`assemble` take them, every role filled.
+pub fn as_members(m: &[Arc<MemMember>]) -> Vec<Option<Arc<dyn Member>>> {
+    m.iter()
+        .map(|m| Some(m.clone() as Arc<dyn Member>))
+        .collect()
+}
+
+/// A random write: (offset, data). Mostly sector aligned, sometimes not.
+pub fn random_write(rng: &mut StdRng, size: u64, max_len: u64) -> (u64, Vec<u8>) {
+    let aligned = rng.gen_bool(0.85);
+    let len = if aligned {
+        rng.gen_range(1..=max_len / 512).max(1) * 512
+    } else {
+        rng.gen_range(1..=max_len)
+    }
+    .min(size);
+    let mut off = rng.gen_range(0..=size - len);
+    if aligned {
+        off = off / 512 * 512;
+    }
+    let mut data = vec![0u8; len as usize];
+    rng.fill(&mut data[..]);
+    (off, data)
+}
+
+/// A seeded random generator, so that a failure reproduces from its seed.
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// An array created over [`Config::new`]`(level, None, disks)` memory members (named
+/// `{tag}-mem{i}`) with a write journal on a memory member of `journal_bytes`: the members,
+/// the journal and the running array.
+pub fn journaled_array(
+    level: Level,
+    disks: usize,
+    journal_bytes: u64,
+    tag: &str,
+) -> (Vec<Arc<MemMember>>, Arc<MemMember>, Array) {
+    let c = Config::new(level, None, disks);
+    let mems = mem_members(&c, tag);
+    let journal = Arc::new(MemMember::new("journal", journal_bytes));
+    let mut o = create_opts(&c);
+    o.journal = Some(journal.clone());
+    let a = uraid_engine::create(as_members(&mems), &o).unwrap();
+    (mems, journal, a)
+}
+
+/// The members then the journal, as `assemble` takes a journaled array's devices.
+pub fn with_journal(m: &[Arc<MemMember>], j: &Arc<MemMember>) -> Vec<Arc<dyn Member>> {
+    let mut v: Vec<Arc<dyn Member>> = m.iter().map(|x| x.clone() as Arc<dyn Member>).collect();
+    v.push(j.clone());
+    v
+}
+
+/// Assembles `members`, which must be refused with an error that says `needle` (a journal
+/// missing or faulty); then assembles them again with `--force` and gives that array.
+pub fn assemble_needs_force(members: Vec<Arc<dyn Member>>, needle: &str) -> Array {
+    let e = assemble(members.clone(), &AssembleOptions::default())
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains(needle), "{e}");
+    let (a, _) = assemble(
+        members,
+        &AssembleOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    a
+}
