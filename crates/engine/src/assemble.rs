@@ -437,7 +437,8 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?;
+    let mut array =
+        crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?;
     array.set_read_only(opts.readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);

@@ -3,9 +3,6 @@
 //! it, the log is written in md's format (mdadm --examine-badblocks lists it) and loaded again
 //! at assembly.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,6 +11,7 @@ use uraid_core::{Level, MemberIdx};
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, AssembleOptions, Member, SlotState};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 fn cfg(level: Level, disks: usize) -> Config {
     Config {

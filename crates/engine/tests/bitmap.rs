@@ -1,15 +1,13 @@
 //! The write-intent bitmap: bits set before data, cleared by the daemon, resync after a
 //! crash touches only dirty chunks, and a re-added member gets only what it missed.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, AddOutcome, Array, AssembleOptions, Member, SlotState, SyncKind};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 const BM_CHUNK: u32 = 64 * 1024;
 

@@ -1,15 +1,13 @@
 //! The array's one clock: what goes on disk (ctime, utime) and the write-back age that
 //! reclaim writes out by both read the clock given at create and assemble.
 
-mod common;
-
-use common::*;
 use std::sync::Arc;
 use std::time::Duration;
 use uraid_core::Level;
 use uraid_engine::meta::read_superblock;
 use uraid_engine::writeback::{JournalMode, PERIODIC_AGE};
 use uraid_engine::{assemble, AssembleOptions, ManualClock, MemMember, Member};
+use uraid_testkit::engine::*;
 
 const T0: u64 = 1_600_000_000;
 

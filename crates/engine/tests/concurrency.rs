@@ -30,9 +30,6 @@
 //! up to the scheduler, so a failure may need a few replays. `URAID_SEED=n` replays a seed,
 //! `URAID_FULL=1` runs longer.
 
-mod common;
-
-use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -42,6 +39,7 @@ use uraid_core::geometry::raid5::*;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{Array, MemMember, Member};
 use uraid_sim::{FaultMember, Verdict};
+use uraid_testkit::engine::*;
 
 const SECTOR: usize = 512;
 const MAGIC: [u8; 8] = *b"uRAIDtag";

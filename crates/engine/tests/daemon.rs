@@ -1,9 +1,6 @@
 //! md's daemons driven without the CLI: spare activation and rebuild, safe mode and the
 //! bitmap daemon on a virtual clock, and a stop that interrupts a running sync.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,6 +10,7 @@ use uraid_engine::{
     assemble, AddOutcome, Array, AssembleOptions, DaemonNote, DaemonOptions, ManualClock,
     MemMember, Member, SlotState, SyncLimits,
 };
+use uraid_testkit::engine::*;
 
 fn raid5() -> Config {
     Config {

@@ -5,9 +5,6 @@
 //!
 //! Seeds: `URAID_SEED=n` replays one seed.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -17,6 +14,7 @@ use uraid_core::Level;
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, ArrayError, AssembleOptions, Member, ZeroHow};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 /// Bytes [start, end) of `offset+len` that the members change as a whole: whole sectors,
 /// whole stripes on raid4/5/6 (computed here from the geometry, not asked of the engine).

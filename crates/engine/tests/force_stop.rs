@@ -3,15 +3,13 @@
 //! marked faulty in the others' superblocks, and the superblocks are left dirty so that the
 //! next assembly resyncs and reads back every acknowledged write.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, MemberOutcome, SlotState};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::*;
 
 fn cfg() -> Config {
     Config {

@@ -19,9 +19,6 @@
 //! `URAID_SEED=n` replays a seed (the interleaving is the scheduler's, so a failure may need
 //! a few replays), `URAID_FULL=1` runs longer.
 
-mod common;
-
-use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{AddOutcome, Array, MemMember, Member, SlotState, SyncKind};
 use uraid_sim::{FaultMember, Verdict};
+use uraid_testkit::engine::*;
 
 const SECTOR: usize = 512;
 const MAGIC: [u8; 8] = *b"uRAIDmir";

@@ -4,9 +4,6 @@
 //!
 //! Seeds: `URAID_SEED=n` replays one seed; `URAID_FULL=1` runs more seeds per config.
 
-mod common;
-
-use common::*;
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +13,7 @@ use uraid_engine::{
     assemble, Array, AssembleOptions, Event, MemMember, Member, MemberOutcome, SlotState, SyncKind,
 };
 use uraid_sim::{FaultMember, Verdict};
+use uraid_testkit::engine::*;
 
 const MEMBER_BYTES: u64 = 2 << 20;
 const ROLE: MemberIdx = MemberIdx(1);

@@ -5,10 +5,10 @@
 //! raid5 type.
 
 use super::Conf;
+use super::StripeCache;
 use crate::array::{Array, Personality, SyncCtx, ZeroKind};
 use crate::error::ArrayError;
 use crate::journal::Journal;
-use super::StripeCache;
 use std::any::Any;
 use std::io;
 use std::sync::atomic::Ordering;
