@@ -30,6 +30,7 @@ pub mod journal;
 pub mod member;
 pub mod meta;
 pub mod mirror;
+pub mod overlay;
 pub mod plug;
 pub mod quiesce;
 pub mod raid0;
