@@ -53,6 +53,9 @@ const LOCK: &str = "lock";
 pub enum OverlayError {
     #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
+    /// A member that cannot be opened (the error names its path).
+    #[error("cannot open member {0}")]
+    Open(io::Error),
     #[error("overlay {dir}: {what}")]
     Manifest { dir: String, what: String },
     /// The member is not the device the overlay was made over.
@@ -949,7 +952,7 @@ impl OverlaySet {
             member: path.display().to_string(),
             what,
         };
-        let base = ReadOnlyFile::open(path).map_err(io_at(path))?;
+        let base = ReadOnlyFile::open(path).map_err(OverlayError::Open)?;
         let device = base.device_id();
         let abs = std::path::absolute(path).map_err(io_at(path))?;
         let mut manifest = self.manifest.lock().unwrap();
