@@ -165,8 +165,15 @@ fn main() -> ExitCode {
         // control socket; detail asks the server.
         Cmd::Assemble(a) => control::guard(&a.devices).and_then(|_l| commands::assemble(a)),
         // Through an overlay, detail assembles here (a server would show its own view).
-        Cmd::Detail(a) if cli.overlay.is_some() => {
-            control::guard(&a.devices).and_then(|_l| commands::detail(a))
+        Cmd::Detail(mut a) if cli.overlay.is_some() => {
+            a.devices.extend(a.target.array.take());
+            if a.target.control.is_some() {
+                Err(anyhow::anyhow!(
+                    "--overlay assembles the members here: name them, not a control socket"
+                ))
+            } else {
+                control::guard(&a.devices).and_then(|_l| commands::detail(a))
+            }
         }
         Cmd::Detail(a) => control::detail(a),
         Cmd::Read(a) => control::guard(&a.devices).and_then(|_l| commands::read(a)),

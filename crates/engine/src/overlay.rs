@@ -955,6 +955,14 @@ impl OverlaySet {
         let base = ReadOnlyFile::open(path).map_err(OverlayError::Open)?;
         let device = base.device_id();
         let abs = std::path::absolute(path).map_err(io_at(path))?;
+        if abs.to_string_lossy().contains(['\n', '\t']) || abs.to_str().is_none() {
+            // The manifest is lines of tab-separated fields.
+            return Err(mismatch(
+                "its path holds a tab, a newline or bytes that are not UTF-8: name it \
+                 through a symlink"
+                    .into(),
+            ));
+        }
         let mut manifest = self.manifest.lock().unwrap();
         let index = match manifest.members.iter().find(|m| m.device == device) {
             Some(entry) => {
@@ -1058,9 +1066,11 @@ fn no_overlay(dir: &Path) -> OverlayError {
 
 fn member_status(dir: &Path, entry: &ManifestMember, state: OverlayState) -> MemberStatus {
     let mp = map_path(dir, entry.index);
-    let map = File::open(&mp)
-        .map_err(|e| format!("{}: {e}", mp.display()))
-        .and_then(|f| read_map(&f, &mp, entry.size_bytes));
+    let map = match File::open(&mp) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(ChunkMap::new(entry.size_bytes)),
+        Err(e) => Err(format!("{}: {e}", mp.display())),
+        Ok(f) => read_map(&f, &mp, entry.size_bytes),
+    };
     let identity = verify(entry, state).err();
     let (held_chunks, held_bytes) = map.as_ref().map_or((0, 0), |m| (m.held(), m.held_bytes()));
     MemberStatus {
@@ -1126,7 +1136,11 @@ pub fn commit(dir: &Path) -> Result<CommitReport, OverlayError> {
 fn commit_member(dir: &Path, e: &ManifestMember) -> Result<u64, OverlayError> {
     let mp = map_path(dir, e.index);
     let dp = data_path(dir, e.index);
-    let map_file = File::open(&mp).map_err(io_at(&mp))?;
+    let map_file = match File::open(&mp) {
+        // Recorded, but stopped before its files were made: it holds nothing.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        r => r.map_err(io_at(&mp))?,
+    };
     let map = read_map(&map_file, &mp, e.size_bytes).map_err(|what| OverlayError::Mismatch {
         dir: dir.display().to_string(),
         member: e.path.display().to_string(),
@@ -1176,6 +1190,18 @@ fn remove_files(dir: &Path, manifest: &Manifest) -> Result<(), OverlayError> {
 pub fn discard(dir: &Path) -> Result<(), OverlayError> {
     let manifest = read_manifest(dir)?.ok_or_else(|| no_overlay(dir))?;
     let _lock = lock_dir(dir)?;
+    if manifest.state == OverlayState::Committing {
+        // The members hold part of the overlay: throwing the rest away would leave them
+        // neither as they were nor as the overlay showed.
+        return Err(OverlayError::Manifest {
+            dir: dir.display().to_string(),
+            what: format!(
+                "a commit was interrupted while writing the members: finish it with `uraid \
+                 overlay commit {} --yes-write-members`",
+                dir.display()
+            ),
+        });
+    }
     remove_files(dir, &manifest)
 }
 

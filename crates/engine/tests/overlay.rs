@@ -367,9 +367,11 @@ fn an_interrupted_commit_is_finished_by_a_rerun() {
     std::fs::write(&mp, text.replace("state active", "state committing")).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&m).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &[0xaa; 4096], 4096).unwrap();
-    // Using it is refused until the commit is finished.
+    // Using it, or throwing it away, is refused until the commit is finished.
     let e = OverlaySet::open(&ovdir, "test").err().unwrap().to_string();
     assert!(e.contains("commit"), "{e}");
+    let e = overlay::discard(&ovdir).unwrap_err().to_string();
+    assert!(e.contains("interrupted"), "{e}");
     let rep = overlay::commit(&ovdir).unwrap();
     assert_eq!(rep.written[0].1, 3 * CHUNK_BYTES);
     assert!(std::fs::read(&m).unwrap() == view);
