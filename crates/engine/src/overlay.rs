@@ -38,8 +38,11 @@ pub use dir::{
     MemberStatus, OverlaySet, OverlayState, OverlayStatus, IDENTITY_SPAN_BYTES, MANIFEST_MAGIC,
 };
 
-/// The overlay's granularity: a held chunk is copied up whole.
-pub const CHUNK_BYTES: u64 = 4096;
+/// The overlay's granularity: a held chunk is copied up whole. A write that adds chunks
+/// costs two fsyncs (data, then map), so the number of chunks bounds the fsyncs a rebuild
+/// or a sequential write pays: 64 KiB makes that 16 times fewer than 4 KiB pages would,
+/// for a copy-up of up to 64 KiB on the first write to a chunk.
+pub const CHUNK_BYTES: u64 = 64 * 1024;
 /// Magic of a map file.
 pub const MAP_MAGIC: &[u8; 8] = b"URAIDOVM";
 const MAP_VERSION: u32 = 1;
@@ -711,7 +714,7 @@ mod tests {
         assert_eq!(&h[0..8], b"URAIDOVM");
         assert_eq!(decode_map_header(&h), Ok(12345 * 512));
         let mut bad = h;
-        bad[13] = 0;
+        bad[12..16].copy_from_slice(&4096u32.to_le_bytes());
         assert!(decode_map_header(&bad).unwrap_err().contains("chunk size"));
         assert!(decode_map_header(&[0u8; 32]).unwrap_err().contains("magic"));
     }

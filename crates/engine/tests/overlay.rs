@@ -52,7 +52,9 @@ fn overlay_member_agrees_with_a_model_and_never_writes_the_member() {
         for op in 0..300 {
             let sectors = size / 512;
             let start = rng.gen_range(0..sectors);
-            let len = rng.gen_range(1..=(sectors - start).min(24)) * 512;
+            // Up to three chunks: partial and whole chunks, one and several.
+            let most = 3 * CHUNK_BYTES / 512;
+            let len = rng.gen_range(1..=(sectors - start).min(most)) * 512;
             let off = start * 512;
             match rng.gen_range(0..10) {
                 0 => {
@@ -102,7 +104,7 @@ fn crash_child(dir: &Path) -> ! {
     let m = set.member(&dir.join("m.img")).unwrap();
     for i in 0..16u64 {
         // Partial chunks (copy-up) and whole ones, new and already held.
-        let off = i * 3 * 1024;
+        let off = i * CHUNK_BYTES * 5 / 8;
         m.write_at(&noise(100 + i, 2048), off).unwrap();
         // The harness may have begun a line ("test name ... "): start a new one.
         println!("\nacked {i}");
@@ -145,7 +147,7 @@ fn an_acknowledged_write_survives_a_crash() {
     );
     let mut model = original.clone();
     for i in 0..acked {
-        let off = (i * 3 * 1024) as usize;
+        let off = (i * CHUNK_BYTES * 5 / 8) as usize;
         model[off..off + 2048].copy_from_slice(&noise(100 + i, 2048));
     }
     let set = OverlaySet::open(&dir.join("ov"), "after the crash").unwrap();
@@ -373,8 +375,39 @@ fn an_interrupted_commit_is_finished_by_a_rerun() {
     let e = overlay::discard(&ovdir).unwrap_err().to_string();
     assert!(e.contains("interrupted"), "{e}");
     let rep = overlay::commit(&ovdir).unwrap();
-    assert_eq!(rep.written[0].1, 3 * CHUNK_BYTES);
+    let chunks = overlay::ChunkMap::chunks_of(4096 + 512, 8192);
+    assert_eq!(rep.written[0].1, (chunks.end - chunks.start) * CHUNK_BYTES);
     assert!(std::fs::read(&m).unwrap() == view);
     assert!(!ovdir.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The map file's bytes, as docs/FORMAT.md gives them.
+#[test]
+fn the_map_file_is_as_documented() {
+    let dir = temp_dir("golden");
+    let size = 10 * CHUNK_BYTES + 512;
+    let base = Arc::new(MemMember::new("mem", size));
+    let (data, map) = (dir.join("0.data"), dir.join("0.map"));
+    let ov = OverlayMember::open(base, &data, &map).unwrap();
+    ov.write_at(&[1u8; 512], CHUNK_BYTES + 512).unwrap(); // chunk 1
+    ov.write_at(&[2u8; 512], 9 * CHUNK_BYTES).unwrap(); // chunk 9
+    ov.write_at(&[3u8; 512], 10 * CHUNK_BYTES).unwrap(); // chunk 10, the short last one
+    let bytes = std::fs::read(&map).unwrap();
+    let mut want = Vec::new();
+    want.extend_from_slice(b"URAIDOVM");
+    want.extend_from_slice(&1u32.to_le_bytes());
+    want.extend_from_slice(&65536u32.to_le_bytes());
+    want.extend_from_slice(&size.to_le_bytes());
+    want.extend_from_slice(&11u64.to_le_bytes());
+    want.resize(4096, 0);
+    want.extend_from_slice(&[0b0000_0010, 0b0000_0110]);
+    assert_eq!(bytes, want);
+    // The data file is the member's size, the held bytes at their offsets.
+    let d = std::fs::read(&data).unwrap();
+    assert_eq!(d.len() as u64, size);
+    assert_eq!(d[(CHUNK_BYTES + 512) as usize], 1);
+    assert_eq!(d[(10 * CHUNK_BYTES) as usize], 3);
+    drop(ov);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -622,7 +622,7 @@ mod tests {
             checksum: 1,
         });
         let text = m.encode();
-        assert!(text.starts_with("uraid-overlay 1\nchunk_bytes 4096\ncreated 1764500000\n"));
+        assert!(text.starts_with("uraid-overlay 1\nchunk_bytes 65536\ncreated 1764500000\n"));
         assert!(text.contains("command uraid serve --overlay o m0\n"));
         assert_eq!(Manifest::decode(&text), Ok(m));
         assert!(Manifest::decode("something else\n").is_err());
