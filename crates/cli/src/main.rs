@@ -7,6 +7,7 @@ mod demo;
 mod locks;
 mod monitor;
 mod open;
+mod overlay;
 mod progress;
 mod report;
 mod serve;
@@ -38,6 +39,11 @@ struct Cli {
     /// mismatches and degraded reads of discarded stripes return garbage.
     #[arg(long, global = true)]
     devices_handle_discard_safely: bool,
+    /// Rescue mode: open every member read-only and keep every write uraid makes (data,
+    /// parity, superblocks, bitmap, journal) in copy-on-write files in DIR, so that a
+    /// forced assembly or a guessed member order costs nothing. See `uraid overlay`.
+    #[arg(long, global = true, value_name = "DIR")]
+    overlay: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -94,6 +100,29 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
     Bench(bench::BenchArgs),
+    /// The rescue mode's overlays (made with --overlay DIR): status, discard, commit.
+    Overlay(overlay::OverlayArgs),
+}
+
+/// Why a command does not take `--overlay`, or `None` if it does: every command that
+/// opens members itself takes it; create would write them directly, and the others act
+/// on a running server (give --overlay to `serve`) or need no members.
+fn overlay_refusal(cmd: &Cmd) -> Option<&'static str> {
+    match cmd {
+        Cmd::Create(_) => Some("create writes the members directly"),
+        Cmd::Demo(_) | Cmd::Bench(_) => Some("it makes its own members"),
+        Cmd::Overlay(_) => Some("the overlay is the argument: uraid overlay status DIR"),
+        Cmd::Monitor(_)
+        | Cmd::Fail(_)
+        | Cmd::Remove(_)
+        | Cmd::Add(_)
+        | Cmd::Replace(_)
+        | Cmd::Stop(_)
+        | Cmd::Wait(_)
+        | Cmd::JournalMode(_)
+        | Cmd::Set(_) => Some("it acts on a running server: give --overlay to `uraid serve`"),
+        _ => None,
+    }
 }
 
 fn main() -> ExitCode {
@@ -106,6 +135,25 @@ fn main() -> ExitCode {
     }
     open::configure(cli.io_engine, cli.no_direct);
     uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
+    if let Some(dir) = &cli.overlay {
+        let r = match overlay_refusal(&cli.cmd) {
+            Some(why) => Err(anyhow::anyhow!("--overlay is refused here: {why}")),
+            None => {
+                let command: Vec<String> = std::env::args().collect();
+                open::use_overlay(dir, &command.join(" ")).map(|_| {
+                    eprintln!(
+                        "uraid: rescue mode: members opened read-only, every write kept in \
+                         overlay {}",
+                        dir.display()
+                    )
+                })
+            }
+        };
+        if let Err(e) = r {
+            eprintln!("uraid: {}", error_text(&e));
+            return ExitCode::FAILURE;
+        }
+    }
     let r = match cli.cmd {
         Cmd::Create(a) => {
             // The journal device too: it is overwritten like the members.
@@ -117,6 +165,17 @@ fn main() -> ExitCode {
         // A served array's members are locked: these commands refuse and point to the
         // control socket; detail asks the server.
         Cmd::Assemble(a) => locks::guard(&a.devices).and_then(|_l| commands::assemble(a)),
+        // Through an overlay, detail assembles here (a server would show its own view).
+        Cmd::Detail(mut a) if cli.overlay.is_some() => {
+            a.devices.extend(a.target.array.take());
+            if a.target.control.is_some() {
+                Err(anyhow::anyhow!(
+                    "--overlay assembles the members here: name them, not a control socket"
+                ))
+            } else {
+                locks::guard(&a.devices).and_then(|_l| commands::detail(a))
+            }
+        }
         Cmd::Detail(a) => commands::detail_any(a),
         Cmd::Read(a) => locks::guard(&a.devices).and_then(|_l| commands::read(a)),
         Cmd::Write(a) => locks::guard(&a.devices).and_then(|_l| commands::write(a)),
@@ -136,6 +195,7 @@ fn main() -> ExitCode {
         Cmd::Set(a) => control::set(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
+        Cmd::Overlay(a) => overlay::overlay(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::io::{set_io_engine, IoEngine};
 use uraid_engine::Member;
@@ -18,6 +18,19 @@ pub enum EngineArg {
 
 static NO_DIRECT: AtomicBool = AtomicBool::new(false);
 
+/// `--overlay DIR`: every member this process opens is seen through the overlay (opened
+/// read-only underneath). Held, with the overlay's lock, until the process exits.
+static OVERLAY: OnceLock<uraid_engine::overlay::OverlaySet> = OnceLock::new();
+
+/// Opens the overlay in `dir` for this process; `command` is recorded in a new one.
+pub fn use_overlay(dir: &Path, command: &str) -> Result<()> {
+    let set = uraid_engine::overlay::OverlaySet::open(dir, command)?;
+    if OVERLAY.set(set).is_err() {
+        anyhow::bail!("an overlay is open already");
+    }
+    Ok(())
+}
+
 pub fn configure(engine: EngineArg, no_direct: bool) {
     set_io_engine(match engine {
         EngineArg::Uring => IoEngine::Uring,
@@ -27,6 +40,9 @@ pub fn configure(engine: EngineArg, no_direct: bool) {
 }
 
 pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
+    if let Some(set) = OVERLAY.get() {
+        return Ok(set.member(path)?);
+    }
     let mode = if NO_DIRECT.load(Ordering::Relaxed) {
         DirectMode::Off
     } else {
@@ -38,5 +54,8 @@ pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
 }
 
 pub fn open_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<dyn Member>>> {
+    if let Some(set) = OVERLAY.get() {
+        return Ok(set.members(paths)?);
+    }
     paths.iter().map(|p| open_member(p)).collect()
 }

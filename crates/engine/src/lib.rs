@@ -34,6 +34,7 @@ pub mod member;
 pub(crate) mod member_io;
 pub mod meta;
 pub mod mirror;
+pub mod overlay;
 pub(crate) mod placement;
 pub mod plug;
 pub mod quiesce;
