@@ -57,9 +57,13 @@ impl Default for Tuning {
 pub struct Stats {
     /// Requests from the array's users (reads, writes), for sync throttling.
     pub requests: AtomicU64,
+    /// Member reads issued.
     pub member_reads: AtomicU64,
+    /// Member writes issued.
     pub member_writes: AtomicU64,
+    /// Array reads served by reconstruction or from another copy (md's degraded reads).
     pub degraded_reads: AtomicU64,
+    /// Read errors corrected by rewriting the block from redundancy (md's corrected_errors).
     pub corrected_reads: AtomicU64,
 }
 
@@ -82,6 +86,10 @@ impl Failures {
     }
 }
 
+/// An assembled array (md's mddev): the members, their superblocks, events, bitmap and
+/// state, and the level's personality. Made by [`create`](crate::create) or
+/// [`assemble`](crate::assemble); shared between threads as `Arc<Array>`; every request method
+/// takes `&self`.
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
     pub(crate) personality: Personality,
@@ -98,7 +106,9 @@ pub struct Array {
     locks: Vec<Mutex<()>>,
     unaligned: Mutex<()>,
     array_bytes: u64,
+    /// Request and member IO counters.
     pub stats: Stats,
+    /// Run-time knobs (md's sysfs tunables); set them through [`Array::set_tunable`].
     pub tuning: Tuning,
     pub(crate) events: crate::events::EventBus,
     /// Serialises member changes (add, remove, spare activation, recovery completion).
@@ -221,6 +231,7 @@ impl Array {
         self.read_only.store(on, Ordering::SeqCst);
     }
 
+    /// Whether writes are refused (md's read-only or read-auto state).
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
     }
@@ -249,6 +260,7 @@ impl Array {
         (self.clock.read().unwrap())()
     }
 
+    /// Whether the array has a write journal (raid4/5/6 with `--write-journal`).
     pub fn has_journal(&self) -> bool {
         self.journal.is_some()
     }
@@ -310,14 +322,17 @@ impl Array {
         Ok(())
     }
 
+    /// The RAID level.
     pub fn level(&self) -> Level {
         self.geometry.level
     }
 
+    /// The array's geometry: level, members, chunk, layout and sizes.
     pub fn geometry(&self) -> &ArrayGeometry {
         &self.geometry
     }
 
+    /// The level-specific address mapping.
     pub fn personality(&self) -> &Personality {
         &self.personality
     }
@@ -336,18 +351,22 @@ impl Array {
         self.shape.write(s);
     }
 
+    /// Usable size of the array in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.array_bytes
     }
 
+    /// Number of member roles (md's raid_disks).
     pub fn raid_disks(&self) -> usize {
         self.slots.len()
     }
 
+    /// The member slot of a role: device, state, recovery cursor, bad blocks.
     pub fn slot(&self, role: MemberIdx) -> &Slot {
         &self.slots[role.0]
     }
 
+    /// The state of a role's member.
     pub fn slot_state(&self, role: MemberIdx) -> SlotState {
         self.slots[role.0].state()
     }
@@ -371,6 +390,7 @@ impl Array {
             .collect()
     }
 
+    /// Whether a role has no in-sync member.
     pub fn is_degraded(&self) -> bool {
         !self.missing_roles().is_empty()
     }
@@ -380,6 +400,7 @@ impl Array {
         self.personality.survives(&self.missing_roles())
     }
 
+    /// The superblock state (locked while the guard lives): the template and each member's.
     pub fn meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap()
     }
@@ -864,6 +885,7 @@ impl Array {
         }
     }
 
+    /// Whether the array has a write-intent bitmap.
     pub fn has_bitmap(&self) -> bool {
         self.has_bitmap
     }

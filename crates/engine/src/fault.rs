@@ -6,20 +6,27 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// A member that wraps another and fails chosen IO with EIO (for tests of failure
+/// handling).
 pub struct FaultMember {
     inner: Arc<dyn Member>,
+    /// Reads fail (within the range).
     pub fail_reads: AtomicBool,
+    /// Writes, discards and write-zeroes fail (within the range).
     pub fail_writes: AtomicBool,
     /// Flushes fail (a device that vanished), whatever the range.
     pub fail_flushes: AtomicBool,
     /// Faults apply only to IO overlapping [range_start, range_end).
     range_start: AtomicU64,
     range_end: AtomicU64,
+    /// Reads seen, failed or not.
     pub reads: AtomicU64,
+    /// Writes, discards and write-zeroes seen, failed or not.
     pub writes: AtomicU64,
 }
 
 impl FaultMember {
+    /// A wrapper of `inner` that fails nothing until told to.
     pub fn new(inner: Arc<dyn Member>) -> FaultMember {
         FaultMember {
             inner,
@@ -33,6 +40,7 @@ impl FaultMember {
         }
     }
 
+    /// Faults apply only to IO overlapping the bytes `[start, end)`.
     pub fn set_range(&self, start: u64, end: u64) {
         self.range_start.store(start, Ordering::SeqCst);
         self.range_end.store(end, Ordering::SeqCst);

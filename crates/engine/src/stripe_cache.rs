@@ -145,15 +145,22 @@ struct Partition {
 /// Counters for tests and `detail`.
 #[derive(Default)]
 pub struct CacheStats {
+    /// Stripe heads taken.
     pub gets: AtomicU64,
+    /// Takes that waited for a head.
     pub waits: AtomicU64,
+    /// Waiters woken.
     pub wakeups: AtomicU64,
+    /// Times the cache grew past its size under pressure.
     pub grown: AtomicU64,
+    /// Times it shrank back.
     pub shrunk: AtomicU64,
     /// Most heads that existed at once.
     pub max_heads: AtomicUsize,
 }
 
+/// raid4/5/6's stripe cache (md's stripe heads and stripe_cache_size); exposed for its
+/// counters: [`StripeCache::size`], [`StripeCache::active`], [`StripeCache::stats`].
 pub struct StripeCache {
     parts: Box<[Partition]>,
     /// Owned heads per stripe hash slot: zero means no stripe of the slot is owned, so a
@@ -161,6 +168,7 @@ pub struct StripeCache {
     hint: Box<[AtomicUsize]>,
     size: AtomicUsize,
     heads: AtomicUsize,
+    /// Counters since the array started.
     pub stats: CacheStats,
 }
 
@@ -180,7 +188,7 @@ fn shares(size: usize, parts: usize) -> impl Iterator<Item = usize> {
 
 impl StripeCache {
     /// A cache of `size` heads over `parts` partitions (every partition gets at least one).
-    pub fn new(size: usize, parts: usize) -> StripeCache {
+    pub(crate) fn new(size: usize, parts: usize) -> StripeCache {
         assert!(parts > 0, "a stripe cache needs a partition");
         let parts: Box<[Partition]> = shares(size, parts)
             .map(|share| Partition {
@@ -267,7 +275,7 @@ impl StripeCache {
     }
 
     /// Take the head of `stripe`: wait for it (`Get::Wait`), or only if at hand (`Get::Try`).
-    pub fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_>> {
+    pub(crate) fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_>> {
         self.stats.gets.fetch_add(1, Ordering::Relaxed);
         let p = self.part_of(stripe);
         let mut st = self.lock(p);
@@ -384,7 +392,7 @@ impl StripeCache {
 
     /// Set stripe_cache_size. Shrinking frees free heads now and owned ones as they are
     /// released; growing hands new heads to waiters at once.
-    pub fn set_size(&self, size: usize) {
+    pub(crate) fn set_size(&self, size: usize) {
         self.size.store(size, Ordering::Relaxed);
         let n = self.parts.len();
         for (p, share) in shares(size, n).enumerate() {
