@@ -104,7 +104,7 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     open::configure(cli.io_engine, cli.no_direct);
-    uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
+    uraid_engine::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     let r = match cli.cmd {
         Cmd::Create(a) => {
             // The journal device too: it is overwritten like the members.

@@ -216,9 +216,9 @@ impl ServeInfo {
             "control": self.control,
             "members": self.members,
             // After a fallback (no io_uring here) this says sync.
-            "io_engine": match uraid_engine::io::io_engine() {
-                uraid_engine::io::IoEngine::Uring => "io_uring",
-                uraid_engine::io::IoEngine::Sync => "sync",
+            "io_engine": match uraid_engine::io_engine() {
+                uraid_engine::IoEngine::Uring => "io_uring",
+                uraid_engine::IoEngine::Sync => "sync",
             },
         })
     }

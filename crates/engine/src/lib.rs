@@ -97,6 +97,8 @@ pub mod file;
 pub mod fuzzing;
 #[doc(hidden)]
 pub mod identity;
+#[cfg(test)]
+mod internal_tests;
 #[doc(hidden)]
 pub mod io;
 // The raid4/5/6 write journal (md's raid5-cache) as a component: the log writer and its

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::time::Duration;
 use uraid_core::Level;
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 
 #[test]
 fn idle_array_is_marked_clean_and_the_next_write_dirties_it() {
