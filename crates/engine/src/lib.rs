@@ -111,6 +111,8 @@ pub mod member;
 pub mod meta;
 #[doc(hidden)]
 pub mod mirror;
+#[cfg(feature = "nbd")]
+pub mod nbd;
 #[doc(hidden)]
 pub mod plug;
 #[doc(hidden)]
