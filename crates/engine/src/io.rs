@@ -52,7 +52,9 @@ impl<'a> Op<'a> {
 /// Which engine runs file IO; chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoEngine {
+    /// io_uring, batched per request.
     Uring,
+    /// Synchronous pread/pwrite.
     Sync,
 }
 
@@ -69,6 +71,7 @@ pub fn set_io_engine(e: IoEngine) {
     );
 }
 
+/// The engine in use for file IO.
 pub fn io_engine() -> IoEngine {
     match ENGINE.load(Ordering::Relaxed) {
         2 => IoEngine::Sync,
