@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::{parse_chunk, parse_size_bytes, raid10, raid5};
 use uraid_core::Level;
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::JournalMode;
 use uraid_engine::{CreateOptions, MemMember, Member};
 
 #[derive(Args)]
@@ -113,7 +113,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     group_thread_cnt: usize,
     /// md's stripe_cache_size for raid4/5/6 (heads in the stripe cache).
-    #[arg(long, default_value_t = uraid_engine::stripe_cache::DEFAULT_SIZE)]
+    #[arg(long, default_value_t = uraid_engine::DEFAULT_STRIPE_CACHE_SIZE)]
     stripe_cache_size: usize,
     /// md's skip_copy for raid4/5/6: write straight from the request buffer.
     #[arg(long, value_enum, default_value_t = OnOff::On)]

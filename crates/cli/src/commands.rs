@@ -245,7 +245,7 @@ pub fn create(a: CreateArgs) -> Result<()> {
     }
     // Asked once the engine has validated everything, before it writes.
     let journal = opts.journal.clone();
-    let array = uraid_engine::create::create_confirmed(devs.clone(), &opts, &mut || {
+    let array = uraid_engine::create_confirmed(devs.clone(), &opts, &mut || {
         let mut all: Vec<&dyn Member> = devs.iter().flatten().map(|d| d.as_ref()).collect();
         let members = all.len();
         all.extend(journal.as_deref());
@@ -281,7 +281,7 @@ fn confirm_create(
 ) -> Result<()> {
     let mut warned = false;
     for d in members.iter().chain(journal) {
-        for s in uraid_engine::create::existing_signatures(*d)? {
+        for s in uraid_engine::existing_signatures(*d)? {
             let when = match &s {
                 uraid_core::signature::Signature::Md { ctime_secs, .. } => {
                     format!(" ctime={}", crate::timefmt::ctime(*ctime_secs))
@@ -351,12 +351,12 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
-        match uraid_engine::meta::read_superblock_any_checksum(dev.as_ref()) {
+        match uraid_engine::read_superblock_any_checksum(dev.as_ref()) {
             Ok((sb, computed_csum)) => {
                 // The bitmap's size counts in "Unused Space"; a superblock that is not
                 // trusted does not get its bitmap read.
                 let bitmap_sectors = (sb.sb_csum == computed_csum)
-                    .then(|| uraid_engine::bitmap::BitmapState::load(dev.as_ref(), &sb).ok())
+                    .then(|| uraid_engine::BitmapState::load(dev.as_ref(), &sb).ok())
                     .flatten()
                     .flatten()
                     .map(|b| b.sb.space_bytes() / 512);
@@ -578,8 +578,7 @@ pub fn read(a: ReadArgs) -> Result<()> {
 pub fn write(a: WriteArgs) -> Result<()> {
     let (array, _) = open_array(&a.devices, a.force, a.readonly)?;
     if let Some(m) = &a.journal_mode {
-        let mode: uraid_engine::writeback::JournalMode =
-            m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let mode: uraid_engine::JournalMode = m.parse().map_err(|e: String| anyhow::anyhow!(e))?;
         array.set_journal_mode(mode)?;
     }
     let offset = parse_bytes(&a.offset)?;

@@ -134,7 +134,7 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     open::configure(cli.io_engine, cli.no_direct);
-    uraid_engine::file::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
+    uraid_engine::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     if let Some(dir) = &cli.overlay {
         let r = match overlay_refusal(&cli.cmd) {
             Some(why) => Err(anyhow::anyhow!("--overlay is refused here: {why}")),

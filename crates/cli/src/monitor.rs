@@ -90,7 +90,7 @@ impl State {
             let Ok(dev) = crate::open::open_member(p) else {
                 continue;
             };
-            if let Ok(sb) = uraid_engine::meta::read_superblock(dev.as_ref()) {
+            if let Ok(sb) = uraid_engine::read_superblock(dev.as_ref()) {
                 sbs.push((p.display().to_string(), sb));
             }
         }

@@ -7,6 +7,8 @@ use std::sync::{Arc, OnceLock};
 use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::io::{set_io_engine, IoEngine};
 use uraid_engine::Member;
+use uraid_engine::{set_io_engine, IoEngine};
+use uraid_engine::{DirectMode, FileMember};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineArg {

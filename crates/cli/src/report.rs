@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use uraid_core::geometry::{raid10, raid5};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::JournalMode;
 use uraid_engine::{Array, SlotState, SyncKind, SyncProgress};
 
 pub fn layout_name(level: Level, layout: u32) -> String {

@@ -19,11 +19,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{CreateOptions, MemMember, Member, SyncKind};
+use uraid_engine::{DirectMode, FileMember};
 
 fn raw_read_mb_s(m: &dyn Member) -> f64 {
-    let mut buf = uraid_engine::buf::AlignedBuf::new(1 << 20);
+    let mut buf = uraid_engine::AlignedBuf::new(1 << 20);
     let t = Instant::now();
     let mut off = 0;
     while off + (1 << 20) <= m.size_bytes() {
@@ -48,7 +48,7 @@ fn concurrent_mb_s(reads: &[Arc<dyn Member>], write: &Arc<dyn Member>) -> f64 {
 
 /// Write the whole member once, in 1 MiB IOs.
 fn overwrite(m: &dyn Member) {
-    let buf = uraid_engine::buf::AlignedBuf::new(1 << 20);
+    let buf = uraid_engine::AlignedBuf::new(1 << 20);
     let mut off = 0;
     while off + (1 << 20) <= m.size_bytes() {
         m.write_at(&buf, off).unwrap();

@@ -56,15 +56,23 @@ impl Default for Tuning {
 pub struct Stats {
     /// Requests from the array's users (reads, writes), for sync throttling.
     pub requests: AtomicU64,
+    /// Member reads issued.
     pub member_reads: AtomicU64,
+    /// Member writes issued.
     pub member_writes: AtomicU64,
+    /// Array reads served by reconstruction or from another copy (md's degraded reads).
     pub degraded_reads: AtomicU64,
+    /// Read errors corrected by rewriting the block from redundancy (md's corrected_errors).
     pub corrected_reads: AtomicU64,
 }
 
 /// md fails a member after this many corrected read errors (max_corr_read_errors).
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
+/// An assembled array (md's mddev): the members, their superblocks, events, bitmap and
+/// state, and the level's personality. Made by [`create`](crate::create) or
+/// [`assemble`](crate::assemble); shared between threads as `Arc<Array>`; every request method
+/// takes `&self`.
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
     /// The level's address map (uraid-core's geometry).
@@ -84,7 +92,9 @@ pub struct Array {
     /// Sub-sector writes (read-modify-write of whole sectors) serialise here; rare.
     unaligned: Mutex<()>,
     array_bytes: u64,
+    /// Request and member IO counters.
     pub stats: Stats,
+    /// Run-time knobs (md's sysfs tunables); set them through [`Array::set_tunable`].
     pub tuning: Tuning,
     pub(crate) events: crate::events::EventBus,
     /// Serialises member changes (add, remove, spare activation, recovery completion).
@@ -177,6 +187,7 @@ impl Array {
         self.read_only.store(on, Ordering::SeqCst);
     }
 
+    /// Whether writes are refused (md's read-only or read-auto state).
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
     }
@@ -220,14 +231,17 @@ impl Array {
         self.pers.parity()
     }
 
+    /// The RAID level.
     pub fn level(&self) -> Level {
         self.geometry.level
     }
 
+    /// The array's geometry: level, members, chunk, layout and sizes.
     pub fn geometry(&self) -> &ArrayGeometry {
         &self.geometry
     }
 
+    /// The level-specific address mapping.
     pub fn personality(&self) -> &geometry::Personality {
         &self.personality
     }
@@ -246,18 +260,22 @@ impl Array {
         self.shape.write(s);
     }
 
+    /// Usable size of the array in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.array_bytes
     }
 
+    /// Number of member roles (md's raid_disks).
     pub fn raid_disks(&self) -> usize {
         self.slots.len()
     }
 
+    /// The member slot of a role: device, state, recovery cursor, bad blocks.
     pub fn slot(&self, role: MemberIdx) -> &Slot {
         &self.slots[role]
     }
 
+    /// The state of a role's member.
     pub fn slot_state(&self, role: MemberIdx) -> SlotState {
         self.slots[role].state()
     }
@@ -281,6 +299,7 @@ impl Array {
             .collect()
     }
 
+    /// Whether a role has no in-sync member.
     pub fn is_degraded(&self) -> bool {
         !self.missing_roles().is_empty()
     }
@@ -290,6 +309,7 @@ impl Array {
         self.pers.survives(&self.missing_roles())
     }
 
+    /// The superblock state (locked while the guard lives): the template and each member's.
     pub fn meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap()
     }
@@ -579,6 +599,7 @@ impl Array {
         self.pers.as_mut()
     }
 
+    /// Whether the array has a write-intent bitmap.
     pub fn has_bitmap(&self) -> bool {
         self.has_bitmap
     }

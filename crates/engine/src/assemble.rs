@@ -14,6 +14,7 @@ use uraid_core::superblock::{
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
+/// How [`assemble`] puts members together (mdadm --assemble's options).
 #[derive(Clone, Debug, Default)]
 pub struct AssembleOptions {
     /// Start even with stale members or disagreeing superblocks, as mdadm --force (also
@@ -34,29 +35,43 @@ pub struct AssembleOptions {
 /// What assembly decided about each device, for the report.
 #[derive(Clone, Debug)]
 pub struct AssembleReport {
+    /// The array's UUID, formatted as mdadm prints it.
     pub uuid: String,
+    /// The events count the array was assembled at.
     pub events: u64,
+    /// What happened to each device offered, in the order given.
     pub members: Vec<MemberReport>,
     /// The array was not stopped cleanly.
     pub unclean: bool,
 }
 
+/// What [`assemble`] did with one device.
 #[derive(Clone, Debug)]
 pub struct MemberReport {
+    /// The device's name.
     pub name: String,
+    /// The events count of its superblock.
     pub events: u64,
+    /// Whether and how it joined the array.
     pub outcome: MemberOutcome,
 }
 
+/// Whether and how one device joined an assembled array.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemberOutcome {
+    /// Joined in this role.
     Active(usize),
     /// Included although its events were behind (only with force).
     ForcedActive(usize),
+    /// Left out: its events are behind the array's (it missed writes).
     Stale,
+    /// Left out: its superblock says it failed.
     Faulty,
+    /// Joined as a spare.
     Spare,
+    /// Joined as the write journal.
     Journal,
+    /// Left out: another device already holds this role with the same superblock.
     Duplicate(usize),
     /// Being rebuilt to replace the member of this role (md's --replace); resumes.
     Replacement(usize),

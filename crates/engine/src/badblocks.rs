@@ -25,6 +25,7 @@ pub struct BadBlocks {
 }
 
 impl BadBlocks {
+    /// Whether no range is recorded.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }

@@ -19,7 +19,10 @@ use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::superblock::Superblock;
 use uraid_core::SECTOR_BYTES;
 
+/// A write-intent bitmap as md keeps it: the bitmap superblock, the on-disk bits and the
+/// in-memory counters of writes in flight per chunk.
 pub struct BitmapState {
+    /// The bitmap superblock.
     pub sb: BitmapSuper,
     /// Sectors from the superblock to the bitmap (md's bitmap_offset).
     pub offset_sectors: i64,
@@ -34,7 +37,7 @@ pub struct BitmapState {
 }
 
 impl BitmapState {
-    pub fn new(sb: BitmapSuper, offset_sectors: i64) -> BitmapState {
+    pub(crate) fn new(sb: BitmapSuper, offset_sectors: i64) -> BitmapState {
         let chunks = sb.chunks() as usize;
         BitmapState {
             bits: vec![0u8; sb.bits_bytes() as usize],
@@ -84,10 +87,12 @@ impl BitmapState {
         Ok(Some(st))
     }
 
+    /// Sectors of array data one bit covers.
     pub fn chunk_sectors(&self) -> u64 {
         self.sb.chunk_sectors()
     }
 
+    /// Number of bits (bitmap chunks).
     pub fn chunks(&self) -> u64 {
         self.counts.len() as u64
     }
@@ -99,7 +104,7 @@ impl BitmapState {
         first.min(self.chunks())..(last + 1).min(self.chunks())
     }
 
-    pub fn set_all(&mut self) {
+    pub(crate) fn set_all(&mut self) {
         for c in 0..self.chunks() {
             bm::set_dirty(&mut self.bits, c, true);
         }
@@ -112,6 +117,7 @@ impl BitmapState {
             .any(|c| bm::is_dirty(&self.bits, c))
     }
 
+    /// Bits set: chunks that may differ between members.
     pub fn dirty_chunks(&self) -> u64 {
         bm::count_dirty(&self.bits, self.chunks())
     }
@@ -132,7 +138,7 @@ impl BitmapState {
         newly
     }
 
-    pub fn end_write(&mut self, start_sector: u64, sectors: u64) {
+    pub(crate) fn end_write(&mut self, start_sector: u64, sectors: u64) {
         for c in self.chunk_range(start_sector, sectors) {
             let n = &mut self.counts[c as usize];
             debug_assert!(*n > 0, "bitmap end_write without start_write");

@@ -2,6 +2,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
+/// A zeroed, page-aligned byte buffer (for O_DIRECT member IO without a bounce buffer).
 pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
@@ -58,19 +59,23 @@ impl AlignedBuf {
         b
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the length is zero.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len bytes for the life of self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
+    /// The bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr is valid for len bytes and uniquely borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }

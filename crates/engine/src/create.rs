@@ -18,22 +18,28 @@ use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 /// mdadm's default chunk: 512 KiB.
 pub const DEFAULT_CHUNK_SECTORS: u64 = 1024;
 
+/// What [`create`] makes (mdadm --create's options).
 #[derive(Clone)]
 pub struct CreateOptions {
+    /// The RAID level.
     pub level: Level,
     /// md layout number; None picks mdadm's default for the level.
     pub layout: Option<u32>,
+    /// Chunk size in sectors; None picks mdadm's default ([`DEFAULT_CHUNK_SECTORS`]).
     pub chunk_sectors: Option<u64>,
     /// Component size in sectors; None uses the largest that fits every member.
     pub size_sectors: Option<u64>,
     /// Array name ("host:name" is mdadm's convention; a name without ':' gets the host).
     pub name: String,
+    /// Add an internal write-intent bitmap (mdadm's --bitmap=internal).
     pub bitmap: bool,
     /// Bitmap chunk in bytes (mdadm's --bitmap-chunk); None picks mdadm's default.
     pub bitmap_chunk_bytes: Option<u32>,
     /// Skip the initial sync: the caller promises the members are consistent.
     pub assume_clean: bool,
+    /// The array UUID; None makes a random one.
     pub uuid: Option<[u8; 16]>,
+    /// Where data starts on each member, in sectors; None picks mdadm's default.
     pub data_offset_sectors: Option<u64>,
     /// A write journal device (md's --write-journal): raid4/5/6 only.
     pub journal: Option<Arc<dyn Member>>,
@@ -44,6 +50,7 @@ pub struct CreateOptions {
 }
 
 impl CreateOptions {
+    /// Options for `level` with every other choice left to mdadm's defaults.
     pub fn new(level: Level) -> CreateOptions {
         CreateOptions {
             level,

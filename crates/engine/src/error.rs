@@ -5,23 +5,39 @@ use thiserror::Error;
 use uraid_core::geometry::GeometryError;
 use uraid_core::superblock::SuperblockError;
 
+/// Why an array operation failed.
 #[derive(Debug, Error)]
 pub enum ArrayError {
+    /// A member or file IO error, kept whole.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// The array has no redundancy left to serve the request.
     #[error("array cannot serve this request: {0}")]
     Failed(String),
+    /// The request reaches past the end of the array.
     #[error(
         "request at byte {offset} of {len} bytes is beyond the end of the array ({size} bytes)"
     )]
-    OutOfRange { offset: u64, len: u64, size: u64 },
+    OutOfRange {
+        /// Where the request starts, in bytes.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+        /// The array's size in bytes.
+        size: u64,
+    },
+    /// The geometry is impossible (level, member count, chunk, layout).
     #[error("{0}")]
     Geometry(#[from] GeometryError),
+    /// A member's superblock could not be read or is invalid.
     #[error("{member}: {source}")]
     Superblock {
+        /// The member's name.
         member: String,
+        /// What is wrong with it.
         source: SuperblockError,
     },
+    /// The devices do not make an array that can be started.
     #[error("{0}")]
     Assemble(String),
     /// A superblock says something uraid cannot honour (a reshape in progress, PPL, ...):
@@ -30,11 +46,15 @@ pub enum ArrayError {
     Unsupported {
         /// "name (uuid)".
         array: String,
+        /// The member whose superblock says it.
         member: String,
+        /// What uraid does not support.
         what: uraid_core::support::Unsupported,
     },
+    /// The array cannot be created as asked.
     #[error("{0}")]
     Create(String),
+    /// A write to an array that is read-only.
     #[error("array is read-only: {0}")]
     ReadOnly(String),
     /// The write journal failed: writes stop (they would have no write-hole protection,
@@ -82,7 +102,9 @@ impl From<ArrayError> for io::Error {
 /// An io::Error payload that carries an errno alongside the message.
 #[derive(Debug)]
 pub struct ErrnoMsg {
+    /// The errno to report.
     pub errno: i32,
+    /// The message.
     pub msg: String,
 }
 

@@ -4,45 +4,59 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 use uraid_core::MemberIdx;
 
+/// Something that happened to an array, in md's (mdadm --monitor's) vocabulary; see
+/// [`Array::subscribe`](crate::Array::subscribe).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A member failed and was marked faulty.
     Fail {
+        /// The role it held.
         role: MemberIdx,
+        /// The member's device name.
         device: String,
     },
     /// The array runs with members missing.
     DegradedArray,
     /// A spare was added to the array.
     SpareAdded {
+        /// The spare's device name.
         device: String,
     },
     /// A spare took the role of a missing member and recovery begins.
     SpareActive {
+        /// The role it took.
         role: MemberIdx,
+        /// The spare's device name.
         device: String,
     },
     /// Recovery (or resync) started.
     RebuildStarted {
+        /// The role being recovered; None for a resync of the whole array.
         role: Option<MemberIdx>,
     },
     /// Recovery passed NN percent (20, 40, 60, 80), as mdadm's RebuildNN.
     Rebuild {
+        /// Percent done.
         percent: u32,
     },
+    /// Recovery (or resync) finished.
     RebuildFinished {
+        /// The role recovered; None for a resync of the whole array.
         role: Option<MemberIdx>,
     },
     /// A spare being rebuilt (e.g. a replacement) failed, as mdadm's FailSpare.
     FailSpare {
+        /// The spare's device name.
         device: String,
     },
     /// A member was removed from the array.
     DeviceRemoved {
+        /// The member's device name.
         device: String,
     },
     /// A scrub (check or repair) finished with this many mismatched sectors.
     CheckFinished {
+        /// Sectors found to differ (md's mismatch_cnt).
         mismatch_sectors: u64,
     },
 }

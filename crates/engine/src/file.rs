@@ -36,6 +36,8 @@ pub enum DirectMode {
     Off,
 }
 
+/// A member on a regular file or a block device: O_DIRECT through io_uring where the
+/// file system allows it (see [`DirectMode`]), buffered otherwise.
 pub struct FileMember {
     path: PathBuf,
     buffered: File,
@@ -59,6 +61,7 @@ const BLKZEROOUT: libc::c_ulong = 0x127f;
 const BLKDISCARDZEROES: libc::c_ulong = 0x127c;
 
 impl FileMember {
+    /// Opens `path` for reading and writing.
     pub fn open(path: &Path, mode: DirectMode) -> io::Result<FileMember> {
         let buffered = OpenOptions::new()
             .read(true)
@@ -130,10 +133,12 @@ impl FileMember {
         }
     }
 
+    /// The path it was opened by.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Whether IO goes through O_DIRECT.
     pub fn uses_direct(&self) -> bool {
         self.direct.is_some()
     }

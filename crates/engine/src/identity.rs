@@ -17,9 +17,17 @@ use uraid_core::MemberIdx;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceId {
     /// A regular file: the file system's device and the inode.
-    File { dev: u64, ino: u64 },
+    File {
+        /// st_dev of the file.
+        dev: u64,
+        /// st_ino of the file.
+        ino: u64,
+    },
     /// A block device: its major:minor.
-    Block { rdev: u64 },
+    Block {
+        /// st_rdev of the device node.
+        rdev: u64,
+    },
     /// No kernel identity (memory or simulated members): the name is all there is.
     Named(String),
 }
@@ -64,7 +72,9 @@ impl std::fmt::Display for DeviceId {
 /// A member's identity: the device, and the device UUID of its md superblock if it has one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
+    /// The device it is.
     pub device: DeviceId,
+    /// The md device UUID in its superblock, if it has one.
     pub device_uuid: Option<[u8; 16]>,
 }
 

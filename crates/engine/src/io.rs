@@ -56,7 +56,9 @@ pub fn uring_ios_on_this_thread() -> u64 {
 /// Which engine runs file IO; chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoEngine {
+    /// io_uring, batched per request.
     Uring,
+    /// Synchronous pread/pwrite.
     Sync,
 }
 
@@ -73,6 +75,7 @@ pub fn set_io_engine(e: IoEngine) {
     );
 }
 
+/// The engine in use for file IO.
 pub fn io_engine() -> IoEngine {
     match ENGINE.load(Ordering::Relaxed) {
         2 => IoEngine::Sync,

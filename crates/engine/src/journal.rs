@@ -35,26 +35,49 @@ use uraid_core::journal::{
 };
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
+/// Why the journal failed.
 #[derive(Debug, Error)]
 pub enum JournalError {
+    /// IO on the journal device.
     #[error("journal {dev}: {source}")]
-    Io { dev: String, source: io::Error },
+    Io {
+        /// The journal device's name.
+        dev: String,
+        /// The error, kept whole.
+        source: io::Error,
+    },
+    /// The journal superblock's tail points at no valid log.
     #[error("journal {dev}: no valid meta block at journal_tail {tail_sectors}: {source}")]
     NoLog {
+        /// The journal device's name.
         dev: String,
+        /// The tail, in sectors.
         tail_sectors: u64,
+        /// What is wrong with the block there.
         source: fmt::JournalError,
     },
+    /// The journal device has no room for a log.
     #[error("journal {dev}: data area of {sectors} sectors is too small")]
-    TooSmall { dev: String, sectors: u64 },
+    TooSmall {
+        /// The journal device's name.
+        dev: String,
+        /// Sectors in its data area.
+        sectors: u64,
+    },
+    /// A write does not fit in the log even after reclaim.
     #[error("journal {dev}: {need_sectors} sectors do not fit in the ring ({free_sectors} free after reclaim)")]
     Full {
+        /// The journal device's name.
         dev: String,
+        /// Sectors the write needs.
         need_sectors: u64,
+        /// Sectors free.
         free_sectors: u64,
     },
+    /// A write the journal cannot log as given.
     #[error("journal: {0}")]
     BadWrite(&'static str),
+    /// IO on the array's members (during replay).
     #[error("journal: array members: {0}")]
     Members(io::Error),
 }
@@ -85,6 +108,7 @@ type Record<'a> = (MetaBlock, Vec<&'a [u8]>);
 /// Where the journal lives on its member: md's data area of the journal device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalArea {
+    /// Where the log starts on the journal device, in bytes.
     pub data_offset_bytes: u64,
     /// The journal superblock's `data_size`.
     pub size_sectors: u64,
@@ -103,6 +127,7 @@ pub trait ReplayTarget {
     /// Write one 4 KiB block at `member_sector` (relative to the data area) of `role`; a
     /// missing member is skipped (Ok).
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()>;
+    /// Makes the members' writes durable.
     fn flush(&self) -> io::Result<()>;
     /// Write one row of write-back data (`pages`: array sector, page) straight to the
     /// members, with parity computed from the other data members; Ok(false), having
@@ -147,7 +172,9 @@ impl ReplayTarget for Array {
 
 /// Plain member devices and their data offsets (tests, tools).
 pub struct MemberSet {
+    /// The members by role; None where missing.
     pub devs: Vec<Option<Arc<dyn Member>>>,
+    /// Each member's data offset, in bytes.
     pub data_offset_bytes: Vec<u64>,
 }
 
@@ -267,10 +294,13 @@ pub struct ReplayReport {
     /// Rows with data but no parity: write-back data, carried over into the new log and
     /// handed to the array with [`Journal::take_recovered`].
     pub data_only: usize,
+    /// Pages in the data-only rows.
     pub data_only_pages: usize,
+    /// Meta blocks read.
     pub meta_blocks: u64,
     /// The new `journal_tail`: the caller records it in the journal superblock.
     pub tail_sectors: u64,
+    /// Why the scan of the log stopped.
     pub why_stopped: ScanEnd,
 }
 
@@ -307,6 +337,7 @@ pub struct Journal {
 pub struct Recovered {
     /// (array sector, 4 KiB page), newest copy of each page, in log order per row.
     pub pages: Vec<(u64, Vec<u8>)>,
+    /// The tickets that keep those pages in the log.
     pub tickets: Vec<LogTicket>,
 }
 
@@ -398,10 +429,12 @@ impl Journal {
         Ok(j)
     }
 
+    /// The log's tail (md's journal_tail), in sectors.
     pub fn tail_sectors(&self) -> u64 {
         self.state.lock().unwrap().tail
     }
 
+    /// The ring's geometry.
     pub fn ring(&self) -> LogRing {
         self.ring
     }
@@ -416,6 +449,7 @@ impl Journal {
         self.failed.store(true, Ordering::SeqCst);
     }
 
+    /// The journal device's name.
     pub fn device_name(&self) -> String {
         self.dev.name()
     }

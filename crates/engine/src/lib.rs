@@ -1,66 +1,169 @@
-//! The uraid array engine: member devices at the edge, md-compatible arrays on top.
+#![warn(missing_docs, unnameable_types)]
+//! The uraid array engine: Linux md's RAID levels (raid0/1/4/5/6/10) in a library, over
+//! member devices of any kind, with md's on-disk format (superblocks v1.0/1.1/1.2, the
+//! write-intent bitmap, the raid5 journal).
 //!
-//! - [`member`]: the one member-device trait; backends: [`member::MemMember`] (memory),
-//!   [`file::FileMember`] (file or block device, O_DIRECT where possible).
-//! - [`io`]: batched member IO: each member takes its ops through [`Member::submit`]
-//!   (files queue them for io_uring, wrappers forward them), then the ring runs them.
-//! - [`array`]: an assembled array: read, write, flush, degraded operation, resync.
-//! - one module per level: [`raid0`], [`raid1`], [`raid10`], [`raid5`] (raid4/5/6);
-//!   [`mirror`] holds what raid1 and raid10 share.
-//! - [`create`] / [`assemble`]: making new arrays and putting existing members together;
-//!   [`meta`] keeps the superblocks as md does, [`bitmap`] the write-intent bitmap.
-//! - [`recovery`]: spares, recovery, resync, check/repair; [`replace`]: md's --replace.
+//! # The surface
+//!
+//! Everything an embedder needs is at the crate root:
+//!
+//! - **Members**: the [`Member`] trait (read, write, flush, discard, write-zeroes at byte
+//!   offsets) and its backends, [`MemMember`] (memory) and [`FileMember`] (a file or block
+//!   device, O_DIRECT through io_uring where possible; see [`DirectMode`], [`IoEngine`],
+//!   [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO.
+//! - **Arrays**: [`create`] (+ [`CreateOptions`], [`create_confirmed`] to ask before the
+//!   first write, [`existing_signatures`] to see what would be overwritten) and [`assemble`]
+//!   (+ [`AssembleOptions`], [`AssembleReport`]) give an [`Array`] (md's mddev).
+//! - **Requests** on [`Array`]: `read`, `write`, `flush`, `discard`, `write_zeroes`, at byte
+//!   offsets, from any number of threads; `stop` marks the superblocks clean
+//!   ([`Array::force_stop`] is the quickest safe exit).
+//! - **Members of a running array**: `add_member` ([`AddOutcome`]), `fail_member`,
+//!   `remove_member`, `replace`, their [`SlotState`]s and [`Slot`]s, and finding a device's
+//!   role again ([`Place`], [`DeviceId`]).
+//! - **Events**: [`Array::subscribe`] delivers [`Event`]s in mdadm --monitor's vocabulary.
+//! - **Sync**: `run_sync` with a [`SyncKind`] (resync, recovery, check, repair), reporting
+//!   [`SyncProgress`], paced by a [`Throttle`] with md's [`SyncLimits`].
+//! - **Journal and tunables**: [`JournalMode`] (write-through, write-back), md's sysfs knobs
+//!   through `tunables` and `set_tunable` (stripe_cache_size, group_thread_cnt, ...).
+//! - **Metadata**: [`read_superblock`] and [`BitmapState`] for examine-like tools; the formats
+//!   themselves are in `uraid_core`.
+//! - **Errors**: [`ArrayError`] (with an `errno()` for block exports), [`errno_of`].
+//! - **Background work**: [`Daemons`] (md's threads and md_check_recovery: safe mode, the
+//!   bitmap daemon, journal reclaim, spare activation, resync/recovery/replace), started
+//!   with [`Array::start_daemons`]; time comes from one [`Clock`] given at create or
+//!   assemble ([`SystemClock`] by default, [`ManualClock`] for tests and simulators).
+//! - **Rescue mode**: [`overlay`] keeps every write in copy-on-write files beside
+//!   read-only members.
+//!
+//! # Embedding
+//!
+//! ```
+//! use std::sync::Arc;
+//! use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, Level, MemMember, Member};
+//!
+//! // Three members; `FileMember::open(path, DirectMode::Auto)` for files and block devices.
+//! let members: Vec<Arc<dyn Member>> = (0..3)
+//!     .map(|i| Arc::new(MemMember::new(format!("m{i}"), 16 << 20)) as Arc<dyn Member>)
+//!     .collect();
+//! let mut opts = CreateOptions::new(Level::Raid5);
+//! opts.assume_clean = true; // fresh zeroed members: no initial resync needed
+//! let array = create(members.iter().cloned().map(Some).collect(), &opts)?;
+//! let data = vec![0x5a; 64 << 10];
+//! array.write(1 << 20, &data)?;
+//! array.flush()?;
+//! array.stop()?;
+//! drop(array);
+//!
+//! // Later, or in another process: the same members, put together from their superblocks.
+//! let (array, report) = assemble(members, &AssembleOptions::default())?;
+//! assert_eq!(report.members.len(), 3);
+//! let mut back = vec![0; data.len()];
+//! array.read(1 << 20, &mut back)?;
+//! assert_eq!(back, data);
+//! array.stop()?;
+//! # Ok::<(), uraid_engine::ArrayError>(())
+//! ```
+//!
+//! `examples/embed.rs` serves such an array over NBD with the `uraid-nbd` crate.
+//!
+//! # Inside
+//!
+//! One module per level (raid0, raid1, raid10, raid5 for raid4/5/6; mirror for what raid1 and
+//! raid10 share); create/assemble make arrays; meta keeps the superblocks as md does, bitmap
+//! the write-intent bitmap; recovery runs spares, recovery, resync and check/repair, replace
+//! md's --replace. These modules are the engine's own; `docs/ARCHITECTURE.md` maps them.
 
-pub mod array;
-pub mod assemble;
-pub mod badblocks;
-pub(crate) mod barrier;
-pub mod bitmap;
-pub mod buf;
-pub mod clock;
-pub mod create;
-pub mod daemon;
-pub mod discard;
-pub mod error;
-pub mod events;
-pub mod file;
+
+// The engine's own modules; the surface is what is re-exported below.
+mod array;
+mod assemble;
+mod badblocks;
+mod barrier;
+mod bitmap;
+mod buf;
+mod clock;
+mod create;
+mod daemon;
+mod discard;
+mod error;
+mod events;
+mod file;
+mod identity;
+mod io;
+mod levels;
+mod member;
+mod member_io;
+mod meta;
+mod mirror;
+mod placement;
+mod plug;
+mod quiesce;
+mod raid0;
+mod raid1;
+mod raid10;
+mod raid5;
+mod read_balance;
+mod recovery;
+mod replace;
+mod replacing;
+mod shape;
+mod slot;
+mod slot_state;
+mod stripe_cache;
+mod stripe_plan;
+mod stripe_workers;
+mod writeback;
+
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
-pub mod identity;
-pub mod io;
+#[cfg(test)]
+mod internal_tests;
+// The raid4/5/6 write journal (md's raid5-cache) as a component: the log writer and its
+// replay. Public so that crash tests can drive the log over their own members and hosts;
+// an embedder chooses a journal with [`CreateOptions::journal`] and [`JournalMode`].
 pub mod journal;
-pub(crate) mod levels;
-pub mod member;
-pub(crate) mod member_io;
-pub mod meta;
-pub mod mirror;
+#[cfg(feature = "nbd")]
+pub mod nbd;
 pub mod overlay;
-pub(crate) mod placement;
-pub mod plug;
-pub mod quiesce;
-pub mod raid0;
-pub mod raid1;
-pub mod raid10;
-pub mod raid5;
-pub(crate) mod read_balance;
-pub mod recovery;
-pub mod replace;
-pub(crate) mod replacing;
-pub mod shape;
-pub mod slot;
-pub(crate) mod slot_state;
-pub mod stripe_cache;
-pub mod stripe_plan;
-pub mod stripe_workers;
-pub mod writeback;
 
-pub use array::{Array, ForcedStop};
-pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
-pub use clock::{Clock, ClockSource, ManualClock, SystemClock};
-pub use create::{create, CreateOptions};
-pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons};
-pub use error::ArrayError;
+// Arrays: make, put together, run.
+pub use array::{Array, ForcedStop, Stats, Tuning, WallSecs, MAX_CORRECTED_READ_ERRORS};
+pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
+pub use create::{
+    create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
+};
+pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
-pub use member::{Batch, MemMember, Member, MemberOp, ZeroHow};
+pub use meta::Meta;
+pub use plug::Plug;
+pub use quiesce::QuiesceGuard;
+pub use shape::Shape;
+
+// md's threads, and the one clock they and every time-dependent policy read.
+pub use clock::{Clock, ClockSource, ManualClock, SystemClock};
+pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons};
+
+// Members of an array and how they are found again.
+pub use identity::{DeviceId, Identity, Place};
+pub use slot::{Slot, SlotState};
+
+// Resync, recovery, check/repair and their limits.
 pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
-pub use slot::SlotState;
+
+// raid4/5/6: the journal and the stripe cache.
+pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_CACHE_SIZE};
+pub use writeback::{JournalMode, WriteBackStats};
+
+// On-disk metadata, for examine and for tools that inspect members.
+pub use badblocks::BadBlocks;
+pub use bitmap::BitmapState;
+pub use meta::{read_superblock, read_superblock_any_checksum, write_superblock};
+
+// Member backends and member IO.
+pub use buf::AlignedBuf;
+pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
+pub use io::{io_engine, set_io_engine, IoEngine};
+pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, ZeroHow};
+
+// The core types the surface speaks in.
+pub use uraid_core::{Level, MemberIdx};

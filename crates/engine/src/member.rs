@@ -220,6 +220,7 @@ pub struct MemMember {
 }
 
 impl MemMember {
+    /// A zeroed member of `size_bytes`, called `name`.
     pub fn new(name: impl Into<String>, size_bytes: u64) -> MemMember {
         MemMember {
             name: name.into(),

@@ -106,6 +106,8 @@ impl Drop for SbChange<'_> {
     }
 }
 
+/// The superblock state of a running array, kept as md keeps it: a template with the
+/// array-wide state and each member's own superblock.
 pub struct Meta {
     /// Array-wide state, from the freshest superblock.
     pub(crate) template: Superblock,
@@ -133,7 +135,7 @@ pub struct Meta {
 }
 
 impl Meta {
-    pub fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
+    pub(crate) fn new(template: Superblock, members: Vec<Option<Superblock>>) -> Meta {
         let needs_resync = template.resync_offset != MAX_SECTOR;
         let replacements = MemberMap::from_fn(members.len(), |_| None);
         let members = MemberMap::from(members);
@@ -151,22 +153,27 @@ impl Meta {
         }
     }
 
+    /// The array-wide superblock (the freshest one, kept up to date).
     pub fn template(&self) -> &Superblock {
         &self.template
     }
 
+    /// The superblock of the member in `role`, if there is one.
     pub fn member_sb(&self, role: MemberIdx) -> Option<&Superblock> {
         self.members.get(role).and_then(|m| m.as_ref())
     }
 
+    /// The events count.
     pub fn events(&self) -> u64 {
         self.template.events
     }
 
+    /// Whether a resync is pending (the array was not stopped cleanly).
     pub fn needs_resync(&self) -> bool {
         self.needs_resync
     }
 
+    /// Whether the superblocks say the array is dirty (resync_offset not at the end).
     pub fn is_dirty(&self) -> bool {
         self.template.resync_offset != MAX_SECTOR
     }
@@ -196,7 +203,7 @@ impl Meta {
         self.write_all(a)
     }
 
-    pub fn set_resync_done(&mut self) {
+    pub(crate) fn set_resync_done(&mut self) {
         self.needs_resync = false;
     }
 
@@ -224,7 +231,7 @@ impl Meta {
         self.faulty.push((old, number));
     }
 
-    pub fn mark_faulty(&mut self, role: MemberIdx) {
+    pub(crate) fn mark_faulty(&mut self, role: MemberIdx) {
         if let Some(sb) = self.members.get(role).and_then(|m| m.as_ref()) {
             let n = sb.dev_number as usize;
             if n < self.template.dev_roles.len() {

@@ -2,13 +2,13 @@
 //! (md's mddev_suspend / the personalities' quiesce), for stop, member changes and, later,
 //! reshape.
 //!
-//! Every request holds an [`Active`] reference while it runs. The reference is a count in
-//! one of [`STRIPES`] padded counters, picked per thread, so that submitters on different
+//! Every request holds an `Active` reference while it runs. The reference is a count in
+//! one of `STRIPES` padded counters, picked per thread, so that submitters on different
 //! CPUs do not bounce one cache line (md uses a percpu_ref for the same reason). Taking it
 //! is one atomic add and one load of the `quiescing` flag; no lock.
 //!
 //! Ordering (Dekker, SeqCst on both sides): a request adds its reference, then reads
-//! `quiescing`; [`Quiesce::quiesce`] sets `quiescing`, then sums the counters. In the single
+//! `quiescing`; `Quiesce::quiesce` sets `quiescing`, then sums the counters. In the single
 //! total order one of them sees the other: the request sees the flag and backs out, or the
 //! quiescer counts the request and waits for it. Leaving: a request drops its reference,
 //! then reads `quiescing`, and only then takes the quiescer's lock to wake it. Requests held

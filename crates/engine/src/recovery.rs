@@ -33,6 +33,7 @@ pub enum SyncKind {
 }
 
 impl SyncKind {
+    /// md's name for it (sync_action's words).
     pub fn name(self) -> &'static str {
         match self {
             SyncKind::Resync => "resync",
@@ -46,15 +47,20 @@ impl SyncKind {
 /// Where a sync pass stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncProgress {
+    /// What runs.
     pub kind: SyncKind,
+    /// Units done.
     pub done_units: u64,
+    /// Units in all.
     pub total_units: u64,
     /// Bytes of array data one unit covers (for speed reports).
     pub unit_bytes: u64,
+    /// Sectors found to differ so far (check and repair; md's mismatch_cnt).
     pub mismatch_sectors: u64,
 }
 
 impl SyncProgress {
+    /// Percent done (100 for nothing to do).
     pub fn percent(&self) -> f64 {
         if self.total_units == 0 {
             100.0
@@ -89,6 +95,7 @@ impl Array {
         self.pers().cursor_for_offset(offset_sectors)
     }
 
+    /// Roles whose member is being recovered.
     pub fn recovering_roles(&self) -> Vec<MemberIdx> {
         (0..self.raid_disks())
             .map(MemberIdx)
@@ -658,6 +665,7 @@ pub struct Throttle {
 }
 
 impl Throttle {
+    /// A throttle that starts now with these limits.
     pub fn new(limits: SyncLimits) -> Throttle {
         Throttle {
             limits,

@@ -7,7 +7,7 @@
 //! instead, whose `epoch` names the personality version that maps addresses. Today there is
 //! one version (epoch 0, `Array::personality`); reshape will add the new one beside the old
 //! (versions are kept for the array's life, so a reader holding an epoch can always find
-//! its personality) and switch the shape, under quiesce, with [`Array::set_shape`].
+//! its personality) and switch the shape, under quiesce, with [`Array::set_shape`](crate::Array::set_shape).
 //!
 //! The seqlock follows Boehm's recipe for the C++/Rust memory model: the data are atomics
 //! (so a racing read is not undefined behaviour, only discarded), the reader loads the
@@ -22,10 +22,15 @@ use uraid_core::Level;
 /// What the request path needs to know about the array's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
+    /// The RAID level.
     pub level: Level,
+    /// Member roles.
     pub raid_disks: usize,
+    /// Chunk size in sectors.
     pub chunk_sectors: u64,
+    /// md layout number.
     pub layout: u32,
+    /// Array size in sectors.
     pub array_sectors: u64,
     /// Which personality version maps addresses (bumped by reshape).
     pub epoch: u64,

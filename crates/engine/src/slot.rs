@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 pub use crate::slot_state::SlotState;
 
+/// One role of the array: its member device, state, recovery cursor and bad blocks.
 pub struct Slot {
     dev: RwLock<Option<Arc<dyn Member>>>,
     data_offset_bytes: AtomicU64,
@@ -41,7 +42,7 @@ pub struct Slot {
 }
 
 impl Slot {
-    pub fn new(dev: Option<Arc<dyn Member>>, data_offset_bytes: u64) -> Slot {
+    pub(crate) fn new(dev: Option<Arc<dyn Member>>, data_offset_bytes: u64) -> Slot {
         let state = if dev.is_some() {
             SlotState::InSync
         } else {
@@ -140,11 +141,12 @@ impl Slot {
         n
     }
 
+    /// The member's state.
     pub fn state(&self) -> SlotState {
         SlotState::from_u8(self.state.load(Ordering::Acquire))
     }
 
-    pub fn set_state(&self, s: SlotState) {
+    pub(crate) fn set_state(&self, s: SlotState) {
         self.state.store(s.as_u8(), Ordering::Release);
     }
 
@@ -160,10 +162,12 @@ impl Slot {
             .is_ok()
     }
 
+    /// The member device, if any.
     pub fn device(&self) -> Option<Arc<dyn Member>> {
         self.dev.read().unwrap().clone()
     }
 
+    /// The member device's name, if any.
     pub fn device_name(&self) -> Option<String> {
         self.dev.read().unwrap().as_ref().map(|d| d.name())
     }
@@ -181,6 +185,7 @@ impl Slot {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Bumped each time the slot changes member, so a stale view can tell.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
@@ -194,10 +199,12 @@ impl Slot {
         }
     }
 
+    /// Where data starts on the member, in bytes.
     pub fn data_offset_bytes(&self) -> u64 {
         self.data_offset_bytes.load(Ordering::Acquire)
     }
 
+    /// While recovering: array-relative sectors of the role rebuilt so far.
     pub fn recovery_cursor(&self) -> u64 {
         self.recovery_cursor.load(Ordering::Acquire)
     }
@@ -206,6 +213,7 @@ impl Slot {
         self.recovery_cursor.store(unit, Ordering::Release);
     }
 
+    /// Whether recovery covers only the bitmap's dirty chunks (a re-added member).
     pub fn bitmap_recovery(&self) -> bool {
         self.bitmap_recovery.load(Ordering::Acquire)
     }

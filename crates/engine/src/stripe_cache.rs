@@ -163,10 +163,15 @@ struct Partition {
 /// Counters for tests and `detail`.
 #[derive(Default)]
 pub struct CacheStats {
+    /// Stripe heads taken.
     pub gets: AtomicU64,
+    /// Takes that waited for a head.
     pub waits: AtomicU64,
+    /// Waiters woken.
     pub wakeups: AtomicU64,
+    /// Times the cache grew past its size under pressure.
     pub grown: AtomicU64,
+    /// Times it shrank back.
     pub shrunk: AtomicU64,
     /// Most heads that existed at once.
     pub max_heads: AtomicUsize,
@@ -174,8 +179,10 @@ pub struct CacheStats {
     pub max_cached_pages: AtomicUsize,
 }
 
-/// The stripe cache; `T` is the journal's handle of a logged record, which cached heads
-/// keep until their pages are on the members.
+/// raid4/5/6's stripe cache (md's stripe heads and stripe_cache_size); exposed for its
+/// counters: [`StripeCache::size`], [`StripeCache::active`], [`StripeCache::stats`]. `T` is
+/// the journal's handle of a logged record, which cached heads keep until their pages are
+/// on the members.
 pub struct StripeCache<T = ()> {
     parts: Box<[Partition]>,
     /// Owned heads per stripe hash slot: zero means no stripe of the slot is owned, so a
@@ -183,6 +190,7 @@ pub struct StripeCache<T = ()> {
     hint: Box<[AtomicUsize]>,
     size: AtomicUsize,
     heads: AtomicUsize,
+    /// Counters since the array started.
     pub stats: CacheStats,
     /// Cached heads (write-back), with the lists reclaim picks from.
     cached: Mutex<Cached<T>>,
@@ -206,7 +214,7 @@ fn shares(size: usize, parts: usize) -> impl Iterator<Item = usize> {
 
 impl<T> StripeCache<T> {
     /// A cache of `size` heads over `parts` partitions (every partition gets at least one).
-    pub fn new(size: usize, parts: usize) -> StripeCache<T> {
+    pub(crate) fn new(size: usize, parts: usize) -> StripeCache<T> {
         assert!(parts > 0, "a stripe cache needs a partition");
         let parts: Box<[Partition]> = shares(size, parts)
             .map(|share| Partition {
@@ -295,7 +303,7 @@ impl<T> StripeCache<T> {
     }
 
     /// Take the head of `stripe`: wait for it (`Get::Wait`), or only if at hand (`Get::Try`).
-    pub fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_, T>> {
+    pub(crate) fn get(&self, stripe: u64, how: Get) -> Option<StripeHead<'_, T>> {
         self.stats.gets.fetch_add(1, Ordering::Relaxed);
         let p = self.part_of(stripe);
         let mut st = self.lock(p);
@@ -412,7 +420,7 @@ impl<T> StripeCache<T> {
 
     /// Set stripe_cache_size. Shrinking frees free heads now and owned ones as they are
     /// released; growing hands new heads to waiters at once.
-    pub fn set_size(&self, size: usize) {
+    pub(crate) fn set_size(&self, size: usize) {
         self.size.store(size, Ordering::Relaxed);
         let n = self.parts.len();
         for (p, share) in shares(size, n).enumerate() {

@@ -46,7 +46,9 @@ const PAGE_SECTORS: u64 = 8;
 /// md's `journal_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JournalMode {
+    /// Data reaches the members before the write completes.
     WriteThrough,
+    /// Data is complete once in the journal; the members are written later.
     WriteBack,
 }
 
@@ -92,8 +94,11 @@ pub const PERIODIC_AGE: Duration = Duration::from_secs(5);
 /// Counters for `detail`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteBackStats {
+    /// Stripes with data in the cache not yet on the members.
     pub cached_stripes: usize,
+    /// Pages with data not yet on the members.
     pub cached_pages: usize,
+    /// Stripes written out to the members since the array started.
     pub written_out_stripes: u64,
 }
 

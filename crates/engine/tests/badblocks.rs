@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::superblock::FEATURE_BAD_BLOCKS;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, AssembleOptions, Member, SlotState};
+use uraid_engine::{DirectMode, FileMember};
 use uraid_sim::FaultMember;
 use uraid_testkit::engine::*;
 
@@ -80,7 +80,7 @@ fn run_level(level: Level, disks: usize, seed: u64) {
     );
     let bb = a.slot(MemberIdx(0)).bad_blocks();
     assert!(bb.overlaps(bad_byte / 512, 1), "{level}: {bb:?}");
-    let sb = uraid_engine::meta::read_superblock(mems[0].as_ref()).unwrap();
+    let sb = uraid_engine::read_superblock(mems[0].as_ref()).unwrap();
     assert_ne!(sb.feature_map & FEATURE_BAD_BLOCKS, 0);
     // The device now reads the sector, but the log still says bad: redundancy answers.
     flaky.fail_reads.store(false, Ordering::SeqCst);
@@ -114,7 +114,7 @@ fn run_level(level: Level, disks: usize, seed: u64) {
             a.slot(MemberIdx(0)).bad_blocks()
         );
         a.stop().unwrap();
-        let sb = uraid_engine::meta::read_superblock(mems[0].as_ref()).unwrap();
+        let sb = uraid_engine::read_superblock(mems[0].as_ref()).unwrap();
         assert_eq!(sb.feature_map & FEATURE_BAD_BLOCKS, 0);
     }
     assert!(read_all(&a) == model);
@@ -142,7 +142,7 @@ fn without_a_log_the_member_is_failed() {
     let mut o = create_opts(&c);
     o.data_offset_sectors = Some(16);
     let a = uraid_engine::create(devs, &o).unwrap();
-    let sb = uraid_engine::meta::read_superblock(mems[0].as_ref()).unwrap();
+    let sb = uraid_engine::read_superblock(mems[0].as_ref()).unwrap();
     assert_eq!(sb.bblog_size * (sb.bblog_offset != 0) as u16, 0, "{sb:?}");
     flaky.set_range(16 * 512, 17 * 512);
     flaky.fail_reads.store(true, Ordering::SeqCst);

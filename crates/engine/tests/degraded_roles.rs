@@ -6,7 +6,7 @@ use rand::Rng;
 use std::sync::Arc;
 use uraid_core::superblock::ROLE_SPARE;
 use uraid_core::Level;
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, MemberOutcome};
 use uraid_testkit::engine::*;
 

@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use uraid_core::geometry::Personality;
 use uraid_core::Level;
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{assemble, Array, ArrayError, AssembleOptions, Member, ZeroHow};
 use uraid_sim::FaultMember;
 use uraid_testkit::engine::*;
+use uraid_engine::{DirectMode, FileMember};
 
 /// Bytes [start, end) of `offset+len` that the members change as a whole: whole sectors,
 /// whole stripes on raid4/5/6 (computed here from the geometry, not asked of the engine).
@@ -411,7 +411,7 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
     // The zeroing offload, then BLKDISCARD under md's devices_handle_discard_safely (a loop
     // device punches a hole either way). No other test here uses block devices.
     for safely in [false, true] {
-        uraid_engine::file::set_devices_handle_discard_safely(safely);
+        uraid_engine::set_devices_handle_discard_safely(safely);
         let mut data = vec![0u8; size as usize];
         rng(4).fill(&mut data[..]);
         a.write(0, &data).unwrap();
@@ -428,7 +428,7 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
         assert!(read_all(&a).iter().all(|&b| b == 0), "not zeros");
         assert_eq!(a.check().unwrap(), 0);
     }
-    uraid_engine::file::set_devices_handle_discard_safely(false);
+    uraid_engine::set_devices_handle_discard_safely(false);
     drop(a);
     drop(members);
     drop(loops);

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use uraid_core::geometry::ParityGeometry;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::journal::*;
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
 
 const PAGE: usize = 4096;

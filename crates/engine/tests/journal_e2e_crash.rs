@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
 use uraid_core::geometry::{ParityGeometry, Personality};
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::meta::read_superblock;
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::read_superblock;
+use uraid_engine::JournalMode;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
 
 const PAGE: usize = 4096;

@@ -6,7 +6,7 @@ use rand::Rng;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::Level;
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::JournalMode;
 use uraid_engine::{assemble, ArrayError, AssembleOptions, MemMember, Member};
 use uraid_sim::FaultMember;
 use uraid_testkit::engine::*;
@@ -227,7 +227,7 @@ fn concurrent_writers_and_the_reclaim_daemon_agree() {
 fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
     use uraid_core::geometry::Personality;
     use uraid_engine::journal::{Journal, JournalArea, JournalHost, MemberSet};
-    use uraid_engine::meta::{read_superblock, write_superblock};
+    use uraid_engine::{read_superblock, write_superblock};
     struct NoHost;
     impl JournalHost for NoHost {
         fn flush_members(&self) -> std::io::Result<()> {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use uraid_core::superblock::MetadataVersion;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 use uraid_engine::{assemble, AssembleOptions, CreateOptions, MemMember, Member, SyncKind};
 use uraid_testkit::engine::as_members;
 

@@ -476,7 +476,7 @@ fn shape_changes_under_io_are_seen_whole() {
             });
         }
         for k in 1..=changes {
-            a.set_shape(uraid_engine::shape::Shape {
+            a.set_shape(uraid_engine::Shape {
                 epoch: k,
                 layout: (k % 7) as u32,
                 ..base

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::{CreateOptions, Member, SlotState, SyncKind};
 use uraid_testkit::tmp::{TempDir, MIB};
+use uraid_engine::{DirectMode, FileMember};
 
 const BLOCK: usize = 64 * 1024;
 

@@ -259,22 +259,6 @@ fn check_counts_and_repair_fixes_mismatches_raid6_locates_bad_data() {
     }
 }
 
-#[test]
-fn locate_bad_data_finds_the_slot() {
-    use uraid_engine::raid5::locate_bad_data;
-    // dq = {02}^z * dp for z = 3.
-    let dp = [1u8, 7, 0, 0x80];
-    let dq: Vec<u8> = dp
-        .iter()
-        .map(|&x| uraid_parity::gf::mul(x, uraid_parity::gf::exp2(3)))
-        .collect();
-    assert_eq!(locate_bad_data(&dp, &dq, 4), Some(3));
-    assert_eq!(locate_bad_data(&dp, &dq, 3), None);
-    let mut bad = dq.clone();
-    bad[0] ^= 1;
-    assert_eq!(locate_bad_data(&dp, &bad, 8), None);
-}
-
 /// md halves a member's corrected-read-error count for every hour without errors
 /// (check_decay_read_errors), so only a member that keeps failing passes the limit of 20.
 #[test]

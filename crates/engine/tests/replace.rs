@@ -182,7 +182,7 @@ fn replace_under_concurrent_io_keeps_redundancy_and_data() {
         }
         // The old member is out: its role in the superblocks is faulty.
         let meta = a.meta();
-        let old_sb = uraid_engine::meta::read_superblock(mems[ROLE.0].as_ref()).unwrap();
+        let old_sb = uraid_engine::read_superblock(mems[ROLE.0].as_ref()).unwrap();
         assert_eq!(
             meta.template().dev_roles[old_sb.dev_number as usize],
             uraid_core::superblock::ROLE_FAULTY
@@ -297,7 +297,7 @@ fn replacement_failing_mid_replace_leaves_the_old_member() {
 }
 
 fn sb_of(m: &dyn Member) -> Superblock {
-    uraid_engine::meta::read_superblock(m).unwrap()
+    uraid_engine::read_superblock(m).unwrap()
 }
 
 #[test]
@@ -452,7 +452,7 @@ fn read_error_on_the_old_member_is_repaired_from_redundancy() {
 /// mdadm reads a replacement's superblock as md's: "Replacement device" in the role's slot.
 #[test]
 fn mdadm_examine_shows_the_replacement() {
-    use uraid_engine::file::{DirectMode, FileMember};
+    use uraid_engine::{DirectMode, FileMember};
     if !uraid_testkit::need_tool("mdadm", "mdadm_examine_shows_the_replacement") {
         return;
     }

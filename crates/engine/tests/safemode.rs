@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 use uraid_core::Level;
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 use uraid_testkit::engine::*;
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use uraid_core::Level;
-use uraid_engine::identity::Place;
+use uraid_engine::Place;
 use uraid_engine::{assemble, AssembleOptions, MemMember, Member, SlotState};
 use uraid_testkit::engine::*;
 
@@ -120,11 +120,10 @@ fn create_asks_after_validating_and_before_writing() {
     }
     let before: Vec<Vec<u8>> = mems.iter().map(|m| m.snapshot()).collect();
     let mut asked = 0;
-    let no =
-        uraid_engine::create::create_confirmed(as_members(&mems), &create_opts(&c), &mut || {
-            asked += 1;
-            Err(uraid_engine::ArrayError::Create("answered no".into()))
-        });
+    let no = uraid_engine::create_confirmed(as_members(&mems), &create_opts(&c), &mut || {
+        asked += 1;
+        Err(uraid_engine::ArrayError::Create("answered no".into()))
+    });
     assert_eq!(no.err().map(|e| e.to_string()), Some("answered no".into()));
     assert_eq!(asked, 1);
     for (m, b) in mems.iter().zip(&before) {
@@ -134,16 +133,13 @@ fn create_asks_after_validating_and_before_writing() {
     let mut bad = create_opts(&c);
     bad.chunk_sectors = Some(3);
     let mut asked = 0;
-    let r = uraid_engine::create::create_confirmed(as_members(&mems), &bad, &mut || {
+    let r = uraid_engine::create_confirmed(as_members(&mems), &bad, &mut || {
         asked += 1;
         Ok(())
     });
     assert!(r.is_err());
     assert_eq!(asked, 0);
-    assert!(uraid_engine::create::create_confirmed(
-        as_members(&mems),
-        &create_opts(&c),
-        &mut || Ok(())
-    )
-    .is_ok());
+    assert!(
+        uraid_engine::create_confirmed(as_members(&mems), &create_opts(&c), &mut || Ok(())).is_ok()
+    );
 }

@@ -5,7 +5,7 @@ use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
-use uraid_engine::buf::AlignedBuf;
+use uraid_engine::AlignedBuf;
 use uraid_engine::{Array, Member};
 
 /// Page size of the brd-like member: one lock per page, as brd keeps its data in pages.
