@@ -155,12 +155,14 @@ impl<T> CachedHead<T> {
         }
     }
 
-    /// Rows in which every data member has a page. Arrays of more than 64 data members
-    /// never have one: their heads go out as partial ones, which is only slower.
-    fn all(&self) -> u64 {
+    /// The mask of a row in which every data member has a page; None for arrays of more
+    /// than 64 data members, whose rows are never counted full (their heads go out as
+    /// partial ones, which is only slower).
+    fn all(&self) -> Option<u64> {
         match self.dev.len() {
-            n if n >= 64 => u64::MAX,
-            n => (1u64 << n) - 1,
+            64 => Some(u64::MAX),
+            n if n > 64 => None,
+            n => Some((1u64 << n) - 1),
         }
     }
 
@@ -223,7 +225,7 @@ impl<T> CachedHead<T> {
         let all = self.all();
         let mask = self.rows.entry(row).or_insert(0);
         *mask |= 1u64.checked_shl(dev as u32).unwrap_or(0);
-        if *mask == all {
+        if Some(*mask) == all {
             self.full_rows += 1;
         }
         self.pages += 1;
@@ -535,6 +537,21 @@ mod tests {
         assert_eq!((r.tickets, r.rows), (vec![7], 1));
         assert_eq!(c.cached_pages(), 0);
         assert_eq!(c.with_cached(|k| k.heads()), 0);
+    }
+
+    #[test]
+    fn rows_of_wide_arrays_are_never_full() {
+        let now = Instant::now();
+        let mut h = CachedHead::<()>::new(65, 0, now);
+        for dev in 0..64 {
+            h.cache(dev, 0, &[0; 8]).unwrap();
+        }
+        assert!(!h.is_full(), "member 64 has no page");
+        let mut h = CachedHead::<()>::new(64, 0, now);
+        for dev in 0..64 {
+            h.cache(dev, 0, &[0; 8]).unwrap();
+        }
+        assert!(h.is_full());
     }
 
     /// What the naive model knows of a page.
