@@ -4,8 +4,6 @@ use anyhow::Result;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use uraid_engine::file::{DirectMode, FileMember};
-use uraid_engine::io::{set_io_engine, IoEngine};
 use uraid_engine::Member;
 use uraid_engine::{set_io_engine, IoEngine};
 use uraid_engine::{DirectMode, FileMember};

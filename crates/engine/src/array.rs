@@ -314,6 +314,13 @@ impl Array {
         self.meta.lock().unwrap()
     }
 
+    /// Write every member's superblock now with the array's current state (events, member
+    /// states, recovery cursors), as md does on a metadata update; a sync in progress is
+    /// then resumed from here after a crash.
+    pub fn write_superblocks(&self) -> Result<(), ArrayError> {
+        self.meta().write_all(self)
+    }
+
     /// The run-time knobs by md's sysfs names, with their values.
     pub fn tunables(&self) -> Vec<(&'static str, String)> {
         self.pers.tunables(self)

@@ -189,10 +189,6 @@ impl BitmapState {
         self.sb.events_cleared = events;
     }
 
-    pub fn changed(&self) -> bool {
-        self.changed
-    }
-
     /// Write the bitmap superblock (events in step with the array) and the bits.
     pub fn write(
         &self,

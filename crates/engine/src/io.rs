@@ -19,12 +19,16 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// One member IO.
 pub struct Op<'a> {
+    /// The member it goes to.
     pub member: &'a dyn Member,
+    /// Byte offset on the member.
     pub offset: u64,
+    /// What to read into or write.
     pub buf: OpBuf<'a>,
 }
 
 impl<'a> Op<'a> {
+    /// Read `buf.len()` bytes at `offset` of `member`.
     pub fn read(member: &'a dyn Member, offset: u64, buf: &'a mut [u8]) -> Op<'a> {
         Op {
             member,
@@ -33,6 +37,7 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// Write `buf` at `offset` of `member`.
     pub fn write(member: &'a dyn Member, offset: u64, buf: &'a [u8]) -> Op<'a> {
         Op {
             member,

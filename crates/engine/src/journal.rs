@@ -20,7 +20,6 @@
 //! The tail always points at a valid meta block: the oldest record still in flight, or
 //! else a new empty meta block at the head.
 
-use crate::array::Array;
 use crate::error::ArrayError;
 use crate::member::Member;
 use std::collections::BTreeMap;
@@ -140,33 +139,6 @@ pub trait ReplayTarget {
         _pages: &[(u64, &[u8])],
     ) -> io::Result<bool> {
         Ok(false)
-    }
-}
-
-impl ReplayTarget for Array {
-    fn write_data_row(
-        &self,
-        g: &ParityGeometry,
-        stripe_sector: u64,
-        pages: &[(u64, &[u8])],
-    ) -> io::Result<bool> {
-        crate::writeback::write_row_direct(self, g, stripe_sector, pages)
-    }
-
-    fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
-        match self.live(role) {
-            Some(dev) => dev.write_at(page, self.member_byte(role, member_sector)),
-            None => Ok(()),
-        }
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        for r in 0..self.raid_disks() {
-            if let Some(dev) = self.live(MemberIdx(r)) {
-                dev.flush()?;
-            }
-        }
-        Ok(())
     }
 }
 

@@ -73,7 +73,6 @@
 //! the write-intent bitmap; recovery runs spares, recovery, resync and check/repair, replace
 //! md's --replace. These modules are the engine's own; `docs/ARCHITECTURE.md` maps them.
 
-
 // The engine's own modules; the surface is what is re-exported below.
 mod array;
 mod assemble;
@@ -89,7 +88,6 @@ mod error;
 mod events;
 mod file;
 mod identity;
-mod io;
 mod levels;
 mod member;
 mod member_io;
@@ -112,7 +110,6 @@ mod slot_state;
 mod stripe_cache;
 mod stripe_plan;
 mod stripe_workers;
-mod writeback;
 
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
@@ -121,6 +118,9 @@ mod internal_tests;
 // The raid4/5/6 write journal (md's raid5-cache) as a component: the log writer and its
 // replay. Public so that crash tests can drive the log over their own members and hosts;
 // an embedder chooses a journal with [`CreateOptions::journal`] and [`JournalMode`].
+/// Batched member IO, as the engine runs it: for embedders that write their own
+/// [`Member`] wrappers and want to see a batch go through them.
+pub mod io;
 pub mod journal;
 #[cfg(feature = "nbd")]
 pub mod nbd;
@@ -151,8 +151,8 @@ pub use slot::{Slot, SlotState};
 pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 
 // raid4/5/6: the journal and the stripe cache.
+pub use raid5::writeback::{JournalMode, WriteBackStats, PERIODIC_AGE};
 pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_CACHE_SIZE};
-pub use writeback::{JournalMode, WriteBackStats};
 
 // On-disk metadata, for examine and for tools that inspect members.
 pub use badblocks::BadBlocks;
@@ -163,7 +163,7 @@ pub use meta::{read_superblock, read_superblock_any_checksum, write_superblock};
 pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
 pub use io::{io_engine, set_io_engine, IoEngine};
-pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, ZeroHow};
+pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
 
 // The core types the surface speaks in.
 pub use uraid_core::{Level, MemberIdx};

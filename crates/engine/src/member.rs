@@ -72,7 +72,9 @@ pub trait Member: Send + Sync {
 
 /// The buffer of one member IO: filled by a read, written by a write.
 pub enum OpBuf<'a> {
+    /// A read fills this buffer.
     Read(&'a mut [u8]),
+    /// A write stores these bytes.
     Write(&'a [u8]),
 }
 
@@ -97,6 +99,7 @@ impl<'a> MemberOp<'a> {
         &self.buf
     }
 
+    /// Bytes the op reads or writes.
     pub fn len(&self) -> usize {
         match &self.buf {
             OpBuf::Read(b) => b.len(),
@@ -104,10 +107,12 @@ impl<'a> MemberOp<'a> {
         }
     }
 
+    /// Whether the op moves no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Whether the op is a write.
     pub fn is_write(&self) -> bool {
         matches!(self.buf, OpBuf::Write(_))
     }

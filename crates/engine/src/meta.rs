@@ -242,7 +242,7 @@ impl Meta {
 
     /// Write only the bitmap (bits and superblock, same events) on every member holding
     /// data, and flush: a write must not reach the members before its bits do.
-    pub fn write_bitmap(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
+    pub(crate) fn write_bitmap(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         let Some(bm) = self.bitmap.as_ref() else {
             return Ok(());
         };
@@ -293,7 +293,7 @@ impl Meta {
 
     /// Bump events and write the superblock of every member that holds data (in sync or
     /// recovering) and of every spare, then flush them.
-    pub fn write_all(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
+    pub(crate) fn write_all(&mut self, a: &dyn SbHost) -> Result<(), ArrayError> {
         // --readonly: md does not write superblocks of a read-only array either (a failed
         // member is then recorded by the next read-write assembly).
         if self.read_only {

@@ -50,26 +50,46 @@ const MAP_VERSION: u32 = 1;
 pub const MAP_BITS_OFFSET: u64 = 4096;
 pub(crate) const MAP_HEADER_BYTES: usize = 32;
 
+/// What can go wrong with an overlay; each names the file, member or directory.
 #[derive(Debug, Error)]
 pub enum OverlayError {
+    /// IO on one of the overlay's files failed.
     #[error("{path}: {source}")]
-    Io { path: String, source: io::Error },
+    Io {
+        /// The file.
+        path: String,
+        /// The error as the system gave it.
+        source: io::Error,
+    },
     /// A member that cannot be opened (the error names its path).
     #[error("cannot open member {0}")]
     Open(io::Error),
+    /// The manifest is missing, unreadable or inconsistent.
     #[error("overlay {dir}: {what}")]
-    Manifest { dir: String, what: String },
+    Manifest {
+        /// The overlay directory.
+        dir: String,
+        /// What is wrong with it.
+        what: String,
+    },
     /// The member is not the device the overlay was made over.
     #[error("overlay {dir}: member {member}: {what}")]
     Mismatch {
+        /// The overlay directory.
         dir: String,
+        /// The member's path.
         member: String,
+        /// How it differs from what the manifest records.
         what: String,
     },
+    /// Another process holds the overlay's lock.
     #[error(
         "overlay {dir} is in use by another uraid process (a running `uraid serve --overlay`?)"
     )]
-    InUse { dir: String },
+    InUse {
+        /// The overlay directory.
+        dir: String,
+    },
 }
 
 pub(crate) fn io_at(path: &Path) -> impl FnOnce(io::Error) -> OverlayError + '_ {
@@ -94,12 +114,16 @@ pub struct ChunkMap {
 /// A piece of a read: where its bytes come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Segment {
+    /// Byte offset on the member.
     pub offset: u64,
+    /// Bytes in the piece.
     pub len: u64,
+    /// Whether the bytes come from the overlay (else from the member).
     pub in_overlay: bool,
 }
 
 impl ChunkMap {
+    /// An empty map of a member of `size_bytes`.
     pub fn new(size_bytes: u64) -> ChunkMap {
         let chunks = size_bytes.div_ceil(CHUNK_BYTES);
         ChunkMap {
@@ -114,14 +138,17 @@ impl ChunkMap {
         (m.bits.len() == bits.len()).then_some(ChunkMap { size_bytes, bits })
     }
 
+    /// The bit bytes, as stored in the map file.
     pub fn bits(&self) -> &[u8] {
         &self.bits
     }
 
+    /// Chunks of the member (the last may be short).
     pub fn chunks(&self) -> u64 {
         self.size_bytes.div_ceil(CHUNK_BYTES)
     }
 
+    /// Whether the overlay holds `chunk`.
     pub fn contains(&self, chunk: u64) -> bool {
         self.bits[(chunk / 8) as usize] & (1 << (chunk % 8)) != 0
     }
@@ -149,6 +176,7 @@ impl ChunkMap {
         offset / CHUNK_BYTES..(offset + len).div_ceil(CHUNK_BYTES)
     }
 
+    /// Whether the overlay holds every chunk of `chunks`.
     pub fn all_held(&self, chunks: Range<u64>) -> bool {
         chunks.into_iter().all(|c| self.contains(c))
     }
@@ -283,6 +311,7 @@ pub struct ReadOnlyFile {
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 
 impl ReadOnlyFile {
+    /// Open `path` read-only (a file or a block device).
     pub fn open(path: &Path) -> io::Result<ReadOnlyFile> {
         let file = File::open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;

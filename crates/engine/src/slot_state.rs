@@ -2,11 +2,16 @@
 //! module, so that what only names a state (reports, [`crate::identity::Place`]) needs
 //! nothing else of the slots.
 
+/// The state of a role's member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotState {
+    /// No member holds the role.
     Missing,
+    /// The member holds every block of the role.
     InSync,
+    /// The member is being rebuilt (up to its recovery cursor).
     Recovering,
+    /// The member failed; it serves no IO.
     Faulty,
 }
 

@@ -35,7 +35,7 @@
 //! active; its pages change only while it is active (through [`StripeHead`]), readers see
 //! them at any time. Active heads are bounded by `stripe_cache_size`, cached ones by
 //! write-back's page limit (`set_writeback_max_pages`, enforced by reclaim in
-//! [`crate::writeback`]). The pages' flags and their legal transitions: [`head`].
+//! [`crate::raid5::writeback`]). The pages' flags and their legal transitions: [`head`].
 
 use crate::buf::AlignedBuf;
 use std::collections::{HashMap, VecDeque};
@@ -46,9 +46,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::Thread;
 
 pub mod head;
-pub use head::{
-    next_page_state, Cached, CachedHead, IllegalTransition, PageEvent, PageFlags, Released,
-};
+pub(crate) use head::{Cached, CachedHead, IllegalTransition, PageEvent, Released};
 
 /// Hash partitions (md's NR_STRIPE_HASH_LOCKS).
 pub const PARTITIONS: usize = 8;
@@ -83,13 +81,6 @@ impl HeadBufs {
             Some(i) => self.bufs.swap_remove(i),
             None => AlignedBuf::scratch(len),
         }
-    }
-
-    /// A zeroed buffer of `len` bytes.
-    pub fn take_zeroed(&mut self, len: usize) -> AlignedBuf {
-        let mut b = self.take(len);
-        b.fill(0);
-        b
     }
 
     /// Give a buffer back; the head keeps it if it is small and the head is under its cap.
@@ -501,7 +492,7 @@ impl<T> StripeCache<T> {
     }
 
     /// Look at the cached heads and their lists (under the cache's lock: keep it short).
-    pub fn with_cached<R>(&self, f: impl FnOnce(&Cached<T>) -> R) -> R {
+    pub(crate) fn with_cached<R>(&self, f: impl FnOnce(&Cached<T>) -> R) -> R {
         f(&self.cached())
     }
 
@@ -517,7 +508,7 @@ impl<T> StripeHead<'_, T> {
     /// Cache pages of this stripe, (data member, row, data) each, logged under `ticket`
     /// (Cache). `data_disks` and `seq` (log order) make the head if it is not cached yet.
     /// Returns the rows new to the head.
-    pub fn cache_pages(
+    pub(crate) fn cache_pages(
         &self,
         data_disks: usize,
         pages: &[(usize, u64, &[u8])],
@@ -561,7 +552,7 @@ impl<T> StripeHead<'_, T> {
     }
 
     /// Write-out of rows `rows` starts (BeginWrite).
-    pub fn begin_write(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
+    pub(crate) fn begin_write(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
         let mut c = self.cache.cached();
         c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
             h.begin_write(rows)
@@ -570,7 +561,7 @@ impl<T> StripeHead<'_, T> {
     }
 
     /// Rows `rows` are on the members (WriteDone).
-    pub fn write_done(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
+    pub(crate) fn write_done(&self, rows: Range<u64>) -> Result<(), IllegalTransition> {
         let mut c = self.cache.cached();
         c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
             h.write_done(rows)
@@ -579,7 +570,7 @@ impl<T> StripeHead<'_, T> {
     }
 
     /// The write-out failed: the head stays cached, every page Cached (WriteFailed).
-    pub fn write_failed(&self) -> Result<(), IllegalTransition> {
+    pub(crate) fn write_failed(&self) -> Result<(), IllegalTransition> {
         let mut c = self.cache.cached();
         c.update(self.stripe, None::<fn() -> CachedHead<T>>, |h| {
             h.write_failed()
@@ -589,7 +580,7 @@ impl<T> StripeHead<'_, T> {
 
     /// Every page is on its member: the head leaves the cache (Finish). Nothing if it
     /// was not cached.
-    pub fn finish(&self) -> Result<Released<T>, IllegalTransition> {
+    pub(crate) fn finish(&self) -> Result<Released<T>, IllegalTransition> {
         let mut c = self.cache.cached();
         let r = c.remove(self.stripe, PageEvent::Finish);
         self.cache.sync_count(&c);
@@ -597,7 +588,7 @@ impl<T> StripeHead<'_, T> {
     }
 
     /// A full-stripe write replaced the head's data: it leaves the cache (Supersede).
-    pub fn supersede(&self) -> Result<Released<T>, IllegalTransition> {
+    pub(crate) fn supersede(&self) -> Result<Released<T>, IllegalTransition> {
         let mut c = self.cache.cached();
         let r = c.remove(self.stripe, PageEvent::Supersede);
         self.cache.sync_count(&c);

@@ -53,6 +53,7 @@ pub enum Plan {
 
 impl Plan {
     /// Member blocks this plan reads (md's rmw/rcw counts).
+    #[cfg(test)]
     pub fn reads(&self, s: &Summary) -> usize {
         match self {
             Plan::Full | Plan::Unrecoverable => 0,

@@ -82,10 +82,6 @@ impl Workers {
         self.shared.threads
     }
 
-    pub fn wakeups(&self) -> u64 {
-        self.shared.wakeups.load(Ordering::Relaxed)
-    }
-
     /// Run `f` on a worker and wait for it. A panic in `f` is resumed here.
     pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let mut f = Some(f);

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 use uraid_core::Level;
-use uraid_engine::meta::read_superblock;
-use uraid_engine::writeback::{JournalMode, PERIODIC_AGE};
+use uraid_engine::read_superblock;
 use uraid_engine::{assemble, AssembleOptions, ManualClock, MemMember, Member};
+use uraid_engine::{JournalMode, PERIODIC_AGE};
 use uraid_testkit::engine::*;
 
 const T0: u64 = 1_600_000_000;

@@ -5,7 +5,7 @@ use rand::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::meta::read_superblock;
+use uraid_engine::read_superblock;
 use uraid_engine::{
     assemble, AddOutcome, Array, AssembleOptions, DaemonNote, DaemonOptions, ManualClock,
     MemMember, Member, SlotState, SyncLimits,

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use uraid_core::geometry::Personality;
 use uraid_core::Level;
 use uraid_engine::{assemble, Array, ArrayError, AssembleOptions, Member, ZeroHow};
+use uraid_engine::{DirectMode, FileMember};
 use uraid_sim::FaultMember;
 use uraid_testkit::engine::*;
-use uraid_engine::{DirectMode, FileMember};
 
 /// Bytes [start, end) of `offset+len` that the members change as a whole: whole sectors,
 /// whole stripes on raid4/5/6 (computed here from the geometry, not asked of the engine).

@@ -6,11 +6,11 @@ use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::overlay::{self, OverlayMember, OverlaySet, OverlayState, CHUNK_BYTES};
 use uraid_engine::{
     AssembleOptions, CreateOptions, MemMember, Member, SlotState, SyncKind, ZeroHow,
 };
+use uraid_engine::{DirectMode, FileMember};
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("uraid-overlay-{name}-{}", std::process::id()));

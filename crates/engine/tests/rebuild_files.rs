@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{CreateOptions, Member, SlotState, SyncKind};
-use uraid_testkit::tmp::{TempDir, MIB};
 use uraid_engine::{DirectMode, FileMember};
+use uraid_testkit::tmp::{TempDir, MIB};
 
 const BLOCK: usize = 64 * 1024;
 

@@ -107,7 +107,7 @@ fn recovery_resumes_after_restart_from_recovery_offset() {
         while done < half {
             done += a.sync_step(SyncKind::Recovery, done, 8).unwrap().0;
         }
-        a.meta().write_all(&a).unwrap();
+        a.write_superblocks().unwrap();
         a.stop().unwrap();
         drop(a);
         let mut devs: Vec<Arc<dyn Member>> = vec![new.clone()];

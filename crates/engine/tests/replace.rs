@@ -505,7 +505,7 @@ fn unclean_restart_copies_again_and_a_stale_replacement_is_left_out() {
     let (off, data) = random_write(&mut rng(70), a.size_bytes(), 64 << 10);
     a.write(off, &data).unwrap();
     model[off as usize..off as usize + data.len()].copy_from_slice(&data);
-    a.meta().write_all(&a).unwrap();
+    a.write_superblocks().unwrap();
     let at = sb_of(spare.as_ref()).recovery_offset;
     assert!(at > 0);
     let images: Vec<Vec<u8>> = mems.iter().map(|m| m.snapshot()).collect();
@@ -541,7 +541,7 @@ fn unclean_restart_copies_again_and_a_stale_replacement_is_left_out() {
     a2.replace_step(ROLE, &mut buf).unwrap();
     a2.stop().unwrap();
     let behind = spare2.snapshot();
-    a2.meta().write_all(&a2).unwrap();
+    a2.write_superblocks().unwrap();
     a2.stop().unwrap();
     drop(a2);
     let old_spare = restore("spare2", &behind);

@@ -11,7 +11,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use uraid_engine::member::write_zero_buffers;
+use uraid_engine::write_zero_buffers;
 use uraid_engine::{Batch, Member, MemberOp, ZeroHow};
 
 /// One read or write as a [`Hook`] sees it (offsets on the member, in bytes).
@@ -195,7 +195,7 @@ impl Member for FaultMember {
         self.inner.name()
     }
 
-    fn device_id(&self) -> uraid_engine::identity::DeviceId {
+    fn device_id(&self) -> uraid_engine::DeviceId {
         self.inner.device_id()
     }
 }

@@ -3,9 +3,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use uraid_engine::file::{DirectMode, FileMember};
 use uraid_engine::io::{execute, io_engine, uring_ios_on_this_thread, IoEngine, Op};
 use uraid_engine::Member;
+use uraid_engine::{DirectMode, FileMember};
 use uraid_sim::FaultMember;
 
 fn file(tag: &str) -> Arc<dyn Member> {

@@ -12,7 +12,7 @@ use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::JournalMode;
 
 /// The control socket to talk to: `--control`, else the server holding these members.
 fn resolve(control: &Option<PathBuf>, members: &[PathBuf]) -> Result<PathBuf> {

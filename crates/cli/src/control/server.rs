@@ -28,8 +28,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use uraid_core::MemberIdx;
-use uraid_engine::identity::Place;
-use uraid_engine::writeback::JournalMode;
+use uraid_engine::JournalMode;
+use uraid_engine::Place;
 use uraid_engine::{AddOutcome, Array, DaemonNote, DaemonOptions, Daemons, SlotState};
 use uraid_nbd::WakePipe;
 

@@ -33,6 +33,7 @@ pub enum OverlayState {
 }
 
 impl OverlayState {
+    /// The state's word in the manifest.
     pub fn name(self) -> &'static str {
         match self {
             OverlayState::Active => "active",
@@ -49,7 +50,9 @@ pub struct ManifestMember {
     pub index: u32,
     /// Absolute path, as given when the member was first opened.
     pub path: PathBuf,
+    /// The member's size when it was first opened.
     pub size_bytes: u64,
+    /// The device (device and inode numbers) at the path then.
     pub device: DeviceId,
     /// [`identity_checksum`] of the member when it was first opened.
     pub checksum: u64,
@@ -58,10 +61,13 @@ pub struct ManifestMember {
 /// The overlay directory's `manifest` (a text file; see docs/FORMAT.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {
+    /// When the overlay was made (Unix seconds).
     pub created_unix: u64,
     /// The command line that made the overlay.
     pub command: String,
+    /// Active, committing or committed.
     pub state: OverlayState,
+    /// The members, in the order they were first opened.
     pub members: Vec<ManifestMember>,
 }
 
@@ -92,6 +98,7 @@ fn decode_device(s: &str) -> Option<DeviceId> {
 }
 
 impl Manifest {
+    /// A manifest of no members yet, made by `command` at `created_unix`.
     pub fn new(command: &str, created_unix: u64) -> Manifest {
         Manifest {
             created_unix,
@@ -101,6 +108,7 @@ impl Manifest {
         }
     }
 
+    /// The manifest file's text.
     pub fn encode(&self) -> String {
         let mut s = format!(
             "{MANIFEST_MAGIC}\nchunk_bytes {CHUNK_BYTES}\ncreated {}\ncommand {}\nstate {}\n",
@@ -121,6 +129,7 @@ impl Manifest {
         s
     }
 
+    /// Parse the manifest file's text; the error says which line is wrong.
     pub fn decode(text: &str) -> Result<Manifest, String> {
         let mut lines = text.lines();
         if lines.next() != Some(MANIFEST_MAGIC) {
@@ -334,6 +343,7 @@ impl OverlaySet {
         })
     }
 
+    /// The overlay directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -435,8 +445,11 @@ impl OverlaySet {
 /// What an overlay holds for one member.
 #[derive(Clone, Debug)]
 pub struct MemberStatus {
+    /// The member as the manifest records it.
     pub entry: ManifestMember,
+    /// Chunks the overlay holds for it.
     pub held_chunks: u64,
+    /// Bytes those chunks cover.
     pub held_bytes: u64,
     /// Why the device at the path is not this member (or its map is unreadable).
     pub problem: Option<String>,
@@ -445,7 +458,9 @@ pub struct MemberStatus {
 /// What an overlay directory holds.
 #[derive(Clone, Debug)]
 pub struct OverlayStatus {
+    /// The manifest.
     pub manifest: Manifest,
+    /// Per member, what the overlay holds.
     pub members: Vec<MemberStatus>,
     /// Another process (a server) has the overlay open.
     pub in_use: bool,

@@ -25,18 +25,20 @@ mod read;
 mod stripe;
 mod sync;
 mod write;
+pub(crate) mod writeback;
 
 pub(crate) use read::read;
 pub(crate) use stripe::gen_parity;
-pub use sync::locate_bad_data;
+#[cfg(test)]
+pub(crate) use sync::locate_bad_data;
 pub(crate) use sync::sync_range;
 pub(crate) use write::{write, write_pieces_locked, zero, Log};
 
 use crate::array::{no_redundancy, Array};
 use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
+use crate::raid5::writeback::WriteBack;
 use crate::stripe_workers::Workers;
-use crate::writeback::WriteBack;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 use uraid_core::geometry::{ParityGeometry, StripeMap};

@@ -36,13 +36,16 @@ impl Personality for Raid5Pers {
         // Write-back: cached pages are newer than the members. Taken before the member
         // read, so a write-out finishing meanwhile cannot hide them.
         let cached = match a.journal() {
-            Some(_) => {
-                crate::writeback::cached_for_read(a, g, sector, buf.len() as u64 / SECTOR_BYTES)
-            }
+            Some(_) => crate::raid5::writeback::cached_for_read(
+                a,
+                g,
+                sector,
+                buf.len() as u64 / SECTOR_BYTES,
+            ),
             None => Vec::new(),
         };
         crate::raid5::read(a, g, sector, buf)?;
-        crate::writeback::overlay(&cached, sector, buf);
+        crate::raid5::writeback::overlay(&cached, sector, buf);
         Ok(())
     }
 
@@ -58,7 +61,7 @@ impl Personality for Raid5Pers {
                 let wb = &a.r5().wb;
                 let _gate = wb.gate.read().unwrap();
                 if wb.is_on() {
-                    crate::writeback::write(a, g, sector, buf)
+                    crate::raid5::writeback::write(a, g, sector, buf)
                 } else {
                     crate::raid5::write(a, g, sector, buf)
                 }
@@ -204,7 +207,7 @@ impl Personality for Raid5Pers {
     fn stop(&self, a: &Array) -> Result<(), ArrayError> {
         if a.journal().is_some() {
             let _gate = a.r5().wb.gate.write().unwrap();
-            crate::writeback::drain(a, &self.map)?;
+            crate::raid5::writeback::drain(a, &self.map)?;
         }
         Ok(())
     }
@@ -292,6 +295,7 @@ impl Array {
         self.r5_conf().and_then(|c| c.journal.as_ref())
     }
 
+    /// Whether the array has a write journal (raid4/5/6 with `--write-journal`).
     pub fn has_journal(&self) -> bool {
         self.journal().is_some()
     }
@@ -394,6 +398,34 @@ impl Array {
         }
         if let Some(c) = self.r5_conf() {
             c.set_group_thread_cnt(n);
+        }
+        Ok(())
+    }
+}
+
+/// Replay of the write journal writes through the array (see [`crate::journal`]).
+impl crate::journal::ReplayTarget for Array {
+    fn write_data_row(
+        &self,
+        g: &ParityGeometry,
+        stripe_sector: u64,
+        pages: &[(u64, &[u8])],
+    ) -> io::Result<bool> {
+        crate::raid5::writeback::write_row_direct(self, g, stripe_sector, pages)
+    }
+
+    fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
+        match self.live(role) {
+            Some(dev) => dev.write_at(page, self.member_byte(role, member_sector)),
+            None => Ok(()),
+        }
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        for r in 0..self.raid_disks() {
+            if let Some(dev) = self.live(MemberIdx(r)) {
+                dev.flush()?;
+            }
         }
         Ok(())
     }

@@ -53,12 +53,9 @@ impl PageFlags {
     /// The Written state.
     pub const WRITTEN: PageFlags = PageFlags(Self::UPTODATE | Self::IN_JOURNAL);
 
+    #[cfg(test)]
     pub fn has(self, flag: u8) -> bool {
         self.0 & flag == flag
-    }
-
-    pub fn bits(self) -> u8 {
-        self.0
     }
 }
 
@@ -166,6 +163,7 @@ impl<T> CachedHead<T> {
         }
     }
 
+    #[cfg(test)]
     pub fn pages(&self) -> usize {
         self.pages
     }
@@ -179,6 +177,7 @@ impl<T> CachedHead<T> {
         self.full_rows == self.rows.len()
     }
 
+    #[cfg(test)]
     pub fn first_seq(&self) -> u64 {
         self.first_seq
     }
@@ -230,11 +229,6 @@ impl<T> CachedHead<T> {
         }
         self.pages += 1;
         Ok(true)
-    }
-
-    /// Keep the log handle of records holding this head's pages.
-    pub fn add_ticket(&mut self, t: T) {
-        self.tickets.push(t);
     }
 
     /// Apply `event` to every page of rows `rows` for which `pick` says so: all or nothing.
@@ -541,13 +535,12 @@ mod tests {
 
     #[test]
     fn rows_of_wide_arrays_are_never_full() {
-        let now = Instant::now();
-        let mut h = CachedHead::<()>::new(65, 0, now);
+        let mut h = CachedHead::<()>::new(65, 0, 0);
         for dev in 0..64 {
             h.cache(dev, 0, &[0; 8]).unwrap();
         }
         assert!(!h.is_full(), "member 64 has no page");
-        let mut h = CachedHead::<()>::new(64, 0, now);
+        let mut h = CachedHead::<()>::new(64, 0, 0);
         for dev in 0..64 {
             h.cache(dev, 0, &[0; 8]).unwrap();
         }
