@@ -122,8 +122,10 @@ impl SimConfig {
         )
     }
 
-    pub fn create_options(&self, uuid: [u8; 16]) -> CreateOptions {
+    /// Options to create the array with, on the simulated world's `clock`.
+    pub fn create_options(&self, uuid: [u8; 16], clock: uraid_engine::Clock) -> CreateOptions {
         let mut o = CreateOptions::new(self.level);
+        o.clock = clock;
         o.layout = self.layout;
         if self.chunk_sectors > 0 {
             o.chunk_sectors = Some(self.chunk_sectors);

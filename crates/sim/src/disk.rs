@@ -32,6 +32,27 @@ pub struct SimClock {
     now_ns: AtomicU64,
 }
 
+/// The wall time the simulated world starts at (2024-01-01T00:00:00Z), so that superblock
+/// times and read-error decay read plausible, reproducible seconds.
+const SIM_EPOCH_SECS: u64 = 1_704_067_200;
+
+/// The engine reads the simulator's virtual time: safe mode, write-back ages, sync
+/// throttling and superblock times move with simulated IO, never with the real clock, so a
+/// seed replays the same run.
+impl uraid_engine::ClockSource for SimClock {
+    fn now_ms(&self) -> u64 {
+        self.now_ns() / 1_000_000
+    }
+
+    fn wall_secs(&self) -> u64 {
+        SIM_EPOCH_SECS + self.now_ns() / 1_000_000_000
+    }
+
+    fn sleep(&self, d: std::time::Duration) {
+        self.advance(d.as_nanos().min(u128::from(u64::MAX)) as u64);
+    }
+}
+
 impl SimClock {
     pub fn now_ns(&self) -> u64 {
         self.now_ns.load(Ordering::Relaxed)
@@ -154,7 +175,7 @@ impl fmt::Display for FaultCounts {
 /// a short trace of fault events for failure reports.
 #[derive(Debug)]
 pub struct SimWorld {
-    pub clock: SimClock,
+    pub clock: Arc<SimClock>,
     io_seq: AtomicU64,
     powered: AtomicBool,
     /// Power goes out when the global IO sequence reaches this number.
@@ -169,13 +190,20 @@ const TRACE_KEEP: usize = 400;
 impl Default for SimWorld {
     fn default() -> SimWorld {
         SimWorld {
-            clock: SimClock::default(),
+            clock: Arc::new(SimClock::default()),
             io_seq: AtomicU64::new(0),
             powered: AtomicBool::new(true),
             power_cut_at: AtomicU64::new(u64::MAX),
             counts: Mutex::new(FaultCounts::default()),
             trace: Mutex::new(Vec::new()),
         }
+    }
+}
+
+impl SimWorld {
+    /// The engine's clock over this world's virtual time (give it at create and assemble).
+    pub fn engine_clock(&self) -> uraid_engine::Clock {
+        uraid_engine::Clock::from_source(self.clock.clone())
     }
 }
 

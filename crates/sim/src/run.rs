@@ -317,7 +317,7 @@ impl<'h> Simulator<'h> {
             .iter()
             .map(|d| Some(d.clone() as Arc<dyn Member>))
             .collect();
-        let array = uraid_engine::create(devs, &cfg.create_options(uuid))
+        let array = uraid_engine::create(devs, &cfg.create_options(uuid, world.engine_clock()))
             .map_err(|e| (world.clone(), format!("create failed: {e}")))?;
         let personality = array.personality().clone();
         let data_offset_bytes = array.slot(MemberIdx(0)).data_offset_bytes();

@@ -162,7 +162,14 @@ impl Simulator<'_> {
             .map(|&d| self.disks[d].clone() as Arc<dyn Member>)
             .collect();
         self.world.note(format!("assembling from disks {give:?}"));
-        assemble(devs, &AssembleOptions::default()).map_err(|e| {
+        assemble(
+            devs,
+            &AssembleOptions {
+                clock: self.world.engine_clock(),
+                ..Default::default()
+            },
+        )
+        .map_err(|e| {
             let events: Vec<(usize, Option<u64>)> = give
                 .iter()
                 .map(|&d| (d, Self::events_of(&self.disks[d])))
@@ -255,7 +262,11 @@ impl Simulator<'_> {
         if give.is_empty() {
             return Ok(());
         }
-        match assemble(give, &AssembleOptions::default()) {
+        let opts = AssembleOptions {
+            clock: self.world.engine_clock(),
+            ..Default::default()
+        };
+        match assemble(give, &opts) {
             Ok((b, _)) if b.personality().survives(&b.missing_roles()) => {
                 // It may start only if what is left really holds everything.
                 let gone: Vec<MemberIdx> = (0..self.cfg.disks)
@@ -450,8 +461,10 @@ impl Simulator<'_> {
         self.world.power_on();
         let mut order: Vec<usize> = (0..self.cfg.disks).collect();
         self.fr.shuffle(&mut order);
+        let clock = self.world.engine_clock();
         let devs = |force: bool| AssembleOptions {
             force,
+            clock: clock.clone(),
             ..Default::default()
         };
         let list: Vec<Arc<dyn Member>> = order
