@@ -4,7 +4,8 @@
     scripts/modgraph.py [crates/engine/src] [--dot]
 
 A node is a top-level module of the crate (`raid5/read.rs` counts as `raid5`). An edge
-`a -> b` means some file of `a` names `crate::b` (in a `use` or in a path). Lines inside
+`a -> b` means some file of `a` names `crate::b` (in a `use` or in a path), or names an
+item the crate root re-exports from `b` (`crate::Array` counts as `array`). Lines inside
 `#[cfg(test)]` modules count too: a test that reaches back is still a reach back. Exit
 status 1 when the graph has a circle, and the circles are printed.
 """
@@ -45,9 +46,29 @@ def names_in_use_groups(text):
             elif depth == 0:
                 flat.append(ch)
         for part in "".join(flat).split(","):
-            name = part.strip().split("::")[0].strip()
-            if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            name = part.strip().split("::")[0].split(" as ")[0].strip()
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 out.add(name)
+    return out
+
+
+def root_reexports(src, modules):
+    """Names the crate root re-exports (`pub use module::{A, b}`), mapped to their module,
+    so that `crate::A` counts as an import of that module."""
+    out = {}
+    lib = os.path.join(src, "lib.rs")
+    if not os.path.exists(lib):
+        return out
+    text = strip_comments(open(lib, encoding="utf-8").read())
+    for m in re.finditer(r"pub\s+use\s+([a-z_][a-z0-9_]*)((?:::[a-z_][a-z0-9_]*)*)::(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", text):
+        module = m.group(1)
+        if module not in modules:
+            continue
+        items = m.group(3).strip("{}")
+        for item in items.split(","):
+            name = item.strip().split(" as ")[-1].strip()
+            if name:
+                out[name] = module
     return out
 
 
@@ -64,11 +85,13 @@ def graph(src):
                 modules.add(m)
                 files.setdefault(m, []).append(p)
     edges = {m: set() for m in modules}
+    reexported = root_reexports(src, modules)
     for m, paths in files.items():
         for p in paths:
             text = strip_comments(open(p, encoding="utf-8").read())
-            found = set(re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text))
+            found = set(re.findall(r"\bcrate::([A-Za-z_][A-Za-z0-9_]*)", text))
             found |= names_in_use_groups(text)
+            found = {reexported.get(d, d) if d not in modules else d for d in found}
             edges[m] |= {d for d in found if d in modules and d != m}
     return edges
 

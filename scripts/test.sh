@@ -35,6 +35,10 @@ if cargo tree -p uraid -e normal --prefix none | grep -E '^uraid-(sim|testkit) '
     echo "uraid's normal dependencies include a test crate" >&2
     exit 1
 fi
+echo "== module import graphs have no circle (scripts/modgraph.py)"
+for src in crates/engine/src crates/cli/src crates/core/src crates/nbd/src; do
+    python3 scripts/modgraph.py "$src" > /dev/null
+done
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== Linux md interoperability (VM)"
