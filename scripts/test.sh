@@ -30,9 +30,16 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== docs build without warnings (intra-doc links)"
+RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
 echo "== the production build holds no test crate (uraid-sim, uraid-testkit)"
 if cargo tree -p uraid -e normal --prefix none | grep -E '^uraid-(sim|testkit) '; then
     echo "uraid's normal dependencies include a test crate" >&2
+    exit 1
+fi
+echo "== one NBD adapter: the CLI serves through uraid_engine::nbd::ArrayBackend"
+if grep -rn 'impl .*Backend for' crates/cli/src; then
+    echo "crates/cli implements uraid_nbd::Backend itself; use uraid_engine::nbd::ArrayBackend" >&2
     exit 1
 fi
 echo "== cargo test"
