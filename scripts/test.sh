@@ -30,6 +30,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== docs build without warnings (intra-doc links)"
+RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps
 echo "== the production build holds no test crate (uraid-sim, uraid-testkit)"
 if cargo tree -p uraid -e normal --prefix none | grep -E '^uraid-(sim|testkit) '; then
     echo "uraid's normal dependencies include a test crate" >&2
@@ -39,6 +41,11 @@ echo "== module import graphs have no circle (scripts/modgraph.py)"
 for src in crates/engine/src crates/cli/src crates/core/src crates/nbd/src; do
     python3 scripts/modgraph.py "$src" > /dev/null
 done
+echo "== one NBD adapter: the CLI serves through uraid_engine::nbd::ArrayBackend"
+if grep -rn 'impl .*Backend for' crates/cli/src; then
+    echo "crates/cli implements uraid_nbd::Backend itself; use uraid_engine::nbd::ArrayBackend" >&2
+    exit 1
+fi
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== Linux md interoperability (VM)"

@@ -386,14 +386,12 @@ impl Ctx<'_> {
                 }
                 let array = uraid_engine::create(devs, &o)
                     .with_context(|| format!("cannot create {level} on {disks} members"))?;
-                array
-                    .tuning
-                    .rmw_level
-                    .store(a.rmw_level, std::sync::atomic::Ordering::Relaxed);
-                array
-                    .tuning
-                    .batching
-                    .store(!a.no_batching, std::sync::atomic::Ordering::Relaxed);
+                // raid4/5/6's knobs; the other levels have none (and read none).
+                if let Some(t) = array.tuning() {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    t.rmw_level.store(a.rmw_level, Relaxed);
+                    t.batching.store(!a.no_batching, Relaxed);
+                }
                 if matches!(level, Level::Raid4 | Level::Raid5 | Level::Raid6) {
                     let knobs = [
                         ("group_thread_cnt", a.group_thread_cnt.to_string()),

@@ -29,6 +29,8 @@ pub struct DemoArgs {
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<String>,
     /// Control socket path (default <dir>/control.sock).
+    // The text is `--help`'s, as written: not Markdown.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
 }

@@ -28,6 +28,8 @@ pub struct MonitorArgs {
     #[arg(short, long, default_value_t = 2.0)]
     pub delay: f64,
     /// Run PROGRAM EVENT ARRAY [DEVICE] for every event (mdadm's --program).
+    // The text is `--help`'s, as written: not Markdown.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long)]
     pub program: Option<String>,
     /// Poll once, print the events of the current state, and exit (mdadm's --oneshot).

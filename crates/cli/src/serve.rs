@@ -13,7 +13,6 @@ use crate::control::{ControlServer, Event, ServeInfo};
 use crate::locks::{self, MemberLocks};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -21,8 +20,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use uraid_core::superblock::uuid_string;
-use uraid_engine::{Array, ForcedStop, ZeroHow};
-use uraid_nbd::{Backend, Listener, Server, ServerConfig, ZeroFlags};
+use uraid_engine::nbd::ArrayBackend;
+use uraid_engine::{Array, ForcedStop};
+use uraid_nbd::{Backend, Listener, Server, ServerConfig};
 
 /// NBD's registered port.
 pub const NBD_DEFAULT_PORT: u16 = 10809;
@@ -54,6 +54,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Control socket path (default /run/uraid/<array-uuid>.sock).
+    // The text is `--help`'s, as written: not Markdown.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// Start even with stale members, disagreeing superblocks, or dirty and degraded
@@ -99,80 +101,6 @@ impl NbdAddr {
 
     pub fn default_tcp() -> NbdAddr {
         NbdAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], NBD_DEFAULT_PORT)))
-    }
-}
-
-/// The array as an NBD export.
-pub struct ArrayBackend {
-    pub array: Arc<Array>,
-}
-
-fn io_err(e: uraid_engine::ArrayError, what: &str, offset: u64) -> io::Error {
-    let errno = e.errno();
-    tracing::warn!("{what} at byte {offset} failed: {e}");
-    io::Error::from_raw_os_error(errno)
-}
-
-impl Backend for ArrayBackend {
-    fn size_bytes(&self) -> u64 {
-        self.array.size_bytes()
-    }
-
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.array
-            .read(offset, buf)
-            .map_err(|e| io_err(e, "read", offset))
-    }
-
-    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
-        self.array
-            .write(offset, buf)
-            .map_err(|e| io_err(e, "write", offset))?;
-        if fua {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.array.flush().map_err(|e| io_err(e, "flush", 0))
-    }
-
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.array
-            .discard(offset, len)
-            .map_err(|e| io_err(e, "trim", offset))
-    }
-
-    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
-        let unmap = ZeroHow {
-            unmap: !how.no_hole,
-        };
-        match self.array.write_zeroes_with(offset, len, unmap, how.fast) {
-            Ok(()) => {}
-            // The client asked to be told at once; it then writes zeros itself.
-            Err(e @ uraid_engine::ArrayError::NotFast(_)) => {
-                tracing::debug!("fast write_zeroes at byte {offset} refused: {e}");
-                return Err(io::Error::from_raw_os_error(e.errno()));
-            }
-            Err(e) => return Err(io_err(e, "write_zeroes", offset)),
-        }
-        if how.fua {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn can_fast_zero(&self) -> bool {
-        self.array.can_fast_zero(true)
-    }
-
-    fn block_size(&self) -> u32 {
-        4096
-    }
-
-    fn read_only(&self) -> bool {
-        self.array.is_read_only()
     }
 }
 
@@ -239,9 +167,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             description: format!("uraid {} array {uuid}", array.level()),
             ..ServerConfig::default()
         })?;
-        let backend: Arc<dyn Backend> = Arc::new(ArrayBackend {
-            array: array.clone(),
-        });
+        let backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
         nbd_running = Some(server.spawn(listener, backend)?);
         info.nbd_uri = Some(uri);
     }

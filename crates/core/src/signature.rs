@@ -1,7 +1,8 @@
 //! What a device already holds: md superblocks of every version, file systems and
 //! partition tables, found by their magic numbers (mdadm warns about each before create).
 //!
-//! Pure: the caller reads the regions named by [`regions`] and hands them over.
+//! Pure: the caller reads the regions named by [`HEAD_BYTES`] and [`md_locations`] (each
+//! [`MD_TAIL_BYTES`] long) and hands them over.
 
 use crate::superblock::{uuid_string, MD_SB_MAGIC};
 

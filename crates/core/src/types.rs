@@ -65,6 +65,11 @@ impl<T> MemberMap<T> {
         self.0.iter()
     }
 
+    /// The values alone, in role order, taken out of the map.
+    pub fn into_values(self) -> std::vec::IntoIter<T> {
+        self.0.into_iter()
+    }
+
     pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (MemberIdx, &mut T)> {
         self.0
             .iter_mut()
@@ -194,6 +199,12 @@ impl fmt::Display for Level {
 #[cfg(test)]
 mod member_map_tests {
     use super::*;
+
+    #[test]
+    fn values_are_taken_out_in_role_order() {
+        let m: MemberMap<Option<u8>> = vec![Some(1), None, Some(3)].into();
+        assert_eq!(m.into_values().flatten().collect::<Vec<_>>(), [1, 3]);
+    }
 
     #[test]
     fn indexed_by_role_and_iterated_with_roles() {

@@ -3,7 +3,7 @@
 //!
 //! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files]
 //!
-//! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Tuning::sync_batch_bytes`).
+//! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`).
 //!
 //! For raid5 (4 disks) and raid6 (6 disks), on memory members and on file members: fill the
 //! array, then time
@@ -71,7 +71,8 @@ fn run(
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        a.tuning
+        a.tuning()
+            .expect("raid4/5/6")
             .sync_batch_bytes
             .store(kib << 10, std::sync::atomic::Ordering::Relaxed);
     }

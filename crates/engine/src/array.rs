@@ -21,36 +21,6 @@ use uraid_core::{Level, MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 mod personality;
 pub(crate) use personality::{Personality, SyncCtx, SyncMode, ZeroKind};
 
-/// Run-time knobs of the write path (md's sysfs tunables of the same names).
-pub struct Tuning {
-    /// Write runs of full stripes in one pass, with merged member IOs.
-    pub batching: AtomicBool,
-    /// md's rmw_level: 0 = never read-modify-write (always reconstruct-write), 1 = when it
-    /// reads fewer blocks (md's default), 2 = also when it reads as many.
-    pub rmw_level: std::sync::atomic::AtomicU8,
-    /// Member bytes per batched sync pass (raid4/5/6): each pass reads every member once
-    /// and writes once, overlapped with the next pass's reads.
-    pub sync_batch_bytes: std::sync::atomic::AtomicUsize,
-    /// md's skip_copy: write straight from the caller's buffer instead of copying the new
-    /// data into the stripe's buffers first. On by default (md's default is off): a write
-    /// borrows its buffer as `&[u8]`, which nobody can change during the call, and uraid's
-    /// exports hand it buffers they own. Off is for callers that share the buffer with
-    /// another process or the kernel: then a change during the write cannot make data and
-    /// parity disagree.
-    pub skip_copy: AtomicBool,
-}
-
-impl Default for Tuning {
-    fn default() -> Tuning {
-        Tuning {
-            batching: AtomicBool::new(true),
-            rmw_level: std::sync::atomic::AtomicU8::new(1),
-            sync_batch_bytes: std::sync::atomic::AtomicUsize::new(2 << 20),
-            skip_copy: AtomicBool::new(true),
-        }
-    }
-}
-
 /// Counters, for `detail` and tests.
 #[derive(Default)]
 pub struct Stats {
@@ -70,8 +40,8 @@ pub struct Stats {
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
 /// An assembled array (md's mddev): the members, their superblocks, events, bitmap and
-/// state, and the level's personality. Made by [`create`](crate::create) or
-/// [`assemble`](crate::assemble); shared between threads as `Arc<Array>`; every request method
+/// state, and the level's personality. Made by [`create`](fn@crate::create) or
+/// [`assemble`](fn@crate::assemble); shared between threads as `Arc<Array>`; every request method
 /// takes `&self`.
 pub struct Array {
     pub(crate) geometry: ArrayGeometry,
@@ -94,8 +64,6 @@ pub struct Array {
     array_bytes: u64,
     /// Request and member IO counters.
     pub stats: Stats,
-    /// Run-time knobs (md's sysfs tunables); set them through [`Array::set_tunable`].
-    pub tuning: Tuning,
     pub(crate) events: crate::events::EventBus,
     /// Serialises member changes (add, remove, spare activation, recovery completion).
     pub(crate) reconfig: Mutex<()>,
@@ -155,7 +123,6 @@ impl Array {
             unaligned: Mutex::new(()),
             array_bytes,
             stats: Stats::default(),
-            tuning: Tuning::default(),
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
             has_bitmap,

@@ -28,7 +28,7 @@ pub struct AssembleOptions {
     /// bitmap); writes fail with EROFS. An array that needs its journal replayed (which
     /// writes) is refused.
     pub readonly: bool,
-    /// The array's clock (see [`crate::clock`]); the system's by default.
+    /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
     pub clock: crate::clock::Clock,
 }
 

@@ -45,7 +45,7 @@ pub struct CreateOptions {
     pub journal: Option<Arc<dyn Member>>,
     /// Superblock version (mdadm's -e): where the superblock, bitmap and data go.
     pub metadata: MetadataVersion,
-    /// The array's clock (see [`crate::clock`]); the system's by default.
+    /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
     pub clock: crate::clock::Clock,
 }
 

@@ -36,7 +36,8 @@ fn active_devices(a: &Array) -> Vec<std::sync::Arc<dyn Member>> {
 
 impl Array {
     /// Make a range read as zeros (NBD WRITE_ZEROES, ublk WRITE_ZEROES) with the members'
-    /// zeroing where parity allows (see [`crate::discard`]). `how.unmap` lets the members
+    /// zeroing where parity allows (raid4/5/6: whole stripes; a partial stripe gets a
+    /// write of zeros; with a journal, zeros through the journal). `how.unmap` lets the members
     /// deallocate it; `fast` refuses with [`ArrayError::NotFast`], before changing anything,
     /// when some member would have to write zeros.
     pub fn write_zeroes_with(
@@ -58,7 +59,8 @@ impl Array {
     }
 
     /// Discard is advisory: the range then reads as zeros or keeps its data. It reaches the
-    /// members only where every copy and parity stays consistent (see [`crate::discard`]).
+    /// members only where every copy and parity stays consistent (see
+    /// [`Array::discard_passes_down`]); raid4/5/6 discard whole stripes only.
     pub fn discard(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
         self.check_writable("discard")?;
         discard(self, offset, len)?;
@@ -71,7 +73,9 @@ impl Array {
         self.journal().is_none() && active_devices(self).iter().all(|d| d.zeroes_fast(unmap))
     }
 
-    /// Whether a discard reaches the members (see [`crate::discard`]).
+    /// Whether a discard reaches the members: never with a write journal (it logs no
+    /// discards), and on a level with redundancy only if every member's discard reads back
+    /// zeros ([`Member::discard_zeroes`]), so copies and parity stay equal.
     pub fn discard_passes_down(&self) -> bool {
         self.journal().is_none()
             && (self.pers().max_degraded() == 0

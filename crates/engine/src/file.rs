@@ -60,6 +60,32 @@ const BLKDISCARD: libc::c_ulong = 0x1277;
 const BLKZEROOUT: libc::c_ulong = 0x127f;
 const BLKDISCARDZEROES: libc::c_ulong = 0x127c;
 
+/// The size of an open regular file, or of a block device (BLKGETSIZE64); anything else
+/// is refused, naming `path`. For every member opened from a path ([`FileMember`] and the
+/// overlay's read-only file).
+pub(crate) fn file_or_device_bytes(
+    file: &File,
+    meta: &std::fs::Metadata,
+    path: &Path,
+) -> io::Result<u64> {
+    if meta.file_type().is_block_device() {
+        let mut sz: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
+        let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut sz) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(sz)
+    } else if meta.file_type().is_file() {
+        Ok(meta.len())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: not a regular file or block device", path.display()),
+        ))
+    }
+}
+
 impl FileMember {
     /// Opens `path` for reading and writing.
     pub fn open(path: &Path, mode: DirectMode) -> io::Result<FileMember> {
@@ -70,22 +96,7 @@ impl FileMember {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let meta = buffered.metadata()?;
         let is_block = meta.file_type().is_block_device();
-        let size_bytes = if is_block {
-            let mut sz: u64 = 0;
-            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
-            let rc = unsafe { libc::ioctl(buffered.as_raw_fd(), BLKGETSIZE64, &mut sz) };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            sz
-        } else if meta.file_type().is_file() {
-            meta.len()
-        } else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: not a regular file or block device", path.display()),
-            ));
-        };
+        let size_bytes = file_or_device_bytes(&buffered, &meta, path)?;
         let direct = match mode {
             DirectMode::Off => None,
             DirectMode::Auto => OpenOptions::new()
@@ -344,5 +355,34 @@ impl Member for FileMember {
             },
             Err(_) => crate::identity::DeviceId::Named(self.name()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_or_device_bytes;
+    use std::path::PathBuf;
+
+    #[test]
+    fn sizes_a_file_and_refuses_what_is_neither_file_nor_block_device() {
+        let dir = std::env::temp_dir().join(format!("uraid-file-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("m.img");
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(3 << 20).unwrap();
+        let bytes = file_or_device_bytes(&f, &f.metadata().unwrap(), &p).unwrap();
+        assert_eq!(bytes, 3 << 20);
+        for odd in [dir.clone(), PathBuf::from("/dev/null")] {
+            let f = std::fs::File::open(&odd).unwrap();
+            let e = file_or_device_bytes(&f, &f.metadata().unwrap(), &odd).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput,
+                "{}",
+                odd.display()
+            );
+            assert!(e.to_string().contains(&odd.display().to_string()), "{e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -33,7 +33,7 @@ pub enum DeviceId {
 }
 
 impl DeviceId {
-    /// The device a path names (through symlinks), as [`Member::device_id`] of a file
+    /// The device a path names (through symlinks), as [`Member::device_id`](crate::Member::device_id) of a file
     /// member opened from it would say.
     pub fn of_path(p: &std::path::Path) -> std::io::Result<DeviceId> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};

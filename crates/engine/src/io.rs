@@ -1,4 +1,6 @@
-//! Batched member IO: one request's member reads or writes go out together.
+//! Batched member IO, as the engine runs it: one request's member reads or writes go out
+//! together. Public for embedders that write their own [`Member`] wrappers and want to see
+//! a batch go through them.
 //!
 //! [`execute`] hands each member its ops through [`Member::submit`] (submit), then runs
 //! what file members queued on a per-thread io_uring and waits for it (complete), so the

@@ -32,7 +32,7 @@ use uraid_core::journal::{
     self as fmt, LogLayout, LogRing, LogSeed, MetaBlock, Payload, Scan, ScanEnd, ScanStart,
     BLOCK_BYTES, BLOCK_SECTORS, SEQ_JUMP_AFTER_RECOVERY,
 };
-use uraid_core::{MemberIdx, SECTOR_BYTES};
+use uraid_core::{MemberIdx, MemberMap, SECTOR_BYTES};
 
 /// Why the journal failed.
 #[derive(Debug, Error)]
@@ -145,24 +145,24 @@ pub trait ReplayTarget {
 /// Plain member devices and their data offsets (tests, tools).
 pub struct MemberSet {
     /// The members by role; None where missing.
-    pub devs: Vec<Option<Arc<dyn Member>>>,
-    /// Each member's data offset, in bytes.
-    pub data_offset_bytes: Vec<u64>,
+    pub devs: MemberMap<Option<Arc<dyn Member>>>,
+    /// Each member's data offset, in bytes, by role.
+    pub data_offset_bytes: MemberMap<u64>,
 }
 
 impl ReplayTarget for MemberSet {
     fn write_block(&self, role: MemberIdx, member_sector: u64, page: &[u8]) -> io::Result<()> {
-        match &self.devs[role.0] {
+        match &self.devs[role] {
             Some(dev) => dev.write_at(
                 page,
-                self.data_offset_bytes[role.0] + member_sector * SECTOR_BYTES,
+                self.data_offset_bytes[role] + member_sector * SECTOR_BYTES,
             ),
             None => Ok(()),
         }
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.devs.iter().flatten().try_for_each(|d| d.flush())
+        self.devs.values().flatten().try_for_each(|d| d.flush())
     }
 }
 

@@ -11,8 +11,8 @@
 //!   offsets) and its backends, [`MemMember`] (memory) and [`FileMember`] (a file or block
 //!   device, O_DIRECT through io_uring where possible; see [`DirectMode`], [`IoEngine`],
 //!   [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO.
-//! - **Arrays**: [`create`] (+ [`CreateOptions`], [`create_confirmed`] to ask before the
-//!   first write, [`existing_signatures`] to see what would be overwritten) and [`assemble`]
+//! - **Arrays**: [`create()`] (+ [`CreateOptions`], [`create_confirmed`] to ask before the
+//!   first write, [`existing_signatures`] to see what would be overwritten) and [`assemble()`]
 //!   (+ [`AssembleOptions`], [`AssembleReport`]) give an [`Array`] (md's mddev).
 //! - **Requests** on [`Array`]: `read`, `write`, `flush`, `discard`, `write_zeroes`, at byte
 //!   offsets, from any number of threads; `stop` marks the superblocks clean
@@ -118,8 +118,6 @@ mod internal_tests;
 // The raid4/5/6 write journal (md's raid5-cache) as a component: the log writer and its
 // replay. Public so that crash tests can drive the log over their own members and hosts;
 // an embedder chooses a journal with [`CreateOptions::journal`] and [`JournalMode`].
-/// Batched member IO, as the engine runs it: for embedders that write their own
-/// [`Member`] wrappers and want to see a batch go through them.
 pub mod io;
 pub mod journal;
 #[cfg(feature = "nbd")]
@@ -127,7 +125,7 @@ pub mod nbd;
 pub mod overlay;
 
 // Arrays: make, put together, run.
-pub use array::{Array, ForcedStop, Stats, Tuning, WallSecs, MAX_CORRECTED_READ_ERRORS};
+pub use array::{Array, ForcedStop, Stats, WallSecs, MAX_CORRECTED_READ_ERRORS};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
 pub use create::{
     create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
@@ -150,8 +148,9 @@ pub use slot::{Slot, SlotState};
 // Resync, recovery, check/repair and their limits.
 pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 
-// raid4/5/6: the journal and the stripe cache.
+// raid4/5/6: the journal, the stripe cache and the level's knobs.
 pub use raid5::writeback::{JournalMode, WriteBackStats, PERIODIC_AGE};
+pub use raid5::Tuning;
 pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_CACHE_SIZE};
 
 // On-disk metadata, for examine and for tools that inspect members.

@@ -64,7 +64,7 @@ pub trait Member: Send + Sync {
         false
     }
     /// The device itself, for telling whether two members are one device whatever their
-    /// names (see [`crate::identity`]). Wrappers return their inner device's.
+    /// names (see [`DeviceId`](crate::DeviceId)). Wrappers return their inner device's.
     fn device_id(&self) -> crate::identity::DeviceId {
         crate::identity::DeviceId::Named(self.name())
     }

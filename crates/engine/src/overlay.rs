@@ -308,8 +308,6 @@ pub struct ReadOnlyFile {
     is_block: bool,
 }
 
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-
 impl ReadOnlyFile {
     /// Open `path` read-only (a file or a block device).
     pub fn open(path: &Path) -> io::Result<ReadOnlyFile> {
@@ -317,22 +315,7 @@ impl ReadOnlyFile {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         let meta = file.metadata()?;
         let is_block = meta.file_type().is_block_device();
-        let size_bytes = if is_block {
-            let mut sz: u64 = 0;
-            // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
-            let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut sz) };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            sz
-        } else if meta.file_type().is_file() {
-            meta.len()
-        } else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{}: not a regular file or block device", path.display()),
-            ));
-        };
+        let size_bytes = crate::file::file_or_device_bytes(&file, &meta, path)?;
         Ok(ReadOnlyFile {
             path: path.to_path_buf(),
             file,

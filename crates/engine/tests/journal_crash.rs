@@ -259,7 +259,7 @@ fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
                 .iter()
                 .map(|m| Some(m.clone() as Arc<dyn Member>))
                 .collect(),
-            data_offset_bytes: b.data_offset_bytes.clone(),
+            data_offset_bytes: b.data_offset_bytes.clone().into(),
         };
         Journal::load(jm, area, &b.uuid, tail)
             .unwrap()

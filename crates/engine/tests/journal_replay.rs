@@ -32,7 +32,7 @@ fn members(n: usize) -> (Vec<Arc<MemMember>>, MemberSet) {
             .iter()
             .map(|m| Some(m.clone() as Arc<dyn Member>))
             .collect(),
-        data_offset_bytes: vec![0; n],
+        data_offset_bytes: vec![0; n].into(),
     };
     (mems, set)
 }

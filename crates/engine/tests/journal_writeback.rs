@@ -273,7 +273,7 @@ fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
                 .iter()
                 .map(|m| Some(m.clone() as Arc<dyn Member>))
                 .collect(),
-            data_offset_bytes: vec![64 * 512; 4],
+            data_offset_bytes: vec![64 * 512; 4].into(),
         };
         let rep = j.replay(&g, &set).unwrap();
         jsb.recovery_offset = rep.tail_sectors;

@@ -325,7 +325,8 @@ fn pipelined_recovery_under_concurrent_io_rebuilds_exactly() {
                 let a =
                     Arc::new(uraid_engine::create(as_members(&mems), &create_opts(&c)).unwrap());
                 // Passes of two chunks per member: many passes, each overlapped.
-                a.tuning
+                a.tuning()
+                    .expect("raid4/5/6")
                     .sync_batch_bytes
                     .store(2 * 16 * 512, Ordering::Relaxed);
                 let model = Arc::new(Mutex::new(fill(&a, seed)));

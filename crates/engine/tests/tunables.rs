@@ -77,3 +77,24 @@ fn bad_values_are_refused_and_change_nothing() {
     assert!(m.set_tunable("stripe_cache_size", "512").is_err());
     assert!(m.tunables().is_empty());
 }
+
+/// The write-path knobs are raid4/5/6's, kept in the level's conf: `set_tunable` reaches
+/// them there and the mirrors and raid0 have none.
+#[test]
+fn write_path_knobs_live_in_the_parity_level() {
+    use std::sync::atomic::Ordering;
+    let a = array(Level::Raid6, 5);
+    a.set_tunable("rmw_level", "2").unwrap();
+    a.set_tunable("skip_copy", "0").unwrap();
+    a.set_tunable("batching", "0").unwrap();
+    let t = a.tuning().expect("raid6 has the write-path knobs");
+    assert_eq!(t.rmw_level.load(Ordering::Relaxed), 2);
+    assert!(!t.skip_copy.load(Ordering::Relaxed));
+    assert!(!t.batching.load(Ordering::Relaxed));
+    assert_eq!(t.sync_batch_bytes.load(Ordering::Relaxed), 2 << 20);
+    for (level, disks) in [(Level::Raid0, 2), (Level::Raid1, 2), (Level::Raid10, 4)] {
+        let m = array(level, disks);
+        assert!(m.tuning().is_none(), "{level:?} has raid5's knobs");
+        assert!(m.set_tunable("rmw_level", "0").is_err(), "{level:?}");
+    }
+}

@@ -14,7 +14,7 @@
 //!
 //! The files, by responsibility (md's raid5.c in parts):
 //! - this one: the entry points' shared helpers and the level's state, `Conf` (md's
-//!   r5conf: stripe cache, stripe workers, journal, write-back);
+//!   r5conf: stripe cache, stripe workers, journal, write-back, the level's knobs);
 //! - `read`: reads, degraded reads, read-error repair;
 //! - `write`: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
 //! - `sync`: resync, recovery, check and repair of parity;
@@ -39,7 +39,7 @@ use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
 use crate::raid5::writeback::WriteBack;
 use crate::stripe_workers::Workers;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::RwLock;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
@@ -48,6 +48,38 @@ use uraid_core::{MemberIdx, SECTOR_BYTES};
 pub(crate) type StripeCache = crate::stripe_cache::StripeCache<LogTicket>;
 /// A head of it.
 pub(crate) type StripeHead<'a> = crate::stripe_cache::StripeHead<'a, LogTicket>;
+
+/// raid4/5/6's run-time knobs (md's sysfs tunables of the same names, but
+/// `sync_batch_bytes`), in the level's conf: no other level reads them. Set them through
+/// `Array::set_tunable` (`uraid set`); [`Array::tuning`] shows them.
+pub struct Tuning {
+    /// Write runs of full stripes in one pass, with merged member IOs.
+    pub batching: AtomicBool,
+    /// md's rmw_level: 0 = never read-modify-write (always reconstruct-write), 1 = when it
+    /// reads fewer blocks (md's default), 2 = also when it reads as many.
+    pub rmw_level: AtomicU8,
+    /// Member bytes per batched sync pass: each pass reads every member once and writes
+    /// once, overlapped with the next pass's reads.
+    pub sync_batch_bytes: AtomicUsize,
+    /// md's skip_copy: write straight from the caller's buffer instead of copying the new
+    /// data into the stripe's buffers first. On by default (md's default is off): a write
+    /// borrows its buffer as `&[u8]`, which nobody can change during the call, and uraid's
+    /// exports hand it buffers they own. Off is for callers that share the buffer with
+    /// another process or the kernel: then a change during the write cannot make data and
+    /// parity disagree.
+    pub skip_copy: AtomicBool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            batching: AtomicBool::new(true),
+            rmw_level: AtomicU8::new(1),
+            sync_batch_bytes: AtomicUsize::new(2 << 20),
+            skip_copy: AtomicBool::new(true),
+        }
+    }
+}
 
 /// What only a raid4/5/6 array holds (md's r5conf). The array keeps one, for the parity
 /// levels only; the level's code reaches its state through it.
@@ -62,6 +94,8 @@ pub(crate) struct Conf {
     pub(crate) journal: Option<Journal>,
     /// The journal's write-back mode and its cache.
     pub(crate) wb: WriteBack,
+    /// The level's run-time knobs.
+    pub(crate) tuning: Tuning,
 }
 
 impl Conf {
@@ -75,6 +109,7 @@ impl Conf {
             group_threads: AtomicUsize::new(0),
             journal: None,
             wb: WriteBack::default(),
+            tuning: Tuning::default(),
         }
     }
 

@@ -144,7 +144,7 @@ impl Personality for Raid5Pers {
     }
 
     fn tunables(&self, a: &Array) -> Vec<(&'static str, String)> {
-        let t = &a.tuning;
+        let t = &self.conf.tuning;
         vec![
             ("stripe_cache_size", a.stripe_cache().size().to_string()),
             ("stripe_cache_active", a.stripe_cache().active().to_string()),
@@ -178,17 +178,17 @@ impl Personality for Raid5Pers {
             "group_thread_cnt" => a.set_group_thread_cnt(num()?),
             "rmw_level" => match num()? {
                 n @ 0..=2 => {
-                    a.tuning.rmw_level.store(n as u8, Ordering::Relaxed);
+                    self.conf.tuning.rmw_level.store(n as u8, Ordering::Relaxed);
                     Ok(())
                 }
                 n => Err(ArrayError::Failed(format!("rmw_level is 0..=2, not {n}"))),
             },
             "skip_copy" => {
-                a.tuning.skip_copy.store(flag()?, Ordering::Relaxed);
+                self.conf.tuning.skip_copy.store(flag()?, Ordering::Relaxed);
                 Ok(())
             }
             "batching" => {
-                a.tuning.batching.store(flag()?, Ordering::Relaxed);
+                self.conf.tuning.batching.store(flag()?, Ordering::Relaxed);
                 Ok(())
             }
             _ => Err(ArrayError::Failed(format!(
@@ -278,6 +278,12 @@ impl Array {
     /// raid4/5/6's conf; only their code asks, on a parity array.
     pub(crate) fn r5(&self) -> &Conf {
         self.r5_conf().expect("raid4/5/6 state on a parity array")
+    }
+
+    /// raid4/5/6's run-time knobs (rmw_level, skip_copy, batching, the sync pass size);
+    /// None for the other levels, which have none. `set_tunable` checks what it stores.
+    pub fn tuning(&self) -> Option<&super::Tuning> {
+        self.r5_conf().map(|c| &c.tuning)
     }
 
     /// Attach the write journal (create and assemble do, before the array is shared).

@@ -4,6 +4,7 @@
 use super::stripe::Rows;
 use super::{chunk_bytes, retrying, sectors, Outcome};
 use crate::array::Array;
+use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::member_io::OpList;
 use crate::stripe_cache::Get;
@@ -100,7 +101,17 @@ fn read_degraded(
     let lo = (loc.offset_sectors * SECTOR_BYTES) as usize;
     let hi = lo + out.len();
     let role = map.data[loc.data_index];
-    let mut rows = match Rows::load(a, g, map, loc.stripe, lo, hi, exclude, |_| true) {
+    let mut rows = match Rows::load(
+        a,
+        g,
+        map,
+        loc.stripe,
+        lo,
+        hi,
+        exclude,
+        |_| true,
+        &mut AlignedBuf::scratch,
+    ) {
         Ok(r) => r,
         Err(failed) => return Ok(Outcome::Retry(failed)),
     };

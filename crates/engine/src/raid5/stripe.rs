@@ -7,16 +7,17 @@ use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::member_io::OpList;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::{Level, MemberIdx, Sector};
+use uraid_core::{Level, MemberIdx, MemberMap, Sector};
 
-/// Blocks of one stripe over rows [lo, hi), indexed by role.
+/// Blocks of one stripe over rows [lo, hi), by role (None: not loaded or lost).
 pub(super) struct Rows {
-    pub(super) bufs: Vec<Option<AlignedBuf>>,
+    pub(super) bufs: MemberMap<Option<AlignedBuf>>,
     pub(super) len: usize,
 }
 
 impl Rows {
-    /// Read rows [lo, hi) of every usable, non-excluded role for which `want` says yes.
+    /// Read rows [lo, hi) of every usable, non-excluded role for which `want` says yes,
+    /// into buffers from `take` (a stripe head's, or `AlignedBuf::scratch`).
     /// Err holds the roles whose reads failed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn load(
@@ -28,51 +29,26 @@ impl Rows {
         hi: usize,
         exclude: &[MemberIdx],
         want: impl Fn(MemberIdx) -> bool,
-    ) -> Result<Rows, Vec<MemberIdx>> {
-        Rows::load_into(
-            a,
-            g,
-            map,
-            stripe,
-            lo,
-            hi,
-            exclude,
-            want,
-            &mut AlignedBuf::scratch,
-        )
-    }
-
-    /// [`Rows::load`] with the buffers from `take` (a stripe head's).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn load_into(
-        a: &Array,
-        g: &ParityGeometry,
-        map: &StripeMap,
-        stripe: u64,
-        lo: usize,
-        hi: usize,
-        exclude: &[MemberIdx],
-        want: impl Fn(MemberIdx) -> bool,
         take: &mut dyn FnMut(usize) -> AlignedBuf,
     ) -> Result<Rows, Vec<MemberIdx>> {
         let len = hi - lo;
-        let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
-        let mut devs: Vec<Option<std::sync::Arc<dyn crate::member::Member>>> =
-            (0..a.raid_disks()).map(|_| None).collect();
+        let mut bufs: MemberMap<Option<AlignedBuf>> = MemberMap::from_fn(a.raid_disks(), |_| None);
+        let mut devs: MemberMap<Option<std::sync::Arc<dyn crate::member::Member>>> =
+            MemberMap::from_fn(a.raid_disks(), |_| None);
         for role in stripe_roles(map) {
             if exclude.contains(&role) || !want(role) {
                 continue;
             }
             if let Some(dev) = a.usable(role, stripe) {
-                bufs[role.0] = Some(take(len));
-                devs[role.0] = Some(dev);
+                bufs[role] = Some(take(len));
+                devs[role] = Some(dev);
             }
         }
         let msec = g.member_sector(stripe, sectors(lo));
         let mut ops = OpList::new();
-        for (i, b) in bufs.iter_mut().enumerate() {
-            if let (Some(b), Some(dev)) = (b, devs[i].take()) {
-                ops.read(a, dev, MemberIdx(i), Sector(msec), b);
+        for (role, b) in bufs.iter_mut() {
+            if let (Some(b), Some(dev)) = (b, devs[role].take()) {
+                ops.read(a, dev, role, Sector(msec), b);
             }
         }
         let failed = ops.run(a);
@@ -83,11 +59,16 @@ impl Rows {
     }
 
     pub(super) fn get(&self, role: MemberIdx) -> &[u8] {
-        self.bufs[role.0].as_ref().expect("block loaded")
+        self.bufs[role].as_ref().expect("block loaded")
     }
 
     pub(super) fn get_mut(&mut self, role: MemberIdx) -> &mut [u8] {
-        self.bufs[role.0].as_mut().expect("block loaded")
+        self.bufs[role].as_mut().expect("block loaded")
+    }
+
+    /// Whether `role`'s block is loaded (or rebuilt).
+    pub(super) fn has(&self, role: MemberIdx) -> bool {
+        self.bufs[role].is_some()
     }
 
     /// Rebuild every block of the stripe's roles that is not loaded.
@@ -98,11 +79,7 @@ impl Rows {
         map: &StripeMap,
     ) -> Result<(), ArrayError> {
         let roles = stripe_roles(map);
-        let lost: Vec<MemberIdx> = roles
-            .iter()
-            .copied()
-            .filter(|r| self.bufs[r.0].is_none())
-            .collect();
+        let lost: Vec<MemberIdx> = roles.iter().copied().filter(|&r| !self.has(r)).collect();
         if lost.is_empty() {
             return Ok(());
         }
@@ -118,11 +95,11 @@ impl Rows {
                 .map(|r| self.get(*r))
                 .collect();
             uraid_parity::xor_gen(&mut acc, &srcs);
-            self.bufs[target.0] = Some(acc);
+            self.bufs[target] = Some(acc);
             return Ok(());
         }
         for r in &lost {
-            self.bufs[r.0] = Some(AlignedBuf::scratch(self.len));
+            self.bufs[*r] = Some(AlignedBuf::scratch(self.len));
         }
         // raid6: blocks by syndrome slot (zero blocks in the DDF layouts' holes), then P, Q.
         let width = map.syndrome_width();
@@ -150,20 +127,20 @@ impl Rows {
             .map(|_| AlignedBuf::new(self.len))
             .collect();
         let mut hole_refs = holes.iter_mut();
-        let mut refs: Vec<Option<&mut [u8]>> = self
+        let mut refs: MemberMap<Option<&mut [u8]>> = self
             .bufs
             .iter_mut()
-            .map(|b| b.as_mut().map(|b| &mut b[..]))
+            .map(|(_, b)| b.as_mut().map(|b| &mut b[..]))
             .collect();
         let mut blocks: Vec<&mut [u8]> = Vec::with_capacity(width + 2);
         for r in &slot_role {
             match r {
-                Some(r) => blocks.push(refs[r.0].take().expect("block present")),
+                Some(r) => blocks.push(refs[*r].take().expect("block present")),
                 None => blocks.push(&mut hole_refs.next().expect("hole")[..]),
             }
         }
-        blocks.push(refs[pr.0].take().expect("P present"));
-        blocks.push(refs[qr.0].take().expect("Q present"));
+        blocks.push(refs[pr].take().expect("P present"));
+        blocks.push(refs[qr].take().expect("Q present"));
         uraid_parity::recover(&mut blocks, &lost_idx);
         Ok(())
     }

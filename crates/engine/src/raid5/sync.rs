@@ -13,7 +13,7 @@ use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::Get;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
-use uraid_core::{MemberIdx, Sector};
+use uraid_core::{MemberIdx, MemberMap, Sector};
 
 /// Rows per sync step inside a chunk.
 const SYNC_ROWS_BYTES: usize = 64 * 1024;
@@ -34,7 +34,7 @@ pub(crate) fn sync_range(
     let cb = chunk_bytes(g);
     let end = (start + max.max(1)).min(g.stripes());
     let mut mismatches = 0u64;
-    let batch = (a.tuning.sync_batch_bytes.load(Ordering::Relaxed) / cb).max(1) as u64;
+    let batch = (a.r5().tuning.sync_batch_bytes.load(Ordering::Relaxed) / cb).max(1) as u64;
     let mut next = start;
     // The previous pass, read and rebuilt, its writes not yet issued (stripes still locked).
     let mut pending: Option<SyncPass> = None;
@@ -99,7 +99,17 @@ pub(crate) fn sync_range(
             let hi = (lo + SYNC_ROWS_BYTES).min(cb);
             let mut exclude: Vec<MemberIdx> = Vec::new();
             let mut rows = loop {
-                match Rows::load(a, g, &map, stripe, lo, hi, &exclude, |_| true) {
+                match Rows::load(
+                    a,
+                    g,
+                    &map,
+                    stripe,
+                    lo,
+                    hi,
+                    &exclude,
+                    |_| true,
+                    &mut AlignedBuf::scratch,
+                ) {
                     Ok(r) => break r,
                     Err(failed) => {
                         exclude.extend(failed);
@@ -190,10 +200,11 @@ impl<'a> SyncPass<'a> {
             .iter()
             .zip(&stripes)
             .map(|(map, &s)| {
-                let mut bufs: Vec<Option<AlignedBuf>> = (0..a.raid_disks()).map(|_| None).collect();
+                let mut bufs: MemberMap<Option<AlignedBuf>> =
+                    MemberMap::from_fn(a.raid_disks(), |_| None);
                 for role in stripe_roles(map) {
                     if a.usable(role, s).is_some() {
-                        bufs[role.0] = Some(AlignedBuf::scratch(cb));
+                        bufs[role] = Some(AlignedBuf::scratch(cb));
                     }
                 }
                 Rows { bufs, len: cb }
@@ -214,10 +225,10 @@ impl<'a> SyncPass<'a> {
     /// pass's writes). False if a read failed: then nothing of this pass may be used.
     fn queue_reads<'o>(&'o mut self, a: &Array, g: &ParityGeometry, mut ops: OpList<'o>) -> bool {
         for (r, &s) in self.rows.iter_mut().zip(&self.stripes) {
-            for (i, b) in r.bufs.iter_mut().enumerate() {
+            for (role, b) in r.bufs.iter_mut() {
                 let Some(b) = b else { continue };
-                match a.usable(MemberIdx(i), s) {
-                    Some(dev) => ops.read(a, dev, MemberIdx(i), Sector(g.member_sector(s, 0)), b),
+                match a.usable(role, s) {
+                    Some(dev) => ops.read(a, dev, role, Sector(g.member_sector(s, 0)), b),
                     // Gone since planning (failed): the stripe-by-stripe path copes.
                     None => return false,
                 }
@@ -243,7 +254,7 @@ impl<'a> SyncPass<'a> {
                 // Rebuilt straight into the buffer that is then written.
                 r.reconstruct(a, g, map)?;
                 for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
-                    w.push((*l, r.bufs[l.0].take().expect("rebuilt block")));
+                    w.push((*l, r.bufs[*l].take().expect("rebuilt block")));
                 }
             } else {
                 mismatches += compare_rows(r, map, cb, ctx.mode, &mut w);

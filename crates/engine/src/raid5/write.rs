@@ -24,7 +24,8 @@ pub(crate) fn write(
     let mut s = sector;
     let mut off = 0usize;
     let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
-    let skip_copy = a.tuning.skip_copy.load(Ordering::Relaxed);
+    let tuning = &a.r5().tuning;
+    let skip_copy = tuning.skip_copy.load(Ordering::Relaxed);
     while off < buf.len() {
         let loc = g.locate(s);
         // A run of whole stripes goes out in one pass (md's full-stripe batching).
@@ -32,7 +33,7 @@ pub(crate) fn write(
         if whole >= 2
             && loc.data_index == 0
             && loc.offset_sectors == 0
-            && a.tuning.batching.load(Ordering::Relaxed)
+            && tuning.batching.load(Ordering::Relaxed)
             && a.journal().is_none()
         {
             let mut n = whole.min(MAX_BATCH_STRIPES);
@@ -374,7 +375,7 @@ fn analyse_pieces<'d>(
             lost_parity,
             parity_disks: g.parity_disks(),
             sub_page_journal,
-            rmw_level: a.tuning.rmw_level.load(Ordering::Relaxed),
+            rmw_level: a.r5().tuning.rmw_level.load(Ordering::Relaxed),
         },
     }
 }
@@ -437,6 +438,8 @@ fn execute(
         }
         Plan::Rmw { read_data } => {
             // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
+            // `old` is by data index (the stripe's logical chunk, as `pieces`), not by role:
+            // the role is `map.data[i]`.
             let mut old: Vec<Option<AlignedBuf>> = (0..pieces.len()).map(|_| None).collect();
             for &i in read_data {
                 let pc = pieces[i].as_ref().expect("touched");
@@ -515,17 +518,14 @@ fn execute(
                         .is_some_and(|i| read_data.contains(&i))
             };
             let mut take = |len| bufs.take(len);
-            let loaded = Rows::load_into(a, g, map, stripe, lo, hi, exclude, want, &mut take);
+            let loaded = Rows::load(a, g, map, stripe, lo, hi, exclude, want, &mut take);
             let mut rows = match loaded {
                 Ok(r) => r,
                 Err(failed) => return Ok(Outcome::Retry(failed)),
             };
             if *reconstruct {
                 rows.reconstruct(a, g, map)?;
-            } else if read_data
-                .iter()
-                .any(|&i| rows.bufs[map.data[i].0].is_none())
-            {
+            } else if read_data.iter().any(|&i| !rows.has(map.data[i])) {
                 // A member failed after the analysis: redo with the new set.
                 return Ok(Outcome::Retry(Vec::new()));
             }
@@ -541,7 +541,7 @@ fn execute(
             }
             let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
             gen_parity(map, &srcs, &mut p, q.as_deref_mut());
-            for b in rows.bufs.into_iter().flatten() {
+            for b in rows.bufs.into_values().flatten() {
                 bufs.put(b);
             }
         }
