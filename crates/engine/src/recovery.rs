@@ -612,10 +612,8 @@ impl Array {
         if slot.member_flags() == flags {
             return Ok(());
         }
+        // The superblock write takes the slot's flags (Meta::write_all).
         slot.set_member_flags(flags);
-        if let Some(sb) = meta.members[role].as_mut() {
-            sb.devflags = flags.devflags();
-        }
         meta.write_all(self)
     }
 

@@ -114,17 +114,23 @@ fn raid1_reads_avoid_a_write_mostly_member_while_another_copy_is_in_sync() {
 }
 
 #[test]
-fn raid1_a_read_error_on_the_other_copy_falls_back_to_the_write_mostly_member() {
+fn raid1_retries_after_a_read_error_go_to_the_write_mostly_member_last() {
     let (f, a, data) = array(Level::Raid1, None, &[NONE, WM, NONE]);
-    // Members 0 and 2 cannot read a range: the write-mostly copy answers it.
     let off = 256u64 << 10;
     let at = a.slot(MemberIdx(0)).data_offset_bytes() + off;
-    for i in [0, 2] {
-        f[i].set_range(at, at + 4096);
-        f[i].fail_reads.store(true, Ordering::SeqCst);
-    }
-    zero_counts(&f);
     let mut b = vec![0u8; 4096];
+    // Member 0 (the balancer's first choice) cannot read a range: member 2 answers, not
+    // the write-mostly member 1 that comes first in the rotation.
+    f[0].set_range(at, at + 4096);
+    f[0].fail_reads.store(true, Ordering::SeqCst);
+    zero_counts(&f);
+    a.read(off, &mut b).unwrap();
+    assert!(b[..] == data[off as usize..off as usize + 4096]);
+    assert_eq!((reads(&f[0]), reads(&f[1]), reads(&f[2])), (1, 0, 1));
+    // Members 0 and 2 cannot: the write-mostly copy is the last resort.
+    f[2].set_range(at, at + 4096);
+    f[2].fail_reads.store(true, Ordering::SeqCst);
+    zero_counts(&f);
     a.read(off, &mut b).unwrap();
     assert!(b[..] == data[off as usize..off as usize + 4096]);
     assert_eq!(reads(&f[1]), 1, "the write-mostly copy is the last resort");
