@@ -358,6 +358,10 @@ def mdadm_create_args(spec: Spec, disks: list[str]) -> list[str]:
     if not spec.resync and spec.level != 0:
         # The images are zeroes, and zeroes are consistent parity and mirrors.
         a.append("--assume-clean")
+    if spec.write_mostly:
+        # mdadm's --write-mostly flags the devices after it (the spec keeps them last).
+        first = min(spec.write_mostly)
+        return a + disks[:first] + ["--write-mostly"] + disks[first:]
     return a + disks
 
 
@@ -405,6 +409,14 @@ class L2U:
         members = [str(p) for p in reversed(self.images)]  # order must not matter
         d = uraid_detail(uraid, members)
         check_uraid_geometry(self.spec, d, size)
+        if self.spec.write_mostly:
+            mdstat = g.file("mdstat.created")
+            if mdstat.count("(W)") != len(self.spec.write_mostly):
+                raise Failure("Linux did not flag the write-mostly members", mdstat)
+            got = [i for i, m in enumerate(d.get("members", [])) if m.get("write_mostly")]
+            if got != sorted(self.spec.write_mostly):
+                raise Failure(f"uraid sees write-mostly members {got}, Linux made "
+                              f"{sorted(self.spec.write_mostly)}", json.dumps(d)[:2000])
         got, n = uraid_read_sha(uraid, members)
         if n != size or got != g.kv[final]:
             raise Failure(f"uraid read {n} bytes sha {got[:16]}, Linux had {size} bytes "
@@ -419,6 +431,10 @@ class L2U:
             if ex.returncode != 0 or state != "clean":
                 raise Failure(f"after `uraid read`, host mdadm --examine of member {i} says "
                               f"State {state!r}", (ex.stdout + ex.stderr)[-2500:])
+            flags = detail_field(ex.stdout, "Flags")
+            if (flags == "write-mostly") != (i in self.spec.write_mostly):
+                raise Failure(f"after `uraid read`, member {i} has Flags {flags!r}",
+                              ex.stdout[-2500:])
         return ""
 
 
@@ -485,6 +501,8 @@ class U2L:
         if s.bitmap:
             a += ["--bitmap", s.bitmap]
         a += [str(p) if p else "missing" for p in self.images]
+        for i in s.write_mostly:
+            a += ["--write-mostly", str(self.images[i])]
         uraid_run(self.uraid, a)
         members = [str(p) for p in self.present]
         d = uraid_detail(self.uraid, members)
@@ -562,6 +580,14 @@ class U2L:
                 bad.append(f"State {state!r}")
         if s.bitmap == "internal" and detail_field(detail, "Intent Bitmap") != "Internal":
             bad.append("no internal bitmap")
+        if s.write_mostly:
+            flagged = g.file("mdstat.assembled").count("(W)")
+            if flagged != len(s.write_mostly):
+                bad.append(f"/proc/mdstat shows {flagged} (W) members, uraid made "
+                           f"{len(s.write_mostly)}")
+            rows = [ln for ln in detail.splitlines() if "writemostly" in ln]
+            if len(rows) != len(s.write_mostly):
+                bad.append(f"mdadm --detail lists {len(rows)} writemostly members")
         for tag in ("assembled", "afterread"):
             mdstat = g.file(f"mdstat.{tag}")
             if re.search(r"resync|recovery|reshape|check", mdstat):

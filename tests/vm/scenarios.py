@@ -48,6 +48,11 @@ class Spec:
     # fill; their images still go to Linux, which must leave them out.
     marked: tuple[int, ...] = ()
     metadata: str = "1.2"  # the v1 superblock's place: "1.0" (end), "1.1" (start), "1.2"
+    # Members flagged write-mostly at create (md's devflags): l2u by mdadm's --write-mostly
+    # (which flags every device after it, so these must be the last ones), u2l by uraid's
+    # --write-mostly DEV. The other side must see the flag: uraid's detail and mdadm
+    # --examine for l2u, (W) in /proc/mdstat and "writemostly" in mdadm --detail for u2l.
+    write_mostly: tuple[int, ...] = ()
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -71,7 +76,12 @@ class Spec:
                 parts.append(word + "".join(str(f) for f in self.fail))
             if self.marked:
                 parts.append("marked" + "".join(str(f) for f in self.marked))
+            if self.write_mostly:
+                parts.append("wm" + "".join(str(f) for f in self.write_mostly))
             self.name = "-".join(parts)
+        wm = sorted(self.write_mostly)
+        assert wm == list(range(self.ndisks - len(wm), self.ndisks)), \
+            f"{self.name}: write_mostly must be the last members (mdadm flags those after it)"
 
     def member_sizes(self, default_mib: int) -> list[int]:
         return list(self.sizes_mib) if self.sizes_mib else [default_mib] * self.ndisks
@@ -133,6 +143,9 @@ def quick() -> list[Spec]:
         U(1, 2, metadata="1.0", bitmap="internal"), U(5, 4, metadata="1.0"),
         U(1, 2, metadata="1.1"), U(5, 3, metadata="1.1", bitmap="internal"),
     ]
+    # md's write-mostly flag, both ways (issue 12).
+    l2u += [L(1, 3, write_mostly=(2,))]
+    u2l += [U(1, 3, write_mostly=(2,))]
     return l2u + u2l
 
 

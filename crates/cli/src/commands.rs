@@ -60,9 +60,48 @@ pub struct CreateArgs {
     /// The same as --run for create (mdadm accepts either).
     #[arg(short, long)]
     pub force: bool,
+    /// Flag member DEV write-mostly (md's devflags): raid1 reads go to the other members
+    /// whenever one is in sync. Repeat it for more members. Unlike mdadm's -W, which
+    /// applies to the devices after it, it names its device, which stays in the member
+    /// list: `uraid create -l1 a.img b.img --write-mostly b.img`.
+    #[arg(short = 'W', long = "write-mostly", value_name = "DEV")]
+    pub write_mostly: Vec<String>,
+    /// Flag member DEV failfast (md's devflags): raid1/raid10 fail it on its first IO error
+    /// instead of repairing and retrying, unless it holds the last copy. Named as with
+    /// --write-mostly.
+    #[arg(long, value_name = "DEV")]
+    pub failfast: Vec<String>,
     /// Member devices or files, in role order; `missing` leaves a role empty.
     #[arg(required = true)]
     pub devices: Vec<String>,
+}
+
+/// Each member's md flags from create's --write-mostly and --failfast, by position in
+/// `devices`; a named device must be one of them (by path, as spelt or canonical).
+fn create_member_flags(a: &CreateArgs) -> Result<Vec<uraid_engine::MemberFlags>> {
+    let mut flags = vec![uraid_engine::MemberFlags::default(); a.devices.len()];
+    let position = |name: &str, opt: &str| -> Result<usize> {
+        let want = crate::locks::canonical(std::path::Path::new(name));
+        a.devices
+            .iter()
+            .position(|d| {
+                d != "missing"
+                    && (d == name || crate::locks::canonical(std::path::Path::new(d)) == want)
+            })
+            .with_context(|| {
+                format!(
+                    "{opt} {name}: not one of the member devices given; list every member in \
+                     role order and name the flagged ones with {opt} DEV"
+                )
+            })
+    };
+    for d in &a.write_mostly {
+        flags[position(d, "--write-mostly")?].write_mostly = true;
+    }
+    for d in &a.failfast {
+        flags[position(d, "--failfast")?].failfast = true;
+    }
+    Ok(flags)
 }
 
 #[derive(Args)]
@@ -231,6 +270,7 @@ pub fn create(a: CreateArgs) -> Result<()> {
     if let Some(j) = &a.write_journal {
         opts.journal = Some(open_member(j)?);
     }
+    opts.member_flags = create_member_flags(&a)?;
     let mut devs: Vec<Option<Arc<dyn Member>>> = Vec::new();
     for d in &a.devices {
         if d == "missing" {

@@ -215,6 +215,10 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
             format!("{} sectors from superblock", sb.bitmap_offset),
         );
     }
+    // mdadm prints the device flags it knows, and the line only when devflags is set.
+    if sb.devflags != 0 {
+        line("Flags", sb.member_flags().examine_words());
+    }
     line("Update Time", ctime(sb.utime_secs()));
     if sb.bblog_offset != 0 && sb.bblog_size != 0 {
         line(
@@ -322,6 +326,8 @@ pub fn examine_json(path: &str, sb: &Superblock, cx: &ExamineContext) -> Value {
         "role_number": sb.role_of_this_device().filter(|&r| u32::from(r) < sb.raid_disks),
         "array_state": array_state(sb),
         "bitmap_offset_sectors": sb.bitmap_sector().map(|_| sb.bitmap_offset),
+        "write_mostly": sb.member_flags().write_mostly,
+        "failfast": sb.member_flags().failfast,
     })
 }
 
@@ -359,6 +365,20 @@ fn consistency_policy(a: &Array, sb: &Superblock) -> &'static str {
         "none"
     } else {
         "resync"
+    }
+}
+
+/// A device's state words with its md flags where mdadm --detail puts them: after "active
+/// sync" or "faulty", before "spare" ("active sync writemostly", "writemostly spare
+/// rebuilding").
+fn with_flag_words(words: &str, flags: uraid_engine::MemberFlags) -> String {
+    let f = flags.detail_words();
+    if f.is_empty() {
+        words.to_string()
+    } else if words.starts_with("spare") {
+        format!("{f} {words}")
+    } else {
+        format!("{words} {f}")
     }
 }
 
@@ -507,19 +527,25 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
             .unwrap_or_else(|| "-".into());
         let repl = a.slot(MemberIdx(r)).replacement_name();
         let role = r.to_string();
+        let flags = a.slot(MemberIdx(r)).member_flags();
+        let with_flags = |words: &str| with_flag_words(words, flags);
         match (&repl, st) {
             // mdadm: a failed member leaves its role "removed" and is listed as faulty
             // below, until it is removed.
             (_, SlotState::Faulty) => {
                 device_row(&mut o, "-", &role, "removed", "");
-                faulty_rows.push((number(r), name));
+                faulty_rows.push((number(r), with_flags("faulty"), name));
             }
             (_, SlotState::Missing) => device_row(&mut o, "-", &role, "removed", ""),
             // The member being replaced and its replacement share the role.
-            (Some(_), SlotState::InSync) => {
-                device_row(&mut o, &number(r), &role, "active sync replacing", &name)
-            }
-            _ => device_row(&mut o, &number(r), &role, st.describe(), &name),
+            (Some(_), SlotState::InSync) => device_row(
+                &mut o,
+                &number(r),
+                &role,
+                &with_flags("active sync replacing"),
+                &name,
+            ),
+            _ => device_row(&mut o, &number(r), &role, &with_flags(st.describe()), &name),
         }
         if let Some(n) = repl {
             device_row(&mut o, "-", &role, "spare rebuilding replacement", &n);
@@ -534,8 +560,8 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
             j,
         );
     }
-    for s in &spares {
-        device_row(&mut o, "-", "-", "spare", s);
+    for (s, flags) in a.spares_with_flags() {
+        device_row(&mut o, "-", "-", &with_flag_words("spare", flags), &s);
     }
     faulty_rows.extend(faulty.into_iter().map(|(name, n)| {
         let n = if n == u32::MAX {
@@ -543,12 +569,12 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
         } else {
             n.to_string()
         };
-        (n, name)
+        (n, "faulty".to_string(), name)
     }));
     if !faulty_rows.is_empty() {
         o.push('\n');
-        for (n, name) in faulty_rows {
-            device_row(&mut o, &n, "-", "faulty", &name);
+        for (n, state, name) in faulty_rows {
+            device_row(&mut o, &n, "-", &state, &name);
         }
     }
     o
@@ -573,6 +599,8 @@ pub fn detail_json(a: &Array) -> Value {
                     SlotState::Missing => "missing",
                 },
                 "device": a.slot(MemberIdx(r)).device_name(),
+                "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
+                "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
                 "recovery_percent": (st == SlotState::Recovering).then(|| {
                     a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / a.total_units().max(1) as f64
                 }),

@@ -119,9 +119,75 @@ pub const FEATURE_RAID0_LAYOUT: u32 = 4096;
 /// resync_offset value meaning "fully in sync" (md's MaxSector).
 pub const MAX_SECTOR: u64 = u64::MAX;
 
-/// devflags bits.
+/// devflags bits (md_p.h's WriteMostly1 and FailFast1).
 pub const DEVFLAG_WRITE_MOSTLY: u8 = 1;
 pub const DEVFLAG_FAILFAST: u8 = 2;
+
+/// A member's md flags, as its superblock's `devflags` keeps them (md's rdev flags
+/// WriteMostly and FailFast).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemberFlags {
+    /// md's write-mostly: raid1 reads go to the other copies whenever one is valid.
+    pub write_mostly: bool,
+    /// md's failfast: raid1/raid10 fail the member on its first IO error instead of
+    /// repairing and retrying, unless that would leave the array without its data.
+    pub failfast: bool,
+}
+
+impl MemberFlags {
+    /// The two flags md defines, from a `devflags` byte (other bits are not flags of
+    /// this type; `support::check` refuses them at assembly).
+    pub fn from_devflags(devflags: u8) -> MemberFlags {
+        MemberFlags {
+            write_mostly: devflags & DEVFLAG_WRITE_MOSTLY != 0,
+            failfast: devflags & DEVFLAG_FAILFAST != 0,
+        }
+    }
+
+    /// The `devflags` byte.
+    pub fn devflags(self) -> u8 {
+        let mut b = 0;
+        if self.write_mostly {
+            b |= DEVFLAG_WRITE_MOSTLY;
+        }
+        if self.failfast {
+            b |= DEVFLAG_FAILFAST;
+        }
+        b
+    }
+
+    /// Both flags that either has.
+    pub fn union(self, other: MemberFlags) -> MemberFlags {
+        MemberFlags {
+            write_mostly: self.write_mostly || other.write_mostly,
+            failfast: self.failfast || other.failfast,
+        }
+    }
+
+    /// mdadm --examine's words ("write-mostly failfast"); empty when neither is set.
+    pub fn examine_words(self) -> String {
+        let mut w = Vec::new();
+        if self.write_mostly {
+            w.push("write-mostly");
+        }
+        if self.failfast {
+            w.push("failfast");
+        }
+        w.join(" ")
+    }
+
+    /// md's words in sysfs and mdadm --detail's state column ("writemostly failfast").
+    pub fn detail_words(self) -> String {
+        let mut w = Vec::new();
+        if self.write_mostly {
+            w.push("writemostly");
+        }
+        if self.failfast {
+            w.push("failfast");
+        }
+        w.join(" ")
+    }
+}
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SuperblockError {
@@ -908,6 +974,11 @@ impl Superblock {
     /// ROLE_JOURNAL); `None` when `dev_number` is past `max_dev` (md then treats it as spare).
     pub fn role_of_this_device(&self) -> Option<u16> {
         self.dev_roles.get(self.dev_number as usize).copied()
+    }
+
+    /// This member's write-mostly and failfast flags (`devflags`).
+    pub fn member_flags(&self) -> MemberFlags {
+        MemberFlags::from_devflags(self.devflags)
     }
 
     /// The active slot of this member, if it has one.

@@ -26,7 +26,8 @@ pub const FEATURES_KNOWN: u32 = FEATURES_IMPLEMENTED
     | FEATURE_PPL
     | FEATURE_MULTIPLE_PPLS;
 
-/// Device flags md defines.
+/// Device flags md defines, all honoured: write-mostly (raid1 read balancing) and failfast
+/// (raid1/raid10 fail the member on its first IO error while redundancy remains).
 pub const DEVFLAGS_KNOWN: u8 = DEVFLAG_WRITE_MOSTLY | DEVFLAG_FAILFAST;
 
 /// Logical block sizes uraid serves (it exports 512-byte blocks; 0 = not recorded).

@@ -179,3 +179,30 @@ fn journal_states_flags_and_block_sizes_uraid_cannot_honour() {
     let (f, _) = refused(|sb| sb.super_offset = 4096);
     assert_eq!(f, "super_offset", "a superblock inside its own data area");
 }
+
+/// write-mostly (bit 0) and failfast (bit 1) of `devflags` come back through the codec as
+/// the member's flags, with mdadm's words; other bits stay refused by name.
+#[test]
+fn member_flags_round_trip_through_the_codec() {
+    for bits in 0u8..4 {
+        let mut s = raid5();
+        s.devflags = bits;
+        let back = read_back(&s);
+        assert_eq!(back.encode()[184], bits, "devflags byte");
+        let f = back.member_flags();
+        assert_eq!(f.write_mostly, bits & 1 != 0, "{bits:#x}");
+        assert_eq!(f.failfast, bits & 2 != 0, "{bits:#x}");
+        assert_eq!(f.devflags(), bits);
+        assert_eq!(MemberFlags::from_devflags(bits), f);
+        assert_eq!(check(&back), Ok(()), "{bits:#x} is honoured");
+    }
+    let both = MemberFlags {
+        write_mostly: true,
+        failfast: true,
+    };
+    assert_eq!(both.examine_words(), "write-mostly failfast");
+    assert_eq!(both.detail_words(), "writemostly failfast");
+    assert_eq!(MemberFlags::default().examine_words(), "");
+    let (f, _) = refused(|sb| sb.devflags = DEVFLAG_WRITE_MOSTLY | 4);
+    assert_eq!(f, "devflags");
+}

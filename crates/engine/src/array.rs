@@ -307,10 +307,37 @@ impl Array {
     /// before any request that saw the failure completes (md holds such completions until
     /// the metadata is durable). A spare, if there is one, takes the role.
     pub(crate) fn member_error(&self, role: MemberIdx, err: &io::Error) {
+        self.fail_member_io(role, err, false);
+    }
+
+    /// md's failfast: an IO error on a member flagged failfast fails it at once, without
+    /// the read-error repair, but only while the array keeps its data without it (md's
+    /// raid1_error/raid10_error never fail the last copy). Returns whether it failed the
+    /// member; if not, the caller handles the error as for any member.
+    pub(crate) fn failfast_error(&self, role: MemberIdx, err: &io::Error) -> bool {
+        self.slots[role].member_flags().failfast && self.fail_member_io(role, err, true)
+    }
+
+    /// Whether the array keeps its data with `role` failed too.
+    pub(crate) fn survives_without(&self, role: MemberIdx) -> bool {
+        let mut missing = self.missing_roles();
+        if !missing.contains(&role) {
+            missing.push(role);
+        }
+        self.pers.survives(&missing)
+    }
+
+    /// [`Array::member_error`]; with `keep_last`, only if the array survives without the
+    /// member (decided under the superblock lock, so that two such failures at once cannot
+    /// both pass). Returns whether this call failed the member.
+    fn fail_member_io(&self, role: MemberIdx, err: &io::Error, keep_last: bool) -> bool {
         let slot = &self.slots[role];
         // Under the superblock lock, so that a spare cannot take the role between the
         // failure and its recording (the wrong device would be marked faulty).
         let mut meta = self.meta();
+        if keep_last && !self.survives_without(role) {
+            return false;
+        }
         // Pending before the slot turns faulty: a write that sees it faulty and skips it
         // then waits until the superblocks say so (md's MD_SB_CHANGE_PENDING).
         let change = self.begin_sb_change();
@@ -318,7 +345,7 @@ impl Array {
         if !matches!(prev, SlotState::InSync | SlotState::Recovering)
             || !slot.transition(prev, SlotState::Faulty)
         {
-            return;
+            return false;
         }
         let name = slot.device_name().unwrap_or_default();
         tracing::warn!("member {role} ({name}) failed: {err}; marking it faulty");
@@ -344,6 +371,7 @@ impl Array {
         if let Err(e) = self.activate_spare_now() {
             tracing::error!("could not activate a spare: {e}");
         }
+        true
     }
 
     /// A member read failed but redundancy answered: write the good data back. A member
@@ -390,11 +418,7 @@ impl Array {
         if !matches!(state, SlotState::InSync | SlotState::Recovering) {
             return Err(ArrayError::Failed(format!("member {role} is not active")));
         }
-        let mut missing = self.missing_roles();
-        if !missing.contains(&role) {
-            missing.push(role);
-        }
-        if !self.pers.survives(&missing) {
+        if !self.survives_without(role) {
             return Err(ArrayError::Failed(format!(
                 "failing member {role} would leave {} without its data",
                 self.geometry.level

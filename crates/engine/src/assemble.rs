@@ -333,10 +333,11 @@ pub fn assemble(
                 if *forced {
                     sb.events = template.events;
                 }
-                array_slots.push(Slot::new(
-                    Some(devs[*i].clone()),
-                    sb.data_offset * SECTOR_BYTES,
-                ));
+                let slot = Slot::new(Some(devs[*i].clone()), sb.data_offset * SECTOR_BYTES);
+                // md's rdev flags from devflags (super_1_validate); support::check refused
+                // any bit but write-mostly and failfast.
+                slot.set_member_flags(sb.member_flags());
+                array_slots.push(slot);
                 if sb.feature_map & FEATURE_RECOVERY_OFFSET != 0 && sb.recovery_offset != MAX_SECTOR
                 {
                     recovering.push((r, sb.recovery_offset));

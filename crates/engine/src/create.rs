@@ -10,7 +10,7 @@ use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::{ArrayGeometry, Personality};
 use uraid_core::superblock::{
     default_bitmap_space_sectors, default_data_offset_sectors, v10_avail_sectors,
-    v10_bitmap_offset, CreateSpec, MetadataVersion, Superblock, FEATURE_JOURNAL,
+    v10_bitmap_offset, CreateSpec, MemberFlags, MetadataVersion, Superblock, FEATURE_JOURNAL,
     FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
@@ -47,6 +47,9 @@ pub struct CreateOptions {
     pub metadata: MetadataVersion,
     /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
     pub clock: crate::clock::Clock,
+    /// md's flags of each member (mdadm --write-mostly, --failfast), in the order of the
+    /// devices given to [`create`]; members past its end have none.
+    pub member_flags: Vec<MemberFlags>,
 }
 
 impl CreateOptions {
@@ -66,6 +69,7 @@ impl CreateOptions {
             journal: None,
             metadata: MetadataVersion::V1_2,
             clock: Default::default(),
+            member_flags: Vec::new(),
         }
     }
 }
@@ -151,6 +155,12 @@ pub fn create_confirmed(
     let err = |m: String| ArrayError::Create(m);
     let level = opts.level;
     let raid_disks = devs.len();
+    if opts.member_flags.len() > raid_disks {
+        return Err(err(format!(
+            "member flags given for {} members, but the array has {raid_disks}",
+            opts.member_flags.len()
+        )));
+    }
     let min = match level {
         Level::Raid0 | Level::Raid1 => 1,
         Level::Raid4 | Level::Raid5 | Level::Raid10 => 2,
@@ -409,6 +419,12 @@ pub fn create_confirmed(
                     // md reads each raid0 member's size from data_size.
                     sb.data_size = member_sectors[i];
                 }
+                sb.devflags = opts
+                    .member_flags
+                    .get(i)
+                    .copied()
+                    .unwrap_or_default()
+                    .devflags();
                 sbs.push(Some(sb));
             }
             None => sbs.push(None),
@@ -457,12 +473,16 @@ pub fn create_confirmed(
         .iter()
         .zip(&sbs)
         .map(|(d, sb)| {
-            Slot::new(
+            let slot = Slot::new(
                 d.clone(),
                 sb.as_ref()
                     .map(|s| s.data_offset * SECTOR_BYTES)
                     .unwrap_or(0),
-            )
+            );
+            if let Some(sb) = sb {
+                slot.set_member_flags(sb.member_flags());
+            }
+            slot
         })
         .collect();
     let mut meta = Meta::new(template, sbs);

@@ -17,7 +17,8 @@
 //! - **Requests** on [`Array`]: `read`, `write`, `flush`, `discard`, `write_zeroes`, at byte
 //!   offsets, from any number of threads; `stop` marks the superblocks clean
 //!   ([`Array::force_stop`] is the quickest safe exit).
-//! - **Members of a running array**: `add_member` ([`AddOutcome`]), `fail_member`,
+//! - **Members of a running array**: `add_member` ([`AddOutcome`]; `add_member_with` md's
+//!   [`MemberFlags`], write-mostly and failfast, also `set_member_flags`), `fail_member`,
 //!   `remove_member`, `replace`, their [`SlotState`]s and [`Slot`]s, and finding a device's
 //!   role again ([`Place`], [`DeviceId`]).
 //! - **Events**: [`Array::subscribe`] delivers [`Event`]s in mdadm --monitor's vocabulary.
@@ -165,4 +166,5 @@ pub use io::{io_engine, set_io_engine, IoEngine};
 pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
 
 // The core types the surface speaks in.
+pub use uraid_core::superblock::MemberFlags;
 pub use uraid_core::{Level, MemberIdx};

@@ -321,6 +321,8 @@ impl Meta {
                 _ => None,
             };
             if let Some(dev) = dev {
+                // The slot holds the member's flags at run time (`uraid set` changes them).
+                own.devflags = slot.member_flags().devflags();
                 // md's bad block log: the feature bit says it holds entries.
                 let bb = slot.bad_blocks();
                 if bb.is_empty() {

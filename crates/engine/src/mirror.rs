@@ -1,6 +1,13 @@
 //! Shared IO for the mirrored levels (raid1, raid10): read one valid copy, write every
 //! valid copy. The level modules say where the copies of a piece are and which recovery
 //! unit the piece belongs to (see [`crate::slot`]).
+//!
+//! md's member flags act here. Write-mostly (raid1 only, as md: its raid10 ignores the
+//! flag): a read goes to a write-mostly copy only when no other copy is valid for it.
+//! Failfast (both levels, as md): a copy flagged failfast that fails a read is failed at
+//! once instead of being repaired, if another copy can answer and the array keeps its data
+//! without it; otherwise the error takes the ordinary path (answer from another copy and
+//! rewrite, or fail when none is left).
 
 use crate::array::ZeroKind;
 use crate::array::{no_redundancy, Array};
@@ -26,15 +33,23 @@ pub(crate) struct MirrorConf {
     locks: Vec<Mutex<()>>,
     /// Per-role read state for read balancing.
     heads: MemberMap<read_balance::Head>,
+    /// Reads avoid write-mostly members (raid1; md's raid10 does not look at the flag).
+    honour_write_mostly: bool,
 }
 
 impl MirrorConf {
-    pub(crate) fn new(raid_disks: usize) -> MirrorConf {
+    pub(crate) fn new(raid_disks: usize, honour_write_mostly: bool) -> MirrorConf {
         MirrorConf {
             barriers: Barriers::default(),
             locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             heads: MemberMap::from_fn(raid_disks, |_| Default::default()),
+            honour_write_mostly,
         }
+    }
+
+    /// Whether reads should go to `role` only when no other copy is valid.
+    fn avoid(&self, a: &Array, role: MemberIdx) -> bool {
+        self.honour_write_mostly && a.slot(role).member_flags().write_mostly
     }
 
     fn bucket_of(key: u64) -> usize {
@@ -63,42 +78,65 @@ pub(crate) fn read_piece(
 ) -> Result<(), ArrayError> {
     let sectors = buf.len() as u64 / SECTOR_BYTES;
     // Choose without building lists or touching the devices' locks: this runs per read.
-    let cands = copies
-        .iter()
-        .enumerate()
-        .filter(|(_, (role, _))| a.slot(*role).is_usable(unit))
-        .map(|(i, &(role, msec))| {
-            let (head, pending) = conf.heads[role].snapshot();
-            let c = read_balance::Candidate {
-                member_sector: msec,
-                head,
-                pending,
-            };
-            (i, c)
-        });
-    let first = read_balance::choose(cands).unwrap_or(0);
+    // md's read_balance: write-mostly copies only when no other copy is valid.
+    let cands = move |write_mostly: bool| {
+        copies
+            .iter()
+            .enumerate()
+            .filter(move |(_, (role, _))| {
+                a.slot(*role).is_usable(unit) && conf.avoid(a, *role) == write_mostly
+            })
+            .map(move |(i, &(role, msec))| {
+                let (head, pending) = conf.heads[role].snapshot();
+                let c = read_balance::Candidate {
+                    member_sector: msec,
+                    head,
+                    pending,
+                };
+                (i, c)
+            })
+    };
+    let first = read_balance::choose(cands(false))
+        .or_else(|| read_balance::choose(cands(true)))
+        .unwrap_or(0);
     let n = copies.len();
     let mut bad: Vec<(MemberIdx, u64)> = Vec::new();
-    for attempt in 0..n {
-        let (role, msec) = copies[(first + attempt) % n];
-        let Some(dev) = a.usable(role, unit) else {
-            continue;
-        };
-        let mut ops = OpList::new();
-        ops.read(a, dev, role, Sector(msec), buf);
-        let reading = conf.heads[role].start(msec, sectors);
-        let failed = ops.run(a);
-        drop(reading);
-        if failed.is_empty() {
-            if !bad.is_empty() {
-                a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
-                for (r, m) in bad {
-                    a.repair_read(r, m, buf);
-                }
+    let mut failed_fast = false;
+    // On an error the other copies are tried from the balancer's choice on, the
+    // write-mostly ones last (pass 1).
+    for pass in [false, true] {
+        for attempt in 0..n {
+            let (role, msec) = copies[(first + attempt) % n];
+            if conf.avoid(a, role) != pass {
+                continue;
             }
-            return Ok(());
+            let Some(dev) = a.usable(role, unit) else {
+                continue;
+            };
+            let mut ops = OpList::new();
+            ops.read(a, dev, role, Sector(msec), buf);
+            let reading = conf.heads[role].start(msec, sectors);
+            let failed = ops.run(a);
+            drop(reading);
+            if failed.is_empty() {
+                if !bad.is_empty() || failed_fast {
+                    a.stats.degraded_reads.fetch_add(1, Ordering::Relaxed);
+                    for (r, m) in bad {
+                        a.repair_read(r, m, buf);
+                    }
+                }
+                return Ok(());
+            }
+            let other_copy = copies
+                .iter()
+                .any(|&(r, _)| r != role && a.slot(r).is_usable(unit));
+            if other_copy && a.failfast_error(role, &failfast_read_error()) {
+                // Failed at once: no repair, the next copy answers.
+                failed_fast = true;
+                continue;
+            }
+            bad.push((role, msec));
         }
-        bad.push((role, msec));
     }
     // Every copy failed somewhere in the piece; the bad sectors may lie in different places
     // on each copy, so go sector by sector, as md's fix_read_error does, before giving up.
@@ -114,6 +152,10 @@ pub(crate) fn read_piece(
         );
     }
     Err(no_redundancy(a, "read"))
+}
+
+fn failfast_read_error() -> std::io::Error {
+    std::io::Error::other("read error on a failfast member")
 }
 
 /// Fill `buf` one sector at a time from whichever copy can read it, writing good sectors
@@ -240,9 +282,12 @@ pub(crate) fn sync_piece(
     let Some(&src) = good.first() else {
         return Err(no_redundancy(a, "sync"));
     };
-    // Unreadable copies get the good data back (read-error repair).
+    // Unreadable copies get the good data back (read-error repair), or are failed at once
+    // if failfast (md's sync reads use failfast too and go on with the other copies).
     for &(role, msec) in valid.iter().filter(|(r, _)| failed.reads.contains(r)) {
-        a.repair_read(role, msec, &bufs[src]);
+        if !a.failfast_error(role, &failfast_read_error()) {
+            a.repair_read(role, msec, &bufs[src]);
+        }
     }
     let differ = good.iter().any(|&i| bufs[i][..] != bufs[src][..]);
     let mut ops = OpList::new();

@@ -144,7 +144,7 @@ pub(crate) struct Raid1Conf {
 
 impl Raid1Conf {
     pub(crate) fn new(map: Raid1) -> Raid1Conf {
-        let mirror = MirrorConf::new(map.raid_disks);
+        let mirror = MirrorConf::new(map.raid_disks, true);
         Raid1Conf { map, mirror }
     }
 }

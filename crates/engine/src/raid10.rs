@@ -114,7 +114,9 @@ pub(crate) struct Raid10Conf {
 
 impl Raid10Conf {
     pub(crate) fn new(map: Raid10) -> Raid10Conf {
-        let mirror = MirrorConf::new(map.raid_disks);
+        // md's raid10 balances reads without looking at write-mostly (md.rst: the flag
+        // "applies only to raid1 arrays"); failfast it honours.
+        let mirror = MirrorConf::new(map.raid_disks, false);
         Raid10Conf { map, mirror }
     }
 }

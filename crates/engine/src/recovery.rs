@@ -15,7 +15,7 @@ use crate::member::Member;
 use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::superblock::{
-    Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
+    MemberFlags, Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
 };
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
@@ -326,6 +326,17 @@ impl Array {
     /// [`Array::run_sync`] with [`SyncKind::Recovery`]) or waits as a spare. A device that
     /// was a member of this array before is re-added in its old role if that role is free.
     pub fn add_member(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
+        self.add_member_with(dev, MemberFlags::default())
+    }
+
+    /// [`Array::add_member`] with md's member flags (mdadm --add --write-mostly
+    /// --failfast). A re-added member keeps the flags its superblock had, plus these; the
+    /// flags go with the device: as a spare, as the role it takes, as a replacement.
+    pub fn add_member_with(
+        &self,
+        dev: Arc<dyn Member>,
+        flags: MemberFlags,
+    ) -> Result<AddOutcome, ArrayError> {
         self.check_writable("adding a member")?;
         if !self.pers().rebuilds() {
             return Err(ArrayError::Failed(
@@ -443,7 +454,13 @@ impl Array {
         sb.bblog_offset = tmpl_member.bblog_offset;
         sb.bblog_size = tmpl_member.bblog_size;
         sb.bblog_shift = tmpl_member.bblog_shift;
-        sb.devflags = 0;
+        // md's flags: those asked for, and a re-added member keeps its own (md reads them
+        // from its superblock; `set_member_flags` clears them).
+        sb.devflags = old
+            .as_ref()
+            .map_or(MemberFlags::default(), |o| o.member_flags())
+            .union(flags)
+            .devflags();
         sb.cnt_corrected_read = 0;
         // A new member has an empty bad block log.
         sb.feature_map &= !uraid_core::superblock::FEATURE_BAD_BLOCKS;
@@ -467,10 +484,11 @@ impl Array {
                 sb.feature_map |= FEATURE_RECOVERY_OFFSET;
                 sb.recovery_offset = 0;
                 meta.template.dev_roles[dev_number as usize] = role as u16;
+                let flags = sb.member_flags();
                 meta.members[MemberIdx(role)] = Some(sb);
                 let slot = self.slot(MemberIdx(role));
                 slot.set_recovery_cursor(0);
-                slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
+                slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES, flags);
                 slot.set_state(SlotState::Recovering);
                 AddOutcome::Recovering(MemberIdx(role))
             }
@@ -522,6 +540,7 @@ impl Array {
         sb.recovery_offset = 0;
         meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;
         let data_offset = sb.data_offset;
+        let flags = sb.member_flags();
         let slot = self.slot(role);
         if slot.state() == SlotState::Faulty {
             if let Some(old) = slot.device() {
@@ -531,7 +550,7 @@ impl Array {
         meta.members[role] = Some(sb);
         slot.set_recovery_cursor(0);
         slot.set_bitmap_recovery(false);
-        slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES);
+        slot.set_device(Some(dev.clone()), data_offset * SECTOR_BYTES, flags);
         slot.set_state(SlotState::Recovering);
         change.recorded(meta.write_all(self))?;
         drop(change);
@@ -562,7 +581,7 @@ impl Array {
         let device = slot.device_name().unwrap_or_default();
         let mut meta = self.meta();
         let change = self.begin_sb_change();
-        slot.set_device(None, 0);
+        slot.set_device(None, 0, MemberFlags::default());
         slot.set_state(SlotState::Missing);
         if let Some(sb) = meta.members[role].take() {
             meta.template.dev_roles[sb.dev_number as usize] = ROLE_FAULTY;
@@ -572,6 +591,30 @@ impl Array {
         drop(meta);
         self.events.emit(Event::DeviceRemoved { device });
         Ok(())
+    }
+
+    /// Set a member's md flags (md's dev-N/state `writemostly`, `-writemostly`, `failfast`,
+    /// `-failfast`; `uraid set --member`): the next IO sees them, and they are written to
+    /// the superblocks at once (only kept in memory when opened read-only, as every
+    /// superblock change then). A faulty member keeps them for the record.
+    pub fn set_member_flags(&self, role: MemberIdx, flags: MemberFlags) -> Result<(), ArrayError> {
+        if role.0 >= self.raid_disks() {
+            return Err(ArrayError::Failed(format!("there is no member {role}")));
+        }
+        let slot = self.slot(role);
+        // Under the superblock lock: a spare cannot take the role meanwhile.
+        let mut meta = self.meta();
+        if slot.state() == SlotState::Missing {
+            return Err(ArrayError::Failed(format!(
+                "role {role} has no device to set flags on"
+            )));
+        }
+        if slot.member_flags() == flags {
+            return Ok(());
+        }
+        // The superblock write takes the slot's flags (Meta::write_all).
+        slot.set_member_flags(flags);
+        meta.write_all(self)
     }
 
     /// Remove a spare by device name.
@@ -625,6 +668,16 @@ impl Array {
     /// Names of spare devices.
     pub fn spares(&self) -> Vec<String> {
         self.meta().spares.iter().map(|(d, _)| d.name()).collect()
+    }
+
+    /// Spare devices with the md flags their superblocks carry (they keep them when they
+    /// take a role).
+    pub fn spares_with_flags(&self) -> Vec<(String, MemberFlags)> {
+        self.meta()
+            .spares
+            .iter()
+            .map(|(d, sb)| (d.name(), sb.member_flags()))
+            .collect()
     }
 
     /// Subscribe to the array's events.

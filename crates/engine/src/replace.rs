@@ -154,8 +154,10 @@ impl Array {
         let cursor = self.cursor_for_offset(r.cursor_sectors());
         let data_start = r.new_data_start;
         meta.keep_faulty(role, r.old());
+        // The replacement keeps its own flags (those it was added with as a spare).
+        let flags = sb.member_flags();
         meta.members[role] = Some(sb);
-        slot.set_device(Some(r.new.clone()), data_start);
+        slot.set_device(Some(r.new.clone()), data_start, flags);
         slot.set_recovery_cursor(cursor);
         slot.set_bitmap_recovery(false);
         slot.set_state(SlotState::Recovering);
@@ -213,9 +215,10 @@ impl Array {
         meta.keep_faulty(role, r.old());
         sb.feature_map &= !(FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET);
         sb.recovery_offset = MAX_SECTOR;
+        let flags = sb.member_flags();
         meta.members[role] = Some(sb);
         let old = r.old().name();
-        slot.set_device(Some(r.new.clone()), r.new_data_start);
+        slot.set_device(Some(r.new.clone()), r.new_data_start, flags);
         change.recorded(meta.write_all(self))?;
         drop(change);
         drop(meta);

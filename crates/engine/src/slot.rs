@@ -7,6 +7,9 @@
 //!   level's recovery unit (stripe for raid4/5/6, sector for raid1, array chunk for raid10).
 //! - `Faulty`: failed; kept until removed so that reports can name it.
 //!
+//! The device's md flags (write-mostly, failfast: the superblock's `devflags`) live here
+//! at run time, read per IO without a lock; superblock writes copy them back.
+//!
 //! An in-sync role may also carry a *replacement* (md's --replace): a second device being
 //! rebuilt for the same role while the first stays active (see [`crate::replace`]).
 
@@ -14,6 +17,7 @@ use crate::badblocks::{BadBlocks, BadCheck};
 use crate::member::Member;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use uraid_core::superblock::MemberFlags;
 
 pub use crate::slot_state::SlotState;
 
@@ -39,6 +43,8 @@ pub struct Slot {
     bad: Arc<Mutex<BadBlocks>>,
     /// Whether `bad` holds anything: the IO path checks this first.
     has_bad: Arc<AtomicBool>,
+    /// The device's write-mostly and failfast flags, as a `devflags` byte.
+    flags: AtomicU8,
 }
 
 impl Slot {
@@ -60,7 +66,18 @@ impl Slot {
             replacement: RwLock::new(None),
             bad: Arc::new(Mutex::new(BadBlocks::default())),
             has_bad: Arc::new(AtomicBool::new(false)),
+            flags: AtomicU8::new(0),
         }
+    }
+
+    /// The device's md flags (write-mostly, failfast).
+    pub fn member_flags(&self) -> MemberFlags {
+        MemberFlags::from_devflags(self.flags.load(Ordering::Relaxed))
+    }
+
+    /// Set the device's flags; the next superblock write records them.
+    pub(crate) fn set_member_flags(&self, f: MemberFlags) {
+        self.flags.store(f.devflags(), Ordering::Relaxed);
     }
 
     /// The device's recorded bad blocks.
@@ -172,11 +189,18 @@ impl Slot {
         self.dev.read().unwrap().as_ref().map(|d| d.name())
     }
 
-    pub(crate) fn set_device(&self, dev: Option<Arc<dyn Member>>, data_offset_bytes: u64) {
+    /// Put `dev` (with its own md flags, from its superblock) in the slot.
+    pub(crate) fn set_device(
+        &self,
+        dev: Option<Arc<dyn Member>>,
+        data_offset_bytes: u64,
+        flags: MemberFlags,
+    ) {
         let mut d = self.dev.write().unwrap();
         *d = dev;
         self.data_offset_bytes
             .store(data_offset_bytes, Ordering::Release);
+        self.set_member_flags(flags);
         // A new device has its own history: no corrected reads, no recovery progress, no
         // bad blocks (assembly loads a member's own list afterwards).
         self.corrected_reads.store(0, Ordering::Release);

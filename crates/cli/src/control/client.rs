@@ -149,6 +149,14 @@ pub struct AddArgs {
     /// Device or file to add, as --member.
     #[arg(value_name = "DEVICE")]
     pub device: Option<PathBuf>,
+    /// Flag the device write-mostly (md's devflags, mdadm -W): raid1 reads go to the
+    /// other members whenever one is in sync. A re-added member keeps its own flags too.
+    #[arg(short = 'W', long)]
+    pub write_mostly: bool,
+    /// Flag the device failfast (md's devflags, mdadm --failfast): raid1/raid10 fail it on
+    /// its first IO error instead of repairing, unless it holds the last copy.
+    #[arg(long)]
+    pub failfast: bool,
 }
 
 #[derive(Args)]
@@ -311,10 +319,14 @@ pub fn add(a: AddArgs) -> Result<()> {
     if !dev.exists() {
         bail!("{}: no such file or device", device.display());
     }
-    let v = request(
-        &control,
-        &json!({"cmd": "add", "device": dev.display().to_string()}),
-    )?;
+    let mut req = json!({"cmd": "add", "device": dev.display().to_string()});
+    if a.write_mostly {
+        req["write_mostly"] = json!(true);
+    }
+    if a.failfast {
+        req["failfast"] = json!(true);
+    }
+    let v = request(&control, &req)?;
     let how = match (v["added"]["state"].as_str(), v["added"]["role"].as_u64()) {
         (Some("recovering"), Some(role)) => format!("as member {role}, rebuilding"),
         (Some("spare"), _) => "as a spare".to_string(),
@@ -357,23 +369,29 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
     )
 }
 
-/// `uraid set`: show or change a served raid4/5/6 array's knobs, by md's sysfs names.
+/// `uraid set`: show or change a served array's knobs, by md's sysfs names, or a member's
+/// flags (md's dev-N/state).
 #[derive(clap::Args)]
 pub struct SetArgs {
     #[command(flatten)]
     pub target: ArrayArgs,
-    /// Old spelling of --array for this command.
-    #[arg(long = "member", value_name = "MEMBER", hide = true)]
+    /// With writemostly= or failfast=: the member to change, a member path or (with
+    /// --array or --control) a role number. Otherwise a member path naming the array (the
+    /// old spelling of --array).
+    #[arg(long = "member", value_name = "MEMBER")]
     pub devices: Vec<PathBuf>,
     #[arg(long)]
     pub json: bool,
-    /// NAME=VALUE pairs: stripe_cache_size, group_thread_cnt, rmw_level, skip_copy,
-    /// batching. None: print the current values.
+    /// NAME=VALUE pairs: the array's stripe_cache_size, group_thread_cnt, rmw_level,
+    /// skip_copy, batching; with --member, the member's writemostly=1|0 and failfast=1|0.
+    /// None: print the current values.
     pub values: Vec<String>,
 }
 
+/// The `set` names that are a member's flags, not the array's knobs.
+const MEMBER_FLAG_NAMES: [&str; 2] = ["writemostly", "failfast"];
+
 pub fn set(a: SetArgs) -> Result<()> {
-    let control = a.target.control_socket(&a.devices)?;
     let mut vals = serde_json::Map::new();
     for kv in &a.values {
         let Some((k, v)) = kv.split_once('=') else {
@@ -381,6 +399,10 @@ pub fn set(a: SetArgs) -> Result<()> {
         };
         vals.insert(k.trim().to_string(), Value::String(v.trim().to_string()));
     }
+    if vals.keys().any(|k| MEMBER_FLAG_NAMES.contains(&k.as_str())) {
+        return set_member(&a, vals);
+    }
+    let control = a.target.control_socket(&a.devices)?;
     let v = request(&control, &json!({"cmd": "set", "values": vals}))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -391,6 +413,58 @@ pub fn set(a: SetArgs) -> Result<()> {
             println!("{k} = {}", val.as_str().unwrap_or_default());
         }
     }
+    Ok(())
+}
+
+/// `uraid set --member M writemostly=1 failfast=0` (md's dev-N/state).
+fn set_member(a: &SetArgs, vals: serde_json::Map<String, Value>) -> Result<()> {
+    if let Some(k) = vals
+        .keys()
+        .find(|k| !MEMBER_FLAG_NAMES.contains(&k.as_str()))
+    {
+        bail!(
+            "{k} is the array's, {} are a member's: set them in two commands",
+            MEMBER_FLAG_NAMES.join(" and ")
+        );
+    }
+    let [m] = &a.devices[..] else {
+        bail!("writemostly and failfast are a member's flags: name one member with --member M");
+    };
+    let m = m.display().to_string();
+    let is_role = m.parse::<usize>().is_ok();
+    if is_role && a.target.array.is_none() && a.target.control.is_none() {
+        bail!(
+            "with a role number, name the array: --array MEMBER or --control PATH (or name \
+             the member by its path)"
+        );
+    }
+    let paths: Vec<PathBuf> = if is_role {
+        Vec::new()
+    } else {
+        vec![PathBuf::from(&m)]
+    };
+    let control = a.target.control_socket(&paths)?;
+    let member = if is_role {
+        m
+    } else {
+        locks::canonical(Path::new(&m)).display().to_string()
+    };
+    let v = request(
+        &control,
+        &json!({"cmd": "set", "member": member, "values": vals}),
+    )?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let f = &v["member"];
+    println!(
+        "member {} ({}): writemostly={} failfast={}",
+        f["role"],
+        f["device"].as_str().unwrap_or(""),
+        u8::from(f["writemostly"] == true),
+        u8::from(f["failfast"] == true)
+    );
     Ok(())
 }
 

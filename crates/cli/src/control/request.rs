@@ -23,15 +23,20 @@ pub enum Request {
         member: String,
         with: Option<String>,
     },
+    /// With md's member flags (mdadm --add --write-mostly --failfast).
     Add {
         device: String,
+        write_mostly: bool,
+        failfast: bool,
     },
     /// No mode: report the current one.
     JournalMode {
         mode: Option<String>,
     },
-    /// md's sysfs knobs by name; no values lists them.
+    /// md's sysfs knobs by name; no values lists them. With a member, the values are that
+    /// member's flags (md's dev-N/state: writemostly, failfast).
     Set {
+        member: Option<String>,
         values: Vec<(String, String)>,
     },
     Stop,
@@ -42,6 +47,15 @@ fn member(req: &Value) -> Result<String, String> {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
         _ => Err("give a member: a role number or a member path".into()),
+    }
+}
+
+/// An optional boolean field: absent is false.
+fn flag(req: &Value, key: &str) -> Result<bool, String> {
+    match &req[key] {
+        Value::Null => Ok(false),
+        Value::Bool(b) => Ok(*b),
+        _ => Err(format!("\"{key}\" must be true or false")),
     }
 }
 
@@ -70,9 +84,15 @@ pub fn parse(line: &str) -> Result<Request, String> {
         },
         "add" => Request::Add {
             device: text("device").ok_or("add needs \"device\"")?,
+            write_mostly: flag(&req, "write_mostly")?,
+            failfast: flag(&req, "failfast")?,
         },
         "journal-mode" => Request::JournalMode { mode: text("mode") },
         "set" => Request::Set {
+            member: match &req["member"] {
+                Value::Null => None,
+                _ => Some(member(&req)?),
+            },
             values: req["values"]
                 .as_object()
                 .map(|vals| {
@@ -109,7 +129,20 @@ impl Request {
                 }
                 v
             }
-            Request::Add { device } => json!({"cmd": "add", "device": device}),
+            Request::Add {
+                device,
+                write_mostly,
+                failfast,
+            } => {
+                let mut v = json!({"cmd": "add", "device": device});
+                if *write_mostly {
+                    v["write_mostly"] = json!(true);
+                }
+                if *failfast {
+                    v["failfast"] = json!(true);
+                }
+                v
+            }
             Request::JournalMode { mode } => {
                 let mut v = json!({"cmd": "journal-mode"});
                 if let Some(m) = mode {
@@ -117,12 +150,16 @@ impl Request {
                 }
                 v
             }
-            Request::Set { values } => {
+            Request::Set { member, values } => {
                 let vals: Map<String, Value> = values
                     .iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect();
-                json!({"cmd": "set", "values": vals})
+                let mut v = json!({"cmd": "set", "values": vals});
+                if let Some(m) = member {
+                    v["member"] = json!(m);
+                }
+                v
             }
             Request::Stop => json!({"cmd": "stop"}),
         }
@@ -167,6 +204,8 @@ pub fn fuzz_seeds() -> Vec<Vec<u8>> {
         r#"{"cmd":"remove","member":"/dev/loop3"}"#,
         r#"{"cmd":"replace","member":0,"with":"/tmp/new.img"}"#,
         r#"{"cmd":"add","device":"/tmp/spare.img"}"#,
+        r#"{"cmd":"add","device":"/tmp/spare.img","write_mostly":true,"failfast":false}"#,
+        r#"{"cmd":"set","member":"1","values":{"writemostly":"1","failfast":"0"}}"#,
         r#"{"cmd":"journal-mode","mode":"write-back"}"#,
         r#"{"cmd":"set","values":{"stripe_cache_size":"1024","skip_copy":1}}"#,
         "{\"cmd\":\"stop\"}\n{\"cmd\":\"detail\",\"x\":[1,2,{\"y\":null}]}",
@@ -189,8 +228,28 @@ mod tests {
         assert_eq!(
             parse(r#"{"cmd":"set","values":{"skip_copy":1}}"#),
             Ok(Request::Set {
+                member: None,
                 values: vec![("skip_copy".into(), "1".into())]
             })
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"set","member":1,"values":{"writemostly":"0"}}"#),
+            Ok(Request::Set {
+                member: Some("1".into()),
+                values: vec![("writemostly".into(), "0".into())]
+            })
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"add","device":"/d","failfast":true}"#),
+            Ok(Request::Add {
+                device: "/d".into(),
+                write_mostly: false,
+                failfast: true
+            })
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"add","device":"/d","write_mostly":1}"#),
+            Err("\"write_mostly\" must be true or false".into())
         );
         assert_eq!(
             parse(r#"{"cmd":"add"}"#),

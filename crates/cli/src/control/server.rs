@@ -2,8 +2,10 @@
 //!
 //! One JSON object per line each way: `{"cmd":"detail"}`, `{"cmd":"fail","member":"2"}`
 //! (a role or a member path), `{"cmd":"remove","member":...}`,
-//! `{"cmd":"add","device":"/abs/path"}`, `{"cmd":"replace","member":...,"with":"/abs/path"}`
-//! (with is optional), `{"cmd":"journal-mode","mode":...}`, `{"cmd":"set","values":{...}}`,
+//! `{"cmd":"add","device":"/abs/path"}` (optionally `"write_mostly":true`,
+//! `"failfast":true`), `{"cmd":"replace","member":...,"with":"/abs/path"}`
+//! (with is optional), `{"cmd":"journal-mode","mode":...}`, `{"cmd":"set","values":{...}}`
+//! (with `"member":...`, that member's flags: `{"writemostly":"1","failfast":"0"}`),
 //! `{"cmd":"stop"}`, `{"cmd":"events","since":N}` (the array's events numbered from N on;
 //! see [`EventLog`]). Replies are `{"ok":true,...}` or `{"ok":false,"error":"..."}`; a
 //! `detail` reply carries `event_seq`, the number the next event will get. A line is
@@ -30,7 +32,7 @@ use std::time::Duration;
 use uraid_core::MemberIdx;
 use uraid_engine::JournalMode;
 use uraid_engine::Place;
-use uraid_engine::{AddOutcome, Array, DaemonNote, DaemonOptions, Daemons, SlotState};
+use uraid_engine::{AddOutcome, Array, DaemonNote, DaemonOptions, Daemons, MemberFlags, SlotState};
 use uraid_nbd::WakePipe;
 
 /// Longest request line accepted on the control socket.
@@ -438,7 +440,18 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
             },
             Err(e) => (fail_reply(e), None),
         },
-        Request::Add { device } => match engine_add(ctx, Path::new(device)) {
+        Request::Add {
+            device,
+            write_mostly,
+            failfast,
+        } => match engine_add(
+            ctx,
+            Path::new(device),
+            MemberFlags {
+                write_mostly: *write_mostly,
+                failfast: *failfast,
+            },
+        ) {
             Ok(v) => (json!({"ok": true, "added": v, "detail": detail()}), None),
             Err(e) => (fail_reply(e), None),
         },
@@ -462,7 +475,28 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 None => (fail_reply("the array has no write journal"), None),
             },
         },
-        Request::Set { values } => {
+        Request::Set {
+            member: Some(member),
+            values,
+        } => match member_role(a, member).and_then(|role| set_member_flags(a, role, values)) {
+            Ok(v) => (json!({"ok": true, "member": v, "detail": detail()}), None),
+            Err(e) => (fail_reply(format!("{e:#}")), None),
+        },
+        Request::Set {
+            member: None,
+            values,
+        } => {
+            if let Some((k, _)) = values
+                .iter()
+                .find(|(k, _)| MEMBER_FLAGS.contains(&k.as_str()))
+            {
+                return (
+                    fail_reply(format!(
+                        "{k} is a member's flag: name the member (uraid set --member M {k}=1)"
+                    )),
+                    None,
+                );
+            }
             // md's sysfs knobs (stripe_cache_size, group_thread_cnt, rmw_level, skip_copy...):
             // {"cmd":"set","values":{"stripe_cache_size":"1024"}}; no values lists them.
             for (k, v) in values {
@@ -501,6 +535,39 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
             }
         }
     }
+}
+
+/// The member flags `set --member` takes, by md's sysfs words (dev-N/state).
+const MEMBER_FLAGS: [&str; 2] = ["writemostly", "failfast"];
+
+/// `set --member M writemostly=1 failfast=0`: md's `echo writemostly > dev-N/state`.
+fn set_member_flags(a: &Array, role: MemberIdx, values: &[(String, String)]) -> Result<Value> {
+    let mut f = a.slot(role).member_flags();
+    for (k, v) in values {
+        let on = match v.as_str() {
+            "1" => true,
+            "0" => false,
+            _ => bail!("{k}={v}: give 1 or 0"),
+        };
+        match k.as_str() {
+            "writemostly" => f.write_mostly = on,
+            "failfast" => f.failfast = on,
+            _ => bail!(
+                "{k} is not a member flag (a member takes {}); array knobs are set without --member",
+                MEMBER_FLAGS.join(", ")
+            ),
+        }
+    }
+    a.set_member_flags(role, f)?;
+    let name = device_name(a, role);
+    eprintln!(
+        "uraid: member {role} ({name}) flags: writemostly={} failfast={}",
+        u8::from(f.write_mostly),
+        u8::from(f.failfast)
+    );
+    Ok(
+        json!({"role": role.0, "device": name, "writemostly": f.write_mostly, "failfast": f.failfast}),
+    )
 }
 
 fn device_name(a: &Array, role: MemberIdx) -> String {
@@ -564,7 +631,7 @@ fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
 
 /// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
 /// background, or waits as a spare.
-fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
+fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
     // What the device is, before its lock (a member under another name collides with our
     // own lock on it): the engine checks again under its reconfig lock.
     let dev = crate::open::open_member(path)?;
@@ -595,7 +662,7 @@ fn engine_add(ctx: &Ctx, path: &Path) -> Result<Value> {
                 .ok_or_else(|| anyhow::anyhow!("{}", locks::in_use_message(path)))?,
         )
     };
-    let outcome = ctx.array.add_member(dev)?;
+    let outcome = ctx.array.add_member_with(dev, flags)?;
     if let Some(lock) = lock {
         ctx.extra_locks
             .lock()
@@ -645,7 +712,7 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
                              role instead: add it first, then replace"
                         );
                     }
-                    engine_add(ctx, Path::new(w))?;
+                    engine_add(ctx, Path::new(w), MemberFlags::default())?;
                     Some(find()?.ok_or_else(|| anyhow::anyhow!("{w} did not become a spare"))?)
                 }
             }
