@@ -585,6 +585,8 @@ impl Superblock090 {
             .checked_mul(512)
             .ok_or_else(|| invalid("chunksize", format!("{} sectors", sb.chunksize)))?;
         let mut disks = [Disk090::default(); SB090_DISKS];
+        // Entries given to a device (a spare numbered 0 is all zeros, like a free entry).
+        let mut used = [false; SB090_DISKS];
         let (mut nr, mut active, mut working, mut failed, mut spare) = (0, 0, 0, 0, 0);
         let own = sb.dev_number;
         for (n, d) in disks.iter_mut().enumerate() {
@@ -619,6 +621,7 @@ impl Superblock090 {
             } else {
                 continue;
             }
+            used[n] = true;
             nr += 1;
         }
         // Roles no device holds in sync: md's "removed" entries, failed in the counts.
@@ -630,9 +633,8 @@ impl Superblock090 {
                 continue;
             }
             failed += 1;
-            let d = &mut disks[r as usize];
-            if *d == Disk090::default() {
-                *d = Disk090 {
+            if !used[r as usize] {
+                disks[r as usize] = Disk090 {
                     number: r,
                     major: 0,
                     minor: 0,
