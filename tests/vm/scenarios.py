@@ -47,7 +47,7 @@ class Spec:
     # u2l: members that uraid marks faulty (uraid serve, uraid fail, uraid stop) after the
     # fill; their images still go to Linux, which must leave them out.
     marked: tuple[int, ...] = ()
-    metadata: str = "1.2"  # the v1 superblock's place: "1.0" (end), "1.1" (start), "1.2"
+    metadata: str = "1.2"  # "1.0" (end), "1.1" (start), "1.2", or "0.90" (last 64 KiB)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -133,6 +133,9 @@ def quick() -> list[Spec]:
         U(1, 2, metadata="1.0", bitmap="internal"), U(5, 4, metadata="1.0"),
         U(1, 2, metadata="1.1"), U(5, 3, metadata="1.1", bitmap="internal"),
     ]
+    # Metadata 0.90 (superblock in the last 64 KiB, data from sector 0, no bitmap in uraid).
+    l2u += [L(1, 2, metadata="0.90"), L(5, 3, metadata="0.90", fail=(1,))]
+    u2l += [U(1, 2, metadata="0.90"), U(5, 4, metadata="0.90")]
     return l2u + u2l
 
 
