@@ -161,7 +161,8 @@ fn a_member_stopped_during_its_rebuild_comes_back_as_a_spare() {
 
 #[test]
 fn assembly_refuses_what_it_cannot_honour_in_a_0_90_record_and_writes_nothing() {
-    let cases: [(&str, fn(&mut Superblock090)); 3] = [
+    type Edit = fn(&mut Superblock090);
+    let cases: [(&str, Edit); 3] = [
         ("big-endian", |r| {
             r.byte_order = uraid_core::superblock090::ByteOrder::Big
         }),
