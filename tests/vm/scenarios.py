@@ -47,7 +47,7 @@ class Spec:
     # u2l: members that uraid marks faulty (uraid serve, uraid fail, uraid stop) after the
     # fill; their images still go to Linux, which must leave them out.
     marked: tuple[int, ...] = ()
-    metadata: str = "1.2"  # the v1 superblock's place: "1.0" (end), "1.1" (start), "1.2"
+    metadata: str = "1.2"  # "1.0" (end), "1.1" (start), "1.2", or "0.90" (last 64 KiB)
     # Members flagged write-mostly at create (md's devflags): l2u by mdadm's --write-mostly
     # (which flags every device after it, so these must be the last ones), u2l by uraid's
     # --write-mostly DEV. The other side must see the flag: uraid's detail and mdadm
@@ -146,6 +146,9 @@ def quick() -> list[Spec]:
     # md's write-mostly flag, both ways (issue 12).
     l2u += [L(1, 3, write_mostly=(2,))]
     u2l += [U(1, 3, write_mostly=(2,))]
+    # Metadata 0.90 (superblock in the last 64 KiB, data from sector 0, no bitmap in uraid).
+    l2u += [L(1, 2, metadata="0.90"), L(5, 3, metadata="0.90", fail=(1,))]
+    u2l += [U(1, 2, metadata="0.90"), U(5, 4, metadata="0.90")]
     return l2u + u2l
 
 

@@ -47,7 +47,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "DEV")]
     pub write_journal: Option<std::path::PathBuf>,
     /// Superblock version, as mdadm's -e: 1.2 (4 KiB from the start, the default), 1.1 (at
-    /// the start) or 1.0 (at the end: the data starts at sector 0).
+    /// the start), 1.0 (at the end: the data starts at sector 0) or 0.90 (in the last
+    /// 64 KiB-aligned 64 KiB, data from sector 0; at most 27 devices and 2 TiB per member).
     #[arg(short = 'e', long, default_value = "1.2")]
     pub metadata: String,
     /// Print the result as JSON.
@@ -257,12 +258,17 @@ pub fn create(a: CreateArgs) -> Result<()> {
         other => bail!("--bitmap must be internal or none, not {other:?}"),
     };
     opts.assume_clean = a.assume_clean;
-    opts.metadata = uraid_core::superblock::MetadataVersion::parse(&a.metadata).with_context(|| {
-        format!(
-            "--metadata {:?}: uraid writes 1.0, 1.1 or 1.2 (0.90 and external metadata are not supported)",
-            a.metadata
-        )
-    })?;
+    // mdadm's spellings of 0.90 ("0" too); 1.x by where its superblock goes.
+    if matches!(a.metadata.trim(), "0.90" | "0.9" | "0") {
+        opts.metadata_090 = true;
+    } else {
+        opts.metadata = uraid_core::superblock::MetadataVersion::parse(&a.metadata).with_context(|| {
+            format!(
+                "--metadata {:?}: uraid writes 0.90, 1.0, 1.1 or 1.2 (external metadata is not supported)",
+                a.metadata
+            )
+        })?;
+    }
     if let Some(u) = &a.uuid {
         opts.uuid =
             Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);
@@ -391,8 +397,26 @@ pub fn examine(a: ExamineArgs) -> Result<()> {
             }
             Err(e) => return Err(e),
         };
-        match uraid_engine::read_superblock_any_checksum(dev.as_ref()) {
-            Ok((sb, computed_csum)) => {
+        match uraid_engine::read_superblock_with_090(dev.as_ref()) {
+            // 0.90: mdadm's own layout, from the record itself.
+            Ok((_, computed_csum, Some(rec))) => {
+                if rec.sb_csum != computed_csum {
+                    untrusted.push(format!(
+                        "{name}: 0.90 superblock checksum mismatch: stored {:08x}, expected \
+                         {:08x}; its fields are printed as found and are not to be trusted",
+                        rec.sb_csum, computed_csum
+                    ));
+                }
+                if a.json {
+                    out.push(crate::report090::examine_json(&name, &rec, computed_csum));
+                } else {
+                    print!(
+                        "{}",
+                        crate::report090::examine_human(&name, &rec, computed_csum)
+                    );
+                }
+            }
+            Ok((sb, computed_csum, None)) => {
                 // The bitmap's size counts in "Unused Space"; a superblock that is not
                 // trusted does not get its bitmap read.
                 let bitmap_sectors = (sb.sb_csum == computed_csum)

@@ -10,6 +10,7 @@ mod open;
 mod overlay;
 mod progress;
 mod report;
+mod report090;
 mod serve;
 mod timefmt;
 mod ublk;

@@ -24,7 +24,7 @@ pub fn layout_name(level: Level, layout: u32) -> String {
     }
 }
 
-fn level_name(level: i32) -> String {
+pub fn level_name(level: i32) -> String {
     match Level::from_md(level) {
         Some(l) => l.to_string(),
         None => format!("level {level}"),
@@ -398,6 +398,7 @@ fn device_row(o: &mut String, number: &str, raid_device: &str, state: &str, name
 pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
     let sb = meta.template().clone();
+    let version = meta.metadata_name();
     let dev_numbers: Vec<Option<u32>> = (0..a.raid_disks())
         .map(|r| meta.member_sb(MemberIdx(r)).map(|m| m.dev_number))
         .collect();
@@ -419,7 +420,7 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
 
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
-    line("Version", sb.version().name().into());
+    line("Version", version.into());
     line("Creation Time", ctime(sb.ctime_secs()));
     line("Raid Level", g.level.to_string());
     // mdadm prints both sizes in KiB, without the unit.
@@ -585,6 +586,7 @@ pub fn detail_json(a: &Array) -> Value {
     let sb = meta.template().clone();
     let needs_resync = meta.needs_resync();
     let dirty = meta.is_dirty();
+    let version = meta.metadata_name();
     drop(meta);
     let g = a.geometry();
     let members: Vec<Value> = (0..g.raid_disks)
@@ -617,7 +619,7 @@ pub fn detail_json(a: &Array) -> Value {
         })
         .collect();
     json!({
-        "version": sb.version().name(),
+        "version": version,
         "uuid": uuid_string(&sb.set_uuid),
         "name": sb.set_name,
         "level": g.level.to_string(),

@@ -200,3 +200,45 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
     }
     Ok(())
 }
+
+/// Checks a 0.90 record for what its v1 model cannot say and uraid does not do; [`check`]
+/// then runs on the model (a reshape, minor 91, is refused there as FEATURE_RESHAPE_ACTIVE).
+pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsupported> {
+    use crate::superblock090::{ByteOrder, SB090_STATE_BITMAP_PRESENT};
+    let refuse = |feature, detail: String, advice| {
+        Err(Unsupported {
+            feature,
+            detail,
+            advice,
+        })
+    };
+    // Reading it is safe (the decoder knows the order); writing it back in this host's
+    // order would make it unreadable where it was written, and md itself only converts it
+    // when asked.
+    if rec.byte_order == ByteOrder::Big {
+        return refuse(
+            "0.90 byte order",
+            "a 0.90 superblock in big-endian byte order, written on a machine of the other \
+             byte order"
+                .into(),
+            "assemble it where it was written, or convert it with mdadm --assemble \
+             --update=byteorder",
+        );
+    }
+    if rec.not_persistent != 0 {
+        return refuse(
+            "not_persistent",
+            "a 0.90 superblock marked not persistent".into(),
+            ADVICE_LINUX,
+        );
+    }
+    if rec.state & SB090_STATE_BITMAP_PRESENT != 0 {
+        return refuse(
+            "MD_SB_BITMAP_PRESENT",
+            "0.90 internal bitmap: not supported yet".into(),
+            "assemble it with Linux md / mdadm, or remove the bitmap first (mdadm --grow \
+             --bitmap=none)",
+        );
+    }
+    Ok(())
+}

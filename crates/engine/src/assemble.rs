@@ -3,7 +3,7 @@
 use crate::array::{Array, Slot};
 use crate::error::ArrayError;
 use crate::member::Member;
-use crate::meta::{read_superblock, Meta};
+use crate::meta::{read_member_superblock, Meta};
 use crate::slot::SlotState;
 use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
@@ -111,17 +111,25 @@ pub fn assemble(
         devs
     };
     let mut sbs = Vec::with_capacity(devs.len());
+    // A 0.90 member's record beside its v1 model.
+    let mut recs090 = Vec::with_capacity(devs.len());
     for d in &devs {
-        sbs.push(read_superblock(d.as_ref())?);
+        let (sb, rec) = read_member_superblock(d.as_ref())?;
+        sbs.push(sb);
+        recs090.push(rec);
     }
     // Everything a superblock says must be something uraid honours, before anything is
     // written: a reshape in progress read with one geometry returns mixed data.
-    for (d, sb) in devs.iter().zip(sbs.iter_mut()) {
-        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
+    for ((d, sb), rec) in devs.iter().zip(sbs.iter_mut()).zip(&recs090) {
+        let unsupported = |what| ArrayError::Unsupported {
             array: format!("{} ({})", sb.set_name, uuid_string(&sb.set_uuid)),
             member: d.name(),
             what,
-        })?;
+        };
+        if let Some(rec) = rec {
+            uraid_core::support::check090(rec).map_err(unsupported)?;
+        }
+        uraid_core::support::check(sb).map_err(unsupported)?;
         // md's bitmap-based recovery copies only dirty chunks above recovery_offset; uraid
         // copies all of them, which covers it, and so no longer claims the bitmap's help.
         sb.feature_map &= !FEATURE_RECOVERY_BITMAP;
@@ -141,6 +149,18 @@ pub fn assemble(
     }
     let fresh = (0..sbs.len()).max_by_key(|&i| sbs[i].events).expect("one");
     let template = sbs[fresh].clone();
+    // One array, one metadata version: a 0.90 record and a 1.x one with the same uuid are
+    // two arrays (an old one left under a new one), not one.
+    if let Some(i) = (0..sbs.len()).find(|&i| recs090[i].is_some() != recs090[fresh].is_some()) {
+        let what = |i: usize| if recs090[i].is_some() { "0.90" } else { "1.x" };
+        return Err(ArrayError::Assemble(format!(
+            "{} has a {} superblock but {} a {} one: one array has one metadata version",
+            devs[i].name(),
+            what(i),
+            devs[fresh].name(),
+            what(fresh)
+        )));
+    }
     let level = Level::from_md(template.level).ok_or_else(|| {
         ArrayError::Assemble(format!(
             "unsupported raid level {} (uraid supports 0, 1, 4, 5, 6, 10)",
@@ -388,6 +408,9 @@ pub fn assemble(
     };
     let mut meta = Meta::new(template, members_sb);
     meta.read_only = opts.readonly;
+    meta.v090 = recs090[fresh]
+        .as_ref()
+        .map(uraid_core::superblock090::Sb090Context::from_record);
     if let Some((i, _)) = slots.iter().flatten().next() {
         meta.bitmap = crate::bitmap::BitmapState::load(devs[*i].as_ref(), &sbs[*i])?;
     }

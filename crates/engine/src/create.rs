@@ -1,10 +1,10 @@
-//! Making a new array, as mdadm --create with metadata 1.0, 1.1 or 1.2.
+//! Making a new array, as mdadm --create with metadata 0.90, 1.0, 1.1 or 1.2.
 
 use crate::array::{Array, Slot};
 use crate::bitmap::BitmapState;
 use crate::error::ArrayError;
 use crate::member::Member;
-use crate::meta::{write_superblock, Meta};
+use crate::meta::{write_superblock, write_superblock_090, Meta};
 use std::sync::Arc;
 use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::{ArrayGeometry, Personality};
@@ -12,6 +12,9 @@ use uraid_core::superblock::{
     default_bitmap_space_sectors, default_data_offset_sectors, v10_avail_sectors,
     v10_bitmap_offset, CreateSpec, MemberFlags, MetadataVersion, Superblock, FEATURE_JOURNAL,
     FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
+};
+use uraid_core::superblock090::{
+    sb090_offset_sectors, Sb090Context, SB090_DISKS, SB090_MAX_MEMBER_SECTORS,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
@@ -45,7 +48,11 @@ pub struct CreateOptions {
     pub journal: Option<Arc<dyn Member>>,
     /// Superblock version (mdadm's -e): where the superblock, bitmap and data go.
     pub metadata: MetadataVersion,
-    /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
+    /// mdadm's `-e 0.90`: 0.90 superblocks (at the last 64 KiB-aligned 64 KiB, data from
+    /// sector 0) instead of `metadata`'s 1.x. At most 27 devices, 2 TiB per member for
+    /// levels other than raid0, no bitmap or journal.
+    pub metadata_090: bool,
+    /// The array's clock (see [`crate::clock`]); the system's by default.
     pub clock: crate::clock::Clock,
     /// md's flags of each member (mdadm --write-mostly, --failfast), in the order of the
     /// devices given to [`create`]; members past its end have none.
@@ -68,6 +75,7 @@ impl CreateOptions {
             data_offset_sectors: None,
             journal: None,
             metadata: MetadataVersion::V1_2,
+            metadata_090: false,
             clock: Default::default(),
             member_flags: Vec::new(),
         }
@@ -213,8 +221,35 @@ pub fn create_confirmed(
         .min()
         .expect("one");
     let bitmap_space = default_bitmap_space_sectors(min_dev_sectors);
-    let at_end = opts.metadata.at_end();
-    // 1.0 keeps its data from sector 0; 1.1 and 1.2 after the superblock and its reserves.
+    let v090 = opts.metadata_090;
+    let at_end = opts.metadata.at_end() || v090;
+    if v090 {
+        // Refused before anything is written: what 0.90 cannot hold.
+        let devices = raid_disks + usize::from(opts.journal.is_some());
+        if devices > SB090_DISKS {
+            return Err(err(format!(
+                "metadata 0.90 describes at most {SB090_DISKS} devices, not {devices}: use 1.2"
+            )));
+        }
+        if opts.bitmap {
+            return Err(err(
+                "0.90 internal bitmap: not supported yet (create without --bitmap, or use 1.x)"
+                    .into(),
+            ));
+        }
+        if opts.journal.is_some() {
+            return Err(err(
+                "a write journal needs metadata 1.x (0.90 has no journal role)".into(),
+            ));
+        }
+        if opts.data_offset_sectors.is_some_and(|o| o != 0) {
+            return Err(err(
+                "metadata 0.90 keeps its data from sector 0: no data offset".into(),
+            ));
+        }
+    }
+    // 1.0 and 0.90 keep their data from sector 0; 1.1 and 1.2 after the superblock and
+    // its reserves.
     let data_offset = opts.data_offset_sectors.unwrap_or_else(|| {
         if at_end {
             0
@@ -229,8 +264,15 @@ pub fn create_confirmed(
     };
     let avail = |d: &Arc<dyn Member>| -> Result<u64, ArrayError> {
         let s = d.size_bytes() / SECTOR_BYTES;
-        // 1.0: the superblock, bad block log and bitmap reserve sit at the end.
-        let end = if at_end { v10_avail_sectors(s) } else { s };
+        // 1.0: the superblock, bad block log and bitmap reserve sit at the end; 0.90:
+        // everything below its superblock is data (mdadm's MD_NEW_SIZE_SECTORS).
+        let end = if v090 {
+            sb090_offset_sectors(s).unwrap_or(0)
+        } else if at_end {
+            v10_avail_sectors(s)
+        } else {
+            s
+        };
         let usable = end.saturating_sub(data_offset) / round * round;
         if usable == 0 {
             return Err(err(format!(
@@ -260,6 +302,16 @@ pub fn create_confirmed(
         }
         None => min_avail,
     };
+    // md records a 0.90 component's size in 32 bits of KiB; mdadm allows 2 TiB (older
+    // kernels misread more). raid0 does not use the recorded size.
+    if v090 && level != Level::Raid0 && size > SB090_MAX_MEMBER_SECTORS {
+        return Err(err(format!(
+            "metadata 0.90 allows at most 2 TiB per member for {level}, and the component \
+             would be {} KiB: use 1.2, or --size of at most {} KiB. Nothing was written",
+            size / 2,
+            SB090_MAX_MEMBER_SECTORS / 2
+        )));
+    }
     let member_sectors: Vec<u64> = if level == Level::Raid0 {
         let mut v = Vec::new();
         for d in devs.iter() {
@@ -397,6 +449,22 @@ pub fn create_confirmed(
     let mut sbs: Vec<Option<Superblock>> = Vec::with_capacity(raid_disks);
     for (i, d) in devs.iter().enumerate() {
         match d {
+            Some(d) if v090 => {
+                let sb = uraid_core::superblock090::new_v1_for_create(
+                    &spec,
+                    i as u32,
+                    d.size_bytes() / SECTOR_BYTES,
+                )
+                .map_err(|e| err(format!("{}: {e}", d.name())))?;
+                if sb.data_size < size {
+                    return Err(err(format!(
+                        "{}: {} sectors of data space, the component needs {size}",
+                        d.name(),
+                        sb.data_size
+                    )));
+                }
+                sbs.push(Some(sb));
+            }
             Some(d) => {
                 let mut sb = Superblock::new_for_create(
                     &spec,
@@ -450,12 +518,20 @@ pub fn create_confirmed(
         }
         None => None,
     };
+    // 0.90's device table lists the devices present.
+    let cx090 = v090.then(|| Sb090Context {
+        present: sbs.iter().flatten().map(|sb| sb.dev_number).collect(),
+        ..Sb090Context::default()
+    });
     confirm()?;
     // Write the superblocks (and bitmaps) before any data, so a failed create leaves
     // members that say what they are.
     for (d, sb) in devs.iter().zip(&sbs) {
         if let (Some(d), Some(sb)) = (d, sb) {
-            write_superblock(d.as_ref(), sb)?;
+            match &cx090 {
+                Some(cx) => write_superblock_090(d.as_ref(), sb, cx)?,
+                None => write_superblock(d.as_ref(), sb)?,
+            }
             if let Some(bms) = &bitmap {
                 let mut area = bm::initial_area(bms);
                 // Freshly created and in sync: no chunk is dirty.
@@ -486,6 +562,7 @@ pub fn create_confirmed(
         })
         .collect();
     let mut meta = Meta::new(template, sbs);
+    meta.v090 = v090.then(Sb090Context::default);
     if let Some(bms) = bitmap {
         let offset = i64::from(meta.template.bitmap_offset);
         meta.bitmap = Some(BitmapState::new(bms, offset));

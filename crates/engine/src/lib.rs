@@ -157,7 +157,10 @@ pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_C
 // On-disk metadata, for examine and for tools that inspect members.
 pub use badblocks::BadBlocks;
 pub use bitmap::BitmapState;
-pub use meta::{read_superblock, read_superblock_any_checksum, write_superblock};
+pub use meta::{
+    read_superblock, read_superblock090, read_superblock_any_checksum, read_superblock_with_090,
+    write_superblock,
+};
 
 // Member backends and member IO.
 pub use buf::AlignedBuf;

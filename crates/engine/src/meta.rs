@@ -17,6 +17,7 @@ use uraid_core::superblock::{
     FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, SB_IO_BYTES,
     SB_V12_OFFSET_SECTORS,
 };
+use uraid_core::superblock090::{sb090_offset_sectors, Sb090Context, Sb090Error, Superblock090};
 use uraid_core::{MemberIdx, MemberMap};
 
 /// What superblock writes need from the array above them (`Array` implements it): the
@@ -132,6 +133,10 @@ pub struct Meta {
     pub(crate) faulty: Vec<(Arc<dyn Member>, u32)>,
     /// Opened with --readonly: superblocks and bitmaps are kept in memory only.
     pub(crate) read_only: bool,
+    /// A metadata 0.90 array: its superblocks are kept in the v1 model like every other
+    /// and written as 0.90 records; this holds what those records carry beyond the model
+    /// (md_minor, the devices' major:minor). None for 1.x.
+    pub(crate) v090: Option<Sb090Context>,
 }
 
 impl Meta {
@@ -150,7 +155,22 @@ impl Meta {
             write_depth: 0,
             journal: None,
             read_only: false,
+            v090: None,
         }
+    }
+
+    /// The metadata version as mdadm names it: "0.90", "1.0", "1.1" or "1.2".
+    pub fn metadata_name(&self) -> &'static str {
+        if self.v090.is_some() {
+            "0.90"
+        } else {
+            self.template.version().name()
+        }
+    }
+
+    /// Whether the array's superblocks are 0.90 records.
+    pub fn is_090(&self) -> bool {
+        self.v090.is_some()
     }
 
     /// The array-wide superblock (the freshest one, kept up to date).
@@ -364,6 +384,34 @@ impl Meta {
             sb.dev_number = own.dev_number;
             repl.push((r, Meta::merge_into(sb, own), role));
         }
+        // 0.90: the device table lists the devices present and records those being rebuilt
+        // as spares (it has no recovery_offset).
+        let cx090 = self.v090.as_ref().map(|base| {
+            let mut cx = base.clone();
+            cx.present = targets
+                .iter()
+                .map(|(_, sb, _)| sb.dev_number)
+                .chain(repl.iter().map(|(_, sb, _)| sb.dev_number))
+                .chain(self.faulty.iter().map(|&(_, n)| n))
+                .chain(self.members.iter().filter_map(|(role, own)| {
+                    let slot = a.slot(role);
+                    (slot.state() == SlotState::Faulty && slot.device().is_some())
+                        .then_some(own.as_ref()?.dev_number)
+                }))
+                .collect();
+            cx.rebuilding = targets
+                .iter()
+                .map(|(_, sb, _)| sb)
+                .chain(repl.iter().map(|(_, sb, _)| sb))
+                .filter(|sb| sb.feature_map & (FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT) != 0)
+                .map(|sb| sb.dev_number)
+                .collect();
+            cx
+        });
+        let write_sb = |dev: &dyn Member, sb: &Superblock| match &cx090 {
+            Some(cx) => write_superblock_090(dev, sb, cx),
+            None => write_superblock(dev, sb),
+        };
         let mut written = 0;
         let mut last_err = None;
         let mut failed_roles: Vec<MemberIdx> = Vec::new();
@@ -382,7 +430,7 @@ impl Meta {
                     tracing::error!("{}: bitmap write failed: {e}", dev.name());
                 }
             }
-            match write_superblock(dev.as_ref(), &merged) {
+            match write_sb(dev.as_ref(), &merged) {
                 Ok(()) => {
                     if let Some(i) = role {
                         self.members[i] = Some(merged);
@@ -403,7 +451,7 @@ impl Meta {
                 if let Some(bm) = self.bitmap.as_ref() {
                     bm.write(r.new.as_ref(), &merged, merged.events)?;
                 }
-                write_superblock(r.new.as_ref(), &merged)
+                write_sb(r.new.as_ref(), &merged)
             });
             match wrote {
                 Ok(()) => self.replacements[i] = Some(merged),
@@ -472,14 +520,24 @@ impl Meta {
     }
 }
 
-/// Read and decode the v1 superblock of a device, wherever its version puts it (1.0 at
-/// the end, 1.1 at sector 0, 1.2 at sector 8), as mdadm does without `-e`.
+/// Read and decode the superblock of a device, wherever its version puts it (1.0 at the
+/// end, 1.1 at sector 0, 1.2 at sector 8, 0.90 in the last 64 KiB-aligned 64 KiB), as
+/// mdadm does without `-e`. A 0.90 record comes back in the v1 model
+/// ([`Superblock090::to_v1`]).
 ///
 /// A superblock counts only where its own `super_offset` says it lives. Two valid ones
 /// (a stale 1.0 at the end under a newer 1.2): mdadm takes the one created last (larger
 /// `ctime`); with equal `ctime` there is no telling, so both are named and neither is used.
+/// A 0.90 record is looked for only where no 1.x superblock is.
 pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
-    let (sb, computed) = read_superblock_any_checksum(dev)?;
+    read_member_superblock(dev).map(|(sb, _)| sb)
+}
+
+/// [`read_superblock`], with the 0.90 record when the superblock is one.
+pub(crate) fn read_member_superblock(
+    dev: &dyn Member,
+) -> Result<(Superblock, Option<Superblock090>), ArrayError> {
+    let (sb, computed, rec) = search_superblock(dev, true)?;
     if sb.sb_csum != computed {
         return Err(ArrayError::Superblock {
             member: dev.name(),
@@ -489,13 +547,21 @@ pub fn read_superblock(dev: &dyn Member) -> Result<Superblock, ArrayError> {
             },
         });
     }
-    Ok(sb)
+    Ok((sb, rec))
 }
 
 /// The member's superblock even when its checksum is wrong, with the checksum its bytes
 /// have (for `examine`, which shows such a superblock as not trusted); never for assembly.
 /// A superblock whose checksum holds is preferred to one whose checksum is wrong.
 pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32), ArrayError> {
+    search_superblock(dev, true).map(|(sb, c, _)| (sb, c))
+}
+
+/// [`read_superblock_any_checksum`], with the 0.90 record the superblock was read from
+/// when it is one (the v1 model cannot say all of it: examine prints the record).
+pub fn read_superblock_with_090(
+    dev: &dyn Member,
+) -> Result<(Superblock, u32, Option<Superblock090>), ArrayError> {
     search_superblock(dev, true)
 }
 
@@ -505,8 +571,53 @@ pub fn read_superblock_any_checksum(dev: &dyn Member) -> Result<(Superblock, u32
 pub(crate) fn superblock_if_any(dev: &dyn Member) -> Option<Superblock> {
     search_superblock(dev, false)
         .ok()
-        .filter(|(sb, computed)| sb.sb_csum == *computed)
-        .map(|(sb, _)| sb)
+        .filter(|(sb, computed, _)| sb.sb_csum == *computed)
+        .map(|(sb, _, _)| sb)
+}
+
+/// The 0.90 record at its place on `dev` (the last 64 KiB-aligned 64 KiB), whatever its
+/// checksum, with the checksum its bytes have; None when no 0.90 magic is there (or the
+/// device is under 64 KiB). For `examine`, which prints 0.90 in mdadm's own 0.90 layout.
+pub fn read_superblock090(dev: &dyn Member) -> Result<Option<(Superblock090, u32)>, ArrayError> {
+    let Some(at) = sb090_offset_sectors(dev.size_bytes() / 512) else {
+        return Ok(None);
+    };
+    let mut buf = crate::buf::AlignedBuf::new(uraid_core::superblock090::SB090_BYTES);
+    dev.read_at(&mut buf, at * 512)?;
+    match Superblock090::decode_any_checksum(&buf) {
+        Ok(found) => Ok(Some(found)),
+        // A 1.x magic or none: not a 0.90 record.
+        Err(Sb090Error::BadMagic(_) | Sb090Error::BadVersion { .. }) => Ok(None),
+        Err(e) => Err(ArrayError::Assemble(format!(
+            "{} (0.90 superblock at sector {at}): {e}",
+            dev.name()
+        ))),
+    }
+}
+
+/// Encode `sb` (a 0.90 member's, in the v1 model) as its 0.90 record and write it at its
+/// place, then flush. Refuses, before writing, what 0.90 cannot record.
+pub(crate) fn write_superblock_090(
+    dev: &dyn Member,
+    sb: &Superblock,
+    cx: &Sb090Context,
+) -> Result<(), ArrayError> {
+    let at = sb090_offset_sectors(dev.size_bytes() / 512);
+    if at != Some(sb.super_offset) {
+        return Err(ArrayError::Failed(format!(
+            "{}: a 0.90 superblock belongs at sector {at:?}, not {}",
+            dev.name(),
+            sb.super_offset
+        )));
+    }
+    let rec = Superblock090::from_v1(sb, cx)
+        .map_err(|e| ArrayError::Failed(format!("{}: cannot write as 0.90: {e}", dev.name())))?;
+    let bytes = rec.encode();
+    let mut buf = crate::buf::AlignedBuf::new(bytes.len());
+    buf.copy_from_slice(&bytes);
+    dev.write_at(&buf, sb.super_offset * 512)?;
+    dev.flush()?;
+    Ok(())
 }
 
 /// The three-place search behind [`read_superblock_any_checksum`]; `explain_missing` looks
@@ -514,7 +625,7 @@ pub(crate) fn superblock_if_any(dev: &dyn Member) -> Option<Superblock> {
 fn search_superblock(
     dev: &dyn Member,
     explain_missing: bool,
-) -> Result<(Superblock, u32), ArrayError> {
+) -> Result<(Superblock, u32, Option<Superblock090>), ArrayError> {
     let device_sectors = dev.size_bytes() / 512;
     let mut found: Vec<(MetadataVersion, Superblock)> = Vec::new();
     // A superblock in its place whose checksum is wrong: examine prints it, nothing uses it.
@@ -550,7 +661,7 @@ fn search_superblock(
     }
     let with_csum = |sb: Superblock| {
         let c = sb.sb_csum;
-        (sb, c)
+        (sb, c, None)
     };
     match found.len() {
         0 => {}
@@ -581,8 +692,26 @@ fn search_superblock(
             return Ok(with_csum(found.swap_remove(0).1));
         }
     }
-    if let Some(u) = untrusted {
-        return Ok(u);
+    if let Some((sb, c)) = untrusted {
+        return Ok((sb, c, None));
+    }
+    // No 1.x superblock: a 0.90 record, in the v1 model.
+    let v090 = read_superblock090(dev).and_then(|found| {
+        found
+            .map(|(rec, computed)| {
+                let sb = rec.to_v1(device_sectors).map_err(|e| {
+                    ArrayError::Assemble(format!("{}: 0.90 superblock: {e}", dev.name()))
+                })?;
+                Ok((sb, computed, Some(rec)))
+            })
+            .transpose()
+    });
+    match v090 {
+        Ok(Some(found)) => return Ok(found),
+        Ok(None) => {}
+        // A 1.x superblock's damage or a read error elsewhere says more (as before 0.90).
+        Err(e) if damaged.is_none() && read_error.is_none() => return Err(e),
+        Err(_) => {}
     }
     if let Some((v, at, source)) = damaged {
         return Err(ArrayError::Superblock {
@@ -614,12 +743,13 @@ fn search_superblock(
         )));
     }
     Err(ArrayError::Assemble(format!(
-        "{}: no md superblock: its magic a92b4efc is not at sector 0 (metadata 1.1), 8 (1.2) \
-         or {} (1.0)",
+        "{}: no md superblock: its magic a92b4efc is not at sector 0 (metadata 1.1), 8 (1.2), \
+         {} (1.0) or {} (0.90)",
         dev.name(),
         MetadataVersion::V1_0
             .super_offset_sectors(device_sectors)
-            .unwrap_or(0)
+            .unwrap_or(0),
+        sb090_offset_sectors(device_sectors).unwrap_or(0)
     )))
 }
 

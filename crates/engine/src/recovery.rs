@@ -382,26 +382,34 @@ impl Array {
         // this device; 1.0 keeps the same reserve (bitmap, bad block log) below it.
         let dev_sectors = dev.size_bytes() / SECTOR_BYTES;
         let version = tmpl_member.version();
-        let placed = version.super_offset_sectors(dev_sectors).and_then(|at| {
-            if version.at_end() {
-                let reserve = tmpl_member
-                    .super_offset
-                    .checked_sub(tmpl_member.data_offset + tmpl_member.data_size)?;
-                let size = at.checked_sub(reserve)?.checked_sub(data_offset)?;
-                Some((at, size))
-            } else {
-                Some((at, dev_sectors.checked_sub(data_offset)?))
-            }
-        });
+        let is_090 = meta.is_090();
+        // 0.90: everything below the superblock is data; 1.0 keeps the same reserve
+        // (bitmap, bad block log) below its superblock.
+        let placed = if is_090 {
+            uraid_core::superblock090::sb090_offset_sectors(dev_sectors).map(|at| (at, at))
+        } else {
+            version.super_offset_sectors(dev_sectors).and_then(|at| {
+                if version.at_end() {
+                    let reserve = tmpl_member
+                        .super_offset
+                        .checked_sub(tmpl_member.data_offset + tmpl_member.data_size)?;
+                    let size = at.checked_sub(reserve)?.checked_sub(data_offset)?;
+                    Some((at, size))
+                } else {
+                    Some((at, dev_sectors.checked_sub(data_offset)?))
+                }
+            })
+        };
         let need = (data_offset + self.geometry().dev_sectors) * SECTOR_BYTES;
         let Some((super_offset, data_size)) =
             placed.filter(|&(_, size)| size >= self.geometry().dev_sectors)
         else {
             return Err(ArrayError::Failed(format!(
-                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data) plus its {version} metadata",
+                "{name} is too small: {} bytes, the array needs {need} (data offset {} sectors + {} sectors of data) plus its {} metadata",
                 dev.size_bytes(),
                 data_offset,
-                self.geometry().dev_sectors
+                self.geometry().dev_sectors,
+                meta.metadata_name()
             )));
         };
         // An old member of this array comes back in its old role if it is free.
@@ -448,6 +456,14 @@ impl Array {
             .as_ref()
             .map(|o| o.device_uuid)
             .unwrap_or_else(crate::create::random_uuid);
+        if let Some(cx) = meta.v090.as_mut() {
+            // 0.90 has no device uuid: the model's follows the number; and the number's
+            // old major:minor is another device's.
+            sb.device_uuid = uraid_core::superblock090::device_uuid_for(&sb.set_uuid, dev_number);
+            if let Some(id) = cx.dev_ids.get_mut(dev_number as usize) {
+                *id = (0, 0);
+            }
+        }
         sb.data_offset = data_offset;
         sb.data_size = data_size;
         sb.super_offset = super_offset;
