@@ -187,6 +187,49 @@ fn another_hosts_array_starts_only_when_asked() {
     assert!(text(&out.stderr).contains(" assembled: raid1"));
 }
 
+#[test]
+fn serve_scan_serves_the_one_array_named() {
+    let dir = TempDir::new("scan-srv");
+    let a = make_array(&dir.0, "a", "5", 3, 8, "alpha");
+    let b = make_array(&dir.0, "b", "1", 2, 8, "beta");
+    let conf = write_conf(&dir, &format!("DEVICE {}/*.img\n", dir.0.display()));
+    let mut all = a.clone();
+    all.extend(b.iter().cloned());
+    // Two arrays found: one server serves one, so it must be named.
+    let err = fails_cleanly(
+        uraid()
+            .env("URAID_RUN_DIR", dir.run_dir())
+            .args(["serve", "--scan", "--nbd"])
+            .arg(format!("unix:{}", dir.path("x.sock").display()))
+            .arg("--config")
+            .arg(&conf),
+        &all,
+    );
+    assert!(err.contains("2 arrays match"), "{err}");
+    assert!(
+        err.contains("vm:alpha") || err.contains(":alpha ("),
+        "{err}"
+    );
+    let sock = dir.path("nbd.sock");
+    let control = dir.path("ctl.sock");
+    let args: Vec<String> = vec![
+        "serve".into(),
+        "--scan".into(),
+        "--config".into(),
+        conf.display().to_string(),
+        "--nbd".into(),
+        format!("unix:{}", sock.display()),
+        "--control".into(),
+        control.display().to_string(),
+        "beta".into(),
+    ];
+    let srv = Served::spawn(&dir, args, &[], sock, control);
+    let d = srv.detail(&b[0]);
+    assert_eq!(d["level"], "raid1");
+    assert_eq!(d["uuid"].as_str().unwrap(), uuid_of(&b[0]));
+    assert!(srv.stderr().contains("found "), "{}", srv.stderr());
+}
+
 /// Kills the server of this UUID on drop, if the test left it running.
 struct KillServed(PathBuf);
 
