@@ -109,7 +109,13 @@ fn create_member_flags(a: &CreateArgs) -> Result<Vec<uraid_engine::MemberFlags>>
 pub struct ExamineArgs {
     #[arg(long)]
     pub json: bool,
-    #[arg(required = true)]
+    /// Print one mdadm.conf ARRAY line per array found (mdadm --examine --scan): on the
+    /// devices given, else on those of the config's DEVICE lines (or /proc/partitions).
+    #[arg(short, long)]
+    pub scan: bool,
+    #[command(flatten)]
+    pub scan_args: crate::scan::ScanArgs,
+    #[arg(required_unless_present = "scan")]
     pub devices: Vec<std::path::PathBuf>,
 }
 
@@ -129,7 +135,15 @@ pub struct AssembleArgs {
     pub resync: bool,
     #[arg(long)]
     pub json: bool,
-    #[arg(required = true)]
+    /// Find the members (mdadm --assemble --scan): the arrays of the config's ARRAY lines,
+    /// or without any every array of this host on the DEVICE lines' devices (or those of
+    /// /proc/partitions). Arguments then name the arrays to assemble (name or UUID).
+    #[arg(short, long)]
+    pub scan: bool,
+    #[command(flatten)]
+    pub scan_args: crate::scan::ScanArgs,
+    /// Member devices or files; with --scan, the arrays' names or UUIDs.
+    #[arg(required_unless_present = "scan")]
     pub devices: Vec<std::path::PathBuf>,
 }
 
@@ -382,6 +396,9 @@ fn confirm_create(
 }
 
 pub fn examine(a: ExamineArgs) -> Result<()> {
+    if a.scan {
+        return crate::scan::examine_scan(&a.scan_args, &a.devices);
+    }
     let mut out = Vec::new();
     let mut failed = 0;
     let mut untrusted = Vec::new();
@@ -508,7 +525,43 @@ fn open_array_to_report(paths: &Paths, force: bool, readonly: bool) -> Result<Ar
 }
 
 pub fn assemble(a: AssembleArgs) -> Result<()> {
-    let (array, rep) = open_array(&a.devices, a.force, a.readonly)?;
+    assemble_paths(&a.devices, &a)
+}
+
+/// `assemble --scan`: each array chosen ([`crate::scan::plans`]) under its members' locks;
+/// one that fails is said and the others go on.
+pub fn assemble_scan(a: AssembleArgs) -> Result<()> {
+    let wanted: Vec<String> = a.devices.iter().map(|p| p.display().to_string()).collect();
+    let plans = crate::scan::plans(&a.scan_args, &wanted)?;
+    let mut failed = Vec::new();
+    let n = plans.len();
+    for p in plans {
+        let paths = p.found.paths();
+        let what = p.found.describe();
+        let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let listed = p
+            .line
+            .as_ref()
+            .map_or(String::new(), |l| format!(" (ARRAY line {})", l.line));
+        eprintln!("uraid: array {what}{listed}: found {}", names.join(" "));
+        let r = crate::locks::guard(&paths).and_then(|_l| assemble_paths(&paths, &a));
+        if let Err(e) = r {
+            eprintln!("uraid: array {what}: {}", crate::error_text(&e));
+            failed.push(what);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "{} of {n} arrays not assembled: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn assemble_paths(paths: &Paths, a: &AssembleArgs) -> Result<()> {
+    let (array, rep) = open_array(paths, a.force, a.readonly)?;
     if rep.unclean && a.resync {
         let n = crate::progress::run_sync(
             &array,

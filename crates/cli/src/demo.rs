@@ -134,6 +134,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             ublk: false,
             export_name: "demo".into(),
             control: Some(control),
+            sync_limits: uraid_engine::SyncLimits::default(),
         },
     )
 }

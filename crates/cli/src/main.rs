@@ -5,13 +5,16 @@ mod commands;
 mod control;
 mod demo;
 mod locks;
+mod mdadm_conf;
 mod monitor;
 mod open;
 mod overlay;
 mod progress;
 mod report;
 mod report090;
+mod scan;
 mod serve;
+mod status;
 mod timefmt;
 mod ublk;
 
@@ -55,8 +58,13 @@ enum Cmd {
     Create(commands::CreateArgs),
     /// Print the md superblock of a member.
     Examine(commands::ExamineArgs),
-    /// Assemble an array from its members and report what was found.
+    /// Assemble an array from its members and report what was found (--scan: find them).
     Assemble(commands::AssembleArgs),
+    /// Every array served on this host, as /proc/mdstat shows md's (--watch: reprint).
+    Status(status::StatusArgs),
+    /// Incremental assembly (mdadm -I, for udev rules): one device arrived; once its
+    /// array's members are all there (or enough with --run), serve the array.
+    Incremental(scan::IncrementalArgs),
     /// Assemble an array and print its state, like mdadm --detail.
     Detail(commands::DetailArgs),
     /// Read bytes of an array to stdout or a file (like dd from /dev/mdX).
@@ -114,6 +122,8 @@ fn overlay_refusal(cmd: &Cmd) -> Option<&'static str> {
         Cmd::Create(_) => Some("create writes the members directly"),
         Cmd::Demo(_) | Cmd::Bench(_) => Some("it makes its own members"),
         Cmd::Overlay(_) => Some("the overlay is the argument: uraid overlay status DIR"),
+        Cmd::Status(_) => Some("it asks the running servers"),
+        Cmd::Incremental(_) => Some("it starts a server: give --overlay to `uraid serve`"),
         Cmd::Monitor(_)
         | Cmd::Fail(_)
         | Cmd::Remove(_)
@@ -166,7 +176,10 @@ fn main() -> ExitCode {
         Cmd::Examine(a) => commands::examine(a),
         // A served array's members are locked: these commands refuse and point to the
         // control socket; detail asks the server.
+        Cmd::Assemble(a) if a.scan => commands::assemble_scan(a),
         Cmd::Assemble(a) => locks::guard(&a.devices).and_then(|_l| commands::assemble(a)),
+        Cmd::Status(a) => status::status(a),
+        Cmd::Incremental(a) => scan::incremental(a),
         // Through an overlay, detail assembles here (a server would show its own view).
         Cmd::Detail(mut a) if cli.overlay.is_some() => {
             a.devices.extend(a.target.array.take());

@@ -6,7 +6,7 @@ use uraid_core::geometry::{raid10, raid5};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::JournalMode;
-use uraid_engine::{Array, SlotState, SyncKind, SyncProgress};
+use uraid_engine::{Array, SlotState, SyncKind, SyncMark, SyncProgress};
 
 pub fn layout_name(level: Level, layout: u32) -> String {
     match level {
@@ -394,6 +394,37 @@ fn device_row(o: &mut String, number: &str, raid_device: &str, state: &str, name
     o.push('\n');
 }
 
+/// A running sync for a server's detail: kind and percent, and as /proc/mdstat counts it,
+/// KiB of one member done and in all, and from md's resync mark the speed (KiB/s of one
+/// member) and the seconds left (md: over whole seconds, at least one).
+pub fn sync_json(p: &SyncProgress, mark: Option<SyncMark>, dev_sectors: u64) -> Value {
+    let total_kib = dev_sectors / 2;
+    let of_member = |units: u64| -> u64 {
+        (u128::from(units) * u128::from(total_kib))
+            .checked_div(u128::from(p.total_units))
+            .unwrap_or(0) as u64
+    };
+    let done_kib = of_member(p.done_units.min(p.total_units));
+    let rate = mark.and_then(|m| {
+        let secs = (m.elapsed_ms / 1000).max(1);
+        let kib = of_member(m.units);
+        (kib > 0).then(|| {
+            let left = u128::from(total_kib - done_kib) * u128::from(secs) / u128::from(kib);
+            (kib / secs, left as u64)
+        })
+    });
+    json!({
+        "kind": p.kind.name(),
+        "done_units": p.done_units,
+        "total_units": p.total_units,
+        "percent": p.percent(),
+        "done_kib": done_kib,
+        "total_kib": total_kib,
+        "speed_kib_s": rate.map(|r| r.0),
+        "finish_secs": rate.map(|r| r.1),
+    })
+}
+
 /// `detail` as mdadm prints it; `sync` is the sync running in a server, if any.
 pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();
@@ -587,6 +618,9 @@ pub fn detail_json(a: &Array) -> Value {
     let needs_resync = meta.needs_resync();
     let dirty = meta.is_dirty();
     let version = meta.metadata_name();
+    let dev_numbers: Vec<Option<u32>> = (0..a.raid_disks())
+        .map(|r| meta.member_sb(MemberIdx(r)).map(|m| m.dev_number))
+        .collect();
     drop(meta);
     let g = a.geometry();
     let members: Vec<Value> = (0..g.raid_disks)
@@ -603,6 +637,8 @@ pub fn detail_json(a: &Array) -> Value {
                 "device": a.slot(MemberIdx(r)).device_name(),
                 "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
+                // md's desc_nr, which /proc/mdstat prints as sda1[N].
+                "dev_number": dev_numbers[r],
                 "recovery_percent": (st == SlotState::Recovering).then(|| {
                     a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / a.total_units().max(1) as f64
                 }),
@@ -635,6 +671,12 @@ pub fn detail_json(a: &Array) -> Value {
         "replacing": a.replacing_roles().iter().map(|r| r.0).collect::<Vec<_>>(),
         "resync_pending": needs_resync,
         "bitmap": sb.bitmap_sector().is_some(),
+        "bitmap_pages": a.bitmap_pages().map(|p| json!({
+            "used": p.used,
+            "total": p.total,
+            "chunk_kib": p.chunk_sectors / 2,
+        })),
+        "read_only": a.is_read_only(),
         "journal": a.journal_mode().map(|mode| {
             let st = a.writeback_stats().unwrap_or_default();
             json!({
@@ -700,6 +742,36 @@ mod detail_tests {
         assert_eq!(array_state(&sb), "AAA.");
         sb.dev_roles[4] = 1;
         assert_eq!(array_state(&sb), "ARA.");
+    }
+
+    /// mdstat's counts: KiB of one member, speed and time left from the resync mark.
+    #[test]
+    fn sync_progress_in_mdstat_units() {
+        let p = SyncProgress {
+            kind: SyncKind::Recovery,
+            done_units: 25,
+            total_units: 100,
+            unit_bytes: 4096,
+            mismatch_sectors: 0,
+        };
+        // 2000 sectors of member: 1000 KiB, 250 done; 100 KiB in the last 10 s.
+        let mark = SyncMark {
+            elapsed_ms: 10_500,
+            units: 10,
+        };
+        let j = sync_json(&p, Some(mark), 2000);
+        assert_eq!(j["kind"], "recovery");
+        assert_eq!(j["done_kib"], 250);
+        assert_eq!(j["total_kib"], 1000);
+        assert_eq!(j["speed_kib_s"], 10);
+        assert_eq!(j["finish_secs"], 75);
+        // No mark yet, or nothing done since it: no speed, no guess.
+        assert!(sync_json(&p, None, 2000)["speed_kib_s"].is_null());
+        let still = SyncMark {
+            elapsed_ms: 10,
+            units: 0,
+        };
+        assert!(sync_json(&p, Some(still), 2000)["finish_secs"].is_null());
     }
 
     /// mdadm's sizes in words at the unit boundaries, rounded half up to hundredths.

@@ -67,8 +67,21 @@ pub struct ServeArgs {
     /// with EPERM, and nothing is written to any member, not even the dirty flag.
     #[arg(short = 'o', long)]
     pub readonly: bool,
-    /// Member devices or files.
-    #[arg(required = true)]
+    /// md's sync_speed_min in KiB/s for resync and recovery while served: the pace kept
+    /// while the array is busy.
+    #[arg(long, value_name = "KIB", default_value_t = 1000)]
+    pub speed_min: u64,
+    /// md's sync_speed_max in KiB/s.
+    #[arg(long, value_name = "KIB", default_value_t = 200_000)]
+    pub speed_max: u64,
+    /// Find the members as `assemble --scan` does; exactly one array must be chosen, so
+    /// name it (its name or UUID) where several are found.
+    #[arg(short, long)]
+    pub scan: bool,
+    #[command(flatten)]
+    pub scan_args: crate::scan::ScanArgs,
+    /// Member devices or files; with --scan, the array's name or UUID.
+    #[arg(required_unless_present = "scan")]
     pub devices: Vec<PathBuf>,
 }
 
@@ -112,10 +125,42 @@ pub struct ServeOptions {
     pub ublk: bool,
     pub export_name: String,
     pub control: Option<PathBuf>,
+    /// md's sync_speed_min/max for the daemons' syncs.
+    pub sync_limits: uraid_engine::SyncLimits,
 }
 
-pub fn serve(a: ServeArgs) -> Result<()> {
+/// `serve --scan`: the members of the one array the scan chooses.
+fn scan_members(a: &ServeArgs) -> Result<Vec<PathBuf>> {
+    let wanted: Vec<String> = a.devices.iter().map(|p| p.display().to_string()).collect();
+    let mut plans = crate::scan::plans(&a.scan_args, &wanted)?;
+    if plans.len() > 1 {
+        let names: Vec<String> = plans.iter().map(|p| p.found.describe()).collect();
+        bail!(
+            "{} arrays match, and one server serves one array: name it (uraid serve --scan \
+             NAME|UUID): {}",
+            plans.len(),
+            names.join(", ")
+        );
+    }
+    let p = plans.pop().expect("plans gives one at least");
+    eprintln!(
+        "uraid: array {}: found {}",
+        p.found.describe(),
+        p.found
+            .paths()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    Ok(p.found.paths())
+}
+
+pub fn serve(mut a: ServeArgs) -> Result<()> {
     init_logging();
+    if a.scan {
+        a.devices = scan_members(&a)?;
+    }
     let locks = locks::lock_members(&a.devices)?;
     let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
     // md names are "host:name"; clients want the name.
@@ -141,6 +186,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             ublk: a.ublk,
             export_name,
             control: a.control.clone(),
+            // --speed-max alone caps the pace: the minimum follows it down.
+            sync_limits: uraid_engine::SyncLimits {
+                min_kib_s: a.speed_min.min(a.speed_max),
+                max_kib_s: a.speed_max,
+            },
         },
     )
 }
@@ -157,6 +207,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let mut nbd_running = None;
     let mut info = ServeInfo {
         pid: std::process::id(),
+        sync_limits: opts.sync_limits,
         ..ServeInfo::default()
     };
     if let Some(addr) = &opts.nbd {

@@ -640,6 +640,11 @@ impl Array {
             .map(|b| b.sb.daemon_sleep.max(1))
     }
 
+    /// The bitmap's pages as /proc/mdstat counts them, if there is a bitmap.
+    pub fn bitmap_pages(&self) -> Option<crate::bitmap::BitmapPages> {
+        self.meta().bitmap.as_ref().map(|b| b.pages())
+    }
+
     /// Dirty bitmap chunks and all chunks, if there is a bitmap.
     pub fn bitmap_dirty_chunks(&self) -> Option<(u64, u64)> {
         self.meta()

@@ -19,6 +19,20 @@ use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::superblock::Superblock;
 use uraid_core::SECTOR_BYTES;
 
+/// md's in-memory bitmap counters per page (4 KiB of 16-bit counters).
+const COUNTERS_PER_PAGE: u64 = 2048;
+
+/// The bitmap as /proc/mdstat counts it ([`BitmapState::pages`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BitmapPages {
+    /// Pages with a dirty chunk.
+    pub used: u64,
+    /// Pages for all the chunks.
+    pub total: u64,
+    /// Sectors of array data one chunk covers.
+    pub chunk_sectors: u64,
+}
+
 /// A write-intent bitmap as md keeps it: the bitmap superblock, the on-disk bits and the
 /// in-memory counters of writes in flight per chunk.
 pub struct BitmapState {
@@ -120,6 +134,26 @@ impl BitmapState {
     /// Bits set: chunks that may differ between members.
     pub fn dirty_chunks(&self) -> u64 {
         bm::count_dirty(&self.bits, self.chunks())
+    }
+
+    /// md's count of the bitmap's in-memory pages (/proc/mdstat's "bitmap: used/total
+    /// pages"): md keeps a 16-bit counter per chunk, 2048 to a 4 KiB page, and a page is
+    /// in use while a chunk on it is; here, while a chunk on it is dirty.
+    pub fn pages(&self) -> BitmapPages {
+        let chunks = self.chunks();
+        let total = chunks.div_ceil(COUNTERS_PER_PAGE);
+        let used = (0..total)
+            .filter(|p| {
+                let first = p * COUNTERS_PER_PAGE;
+                (first..(first + COUNTERS_PER_PAGE).min(chunks))
+                    .any(|c| bm::is_dirty(&self.bits, c))
+            })
+            .count() as u64;
+        BitmapPages {
+            used,
+            total,
+            chunk_sectors: self.chunk_sectors(),
+        }
     }
 
     /// A write to [start, start+sectors) is about to start. Returns whether bits were newly

@@ -202,6 +202,8 @@ struct Shared {
     pass: Mutex<Option<u64>>,
     sync_running: AtomicBool,
     progress: Mutex<Option<SyncProgress>>,
+    /// md's resync marks of the running sync, for its speed.
+    marks: Mutex<SyncMarks>,
     sync_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -227,6 +229,7 @@ impl Daemons {
             pass: Mutex::new(None),
             sync_running: AtomicBool::new(false),
             progress: Mutex::new(None),
+            marks: Mutex::new(SyncMarks::default()),
             sync_thread: Mutex::new(None),
         });
         // Made first: if a thread cannot be started, dropping it stops those that were.
@@ -299,6 +302,13 @@ impl Daemons {
         *lock(&self.shared.progress)
     }
 
+    /// How far the running sync got over the last half minute or so (md's resync mark,
+    /// the base of /proc/mdstat's speed and finish): `None` before its first step.
+    pub fn sync_mark(&self) -> Option<SyncMark> {
+        let p = (*lock(&self.shared.progress))?;
+        lock(&self.shared.marks).since_oldest(self.shared.array.clock().now_ms(), p.done_units)
+    }
+
     /// Interrupt a running sync at its next step and stop every daemon thread, waiting
     /// for them. Once stopped they stay stopped (start new ones to run them again).
     pub fn stop(&self) {
@@ -327,6 +337,49 @@ impl Daemons {
 impl Drop for Daemons {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// md keeps SYNC_MARKS marks of a sync, one every SYNC_MARK_STEP (3 s), and reports the
+/// speed since the oldest: a change of pace shows within half a minute, and one slow
+/// start does not weigh on the whole sync.
+const SYNC_MARKS: usize = 10;
+const SYNC_MARK_STEP_MS: u64 = 3000;
+
+/// Units a sync did in the time since a mark (see [`Daemons::sync_mark`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncMark {
+    /// Milliseconds (array clock) since the mark.
+    pub elapsed_ms: u64,
+    /// Units done since the mark.
+    pub units: u64,
+}
+
+/// The marks of one sync: (array clock ms, units done then), oldest first.
+#[derive(Default, Debug)]
+struct SyncMarks(std::collections::VecDeque<(u64, u64)>);
+
+impl SyncMarks {
+    /// A step of the sync: a new mark when the last is a step old (the first at once).
+    fn record(&mut self, now_ms: u64, done_units: u64) {
+        let due = self
+            .0
+            .back()
+            .is_none_or(|&(t, _)| now_ms >= t + SYNC_MARK_STEP_MS);
+        if due {
+            if self.0.len() == SYNC_MARKS {
+                self.0.pop_front();
+            }
+            self.0.push_back((now_ms, done_units));
+        }
+    }
+
+    fn since_oldest(&self, now_ms: u64, done_units: u64) -> Option<SyncMark> {
+        let &(t, u) = self.0.front()?;
+        Some(SyncMark {
+            elapsed_ms: now_ms.saturating_sub(t),
+            units: done_units.saturating_sub(u),
+        })
     }
 }
 
@@ -443,8 +496,10 @@ impl Shared {
         loop {
             let before = array.recovering_roles();
             let mut throttle = Throttle::new(self.opts.sync_limits);
+            *lock(&self.marks) = SyncMarks::default();
             let r = array.run_sync(kind, |p| {
                 *lock(&self.progress) = Some(*p);
+                lock(&self.marks).record(array.clock().now_ms(), p.done_units);
                 throttle.pace(array, p);
             });
             *lock(&self.progress) = None;
@@ -483,5 +538,43 @@ impl Shared {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod marks_tests {
+    use super::*;
+
+    /// The speed is over the last ten marks, three seconds apart, not since the start.
+    #[test]
+    fn marks_cover_the_last_half_minute() {
+        let mut m = SyncMarks::default();
+        assert_eq!(m.since_oldest(0, 0), None);
+        m.record(1000, 0);
+        // Steps within a mark's step add no mark.
+        m.record(2000, 10);
+        assert_eq!(
+            m.since_oldest(2500, 10),
+            Some(SyncMark {
+                elapsed_ms: 1500,
+                units: 10
+            })
+        );
+        // A slow first minute, then 100 units a second.
+        for s in 1..=20u64 {
+            m.record(
+                1000 + s * 3000,
+                if s <= 10 { s } else { 10 + (s - 10) * 300 },
+            );
+        }
+        assert_eq!(m.0.len(), SYNC_MARKS);
+        let mark = m.since_oldest(61_000, 3010).unwrap();
+        assert_eq!(
+            mark,
+            SyncMark {
+                elapsed_ms: 27_000,
+                units: 2700
+            }
+        );
     }
 }

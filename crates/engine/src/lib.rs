@@ -140,7 +140,7 @@ pub use shape::Shape;
 
 // md's threads, and the one clock they and every time-dependent policy read.
 pub use clock::{Clock, ClockSource, ManualClock, SystemClock};
-pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons};
+pub use daemon::{activate_spares, DaemonNote, DaemonNotify, DaemonOptions, Daemons, SyncMark};
 
 // Members of an array and how they are found again.
 pub use identity::{DeviceId, Identity, Place};
@@ -156,7 +156,7 @@ pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_C
 
 // On-disk metadata, for examine and for tools that inspect members.
 pub use badblocks::BadBlocks;
-pub use bitmap::BitmapState;
+pub use bitmap::{BitmapPages, BitmapState};
 pub use meta::{
     read_superblock, read_superblock090, read_superblock_any_checksum, read_superblock_with_090,
     write_superblock,

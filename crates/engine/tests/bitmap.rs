@@ -194,3 +194,28 @@ fn a_re_added_member_gets_only_the_chunks_written_while_it_was_away() {
         assert!(got == model, "{c:?}: re-added member holds stale data");
     }
 }
+
+/// /proc/mdstat's "bitmap: used/total pages": 2048 chunks to a page, a page used while
+/// a chunk on it is dirty.
+#[test]
+fn bitmap_pages_count_as_mdstat() {
+    let c = Config {
+        member_bytes: vec![20 << 20; 2],
+        ..cfg(Level::Raid1, 2)
+    };
+    let mems = mem_members(&c, "bp");
+    let mut o = create_opts(&c);
+    o.bitmap = true;
+    o.bitmap_chunk_bytes = Some(4096);
+    o.data_offset_sectors = Some(2048);
+    let a = uraid_engine::create(as_members(&mems), &o).unwrap();
+    let (_, chunks) = a.bitmap_dirty_chunks().unwrap();
+    assert!(chunks > 2 * 2048, "{chunks} chunks");
+    let p = a.bitmap_pages().unwrap();
+    assert_eq!(p.total, chunks.div_ceil(2048));
+    assert_eq!(p.used, 0);
+    assert_eq!(p.chunk_sectors, 8);
+    a.write(0, &[1u8; 4096]).unwrap();
+    a.write(a.size_bytes() - 4096, &[2u8; 4096]).unwrap();
+    assert_eq!(a.bitmap_pages().unwrap().used, 2);
+}

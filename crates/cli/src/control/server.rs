@@ -104,6 +104,8 @@ pub struct ServeInfo {
     pub ublk_dev: Option<String>,
     pub control: PathBuf,
     pub members: Vec<PathBuf>,
+    /// md's sync_speed_min/max for the daemons' resync and recovery.
+    pub sync_limits: uraid_engine::SyncLimits,
 }
 
 impl ServeInfo {
@@ -114,6 +116,8 @@ impl ServeInfo {
             "ublk": self.ublk_dev,
             "control": self.control,
             "members": self.members,
+            "sync_speed_min": self.sync_limits.min_kib_s,
+            "sync_speed_max": self.sync_limits.max_kib_s,
             // After a fallback (no io_uring here) this says sync.
             "io_engine": match uraid_engine::io::io_engine() {
                 uraid_engine::io::IoEngine::Uring => "io_uring",
@@ -204,6 +208,7 @@ impl ControlServer {
         let notify: uraid_engine::DaemonNotify = Arc::new(|n: &DaemonNote| eprintln!("uraid: {n}"));
         let daemons = array.start_daemons(DaemonOptions {
             notify: Some(notify),
+            sync_limits: info.sync_limits,
             ..DaemonOptions::default()
         })?;
         let ctx = Arc::new(Ctx {
@@ -367,12 +372,8 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
         let mut d = crate::report::detail_json(a);
         d["serve"] = info.to_json();
         if let Some(p) = ctx.daemons.sync_progress() {
-            d["sync"] = json!({
-                "kind": p.kind.name(),
-                "done_units": p.done_units,
-                "total_units": p.total_units,
-                "percent": p.percent(),
-            });
+            let mark = ctx.daemons.sync_mark();
+            d["sync"] = crate::report::sync_json(&p, mark, a.geometry().dev_sectors);
         }
         d
     };
