@@ -675,7 +675,7 @@ impl Client {
 
     fn aligned(&self, offset: u64, len: u64) -> bool {
         let a = u64::from(self.info.min_block_bytes.max(1));
-        offset % a == 0 && len % a == 0
+        offset.is_multiple_of(a) && len.is_multiple_of(a)
     }
 
     /// Largest payload per request, a multiple of the minimum block size.
