@@ -297,7 +297,7 @@ pub fn create(a: CreateArgs) -> Result<()> {
             devs.push(None);
         } else {
             let p = std::path::Path::new(d);
-            if !p.exists() {
+            if !p.exists() && !crate::locks::is_remote(p) {
                 bail!("{d}: no such file or device (create member files first, e.g. truncate -s 1G {d})");
             }
             devs.push(Some(open_member(p)?));

@@ -32,6 +32,12 @@ pub fn run_dir() -> PathBuf {
     }
 }
 
+/// Whether a member is named by an NBD URI (`nbd://...`, `nbd+unix://...`): a remote
+/// member, with no local file to lock or canonicalise.
+pub fn is_remote(p: &Path) -> bool {
+    p.to_str().is_some_and(uraid_engine::is_nbd_uri)
+}
+
 /// Exclusive advisory locks on member files, held while an array is open.
 pub struct MemberLocks(#[allow(dead_code)] Vec<File>);
 
@@ -61,7 +67,7 @@ pub fn lock_members(paths: &[PathBuf]) -> Result<MemberLocks> {
     use std::os::unix::fs::MetadataExt;
     let mut locks = MemberLocks(Vec::new());
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    for p in paths {
+    for p in paths.iter().filter(|p| !is_remote(p)) {
         // One file named twice (a link, ./x and x) would collide with our own lock and
         // read as "in use": lock it once, and let the engine say it is one device.
         if let Ok(m) = std::fs::metadata(p) {
@@ -121,6 +127,9 @@ pub struct Found {
 }
 
 pub fn canonical(p: &Path) -> PathBuf {
+    if is_remote(p) {
+        return p.to_path_buf();
+    }
     std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())
 }
 

@@ -48,6 +48,14 @@ struct Cli {
     /// forced assembly or a guessed member order costs nothing. See `uraid overlay`.
     #[arg(long, global = true, value_name = "DIR")]
     overlay: Option<PathBuf>,
+    /// Seconds an NBD member (nbd://host/export, nbd+unix:///export?socket=PATH) may take
+    /// to answer a request; after it the connection is closed and the member fails (a lost
+    /// host is a failed member, never a hang).
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 30.0)]
+    nbd_timeout: f64,
+    /// Connections per NBD member, where its server advertises multi-conn.
+    #[arg(long, global = true, value_name = "N", default_value_t = 1)]
+    nbd_connections: usize,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -146,6 +154,10 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     open::configure(cli.io_engine, cli.no_direct);
+    if let Err(e) = open::configure_nbd(cli.nbd_timeout, cli.nbd_connections) {
+        eprintln!("uraid: {}", error_text(&e));
+        return ExitCode::FAILURE;
+    }
     uraid_engine::set_devices_handle_discard_safely(cli.devices_handle_discard_safely);
     if let Some(dir) = &cli.overlay {
         let r = match overlay_refusal(&cli.cmd) {

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use uraid_engine::Member;
 use uraid_engine::{set_io_engine, IoEngine};
 use uraid_engine::{DirectMode, FileMember};
+use uraid_engine::{NbdClientConfig, NbdMember};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineArg {
@@ -17,6 +18,41 @@ pub enum EngineArg {
 }
 
 static NO_DIRECT: AtomicBool = AtomicBool::new(false);
+
+/// How NBD members (`nbd://`, `nbd+unix://`) connect: `--nbd-timeout`, `--nbd-connections`.
+static NBD: OnceLock<NbdClientConfig> = OnceLock::new();
+
+/// Sets the NBD members' per-request timeout and connections (once, at start).
+pub fn configure_nbd(timeout_secs: f64, connections: usize) -> Result<()> {
+    if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
+        anyhow::bail!("--nbd-timeout must be a positive number of seconds");
+    }
+    let config = NbdClientConfig {
+        timeout: std::time::Duration::from_secs_f64(timeout_secs),
+        connections: connections.max(1),
+        ..NbdClientConfig::default()
+    };
+    NBD.set(config)
+        .map_err(|_| anyhow::anyhow!("NBD members are configured already"))
+}
+
+fn is_remote(path: &Path) -> Option<&str> {
+    path.to_str().filter(|s| uraid_engine::is_nbd_uri(s))
+}
+
+/// A member on an NBD export; `--overlay` needs a local device to open read-only.
+fn open_remote(uri: &str) -> Result<Arc<dyn Member>> {
+    if OVERLAY.get().is_some() {
+        anyhow::bail!(
+            "{uri}: --overlay takes local members only (it opens each device read-only \
+             underneath; a remote export cannot be)"
+        );
+    }
+    let config = NBD.get().cloned().unwrap_or_default();
+    let m =
+        NbdMember::connect(uri, &config).map_err(|e| anyhow::anyhow!("cannot open member {e}"))?;
+    Ok(Arc::new(m))
+}
 
 /// `--overlay DIR`: every member this process opens is seen through the overlay (opened
 /// read-only underneath). Held, with the overlay's lock, until the process exits.
@@ -40,6 +76,9 @@ pub fn configure(engine: EngineArg, no_direct: bool) {
 }
 
 pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
+    if let Some(uri) = is_remote(path) {
+        return open_remote(uri);
+    }
     if let Some(set) = OVERLAY.get() {
         return Ok(set.member(path)?);
     }
@@ -54,7 +93,10 @@ pub fn open_member(path: &Path) -> Result<Arc<dyn Member>> {
 }
 
 pub fn open_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<dyn Member>>> {
-    if let Some(set) = OVERLAY.get() {
+    if let Some(set) = OVERLAY
+        .get()
+        .filter(|_| !paths.iter().any(|p| is_remote(p).is_some()))
+    {
         return Ok(set.members(paths)?);
     }
     paths.iter().map(|p| open_member(p)).collect()

@@ -242,10 +242,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     }
 
     // Control socket.
-    info.members = paths
-        .iter()
-        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
-        .collect();
+    info.members = paths.iter().map(|p| locks::canonical(p)).collect();
     let control_path = opts
         .control
         .clone()

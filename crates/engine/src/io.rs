@@ -149,6 +149,10 @@ pub fn execute(ops: &mut [Op<'_>]) -> Vec<io::Result<()>> {
             op.offset = saved;
         }
     }
+    // Ops started at submit on remote members: their replies, now that all are sent.
+    for (index, finish) in batch.later.drain(..) {
+        finish(&mut mops[index]);
+    }
     mops.into_iter()
         .map(|m| {
             m.result
@@ -317,7 +321,7 @@ mod tests {
     use super::*;
     use crate::buf::AlignedBuf;
     use crate::file::{DirectMode, FileMember};
-    use crate::member::ReadOnlyMember;
+    use crate::member::{MemMember, ReadOnlyMember};
     use std::sync::Arc;
 
     /// A pass-through wrapper that forwards batches (as every wrapper should).
@@ -482,5 +486,76 @@ mod tests {
         } else {
             uraid_testkit::skip("read_only_wrapper_on_the_ring", "io_uring unavailable");
         }
+    }
+
+    /// A member whose IO "runs elsewhere": it starts each op at submit and completes it
+    /// later, logging both, over a memory member.
+    struct Remote {
+        inner: MemMember,
+        log: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl Member for Remote {
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+            for op in ops.iter_mut() {
+                self.log
+                    .lock()
+                    .unwrap()
+                    .push(format!("send {}", self.name()));
+                batch.complete_later(op, move |op: &mut MemberOp<'a>| {
+                    self.log
+                        .lock()
+                        .unwrap()
+                        .push(format!("reply {}", self.name()));
+                    op.run_sync(&self.inner);
+                });
+            }
+        }
+        fn name(&self) -> String {
+            self.inner.name()
+        }
+    }
+
+    #[test]
+    fn ops_completed_later_are_all_sent_before_any_reply_is_awaited() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let m: Vec<Remote> = ["a", "b"]
+            .iter()
+            .map(|n| Remote {
+                inner: MemMember::new(*n, 1 << 20),
+                log: log.clone(),
+            })
+            .collect();
+        let (x, y) = (pattern(3), pattern(4));
+        let mut ops = vec![Op::write(&m[0], 0, &x), Op::write(&m[1], 4096, &y)];
+        assert!(execute(&mut ops).iter().all(|r| r.is_ok()));
+        let mut back = AlignedBuf::new(8192);
+        let mut ops = vec![
+            Op::read(&m[0], 0, back.as_mut_slice()),
+            Op::write(&m[1], 16384, &x),
+        ];
+        assert!(execute(&mut ops).iter().all(|r| r.is_ok()));
+        assert_eq!(&back[..], &x[..], "a read completed later fills its buffer");
+        let mut raw = vec![0u8; 8192];
+        m[1].inner.read_at(&mut raw, 4096).unwrap();
+        assert_eq!(&raw[..], &y[..]);
+        let log = log.lock().unwrap().clone();
+        assert_eq!(
+            log,
+            ["send a", "send b", "reply a", "reply b"].repeat(2),
+            "every member's submit before the first completion"
+        );
     }
 }

@@ -10,7 +10,9 @@
 //! - **Members**: the [`Member`] trait (read, write, flush, discard, write-zeroes at byte
 //!   offsets) and its backends, [`MemMember`] (memory) and [`FileMember`] (a file or block
 //!   device, O_DIRECT through io_uring where possible; see [`DirectMode`], [`IoEngine`],
-//!   [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO.
+//!   [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO. With the
+//!   `nbd` feature, [`NbdMember`] is a member on an NBD export on another host
+//!   (`nbd://host/export`, `nbd+unix:///export?socket=PATH`; see [`NbdClientConfig`]).
 //! - **Arrays**: [`create()`] (+ [`CreateOptions`], [`create_confirmed`] to ask before the
 //!   first write, [`existing_signatures`] to see what would be overwritten) and [`assemble()`]
 //!   (+ [`AssembleOptions`], [`AssembleReport`]) give an [`Array`] (md's mddev).
@@ -94,6 +96,8 @@ mod member;
 mod member_io;
 mod meta;
 mod mirror;
+#[cfg(feature = "nbd")]
+mod nbd_member;
 mod placement;
 mod plug;
 mod quiesce;
@@ -167,6 +171,17 @@ pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
 pub use io::{io_engine, set_io_engine, IoEngine};
 pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
+/// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
+#[cfg(feature = "nbd")]
+pub use nbd_member::NbdMember;
+/// Whether a member's name is an NBD URI (`nbd://`, `nbd+unix://`, and the TLS forms,
+/// which are refused when connecting) rather than a path.
+#[cfg(feature = "nbd")]
+pub use uraid_nbd::client::is_nbd_uri;
+/// How an [`NbdMember`] connects: the per-request timeout (a lost host is a failed member,
+/// never a hang), connections with multi-conn, structured replies.
+#[cfg(feature = "nbd")]
+pub use uraid_nbd::client::ClientConfig as NbdClientConfig;
 
 // The core types the surface speaks in.
 pub use uraid_core::superblock::MemberFlags;

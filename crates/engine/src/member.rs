@@ -146,10 +146,14 @@ impl<'a> MemberOp<'a> {
     }
 }
 
-/// File IOs queued by [`Member::submit`] for one ring submission. Only the engine's file
-/// backend queues here; other members complete their ops or forward them.
+/// File IOs queued by [`Member::submit`] for one ring submission, and ops that complete
+/// later. Only the engine's file backend queues files here; a member whose IO runs
+/// elsewhere (a server) may start its ops at submit and complete them later
+/// ([`Batch::complete_later`]); other members complete their ops or forward them.
 pub struct Batch<'a> {
     pub(crate) files: Vec<FileIo<'a>>,
+    /// Ops started at submit, each with what completes it once every member had its submit.
+    pub(crate) later: Vec<(usize, Finish<'a>)>,
     /// Whether file ops may be queued for io_uring (else they run at submit).
     uring: bool,
 }
@@ -166,12 +170,28 @@ pub(crate) struct FileIo<'a> {
     pub(crate) write: bool,
 }
 
+/// What completes an op started at submit (see [`Batch::complete_later`]).
+pub(crate) type Finish<'a> = Box<dyn FnOnce(&mut MemberOp<'a>) + 'a>;
+
 impl<'a> Batch<'a> {
     pub(crate) fn new(uring: bool) -> Batch<'a> {
         Batch {
             files: Vec::new(),
+            later: Vec::new(),
             uring,
         }
+    }
+
+    /// `op` has been started (sent to a server) and `finish` completes it: waits for its
+    /// result, fills a read's buffer and calls [`MemberOp::complete`]. The engine calls it
+    /// after every member of the batch has had its submit, so that ops on several members
+    /// are in flight together. `finish` must complete the op.
+    pub fn complete_later(
+        &mut self,
+        op: &MemberOp<'a>,
+        finish: impl FnOnce(&mut MemberOp<'a>) + 'a,
+    ) {
+        self.later.push((op.index, Box::new(finish)));
     }
 
     /// Queue `op` on `dev`'s descriptor `fd` for the ring, or run it now where no ring is

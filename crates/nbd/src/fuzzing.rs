@@ -1,4 +1,5 @@
-//! A whole server connection driven by arbitrary client bytes, for fuzzing.
+//! A whole server connection driven by arbitrary client bytes, and the client driven by
+//! arbitrary server bytes, for fuzzing.
 
 use std::io::{Read, Write};
 use std::net::Shutdown;
@@ -133,4 +134,68 @@ pub fn request_seeds() -> Vec<Vec<u8>> {
 pub fn session(data: &[u8]) {
     let out = fuzz_session(data);
     assert_eq!(&out[..8], b"NBDMAGIC");
+}
+
+/// The client against a server that sends exactly `data` and then closes (the `nbd_client`
+/// target): the handshake and one request of each kind must never panic nor hang.
+pub fn client_session(data: &[u8]) {
+    let (client_end, server_end) = UnixStream::pair().expect("socketpair");
+    let feeder = server_end.try_clone().expect("dup");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut w = feeder;
+            let _ = w.write_all(data);
+            let _ = w.shutdown(Shutdown::Write);
+        });
+        // What the client sends is read and dropped, so that it never blocks on a full
+        // socket; this ends when the client closes its end.
+        s.spawn(move || {
+            let mut r = server_end;
+            let _ = std::io::copy(&mut r, &mut std::io::sink());
+        });
+        crate::client::exercise(Stream::Unix(client_end));
+    });
+}
+
+/// A well-behaved server's side of a client session, to mutate: the handshake with
+/// structured replies and block sizes, then a reply to each of the client's requests.
+pub fn client_seeds() -> Vec<Vec<u8>> {
+    use crate::proto::*;
+    let mut s = Vec::new();
+    s.extend_from_slice(&NBD_MAGIC.to_be_bytes());
+    s.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    s.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
+    s.extend_from_slice(&encode_option_reply(OPT_STRUCTURED_REPLY, REP_ACK, 0));
+    let mut export = INFO_EXPORT.to_be_bytes().to_vec();
+    export.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    let flags =
+        FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_FUA | FLAG_SEND_TRIM | FLAG_SEND_WRITE_ZEROES;
+    export.extend_from_slice(&flags.to_be_bytes());
+    s.extend_from_slice(&encode_option_reply(OPT_GO, REP_INFO, export.len() as u32));
+    s.extend_from_slice(&export);
+    let mut sizes = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+    for v in [512u32, 4096, 1 << 20] {
+        sizes.extend_from_slice(&v.to_be_bytes());
+    }
+    s.extend_from_slice(&encode_option_reply(OPT_GO, REP_INFO, sizes.len() as u32));
+    s.extend_from_slice(&sizes);
+    s.extend_from_slice(&encode_option_reply(OPT_GO, REP_ACK, 0));
+    // Cookies 1.. in the client's order: read, write, flush, trim, write-zeroes.
+    s.extend_from_slice(&encode_offset_data_header(1, 0, 4096));
+    s.extend_from_slice(&[0x5a; 4096]);
+    s.extend_from_slice(&encode_structured_header(
+        2,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_NONE,
+        0,
+    ));
+    s.extend_from_slice(&encode_simple_reply(3, 0));
+    encode_error_chunk(&mut s, 4, Errno::Io, "trim failed");
+    s.extend_from_slice(&encode_structured_header(
+        5,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_NONE,
+        0,
+    ));
+    vec![s]
 }

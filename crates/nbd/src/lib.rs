@@ -7,7 +7,9 @@
 //! connections may share the export (`NBD_FLAG_CAN_MULTI_CONN`).
 //!
 //! Layout: [`proto`] is the pure wire format (fuzzed), `handshake` the option
-//! haggling, `conn` the transmission phase, `server` the accept loop.
+//! haggling, `conn` the transmission phase, `server` the accept loop. [`client`] is
+//! the other side on the same wire code: an export on another host as a block
+//! device (uraid's remote members).
 //!
 //! # Design
 //!
@@ -59,6 +61,7 @@
 //! ```
 
 mod backend;
+pub mod client;
 mod conn;
 mod error;
 #[doc(hidden)]

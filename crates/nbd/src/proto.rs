@@ -74,7 +74,10 @@ pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
 pub const REPLY_FLAG_DONE: u16 = 1 << 0;
 pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
+pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
+pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
+pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
 
 /// Bytes of a request header on the wire.
 pub const REQUEST_HEADER_BYTES: usize = 28;
@@ -137,6 +140,10 @@ pub enum ProtocolError {
     OptionLength { len: usize },
     #[error("export name of {len} bytes is longer than {MAX_STRING_BYTES}")]
     NameTooLong { len: usize },
+    #[error("bad reply magic {found:#x}")]
+    BadReplyMagic { found: u64 },
+    #[error("reply of type {kind} with {len} bytes is malformed")]
+    BadReply { kind: u16, len: usize },
 }
 
 /// Transmission command.
@@ -465,6 +472,197 @@ pub fn encode_error_chunk(out: &mut Vec<u8>, cookie: u64, errno: Errno, message:
     out.extend_from_slice(msg);
 }
 
+// The client's side of the wire (uraid's NBD client, `crate::client`): what the server
+// sends is parsed here, as purely as the server's side of it.
+
+/// Encodes an option header (`IHAVEOPT`, option, length); `length` bytes of data follow.
+pub fn encode_option_header(option: u32, length: u32) -> [u8; OPTION_HEADER_BYTES] {
+    let mut b = [0u8; OPTION_HEADER_BYTES];
+    b[0..8].copy_from_slice(&IHAVEOPT.to_be_bytes());
+    b[8..12].copy_from_slice(&option.to_be_bytes());
+    b[12..16].copy_from_slice(&length.to_be_bytes());
+    b
+}
+
+/// Encodes the data of `NBD_OPT_GO` / `NBD_OPT_INFO`: the export's name and the
+/// information types asked for.
+pub fn encode_info_request(name: &[u8], info_types: &[u16]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(6 + name.len() + 2 * info_types.len());
+    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    d.extend_from_slice(name);
+    d.extend_from_slice(&(info_types.len() as u16).to_be_bytes());
+    for t in info_types {
+        d.extend_from_slice(&t.to_be_bytes());
+    }
+    d
+}
+
+/// Bytes of an option reply header.
+pub const OPTION_REPLY_BYTES: usize = 20;
+
+/// An option reply header from the server; `length` bytes of data follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionReply {
+    pub option: u32,
+    pub reply: u32,
+    pub length: u32,
+}
+
+impl OptionReply {
+    /// Whether the reply is an error (`NBD_REP_ERR_*`: the high bit is set).
+    pub fn is_error(&self) -> bool {
+        self.reply & (1 << 31) != 0
+    }
+}
+
+/// Parses an option reply header from the first [`OPTION_REPLY_BYTES`] of `bytes`.
+pub fn parse_option_reply(bytes: &[u8]) -> Result<OptionReply, ProtocolError> {
+    if bytes.len() < OPTION_REPLY_BYTES {
+        return Err(ProtocolError::Truncated {
+            need: OPTION_REPLY_BYTES,
+            have: bytes.len(),
+        });
+    }
+    let magic = be_u64(bytes, 0);
+    if magic != OPTION_REPLY_MAGIC {
+        return Err(ProtocolError::BadReplyMagic { found: magic });
+    }
+    Ok(OptionReply {
+        option: be_u32(bytes, 8),
+        reply: be_u32(bytes, 12),
+        length: be_u32(bytes, 16),
+    })
+}
+
+/// One `NBD_REP_INFO` item of `NBD_OPT_GO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Info {
+    /// `NBD_INFO_EXPORT`: size and transmission flags.
+    Export { size_bytes: u64, flags: u16 },
+    /// `NBD_INFO_BLOCK_SIZE`: minimum, preferred and maximum block sizes.
+    BlockSize {
+        min_bytes: u32,
+        preferred_bytes: u32,
+        max_bytes: u32,
+    },
+    /// Another information type (name, description, ...), ignored.
+    Other(u16),
+}
+
+/// Parses the data of an `NBD_REP_INFO` reply.
+pub fn parse_info_reply(data: &[u8]) -> Result<Info, ProtocolError> {
+    let bad = ProtocolError::OptionLength { len: data.len() };
+    if data.len() < 2 {
+        return Err(bad);
+    }
+    match be_u16(data, 0) {
+        INFO_EXPORT if data.len() == 12 => Ok(Info::Export {
+            size_bytes: be_u64(data, 2),
+            flags: be_u16(data, 10),
+        }),
+        INFO_BLOCK_SIZE if data.len() == 14 => Ok(Info::BlockSize {
+            min_bytes: be_u32(data, 2),
+            preferred_bytes: be_u32(data, 6),
+            max_bytes: be_u32(data, 10),
+        }),
+        INFO_EXPORT | INFO_BLOCK_SIZE => Err(bad),
+        other => Ok(Info::Other(other)),
+    }
+}
+
+/// The first part of a reply: a whole simple reply, or the header of a structured chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyHeader {
+    /// A simple reply (a read's data, if it succeeded, follows).
+    Simple { error: u32, cookie: u64 },
+    /// A structured reply chunk; `length` bytes of payload follow.
+    Structured {
+        flags: u16,
+        kind: u16,
+        cookie: u64,
+        length: u32,
+    },
+}
+
+/// Parses a reply header: the first [`SIMPLE_REPLY_BYTES`] are enough for a simple reply;
+/// a structured chunk needs [`STRUCTURED_HEADER_BYTES`] (`Truncated` says how many).
+pub fn parse_reply_header(bytes: &[u8]) -> Result<ReplyHeader, ProtocolError> {
+    if bytes.len() < 4 {
+        return Err(ProtocolError::Truncated {
+            need: SIMPLE_REPLY_BYTES,
+            have: bytes.len(),
+        });
+    }
+    let (magic, need) = match be_u32(bytes, 0) {
+        SIMPLE_REPLY_MAGIC => (SIMPLE_REPLY_MAGIC, SIMPLE_REPLY_BYTES),
+        STRUCTURED_REPLY_MAGIC => (STRUCTURED_REPLY_MAGIC, STRUCTURED_HEADER_BYTES),
+        found => {
+            return Err(ProtocolError::BadReplyMagic {
+                found: u64::from(found),
+            })
+        }
+    };
+    if bytes.len() < need {
+        return Err(ProtocolError::Truncated {
+            need,
+            have: bytes.len(),
+        });
+    }
+    Ok(if magic == SIMPLE_REPLY_MAGIC {
+        ReplyHeader::Simple {
+            error: be_u32(bytes, 4),
+            cookie: be_u64(bytes, 8),
+        }
+    } else {
+        ReplyHeader::Structured {
+            flags: be_u16(bytes, 4),
+            kind: be_u16(bytes, 6),
+            cookie: be_u64(bytes, 8),
+            length: be_u32(bytes, 16),
+        }
+    })
+}
+
+/// Parses the payload of an error chunk (`NBD_REPLY_TYPE_ERROR`, `ERROR_OFFSET` or any
+/// other type with the error bit): the error value and the server's message.
+pub fn parse_error_chunk(kind: u16, payload: &[u8]) -> Result<(u32, String), ProtocolError> {
+    let bad = ProtocolError::BadReply {
+        kind,
+        len: payload.len(),
+    };
+    if payload.len() < 6 {
+        return Err(bad);
+    }
+    let error = be_u32(payload, 0);
+    let msg_len = be_u16(payload, 4) as usize;
+    let Some(msg) = payload.get(6..6 + msg_len) else {
+        return Err(bad);
+    };
+    // ERROR_OFFSET carries the offset after the message; other error types may add data.
+    if kind == REPLY_TYPE_ERROR_OFFSET && payload.len() != 6 + msg_len + 8 {
+        return Err(bad);
+    }
+    Ok((error, String::from_utf8_lossy(msg).into_owned()))
+}
+
+/// Parses the offset (and, for a hole, the length) that starts an `OFFSET_DATA` or
+/// `OFFSET_HOLE` chunk: `(offset, bytes covered)`.
+pub fn parse_offset_chunk(kind: u16, payload: &[u8]) -> Result<(u64, u64), ProtocolError> {
+    let bad = ProtocolError::BadReply {
+        kind,
+        len: payload.len(),
+    };
+    match kind {
+        REPLY_TYPE_OFFSET_DATA if payload.len() > 8 => {
+            Ok((be_u64(payload, 0), payload.len() as u64 - 8))
+        }
+        REPLY_TYPE_OFFSET_HOLE if payload.len() == 12 => {
+            Ok((be_u64(payload, 0), u64::from(be_u32(payload, 8))))
+        }
+        _ => Err(bad),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -642,5 +840,113 @@ mod tests {
         assert!(std::str::from_utf8(&v[26..]).is_ok());
         let o = encode_option_reply(OPT_GO, REP_ERR_UNKNOWN, 0);
         assert_eq!(&o[0..8], &[0, 3, 0xe8, 0x89, 0x04, 0x55, 0x65, 0xa9]);
+    }
+
+    #[test]
+    fn client_side_codecs() {
+        // What our server encodes, the client's parsers read back.
+        let o = encode_option_reply(OPT_GO, REP_INFO, 12);
+        let r = parse_option_reply(&o).unwrap();
+        assert_eq!((r.option, r.reply, r.length), (OPT_GO, REP_INFO, 12));
+        assert!(!r.is_error());
+        let e = parse_option_reply(&encode_option_reply(OPT_GO, REP_ERR_UNKNOWN, 0)).unwrap();
+        assert!(e.is_error());
+        assert!(matches!(
+            parse_option_reply(&o[..19]),
+            Err(ProtocolError::Truncated { need: 20, .. })
+        ));
+        let h = encode_option_header(OPT_GO, 9);
+        assert_eq!(
+            parse_option_header(&h).unwrap(),
+            OptionHeader {
+                option: OPT_GO,
+                length: 9
+            }
+        );
+        let d = encode_info_request(b"md0", &[INFO_BLOCK_SIZE]);
+        let i = parse_info_request(&d).unwrap();
+        assert_eq!((i.name, i.info_types), (&b"md0"[..], vec![INFO_BLOCK_SIZE]));
+
+        let mut export = INFO_EXPORT.to_be_bytes().to_vec();
+        export.extend_from_slice(&(1u64 << 30).to_be_bytes());
+        export.extend_from_slice(&(FLAG_HAS_FLAGS | FLAG_SEND_FLUSH).to_be_bytes());
+        assert_eq!(
+            parse_info_reply(&export).unwrap(),
+            Info::Export {
+                size_bytes: 1 << 30,
+                flags: FLAG_HAS_FLAGS | FLAG_SEND_FLUSH
+            }
+        );
+        assert!(parse_info_reply(&export[..11]).is_err());
+        let mut bs = INFO_BLOCK_SIZE.to_be_bytes().to_vec();
+        for v in [512u32, 4096, 1 << 25] {
+            bs.extend_from_slice(&v.to_be_bytes());
+        }
+        assert_eq!(
+            parse_info_reply(&bs).unwrap(),
+            Info::BlockSize {
+                min_bytes: 512,
+                preferred_bytes: 4096,
+                max_bytes: 1 << 25
+            }
+        );
+        assert_eq!(
+            parse_info_reply(&INFO_NAME.to_be_bytes()).unwrap(),
+            Info::Other(INFO_NAME)
+        );
+
+        assert_eq!(
+            parse_reply_header(&encode_simple_reply(7, 5)).unwrap(),
+            ReplyHeader::Simple {
+                error: 5,
+                cookie: 7
+            }
+        );
+        let sh = encode_offset_data_header(9, 4096, 512);
+        assert_eq!(
+            parse_reply_header(&sh).unwrap(),
+            ReplyHeader::Structured {
+                flags: REPLY_FLAG_DONE,
+                kind: REPLY_TYPE_OFFSET_DATA,
+                cookie: 9,
+                length: 520
+            }
+        );
+        assert!(matches!(
+            parse_reply_header(&sh[..16]),
+            Err(ProtocolError::Truncated { need: 20, .. })
+        ));
+        assert!(matches!(
+            parse_reply_header(&[0, 0, 0, 0]),
+            Err(ProtocolError::BadReplyMagic { found: 0 })
+        ));
+        assert_eq!(
+            parse_offset_chunk(REPLY_TYPE_OFFSET_DATA, &sh[20..]).unwrap_err(),
+            ProtocolError::BadReply {
+                kind: REPLY_TYPE_OFFSET_DATA,
+                len: 8
+            }
+        );
+        let mut data = 4096u64.to_be_bytes().to_vec();
+        data.extend_from_slice(&[1; 512]);
+        assert_eq!(
+            parse_offset_chunk(REPLY_TYPE_OFFSET_DATA, &data).unwrap(),
+            (4096, 512)
+        );
+        let mut hole = 8192u64.to_be_bytes().to_vec();
+        hole.extend_from_slice(&1024u32.to_be_bytes());
+        assert_eq!(
+            parse_offset_chunk(REPLY_TYPE_OFFSET_HOLE, &hole).unwrap(),
+            (8192, 1024)
+        );
+
+        let mut chunk = Vec::new();
+        encode_error_chunk(&mut chunk, 3, Errno::NoSpc, "full");
+        assert_eq!(
+            parse_error_chunk(REPLY_TYPE_ERROR, &chunk[20..]).unwrap(),
+            (28, "full".to_string())
+        );
+        assert!(parse_error_chunk(REPLY_TYPE_ERROR, &chunk[20..24]).is_err());
+        assert!(parse_error_chunk(REPLY_TYPE_ERROR_OFFSET, &chunk[20..]).is_err());
     }
 }

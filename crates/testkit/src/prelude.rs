@@ -9,7 +9,7 @@ pub use crate::data::{byte_pattern, checksums, pattern, snapshot, write_at};
 pub use crate::loopdev::Loop;
 pub use crate::served::{
     check_engine, create_array, fio_args, fio_check, member_states, nbd_size, qemu_io, ChildGuard,
-    Served,
+    Nbdkit, Served,
 };
 pub use crate::skip::{need_tool, need_tools, skip, tool_path};
 pub use crate::tmp::{TempDir, MIB};

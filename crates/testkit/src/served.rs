@@ -310,3 +310,60 @@ pub fn nbd_size(uri: &str) -> u64 {
     let out = ok(Command::new("nbdinfo").arg("--size").arg(uri));
     stdout(&out).trim().parse().unwrap()
 }
+
+/// `nbdkit` serving one export on a Unix socket (a remote member for the tests), killed on
+/// drop. Its URI is `nbd+unix:///?socket=...`.
+pub struct Nbdkit {
+    child: Option<Child>,
+    /// Its Unix socket.
+    pub sock: PathBuf,
+}
+
+impl Nbdkit {
+    /// `nbdkit PLUGIN-ARGS` (e.g. `["memory", "32M"]`) on socket `name` in `dir`; returns
+    /// once the socket accepts a connection (60 s at the most).
+    pub fn start(dir: &TempDir, name: &str, args: &[&str]) -> Nbdkit {
+        let sock = dir.path(&format!("{name}.sock"));
+        let child = Command::new("nbdkit")
+            .args(["-f", "--exit-with-parent", "-U"])
+            .arg(&sock)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn nbdkit");
+        let mut k = Nbdkit {
+            child: Some(child),
+            sock,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while UnixStream::connect(&k.sock).is_err() {
+            if let Some(Ok(Some(st))) = k.child.as_mut().map(|c| c.try_wait()) {
+                panic!("nbdkit {args:?} exited: {st}");
+            }
+            assert!(Instant::now() < deadline, "nbdkit {args:?} did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        k
+    }
+
+    /// The export's NBD URI.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.sock.display())
+    }
+
+    /// Kills the server (SIGKILL: a host that is lost, not one that shuts down) and waits
+    /// until it is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -261,7 +261,9 @@ fn journal_mode_args(a: &JournalModeArgs) -> Result<(Option<JournalMode>, Vec<Pa
             Ok(m) if mode.is_none() => mode = Some(m),
             Ok(m) if mode == Some(m) => {}
             Ok(m) => bail!("two journal modes given ({} and {m})", mode.expect("set")),
-            Err(_) if Path::new(arg).exists() => paths.push(PathBuf::from(arg)),
+            Err(_) if Path::new(arg).exists() || locks::is_remote(Path::new(arg)) => {
+                paths.push(PathBuf::from(arg))
+            }
             Err(_) => bail!(
                 "{arg:?} is neither a journal mode (write-through, write-back) nor a member \
                  path of the array"
@@ -316,7 +318,7 @@ pub fn add(a: AddArgs) -> Result<()> {
     };
     let control = a.target.control_socket(&[])?;
     let dev = locks::canonical(&device);
-    if !dev.exists() {
+    if !dev.exists() && !locks::is_remote(&dev) {
         bail!("{}: no such file or device", device.display());
     }
     let mut req = json!({"cmd": "add", "device": dev.display().to_string()});
@@ -351,7 +353,7 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
     let mut req = json!({"cmd": "replace", "member": member});
     if let Some(w) = &a.with {
         let w = locks::canonical(w);
-        if !w.exists() {
+        if !w.exists() && !locks::is_remote(&w) {
             bail!("{}: no such file or device", w.display());
         }
         req["with"] = Value::String(w.display().to_string());

@@ -655,7 +655,8 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
         .unwrap_or_else(|e| e.into_inner())
         .members
         .contains(&locks::canonical(path));
-    let lock = if ours {
+    // A remote member (an NBD URI) has no file to lock: its server is its guard.
+    let lock = if ours || locks::is_remote(path) {
         None
     } else {
         Some(

@@ -1,0 +1,101 @@
+//! A member on an NBD export (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`),
+//! through `uraid-nbd`'s client (feature `nbd`).
+//!
+//! The lower layer's view of a remote disk: reads, writes, flushes, TRIM as discard and
+//! WRITE_ZEROES where the server offers them. A lost host is an IO error of this member
+//! (each request waits at most the client's timeout, a dropped connection fails every
+//! request at once), which the array turns into a failed member as md does; there is no
+//! reconnect.
+
+use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, ZeroHow};
+use std::io;
+use uraid_nbd::client::{Client, ClientConfig};
+
+/// A member on an NBD export. Its name and its device identity are the URI, so that the
+/// same export given twice is one device.
+///
+/// ```no_run
+/// # fn main() -> std::io::Result<()> {
+/// use uraid_engine::{Member, NbdClientConfig, NbdMember};
+/// let m = NbdMember::connect("nbd://storage1/disk0", &NbdClientConfig::default())?;
+/// println!("{} bytes", m.size_bytes());
+/// # Ok(())
+/// # }
+/// ```
+pub struct NbdMember {
+    client: Client,
+}
+
+impl NbdMember {
+    /// Connects to the export `uri` names. `nbds://` (TLS) is refused by name.
+    pub fn connect(uri: &str, config: &ClientConfig) -> io::Result<NbdMember> {
+        let client = Client::open(uri, config).map_err(|e| e.into_io())?;
+        Ok(NbdMember { client })
+    }
+
+    /// The client underneath (what the server offered, connections).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Member for NbdMember {
+    fn size_bytes(&self) -> u64 {
+        self.client.info().size_bytes
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.client.read(buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.client.write(buf, offset, false)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.client.flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.client.trim(offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroHow) -> io::Result<()> {
+        if !self.client.info().can_write_zeroes() {
+            return write_zero_buffers(self, offset, len);
+        }
+        self.client.write_zeroes(offset, len, !how.unmap, false)
+    }
+
+    fn zeroes_fast(&self, _unmap: bool) -> bool {
+        self.client.info().can_write_zeroes()
+    }
+
+    fn name(&self) -> String {
+        self.client.name().to_string()
+    }
+
+    /// Every op is sent at submit and completed after the batch's other members had theirs
+    /// ([`Batch::complete_later`]), so a batch's ops on all its members are in flight
+    /// together. IO the client must split or align runs at once.
+    fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            if !self.client.fits_one_request(op.offset, op.len()) {
+                op.run_sync(self);
+                continue;
+            }
+            let ticket = match op.buf() {
+                OpBuf::Read(b) => self.client.start_read(op.offset, b.len() as u32),
+                OpBuf::Write(b) => self.client.start_write(b, op.offset, false),
+            };
+            batch.complete_later(op, move |op: &mut MemberOp<'a>| {
+                let r = ticket.wait().map(|data| {
+                    if let OpBuf::Read(b) = &mut op.buf {
+                        b.copy_from_slice(&data);
+                    }
+                });
+                op.complete(r);
+            });
+        }
+    }
+}

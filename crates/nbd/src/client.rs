@@ -1,0 +1,1218 @@
+//! NBD client: an export as a block device, for arrays whose members live on other hosts.
+//!
+//! - **Handshake**: fixed newstyle only (oldstyle servers are long gone), then
+//!   `NBD_OPT_STRUCTURED_REPLY` (taken where offered) and `NBD_OPT_GO` asking for
+//!   `NBD_INFO_BLOCK_SIZE`; a server without `GO` gets `NBD_OPT_EXPORT_NAME`.
+//! - **Transmission**: any number of threads send requests on one connection (a mutex
+//!   around the socket's write side, one `sendmsg` per request); one reader thread per
+//!   connection matches replies, simple or structured chunks in any order, to their
+//!   cookies. So several requests are in flight at once, from many threads.
+//! - **Block sizes** from `NBD_INFO_BLOCK_SIZE` are honoured: requests are split at the
+//!   maximum, and IO not aligned to the minimum is widened (reads) or read-modify-written
+//!   (writes, serialised among themselves).
+//! - **Never a hang**: every request waits at most [`ClientConfig::timeout`] for its reply.
+//!   A request that times out, a socket error or a reply that breaks the protocol closes
+//!   the connection, and every request on it, then and later, fails with an IO error (a
+//!   member on a lost host is a failed member; there is no reconnect).
+//! - **multi-conn**: with [`ClientConfig::connections`] > 1 and a server that advertises
+//!   `NBD_FLAG_CAN_MULTI_CONN`, requests are spread over that many connections; a flush on
+//!   one covers writes completed on all of them, as the flag promises.
+//! - TLS (`nbds://`) is refused by name: not implemented yet.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::proto::*;
+use crate::socket::Stream;
+
+/// The port of `nbd://host/...` without one (IANA's NBD port).
+pub const DEFAULT_PORT: u16 = 10809;
+/// The default of [`ClientConfig::timeout`].
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest request payload sent, whatever the server allows (the protocol's usual 32 MiB).
+const MAX_REQUEST_BYTES: u32 = 32 << 20;
+/// Largest TRIM or WRITE_ZEROES length per request (their length is a u32).
+const MAX_ZERO_REQUEST_BYTES: u64 = 1 << 30;
+/// Largest structured chunk accepted from a server.
+const MAX_CHUNK_BYTES: u32 = MAX_REQUEST_BYTES + 4096;
+
+/// Why an NBD export could not be opened.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("{uri}: not an NBD URI: {why}")]
+    BadUri { uri: String, why: String },
+    #[error(
+        "{uri}: TLS (nbds://) is not supported yet by uraid's NBD client; serve the export \
+         without TLS on a trusted network or a Unix socket (nbd+unix://), or tunnel it"
+    )]
+    TlsUnsupported { uri: String },
+    #[error("{uri}: cannot connect to {addr}: {source}")]
+    Connect {
+        uri: String,
+        addr: String,
+        source: io::Error,
+    },
+    #[error("{uri}: handshake: {source}")]
+    Io { uri: String, source: io::Error },
+    #[error("{uri}: handshake: the server broke the protocol: {source}")]
+    Protocol { uri: String, source: ProtocolError },
+    #[error("{uri}: handshake: {why}")]
+    Handshake { uri: String, why: String },
+    #[error("{uri}: the server refused export {export:?} (reply {reply:#x}){message}")]
+    Refused {
+        uri: String,
+        export: String,
+        reply: u32,
+        message: String,
+    },
+}
+
+impl ClientError {
+    /// The error as an `io::Error` (its message kept), for callers that speak io.
+    pub fn into_io(self) -> io::Error {
+        let kind = match &self {
+            ClientError::BadUri { .. } | ClientError::TlsUnsupported { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            ClientError::Connect { source, .. } | ClientError::Io { source, .. } => source.kind(),
+            ClientError::Refused { .. } => io::ErrorKind::NotFound,
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, self.to_string())
+    }
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// `nbd+unix:///export?socket=PATH`
+    Unix(PathBuf),
+    /// `nbd://host[:port]/export`
+    Tcp { host: String, port: u16 },
+}
+
+/// A parsed NBD URI (the NBD project's URI format: `nbd://host[:port]/export`,
+/// `nbd+unix:///export?socket=PATH`; `nbds` and `nbds+unix` are its TLS forms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NbdUri {
+    /// The URI as given (a member's name).
+    pub text: String,
+    /// The server.
+    pub address: Address,
+    /// The export's name ("" is the server's default export).
+    pub export: String,
+}
+
+/// Whether `s` is spelt as an NBD URI (of any scheme, TLS included), rather than a path.
+pub fn is_nbd_uri(s: &str) -> bool {
+    ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://"]
+        .iter()
+        .any(|p| s.starts_with(p))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl NbdUri {
+    /// Parses `s`; `nbds://` and `nbds+unix://` are refused by name (no TLS yet).
+    pub fn parse(s: &str) -> Result<NbdUri, ClientError> {
+        let bad = |why: &str| ClientError::BadUri {
+            uri: s.to_string(),
+            why: why.to_string(),
+        };
+        let (scheme, rest) = s.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let unix = match scheme {
+            "nbd" => false,
+            "nbd+unix" => true,
+            "nbds" | "nbds+unix" => return Err(ClientError::TlsUnsupported { uri: s.to_string() }),
+            _ => return Err(bad("the scheme must be nbd or nbd+unix")),
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let export = percent_decode(path).ok_or_else(|| bad("bad %-escape in the export"))?;
+        let mut socket = None;
+        for param in query.into_iter().flat_map(|q| q.split('&')) {
+            match param.split_once('=') {
+                Some(("socket", v)) if unix => {
+                    socket = Some(percent_decode(v).ok_or_else(|| bad("bad %-escape"))?);
+                }
+                Some(("tls-certificates" | "tls-psk-file" | "tls-hostname", _)) => {
+                    return Err(ClientError::TlsUnsupported { uri: s.to_string() })
+                }
+                _ => return Err(bad(&format!("unknown query parameter {param:?}"))),
+            }
+        }
+        let address = if unix {
+            if !authority.is_empty() {
+                return Err(bad(
+                    "nbd+unix:// takes no host (nbd+unix:///export?socket=PATH)",
+                ));
+            }
+            Address::Unix(PathBuf::from(
+                socket.ok_or_else(|| bad("nbd+unix:// needs ?socket=PATH"))?,
+            ))
+        } else {
+            if authority.is_empty() {
+                return Err(bad("nbd:// needs a host"));
+            }
+            let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+                let (h, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+                (h, after.strip_prefix(':'))
+            } else {
+                match authority.rsplit_once(':') {
+                    Some((h, p)) => (h, Some(p)),
+                    None => (authority, None),
+                }
+            };
+            let port = match port {
+                Some(p) => p.parse().map_err(|_| bad("bad port"))?,
+                None => DEFAULT_PORT,
+            };
+            Address::Tcp {
+                host: host.to_string(),
+                port,
+            }
+        };
+        Ok(NbdUri {
+            text: s.to_string(),
+            address,
+            export,
+        })
+    }
+}
+
+/// How the client connects and waits.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Longest wait for a reply (and for each step of the handshake, and for a request to be
+    /// taken by the socket); after it the connection is closed and its requests fail.
+    pub timeout: Duration,
+    /// Connections to open when the server advertises multi-conn (1 = one connection).
+    pub connections: usize,
+    /// Ask for structured replies (the server may still refuse).
+    pub structured_replies: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            timeout: DEFAULT_TIMEOUT,
+            connections: 1,
+            structured_replies: true,
+        }
+    }
+}
+
+/// What the server said about the export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Transmission flags (`NBD_FLAG_*`).
+    pub flags: u16,
+    /// Requests are aligned to this (1 when the server gave no block sizes).
+    pub min_block_bytes: u32,
+    /// The server's preferred block size.
+    pub preferred_block_bytes: u32,
+    /// Largest READ or WRITE payload sent (the server's maximum, at most 32 MiB).
+    pub max_payload_bytes: u32,
+    /// Structured replies were negotiated.
+    pub structured_replies: bool,
+}
+
+impl ExportInfo {
+    fn has(&self, flag: u16) -> bool {
+        self.flags & FLAG_HAS_FLAGS != 0 && self.flags & flag != 0
+    }
+    /// The export refuses writes.
+    pub fn read_only(&self) -> bool {
+        self.has(FLAG_READ_ONLY)
+    }
+    /// The server has a write cache to flush (NBD_FLAG_SEND_FLUSH).
+    pub fn can_flush(&self) -> bool {
+        self.has(FLAG_SEND_FLUSH)
+    }
+    /// NBD_CMD_FLAG_FUA is accepted.
+    pub fn can_fua(&self) -> bool {
+        self.has(FLAG_SEND_FUA)
+    }
+    /// NBD_CMD_TRIM is accepted.
+    pub fn can_trim(&self) -> bool {
+        self.has(FLAG_SEND_TRIM)
+    }
+    /// NBD_CMD_WRITE_ZEROES is accepted.
+    pub fn can_write_zeroes(&self) -> bool {
+        self.has(FLAG_SEND_WRITE_ZEROES)
+    }
+    /// Several connections see one another's completed writes (NBD_FLAG_CAN_MULTI_CONN).
+    pub fn can_multi_conn(&self) -> bool {
+        self.has(FLAG_CAN_MULTI_CONN)
+    }
+}
+
+/// A request's reply: a read's data, or the error.
+type Reply = io::Result<Vec<u8>>;
+
+struct Pending {
+    command: Command,
+    offset: u64,
+    length: u32,
+    /// A read's data as chunks arrive (empty until the first).
+    data: Vec<u8>,
+    /// The first error chunk.
+    error: Option<io::Error>,
+    tx: mpsc::SyncSender<Reply>,
+}
+
+struct State {
+    pending: HashMap<u64, Pending>,
+    next_cookie: u64,
+    /// Why the connection is closed, once it is.
+    dead: Option<String>,
+}
+
+/// One connection: the write side under a mutex, the reader thread's shared state.
+struct Conn {
+    writer: Mutex<()>,
+    stream: Stream,
+    state: Mutex<State>,
+    name: Arc<str>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lost(name: &str, why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        format!("{name}: connection closed: {why}"),
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Closes the connection: every pending request fails with `why`, later ones too.
+fn kill(state: &Mutex<State>, stream: &Stream, name: &str, why: &str) {
+    let drained: Vec<Pending> = {
+        let mut st = lock(state);
+        if st.dead.is_none() {
+            st.dead = Some(why.to_string());
+        }
+        st.pending.drain().map(|(_, p)| p).collect()
+    };
+    stream.shutdown(Shutdown::Both);
+    for p in drained {
+        let _ = p.tx.send(Err(lost(name, why)));
+    }
+}
+
+/// A request sent and not yet answered; [`Ticket::wait`] gives its reply.
+#[must_use = "a request's reply must be waited for"]
+pub struct Ticket {
+    rx: mpsc::Receiver<Reply>,
+    conn: Arc<Conn>,
+    command: Command,
+    timeout: Duration,
+}
+
+impl Ticket {
+    /// Waits for the reply: a read's data (empty for other commands) or the error. At most
+    /// the client's timeout; after it the connection is closed and this fails `TimedOut`.
+    pub fn wait(self) -> Reply {
+        match self.rx.recv_timeout(self.timeout) {
+            Ok(r) => r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let why = format!(
+                    "no reply to {:?} within {:?} (the server is gone or stalled)",
+                    self.command, self.timeout
+                );
+                kill(&self.conn.state, &self.conn.stream, &self.conn.name, &why);
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{}: {why}", self.conn.name),
+                ))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let why = lock(&self.conn.state).dead.clone().unwrap_or_default();
+                Err(lost(&self.conn.name, &why))
+            }
+        }
+    }
+}
+
+impl Conn {
+    fn send(
+        self: &Arc<Self>,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Ticket {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let ticket = Ticket {
+            rx,
+            conn: self.clone(),
+            command,
+            timeout,
+        };
+        let cookie = {
+            let mut st = lock(&self.state);
+            if let Some(why) = &st.dead {
+                let _ = tx.send(Err(lost(&self.name, why)));
+                return ticket;
+            }
+            let cookie = st.next_cookie;
+            st.next_cookie += 1;
+            st.pending.insert(
+                cookie,
+                Pending {
+                    command,
+                    offset,
+                    length,
+                    data: Vec::new(),
+                    error: None,
+                    tx,
+                },
+            );
+            cookie
+        };
+        let header = encode_request(&Request {
+            flags,
+            command,
+            cookie,
+            offset,
+            length,
+        });
+        let sent = {
+            let _w = lock(&self.writer);
+            self.stream.write_all_vectored(&[&header, payload])
+        };
+        if let Err(e) = sent {
+            // A request half sent cannot be taken back: the stream is out of step.
+            kill(
+                &self.state,
+                &self.stream,
+                &self.name,
+                &format!("sending {command:?}: {e}"),
+            );
+        }
+        ticket
+    }
+}
+
+/// Reads replies until the connection closes; completes each request by its cookie.
+fn reader_loop(conn: &Conn) {
+    let mut scratch = Vec::new();
+    let why = loop {
+        match read_reply(conn, &mut scratch) {
+            Ok(()) => {}
+            Err(e) => break e,
+        }
+    };
+    kill(&conn.state, &conn.stream, &conn.name, &why);
+}
+
+fn read_exact(stream: &Stream, buf: &mut [u8]) -> Result<(), String> {
+    let mut s = stream;
+    s.read_exact(buf).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            "the server closed the connection".to_string()
+        } else {
+            format!("reading a reply: {e}")
+        }
+    })
+}
+
+fn errno_error(name: &str, command: Command, errno: u32, message: &str) -> io::Error {
+    let os = io::Error::from_raw_os_error(errno as i32);
+    let msg = if message.is_empty() {
+        String::new()
+    } else {
+        format!(" ({message})")
+    };
+    io::Error::new(
+        os.kind(),
+        format!("{name}: the server failed {command:?}: {os}{msg}"),
+    )
+}
+
+/// One reply (a simple reply, or one structured chunk).
+fn read_reply(conn: &Conn, scratch: &mut Vec<u8>) -> Result<(), String> {
+    let mut head = [0u8; STRUCTURED_HEADER_BYTES];
+    read_exact(&conn.stream, &mut head[..SIMPLE_REPLY_BYTES])?;
+    let header = match parse_reply_header(&head[..SIMPLE_REPLY_BYTES]) {
+        Err(ProtocolError::Truncated { need, .. }) => {
+            read_exact(&conn.stream, &mut head[SIMPLE_REPLY_BYTES..need])?;
+            parse_reply_header(&head[..need])
+        }
+        other => other,
+    }
+    .map_err(|e| format!("the server broke the protocol: {e}"))?;
+    match header {
+        ReplyHeader::Simple { error, cookie } => {
+            let (command, length, tx) = {
+                let mut st = lock(&conn.state);
+                let p = st
+                    .pending
+                    .remove(&cookie)
+                    .ok_or_else(|| format!("reply to unknown cookie {cookie}"))?;
+                (p.command, p.length, p.tx)
+            };
+            let reply = if error != 0 {
+                Err(errno_error(&conn.name, command, error, ""))
+            } else if command == Command::Read {
+                let mut data = vec![0u8; length as usize];
+                read_exact(&conn.stream, &mut data)?;
+                Ok(data)
+            } else {
+                Ok(Vec::new())
+            };
+            let _ = tx.send(reply);
+        }
+        ReplyHeader::Structured {
+            flags,
+            kind,
+            cookie,
+            length,
+        } => {
+            if length > MAX_CHUNK_BYTES {
+                return Err(format!("a reply chunk of {length} bytes"));
+            }
+            let (command, req_offset, req_len) = {
+                let st = lock(&conn.state);
+                let p = st
+                    .pending
+                    .get(&cookie)
+                    .ok_or_else(|| format!("reply to unknown cookie {cookie}"))?;
+                (p.command, p.offset, u64::from(p.length))
+            };
+            let bad = |e: ProtocolError| format!("the server broke the protocol: {e}");
+            // A read's data chunk that covers the whole request goes straight into its
+            // own buffer; anything else through `scratch`.
+            let mut whole: Option<Vec<u8>> = None;
+            if kind == REPLY_TYPE_OFFSET_DATA && u64::from(length) == req_len + 8 {
+                let mut off = [0u8; 8];
+                read_exact(&conn.stream, &mut off)?;
+                if u64::from_be_bytes(off) != req_offset || command != Command::Read {
+                    return Err("a data chunk outside its read".into());
+                }
+                let mut data = vec![0u8; req_len as usize];
+                read_exact(&conn.stream, &mut data)?;
+                whole = Some(data);
+            } else {
+                scratch.resize(length as usize, 0);
+                read_exact(&conn.stream, scratch)?;
+            }
+            let mut st = lock(&conn.state);
+            let Some(p) = st.pending.get_mut(&cookie) else {
+                return Ok(()); // closed meanwhile (a timeout); the reader ends soon
+            };
+            if let Some(data) = whole {
+                p.data = data;
+            } else if kind == REPLY_TYPE_NONE {
+                if length != 0 || flags & REPLY_FLAG_DONE == 0 {
+                    return Err("a NONE chunk with data or not final".into());
+                }
+            } else if kind & (1 << 15) != 0 {
+                let (errno, message) = parse_error_chunk(kind, scratch).map_err(bad)?;
+                if p.error.is_none() {
+                    p.error = Some(errno_error(&conn.name, command, errno, &message));
+                }
+            } else if kind == REPLY_TYPE_OFFSET_DATA || kind == REPLY_TYPE_OFFSET_HOLE {
+                let (at, n) = parse_offset_chunk(kind, scratch).map_err(bad)?;
+                let inside = command == Command::Read
+                    && at >= req_offset
+                    && at.checked_add(n).is_some_and(|e| e <= req_offset + req_len);
+                if !inside {
+                    return Err("a data chunk outside its read".into());
+                }
+                if p.data.is_empty() {
+                    p.data = vec![0u8; req_len as usize];
+                }
+                let from = (at - req_offset) as usize;
+                let to = from + n as usize;
+                if kind == REPLY_TYPE_OFFSET_DATA {
+                    p.data[from..to].copy_from_slice(&scratch[8..]);
+                } else {
+                    p.data[from..to].fill(0);
+                }
+            } else {
+                return Err(format!("a reply chunk of unknown type {kind}"));
+            }
+            if flags & REPLY_FLAG_DONE != 0 {
+                let mut p = st.pending.remove(&cookie).expect("looked up above");
+                drop(st);
+                let reply = match p.error.take() {
+                    Some(e) => Err(e),
+                    None if p.command == Command::Read && p.data.is_empty() => {
+                        Ok(vec![0u8; req_len as usize])
+                    }
+                    None => Ok(std::mem::take(&mut p.data)),
+                };
+                let _ = p.tx.send(reply);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An NBD export, open: reads, writes, flushes, trims and zeroes from any thread.
+pub struct Client {
+    conns: Vec<Arc<Conn>>,
+    next: AtomicUsize,
+    info: ExportInfo,
+    timeout: Duration,
+    name: String,
+    /// Serialises read-modify-writes of blocks below the server's minimum size.
+    rmw: Mutex<()>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("name", &self.name)
+            .field("info", &self.info)
+            .field("connections", &self.conns.len())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects and negotiates (see the module's notes).
+    pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
+        let (first, info) = open_conn(uri, config)?;
+        let mut conns = vec![first];
+        if info.can_multi_conn() {
+            for _ in 1..config.connections.max(1) {
+                let (c, more) = open_conn(uri, config)?;
+                if more.size_bytes != info.size_bytes {
+                    return Err(ClientError::Handshake {
+                        uri: uri.text.clone(),
+                        why: "the export changed size between connections".into(),
+                    });
+                }
+                conns.push(c);
+            }
+        }
+        Ok(Client {
+            conns,
+            next: AtomicUsize::new(0),
+            info,
+            timeout: config.timeout,
+            name: uri.text.clone(),
+            rmw: Mutex::new(()),
+        })
+    }
+
+    /// Parses `uri` and connects.
+    pub fn open(uri: &str, config: &ClientConfig) -> Result<Client, ClientError> {
+        Client::connect(&NbdUri::parse(uri)?, config)
+    }
+
+    /// What the server said about the export.
+    pub fn info(&self) -> &ExportInfo {
+        &self.info
+    }
+
+    /// The URI it was opened with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Connections open (more than one only with multi-conn).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn conn(&self) -> &Arc<Conn> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        &self.conns[i]
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.info.size_bytes => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: access {offset}+{len} beyond the end of the export ({} bytes)",
+                    self.name, self.info.size_bytes
+                ),
+            )),
+        }
+    }
+
+    fn aligned(&self, offset: u64, len: u64) -> bool {
+        let a = u64::from(self.info.min_block_bytes.max(1));
+        offset.is_multiple_of(a) && len.is_multiple_of(a)
+    }
+
+    /// Largest payload per request, a multiple of the minimum block size.
+    fn piece_bytes(&self) -> usize {
+        let min = self.info.min_block_bytes.max(1);
+        (self.info.max_payload_bytes / min * min).max(min) as usize
+    }
+
+    /// Sends one READ of `len` bytes, aligned and within the payload limit; the ticket
+    /// gives the data. For callers that keep several reads in flight themselves.
+    pub fn start_read(&self, offset: u64, len: u32) -> Ticket {
+        self.conn()
+            .send(Command::Read, 0, offset, len, &[], self.timeout)
+    }
+
+    /// Sends one WRITE of `buf`, aligned and within the payload limit.
+    pub fn start_write(&self, buf: &[u8], offset: u64, fua: bool) -> Ticket {
+        let flags = if fua && self.info.can_fua() {
+            CMD_FLAG_FUA
+        } else {
+            0
+        };
+        self.conn().send(
+            Command::Write,
+            flags,
+            offset,
+            buf.len() as u32,
+            buf,
+            self.timeout,
+        )
+    }
+
+    /// Whether `start_read`/`start_write` take this IO as one request.
+    pub fn fits_one_request(&self, offset: u64, len: usize) -> bool {
+        len > 0
+            && len <= self.piece_bytes()
+            && self.aligned(offset, len as u64)
+            && self.check_range(offset, len as u64).is_ok()
+    }
+
+    /// Fills `buf` from `offset` (requests split at the maximum payload, several in flight).
+    pub fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !self.aligned(offset, buf.len() as u64) {
+            let (start, end) = self.widen(offset, buf.len() as u64);
+            let mut tmp = vec![0u8; (end - start) as usize];
+            self.read(&mut tmp, start)?;
+            let at = (offset - start) as usize;
+            buf.copy_from_slice(&tmp[at..at + buf.len()]);
+            return Ok(());
+        }
+        let piece = self.piece_bytes();
+        let tickets: Vec<(usize, Ticket)> = (0..buf.len())
+            .step_by(piece)
+            .map(|at| {
+                let n = piece.min(buf.len() - at);
+                (at, self.start_read(offset + at as u64, n as u32))
+            })
+            .collect();
+        let mut first_err = None;
+        for (at, t) in tickets {
+            match t.wait() {
+                Ok(data) => buf[at..at + data.len()].copy_from_slice(&data),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The range widened to whole blocks of the minimum size (the export's size is a
+    /// multiple of it, as the protocol asks; where not, the last piece is out of range).
+    fn widen(&self, offset: u64, len: u64) -> (u64, u64) {
+        let a = u64::from(self.info.min_block_bytes.max(1));
+        (offset / a * a, (offset + len).div_ceil(a) * a)
+    }
+
+    /// Writes all of `buf` at `offset`; with `fua`, durable when it returns (a flush after
+    /// it where the server has no FUA).
+    pub fn write(&self, buf: &[u8], offset: u64, fua: bool) -> io::Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if !self.aligned(offset, buf.len() as u64) {
+            // Read-modify-write of the blocks around it, one at a time: two of these on
+            // one block must not interleave.
+            let _g = lock(&self.rmw);
+            let (start, end) = self.widen(offset, buf.len() as u64);
+            let mut tmp = vec![0u8; (end - start) as usize];
+            self.read(&mut tmp, start)?;
+            let at = (offset - start) as usize;
+            tmp[at..at + buf.len()].copy_from_slice(buf);
+            return self.write(&tmp, start, fua);
+        }
+        let piece = self.piece_bytes();
+        let tickets: Vec<Ticket> = (0..buf.len())
+            .step_by(piece)
+            .map(|at| {
+                let n = piece.min(buf.len() - at);
+                self.start_write(&buf[at..at + n], offset + at as u64, fua)
+            })
+            .collect();
+        let mut first_err = None;
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if fua && !self.info.can_fua() {
+            return self.flush();
+        }
+        Ok(())
+    }
+
+    /// Makes completed writes durable (NBD_CMD_FLUSH; nothing to do where the server has no
+    /// write cache to flush).
+    pub fn flush(&self) -> io::Result<()> {
+        if !self.info.can_flush() {
+            return Ok(());
+        }
+        self.conn()
+            .send(Command::Flush, 0, 0, 0, &[], self.timeout)
+            .wait()
+            .map(|_| ())
+    }
+
+    fn ranged(&self, command: Command, flags: u16, offset: u64, len: u64) -> io::Result<()> {
+        self.check_range(offset, len)?;
+        let min = u64::from(self.info.min_block_bytes.max(1));
+        let step = MAX_ZERO_REQUEST_BYTES / min * min;
+        let tickets: Vec<Ticket> = (0..len)
+            .step_by(step as usize)
+            .map(|at| {
+                let n = step.min(len - at);
+                self.conn()
+                    .send(command, flags, offset + at, n as u32, &[], self.timeout)
+            })
+            .collect();
+        let mut first_err = None;
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// NBD_CMD_TRIM of the whole blocks inside the range (advisory: what it reads back as
+    /// afterwards is the server's choice). Nothing is sent where the server takes no TRIM.
+    pub fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_range(offset, len)?;
+        if !self.info.can_trim() || self.info.read_only() {
+            return Ok(());
+        }
+        let a = u64::from(self.info.min_block_bytes.max(1));
+        let start = offset.div_ceil(a) * a;
+        let end = (offset + len) / a * a;
+        if end <= start {
+            return Ok(());
+        }
+        self.ranged(Command::Trim, 0, start, end - start)
+    }
+
+    /// Makes the range read as zeros: NBD_CMD_WRITE_ZEROES where offered (`no_hole` keeps
+    /// it allocated), else writes of zeros.
+    pub fn write_zeroes(&self, offset: u64, len: u64, no_hole: bool, fua: bool) -> io::Result<()> {
+        self.check_range(offset, len)?;
+        if !self.info.can_write_zeroes() || !self.aligned(offset, len) {
+            let step = self.piece_bytes().min(1 << 20) as u64;
+            let zeros = vec![0u8; step.min(len) as usize];
+            let mut done = 0;
+            while done < len {
+                let n = step.min(len - done);
+                self.write(&zeros[..n as usize], offset + done, fua)?;
+                done += n;
+            }
+            return Ok(());
+        }
+        let mut flags = if no_hole { CMD_FLAG_NO_HOLE } else { 0 };
+        if fua && self.info.can_fua() {
+            flags |= CMD_FLAG_FUA;
+        }
+        self.ranged(Command::WriteZeroes, flags, offset, len)?;
+        if fua && !self.info.can_fua() {
+            return self.flush();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        for c in &self.conns {
+            let alive = lock(&c.state).dead.is_none();
+            if alive {
+                // NBD_CMD_DISC: the server finishes what it has and closes.
+                let header = encode_request(&Request {
+                    flags: 0,
+                    command: Command::Disc,
+                    cookie: u64::MAX,
+                    offset: 0,
+                    length: 0,
+                });
+                let _w = lock(&c.writer);
+                let _ = c.stream.write_all_vectored(&[&header]);
+            }
+            kill(&c.state, &c.stream, &c.name, "the client closed it");
+            if let Some(h) = lock(&c.reader).take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+// ---- the handshake ----
+
+struct Handshake<'a> {
+    uri: &'a NbdUri,
+    stream: &'a Stream,
+}
+
+impl Handshake<'_> {
+    fn io(&self, source: io::Error) -> ClientError {
+        ClientError::Io {
+            uri: self.uri.text.clone(),
+            source,
+        }
+    }
+    fn protocol(&self, source: ProtocolError) -> ClientError {
+        ClientError::Protocol {
+            uri: self.uri.text.clone(),
+            source,
+        }
+    }
+    fn fail(&self, why: impl Into<String>) -> ClientError {
+        ClientError::Handshake {
+            uri: self.uri.text.clone(),
+            why: why.into(),
+        }
+    }
+
+    fn read(&self, buf: &mut [u8]) -> Result<(), ClientError> {
+        let mut s = self.stream;
+        s.read_exact(buf).map_err(|e| self.io(e))
+    }
+
+    fn send(&self, bufs: &[&[u8]]) -> Result<(), ClientError> {
+        self.stream.write_all_vectored(bufs).map_err(|e| self.io(e))
+    }
+
+    fn option(&self, option: u32, data: &[u8]) -> Result<(), ClientError> {
+        self.send(&[&encode_option_header(option, data.len() as u32), data])
+    }
+
+    /// One option reply for `option`, with its data (bounded).
+    fn reply(&self, option: u32) -> Result<(OptionReply, Vec<u8>), ClientError> {
+        let mut h = [0u8; OPTION_REPLY_BYTES];
+        self.read(&mut h)?;
+        let r = parse_option_reply(&h).map_err(|e| self.protocol(e))?;
+        if r.option != option {
+            return Err(self.fail(format!(
+                "reply to option {} while option {option} was asked",
+                r.option
+            )));
+        }
+        if r.length > 64 << 10 {
+            return Err(self.fail(format!("an option reply of {} bytes", r.length)));
+        }
+        let mut data = vec![0u8; r.length as usize];
+        self.read(&mut data)?;
+        Ok((r, data))
+    }
+
+    fn refused(&self, r: &OptionReply, data: &[u8]) -> ClientError {
+        let text = String::from_utf8_lossy(data);
+        ClientError::Refused {
+            uri: self.uri.text.clone(),
+            export: self.uri.export.clone(),
+            reply: r.reply,
+            message: if text.is_empty() {
+                String::new()
+            } else {
+                format!(": {text}")
+            },
+        }
+    }
+}
+
+fn connect_stream(uri: &NbdUri, timeout: Duration) -> Result<Stream, ClientError> {
+    let fail = |addr: String, source: io::Error| ClientError::Connect {
+        uri: uri.text.clone(),
+        addr,
+        source,
+    };
+    match &uri.address {
+        Address::Unix(path) => UnixStream::connect(path)
+            .map(Stream::Unix)
+            .map_err(|e| fail(path.display().to_string(), e)),
+        Address::Tcp { host, port } => {
+            let shown = format!("{host}:{port}");
+            let addrs = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map_err(|e| fail(shown.clone(), e))?;
+            let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, timeout) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        return Ok(Stream::Tcp(s));
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            Err(fail(shown, last))
+        }
+    }
+}
+
+/// Connects, negotiates and starts the reader thread of one connection.
+fn open_conn(uri: &NbdUri, config: &ClientConfig) -> Result<(Arc<Conn>, ExportInfo), ClientError> {
+    negotiate(connect_stream(uri, config.timeout)?, uri, config)
+}
+
+/// The handshake on a connected stream, then the reader thread.
+fn negotiate(
+    stream: Stream,
+    uri: &NbdUri,
+    config: &ClientConfig,
+) -> Result<(Arc<Conn>, ExportInfo), ClientError> {
+    let hs = Handshake {
+        uri,
+        stream: &stream,
+    };
+    stream
+        .set_read_timeout(Some(config.timeout))
+        .and_then(|_| stream.set_write_timeout(Some(config.timeout)))
+        .map_err(|e| hs.io(e))?;
+
+    let mut greeting = [0u8; 18];
+    hs.read(&mut greeting)?;
+    let magic = u64::from_be_bytes(greeting[0..8].try_into().expect("8 bytes"));
+    let opt_magic = u64::from_be_bytes(greeting[8..16].try_into().expect("8 bytes"));
+    if magic != NBD_MAGIC {
+        return Err(hs.fail("not an NBD server (no NBDMAGIC)"));
+    }
+    if opt_magic != IHAVEOPT {
+        return Err(hs.fail("an oldstyle server; uraid speaks fixed newstyle only"));
+    }
+    let server_flags = u16::from_be_bytes([greeting[16], greeting[17]]);
+    if server_flags & FLAG_FIXED_NEWSTYLE == 0 {
+        return Err(hs.fail("the server does not speak fixed newstyle"));
+    }
+    let no_zeroes = server_flags & FLAG_NO_ZEROES != 0;
+    let mut client_flags = FLAG_C_FIXED_NEWSTYLE;
+    if no_zeroes {
+        client_flags |= FLAG_C_NO_ZEROES;
+    }
+    hs.send(&[&client_flags.to_be_bytes()])?;
+
+    let mut structured = false;
+    if config.structured_replies {
+        hs.option(OPT_STRUCTURED_REPLY, &[])?;
+        let (r, _) = hs.reply(OPT_STRUCTURED_REPLY)?;
+        structured = r.reply == REP_ACK;
+    }
+
+    let name = uri.export.as_bytes();
+    hs.option(OPT_GO, &encode_info_request(name, &[INFO_BLOCK_SIZE]))?;
+    let mut export: Option<(u64, u16)> = None;
+    let mut blocks: Option<(u32, u32, u32)> = None;
+    loop {
+        let (r, data) = hs.reply(OPT_GO)?;
+        match r.reply {
+            REP_ACK => break,
+            REP_INFO => match parse_info_reply(&data).map_err(|e| hs.protocol(e))? {
+                Info::Export { size_bytes, flags } => export = Some((size_bytes, flags)),
+                Info::BlockSize {
+                    min_bytes,
+                    preferred_bytes,
+                    max_bytes,
+                } => blocks = Some((min_bytes, preferred_bytes, max_bytes)),
+                Info::Other(_) => {}
+            },
+            REP_ERR_UNSUP => {
+                // A server from before NBD_OPT_GO: the old way, which cannot fail politely.
+                hs.option(OPT_EXPORT_NAME, name)?;
+                let mut b = [0u8; 10 + 124];
+                let n = if no_zeroes { 10 } else { b.len() };
+                hs.read(&mut b[..n])?;
+                export = Some((
+                    u64::from_be_bytes(b[0..8].try_into().expect("8 bytes")),
+                    u16::from_be_bytes([b[8], b[9]]),
+                ));
+                break;
+            }
+            _ if r.is_error() => return Err(hs.refused(&r, &data)),
+            _ => {} // another reply type (a description): ignored
+        }
+    }
+    let (size_bytes, flags) = export.ok_or_else(|| hs.fail("GO ended without NBD_INFO_EXPORT"))?;
+    let (min_bytes, preferred_bytes, max_bytes) = blocks.unwrap_or((1, 4096, MAX_REQUEST_BYTES));
+    if !min_bytes.is_power_of_two() || min_bytes > 64 << 10 || max_bytes < min_bytes {
+        return Err(hs.fail(format!(
+            "impossible block sizes: minimum {min_bytes}, maximum {max_bytes}"
+        )));
+    }
+    let info = ExportInfo {
+        size_bytes,
+        flags,
+        min_block_bytes: min_bytes,
+        preferred_block_bytes: preferred_bytes,
+        max_payload_bytes: max_bytes.min(MAX_REQUEST_BYTES),
+        structured_replies: structured,
+    };
+    // Transmission: the reader waits as long as the connection is idle; each request has
+    // its own timeout, and a send may block at most `timeout`.
+    stream.set_read_timeout(None).map_err(|e| hs.io(e))?;
+    let conn = Arc::new(Conn {
+        writer: Mutex::new(()),
+        stream,
+        state: Mutex::new(State {
+            pending: HashMap::new(),
+            next_cookie: 1,
+            dead: None,
+        }),
+        name: uri.text.as_str().into(),
+        reader: Mutex::new(None),
+    });
+    let c = conn.clone();
+    let handle = std::thread::Builder::new()
+        .name("nbd-client".into())
+        .spawn(move || reader_loop(&c))
+        .map_err(|source| ClientError::Io {
+            uri: uri.text.clone(),
+            source,
+        })?;
+    *lock(&conn.reader) = Some(handle);
+    Ok((conn, info))
+}
+
+/// The client against a server that is `stream` (the fuzz target's socketpair): the
+/// handshake, then one of each request, whatever the server answers.
+pub(crate) fn exercise(stream: Stream) {
+    let uri = NbdUri {
+        text: "fuzz".into(),
+        address: Address::Unix(PathBuf::new()),
+        export: "fuzz".into(),
+    };
+    let config = ClientConfig {
+        timeout: Duration::from_secs(10),
+        ..ClientConfig::default()
+    };
+    let Ok((conn, info)) = negotiate(stream, &uri, &config) else {
+        return;
+    };
+    let c = Client {
+        conns: vec![conn],
+        next: AtomicUsize::new(0),
+        info,
+        timeout: config.timeout,
+        name: uri.text.clone(),
+        rmw: Mutex::new(()),
+    };
+    let mut b = vec![0u8; info.size_bytes.min(4096) as usize];
+    if c.read(&mut b, 0).is_ok() {
+        let _ = c.write(&b, 0, true);
+    }
+    let _ = c.flush();
+    let _ = c.trim(0, b.len() as u64);
+    let _ = c.write_zeroes(0, b.len() as u64, true, false);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris() {
+        let u = NbdUri::parse("nbd://example.org:1234/disk%201").unwrap();
+        assert_eq!(
+            u.address,
+            Address::Tcp {
+                host: "example.org".into(),
+                port: 1234
+            }
+        );
+        assert_eq!(u.export, "disk 1");
+        let u = NbdUri::parse("nbd://10.0.0.1").unwrap();
+        assert_eq!(
+            u.address,
+            Address::Tcp {
+                host: "10.0.0.1".into(),
+                port: DEFAULT_PORT
+            }
+        );
+        assert_eq!(u.export, "");
+        let u = NbdUri::parse("nbd://[::1]:10810/e").unwrap();
+        assert_eq!(
+            u.address,
+            Address::Tcp {
+                host: "::1".into(),
+                port: 10810
+            }
+        );
+        let u = NbdUri::parse("nbd+unix:///md0?socket=/run/x.sock").unwrap();
+        assert_eq!(u.address, Address::Unix("/run/x.sock".into()));
+        assert_eq!(u.export, "md0");
+        assert!(matches!(
+            NbdUri::parse("nbds://h/e"),
+            Err(ClientError::TlsUnsupported { .. })
+        ));
+        assert!(matches!(
+            NbdUri::parse("nbds+unix:///e?socket=/s"),
+            Err(ClientError::TlsUnsupported { .. })
+        ));
+        for bad in [
+            "nbd+unix:///e",
+            "nbd+unix://host/e?socket=/s",
+            "nbd:///e",
+            "nbd://h:port/e",
+            "http://h/e",
+            "nbd://h/e?x=1",
+        ] {
+            assert!(
+                matches!(NbdUri::parse(bad), Err(ClientError::BadUri { .. })),
+                "{bad}"
+            );
+        }
+        assert!(is_nbd_uri("nbds://h/e") && is_nbd_uri("nbd+unix:///e?socket=/s"));
+        assert!(!is_nbd_uri("/dev/sda") && !is_nbd_uri("nbd.img"));
+    }
+}

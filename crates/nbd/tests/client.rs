@@ -1,0 +1,355 @@
+//! uraid's NBD client against real servers: nbdkit (memory plugin, the blocksize-policy
+//! filter) on a Unix socket and on TCP loopback, qemu-nbd (structured replies, holes), and
+//! uraid's own server; and a server that dies or stalls, which must give errors, not hangs.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use uraid_nbd::client::{Client, ClientConfig};
+use uraid_testkit::{data::pattern, need_tool, TempDir};
+
+/// A server process, killed on drop.
+struct ServerProc {
+    child: Child,
+    uri: String,
+}
+
+impl ServerProc {
+    /// SIGKILL, and wait until it is gone (its sockets closed).
+    fn kill_and_wait(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+impl Drop for ServerProc {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (60 s at most: a safety net, not a measure) until the server accepts a client.
+fn wait_up(uri: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if Client::open(uri, &ClientConfig::default()).is_ok() {
+            return;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("the server for {uri} exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "{uri}: server did not come up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn(mut cmd: Command, uri: String) -> ServerProc {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    wait_up(&uri, &mut child);
+    ServerProc { child, uri }
+}
+
+/// `nbdkit ARGS` on a Unix socket in `dir`.
+fn nbdkit_unix(dir: &TempDir, args: &[&str]) -> ServerProc {
+    nbdkit_unix_export(dir, "", args)
+}
+
+/// `nbdkit ARGS` on a Unix socket in `dir`, reached through export `export`.
+fn nbdkit_unix_export(dir: &TempDir, export: &str, args: &[&str]) -> ServerProc {
+    let sock = dir.path("nbdkit.sock");
+    let mut cmd = Command::new("nbdkit");
+    cmd.args(["-f", "--exit-with-parent", "-U"])
+        .arg(&sock)
+        .args(args);
+    spawn(
+        cmd,
+        format!("nbd+unix:///{export}?socket={}", sock.display()),
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn config(timeout_secs: u64) -> ClientConfig {
+    ClientConfig {
+        timeout: Duration::from_secs(timeout_secs),
+        ..ClientConfig::default()
+    }
+}
+
+/// Runs `f` on a thread and gives its result, failing the test if it has not returned in
+/// 120 s (a hang is the bug these tests look for; the bound is no claim about speed).
+fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what}: hung"))
+}
+
+/// Writes from 8 threads at once (each its own 64 KiB blocks, several requests in flight
+/// on one connection), then reads every block back.
+fn concurrent_roundtrip(c: &Arc<Client>, blocks: u64) {
+    let block = 64 << 10;
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for b in (t..blocks).step_by(8) {
+                    c.write(&pattern(block, b + 1), b * block as u64, b % 3 == 0)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    c.flush().unwrap();
+    // Reads in flight together through tickets, answered in any order.
+    let tickets: Vec<_> = (0..blocks)
+        .map(|b| c.start_read(b * block as u64, block as u32))
+        .collect();
+    for (b, t) in tickets.into_iter().enumerate() {
+        let data = t.wait().unwrap();
+        assert!(data == pattern(block, b as u64 + 1), "block {b} differs");
+    }
+    // One large read, split by the client at the server's maximum.
+    let mut all = vec![0u8; blocks as usize * block];
+    c.read(&mut all, 0).unwrap();
+    for b in 0..blocks as usize {
+        assert!(all[b * block..(b + 1) * block] == pattern(block, b as u64 + 1));
+    }
+}
+
+fn zeroes_and_trim(c: &Client) {
+    assert!(c.info().can_write_zeroes() && c.info().can_trim());
+    c.write(&[0xab; 8192], 4096, false).unwrap();
+    c.write_zeroes(4096, 4096, true, true).unwrap();
+    let mut b = vec![1u8; 8192];
+    c.read(&mut b, 4096).unwrap();
+    assert!(b[..4096].iter().all(|&x| x == 0), "write-zeroes left data");
+    assert!(
+        b[4096..].iter().all(|&x| x == 0xab),
+        "write-zeroes went too far"
+    );
+    c.trim(0, 1 << 20).unwrap();
+    // Beyond the end: refused before anything is sent.
+    let size = c.info().size_bytes;
+    assert!(c.read(&mut [0u8; 512], size).is_err());
+}
+
+#[test]
+fn nbdkit_memory_on_a_unix_socket() {
+    if !need_tool("nbdkit", "nbdkit_memory_on_a_unix_socket") {
+        return;
+    }
+    let dir = TempDir::new("client-unix");
+    let s = nbdkit_unix(&dir, &["memory", "16M"]);
+    let c = Arc::new(Client::open(&s.uri, &config(30)).unwrap());
+    let info = *c.info();
+    assert_eq!(info.size_bytes, 16 << 20);
+    assert!(info.structured_replies, "nbdkit offers structured replies");
+    assert!(info.can_flush() && info.can_fua() && !info.read_only());
+    concurrent_roundtrip(&c, 64);
+    zeroes_and_trim(&c);
+}
+
+#[test]
+fn nbdkit_memory_on_tcp_loopback_with_multi_conn() {
+    if !need_tool("nbdkit", "nbdkit_memory_on_tcp_loopback_with_multi_conn") {
+        return;
+    }
+    let port = free_port();
+    let mut cmd = Command::new("nbdkit");
+    cmd.args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .args(["memory", "16M"]);
+    let s = spawn(cmd, format!("nbd://127.0.0.1:{port}/"));
+    let cfg = ClientConfig {
+        connections: 3,
+        ..config(30)
+    };
+    let c = Arc::new(Client::open(&s.uri, &cfg).unwrap());
+    assert!(c.info().can_multi_conn());
+    assert_eq!(c.connections(), 3, "nbdkit memory advertises multi-conn");
+    concurrent_roundtrip(&c, 48);
+    zeroes_and_trim(&c);
+}
+
+#[test]
+fn block_size_minimum_is_honoured() {
+    if !need_tool("nbdkit", "block_size_minimum_is_honoured") {
+        return;
+    }
+    let dir = TempDir::new("client-bs");
+    // The filter fails any request that breaks the advertised sizes.
+    let s = nbdkit_unix(
+        &dir,
+        &[
+            "--filter=blocksize-policy",
+            "memory",
+            "4M",
+            "blocksize-minimum=4096",
+            "blocksize-preferred=65536",
+            "blocksize-maximum=65536",
+            "blocksize-error-policy=error",
+        ],
+    );
+    let c = Client::open(&s.uri, &config(30)).unwrap();
+    assert_eq!(c.info().min_block_bytes, 4096);
+    assert_eq!(c.info().max_payload_bytes, 65536);
+    // 512 bytes inside a 4 KiB block: read-modify-write around it.
+    let whole = pattern(4096, 7);
+    c.write(&whole, 8192, false).unwrap();
+    c.write(&[0x55; 512], 8192 + 512, false).unwrap();
+    let mut expect = whole.clone();
+    expect[512..1024].fill(0x55);
+    let mut back = vec![0u8; 512 * 3];
+    c.read(&mut back, 8192).unwrap();
+    assert!(back[..] == expect[..512 * 3]);
+    // 1 MiB at once: split at the 64 KiB maximum.
+    let big = pattern(1 << 20, 9);
+    c.write(&big, 1 << 20, false).unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    c.read(&mut back, 1 << 20).unwrap();
+    assert!(back == big);
+}
+
+#[test]
+fn qemu_nbd_structured_replies_with_holes() {
+    if !need_tool("qemu-nbd", "qemu_nbd_structured_replies_with_holes") {
+        return;
+    }
+    let dir = TempDir::new("client-qemu");
+    let img = dir.path("disk.raw");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let sock: PathBuf = dir.path("qemu.sock");
+    let mut cmd = Command::new("qemu-nbd");
+    cmd.args(["-t", "-f", "raw", "-k"]).arg(&sock).arg(&img);
+    let s = spawn(cmd, format!("nbd+unix:///?socket={}", sock.display()));
+    let c = Client::open(&s.uri, &config(30)).unwrap();
+    assert_eq!(c.info().size_bytes, 8 << 20);
+    assert!(c.info().structured_replies);
+    // Data between holes: qemu-nbd answers a sparse read with hole and data chunks.
+    let data = pattern(64 << 10, 3);
+    c.write(&data, 3 << 20, true).unwrap();
+    let mut back = vec![0xffu8; 4 << 20];
+    c.read(&mut back, 1 << 20).unwrap();
+    let at = 2 << 20;
+    assert!(back[..at].iter().all(|&x| x == 0), "hole before the data");
+    assert!(back[at..at + data.len()] == data[..]);
+    assert!(
+        back[at + data.len()..].iter().all(|&x| x == 0),
+        "hole after"
+    );
+}
+
+#[test]
+fn uraids_own_server() {
+    let server = common::TestServer::start(8 << 20);
+    let c = Arc::new(Client::open(&server.uri(), &config(30)).unwrap());
+    assert_eq!(c.info().size_bytes, 8 << 20);
+    assert!(c.info().structured_replies);
+    concurrent_roundtrip(&c, 32);
+}
+
+#[test]
+fn a_killed_server_fails_requests_at_once() {
+    if !need_tool("nbdkit", "a_killed_server_fails_requests_at_once") {
+        return;
+    }
+    let dir = TempDir::new("client-kill");
+    let mut s = nbdkit_unix(&dir, &["memory", "4M"]);
+    // A day's timeout: only the closed connection can end these requests.
+    let c = Arc::new(Client::open(&s.uri, &config(86_400)).unwrap());
+    c.write(&[1; 4096], 0, false).unwrap();
+    s.kill_and_wait();
+    let c2 = c.clone();
+    let e = bounded("read after kill", move || {
+        // The first request may be sent before the reader sees the close; it still fails.
+        c2.read(&mut [0u8; 4096], 0).unwrap_err()
+    });
+    assert!(e.to_string().contains("connection closed"), "{e}");
+    let e = c.write(&[1; 4096], 0, false).unwrap_err();
+    assert!(e.to_string().contains("connection closed"), "{e}");
+}
+
+#[test]
+fn a_stalled_server_times_out() {
+    if !need_tool("nbdkit", "a_stalled_server_times_out") {
+        return;
+    }
+    let dir = TempDir::new("client-stall");
+    let s = nbdkit_unix(&dir, &["memory", "4M"]);
+    let c = Arc::new(Client::open(&s.uri, &config(1)).unwrap());
+    c.write(&[1; 4096], 0, false).unwrap();
+    s.signal(libc::SIGSTOP);
+    let c2 = c.clone();
+    let e = bounded("read from a stopped server", move || {
+        c2.read(&mut [0u8; 4096], 0).unwrap_err()
+    });
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    // The connection is closed: later requests fail without waiting for the server.
+    s.signal(libc::SIGCONT);
+    let e = c.read(&mut [0u8; 4096], 0).unwrap_err();
+    assert!(e.to_string().contains("no reply"), "{e}");
+}
+
+#[test]
+fn a_missing_export_is_refused_with_the_servers_words() {
+    if !need_tool(
+        "nbdkit",
+        "a_missing_export_is_refused_with_the_servers_words",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("client-noexport");
+    let s = nbdkit_unix_export(
+        &dir,
+        "only",
+        &[
+            "--filter=exportname",
+            "memory",
+            "1M",
+            "exportname=only",
+            "exportname-strict=true",
+        ],
+    );
+    let uri = format!(
+        "nbd+unix:///other?socket={}",
+        dir.path("nbdkit.sock").display()
+    );
+    let e = Client::open(&uri, &config(30)).unwrap_err();
+    assert!(e.to_string().contains("refused export \"other\""), "{e}");
+    assert_eq!(
+        Client::open(&s.uri, &config(30)).unwrap().info().size_bytes,
+        1 << 20
+    );
+}
