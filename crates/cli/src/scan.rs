@@ -196,13 +196,14 @@ pub fn find(paths: &[PathBuf]) -> Vec<Found> {
     out
 }
 
-/// mdadm's `--examine --scan` line for an array: `ARRAY /dev/md/NAME metadata=1.2
+/// mdadm's `--examine --scan` line for an array: `ARRAY /dev/md/NAME  metadata=1.2
 /// UUID=... name=HOST:NAME`, with `spares=N` when some members are spares.
 pub fn array_line(f: &Found) -> String {
     let sb = f.template();
     let mut s = String::from("ARRAY ");
     if !sb.set_name.is_empty() {
-        s.push_str(&format!("/dev/md/{} ", sb.name()));
+        // Two spaces, as mdadm prints it.
+        s.push_str(&format!("/dev/md/{}  ", sb.name()));
     }
     s.push_str(&format!(
         "metadata={} UUID={}",
@@ -619,7 +620,7 @@ mod tests {
         let f = found("box:home", 0x11, &[0, 1]);
         assert_eq!(
             array_line(&f),
-            "ARRAY /dev/md/home metadata=1.2 UUID=11111111:11111111:11111111:11111111 \
+            "ARRAY /dev/md/home  metadata=1.2 UUID=11111111:11111111:11111111:11111111 \
              name=box:home"
         );
         assert_eq!(f.present_roles(), 2);
