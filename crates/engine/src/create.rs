@@ -52,7 +52,7 @@ pub struct CreateOptions {
     /// sector 0) instead of `metadata`'s 1.x. At most 27 devices, 2 TiB per member for
     /// levels other than raid0, no bitmap or journal.
     pub metadata_090: bool,
-    /// The array's clock (see [`crate::clock`]); the system's by default.
+    /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
     pub clock: crate::clock::Clock,
     /// md's flags of each member (mdadm --write-mostly, --failfast), in the order of the
     /// devices given to [`create`]; members past its end have none.
