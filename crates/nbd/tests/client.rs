@@ -31,6 +31,31 @@ impl ServerProc {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, sig) };
     }
+
+    /// SIGSTOP, and wait until every thread of the server is stopped: kill() returns
+    /// before a thread running on another CPU has stopped, and in that window it could
+    /// still answer a request sent meanwhile.
+    fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = || {
+            std::fs::read_dir(&tasks).unwrap().all(|t| {
+                let stat =
+                    std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+                // The state follows the command name's closing parenthesis.
+                let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                matches!(state, Some(Some('T' | 't')))
+            })
+        };
+        let start = std::time::Instant::now();
+        while !stopped() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 impl Drop for ServerProc {
@@ -310,7 +335,7 @@ fn a_stalled_server_times_out() {
     let s = nbdkit_unix(&dir, &["memory", "4M"]);
     let c = Arc::new(Client::open(&s.uri, &config(1)).unwrap());
     c.write(&[1; 4096], 0, false).unwrap();
-    s.signal(libc::SIGSTOP);
+    s.stop();
     let c2 = c.clone();
     let e = bounded("read from a stopped server", move || {
         c2.read(&mut [0u8; 4096], 0).unwrap_err()
