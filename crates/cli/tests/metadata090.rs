@@ -1,7 +1,8 @@
 //! Metadata 0.90 from the command line: `create -e 0.90` for raid1 and raid5 (one of them
 //! degraded), data written and read back, `examine` printing what `mdadm --examine` prints
 //! for the same member, `detail` naming the version; and the limits refused by name with
-//! nothing written (27 devices, 2 TiB per member, no internal bitmap yet).
+//! nothing written (27 devices, 2 TiB per member); an internal bitmap after the superblock, as mdadm
+//! --examine-bitmap reads it.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -160,17 +161,6 @@ fn create_e_090_refuses_its_limits_and_writes_nothing() {
         &wide,
     );
     assert!(err.contains("at most 27 devices"), "{err}");
-    let two = d.images(2, 4, "b");
-    let err = fails_cleanly(
-        uraid()
-            .args(["create", "-e", "0.90", "-l", "1", "-b", "internal"])
-            .args(&two),
-        &two,
-    );
-    assert!(
-        err.contains("0.90 internal bitmap: not supported yet"),
-        "{err}"
-    );
     // 2 TiB per member: sparse files a little over it.
     let big: Vec<PathBuf> = (0..2).map(|i| d.path(&format!("big{i}.img"))).collect();
     for p in &big {
@@ -223,4 +213,80 @@ fn a_090_member_of_the_other_byte_order_is_examined_but_not_assembled() {
     let err = fails_cleanly(uraid().arg("detail").args(&imgs), &imgs);
     assert!(err.contains("big-endian"), "{err}");
     assert!(err.contains("--update=byteorder"), "{err}");
+}
+
+/// `mdadm --examine-bitmap` locates an internal bitmap only on a block device.
+fn examine_bitmap(md: &Path, img: &Path, test: &str) -> Option<String> {
+    let lo = uraid_testkit::loopdev::Loop::attach_or_skip(img, test)?;
+    let out = Command::new(md).arg("-X").arg(&lo.0).output().unwrap();
+    let t = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mdadm -X {img:?}:\n{t}\n{}",
+        text(&out.stderr)
+    );
+    Some(t)
+}
+
+#[test]
+fn create_e_090_with_an_internal_bitmap_is_read_by_mdadm() {
+    const TEST: &str = "create_e_090_with_an_internal_bitmap_is_read_by_mdadm";
+    let d = TempDir::new("v090-bitmap");
+    let imgs = d.images(2, 12, "m");
+    ok(uraid()
+        .args(["create", "-e", "0.90", "-l", "1", "-b", "internal"])
+        .args(&imgs));
+    let data = byte_pattern(1 << 20, 5);
+    let input = d.0.join("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid()
+        .args(["write", "--offset", "0", "--input"])
+        .arg(&input)
+        .args(&imgs));
+    let out = ok(uraid()
+        .args(["read", "--offset", "0", "--length"])
+        .arg(data.len().to_string())
+        .args(&imgs));
+    assert!(out.stdout == data, "read back differs");
+    let Some(md) = tool_path("mdadm", TEST) else {
+        return;
+    };
+    for img in &imgs {
+        let rec = record(img);
+        agrees_with_mdadm(&md, img, "bitmap");
+        let theirs = text(
+            &Command::new(&md)
+                .arg("--examine")
+                .arg(img)
+                .output()
+                .unwrap()
+                .stdout,
+        );
+        assert_eq!(
+            mdadm_field(&theirs, "Internal Bitmap").as_deref(),
+            Some("present"),
+            "{theirs}"
+        );
+        let Some(x) = examine_bitmap(&md, img, TEST) else {
+            return;
+        };
+        // mdadm checks the bitmap's magic and version and prints its uuid as it reads it:
+        // the array's, only when the words are in the order md copies them.
+        assert_eq!(mdadm_field(&x, "Magic").as_deref(), Some("6d746962"), "{x}");
+        assert_eq!(mdadm_field(&x, "UUID"), Some(rec.uuid_string()), "{x}");
+        assert_eq!(
+            mdadm_field(&x, "Events"),
+            Some(rec.events.to_string()),
+            "{x}"
+        );
+        assert_eq!(
+            mdadm_field(&x, "Chunksize").as_deref(),
+            Some("64 MB"),
+            "{x}"
+        );
+        let sync = mdadm_field(&x, "Sync Size").unwrap_or_default();
+        assert!(sync.starts_with(&format!("{} ", rec.size_kib)), "{x}");
+        let bits = mdadm_field(&x, "Bitmap").unwrap_or_default();
+        assert!(bits.starts_with("1 bits (chunks), 0 dirty"), "{x}");
+    }
 }

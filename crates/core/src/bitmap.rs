@@ -74,7 +74,7 @@ pub enum BitmapError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BitmapSuper {
     pub version: u32,
-    /// Must equal the array's `set_uuid`.
+    /// Must equal the array's `set_uuid` (for 0.90, its words in the writer's byte order).
     pub uuid: [u8; 16],
     /// Array events when the bitmap was last written; older than the superblock's means
     /// the bitmap is stale.

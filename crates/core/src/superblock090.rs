@@ -76,6 +76,10 @@ pub const DISK_WRITEMOSTLY: u32 = 1 << 9;
 pub const DISK_FAILFAST: u32 = 1 << 10;
 /// Sectors from the superblock to its internal bitmap (md's default_offset: MD_SB_BYTES).
 pub const SB090_BITMAP_OFFSET_SECTORS: i32 = 8;
+/// Sectors the internal bitmap may fill after its offset: the rest of the 64 KiB reserved
+/// area (mdadm's 60 KiB limit, the bitmap superblock included).
+pub const SB090_BITMAP_ROOM_SECTORS: u64 =
+    SB090_RESERVED_SECTORS - SB090_BITMAP_OFFSET_SECTORS as u64;
 /// The most a 0.90 member of a redundant level may use: mdadm refuses more than 2 TiB
 /// (kernels before 3.1 misread larger sizes), in sectors.
 pub const SB090_MAX_MEMBER_SECTORS: u64 = 2 << 31;
@@ -751,7 +755,8 @@ pub fn device_uuid_for(set_uuid: &[u8; 16], number: u32) -> [u8; 16] {
 /// `--create -e 0.90` writes): the superblock at its place, data from sector 0 up to it,
 /// active members numbered by their role and spares after them, missing roles faulty,
 /// events 0. `spec`'s name, data offset, bad block log and version are not used (0.90
-/// has none of them); an internal bitmap is refused.
+/// has none of them); an internal bitmap must be at its 0.90 place (8 sectors after the
+/// superblock, at most [`SB090_BITMAP_ROOM_SECTORS`]).
 pub fn new_v1_for_create(
     spec: &crate::superblock::CreateSpec,
     dev_number: u32,
@@ -771,11 +776,18 @@ pub fn new_v1_for_create(
             format!("{dev_number} >= {devices} devices"),
         ));
     }
-    if spec.internal_bitmap.is_some() {
-        return Err(invalid(
-            "bitmap",
-            "0.90 internal bitmap: not supported yet".into(),
-        ));
+    match spec.internal_bitmap {
+        None => {}
+        Some((SB090_BITMAP_OFFSET_SECTORS, space)) if space <= SB090_BITMAP_ROOM_SECTORS => {}
+        Some((offset, space)) => {
+            return Err(invalid(
+                "bitmap",
+                format!(
+                    "a 0.90 internal bitmap is {SB090_BITMAP_OFFSET_SECTORS} sectors after the \
+                     superblock and at most {SB090_BITMAP_ROOM_SECTORS} sectors, not {space} at {offset}"
+                ),
+            ))
+        }
     }
     let super_offset = sb090_offset_sectors(device_sectors).ok_or_else(|| {
         invalid(
@@ -808,6 +820,10 @@ pub fn new_v1_for_create(
             FEATURE_RAID0_LAYOUT
         } else {
             0
+        } | if spec.internal_bitmap.is_some() {
+            FEATURE_BITMAP_OFFSET
+        } else {
+            0
         },
         set_uuid: spec.set_uuid,
         set_name: String::new(),
@@ -817,7 +833,11 @@ pub fn new_v1_for_create(
         size: spec.size_sectors,
         chunksize: spec.chunk_sectors,
         raid_disks: spec.raid_disks,
-        bitmap_offset: 0,
+        bitmap_offset: if spec.internal_bitmap.is_some() {
+            SB090_BITMAP_OFFSET_SECTORS
+        } else {
+            0
+        },
         new_level: 0,
         reshape_position: 0,
         delta_disks: 0,
@@ -844,4 +864,24 @@ pub fn new_v1_for_create(
     };
     sb.validate().map_err(|e| invalid("size", format!("{e}")))?;
     Ok(sb)
+}
+
+/// Whether a v1-model superblock at `super_offset` on a device of `device_sectors` stands
+/// for a 0.90 record: 0.90's place (64 KiB below the last 64 KiB boundary) is never the
+/// place of a 1.x superblock (1.0's is within the last 12 KiB, 1.1's and 1.2's at the start).
+pub fn is_090_place(super_offset: u64, device_sectors: u64) -> bool {
+    sb090_offset_sectors(device_sectors) == Some(super_offset) && super_offset >= 8
+}
+
+/// The uuid a 0.90 array's internal bitmap superblock carries, from the v1 model's
+/// `set_uuid`: md copies the four set_uuid words as they lie in memory (mdadm's
+/// uuid_from_super0), so each word is in the writer's (little-endian) byte order, where
+/// the v1 model holds each word big-endian so that it prints as mdadm prints it.
+pub fn bitmap_uuid090(set_uuid: &[u8; 16]) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    for k in 0..4 {
+        let word = u32::from_be_bytes(set_uuid[4 * k..4 * k + 4].try_into().expect("4"));
+        u[4 * k..4 * k + 4].copy_from_slice(&word.to_le_bytes());
+    }
+    u
 }

@@ -204,7 +204,7 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
 /// Checks a 0.90 record for what its v1 model cannot say and uraid does not do; [`check`]
 /// then runs on the model (a reshape, minor 91, is refused there as FEATURE_RESHAPE_ACTIVE).
 pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsupported> {
-    use crate::superblock090::{ByteOrder, SB090_STATE_BITMAP_PRESENT};
+    use crate::superblock090::ByteOrder;
     let refuse = |feature, detail: String, advice| {
         Err(Unsupported {
             feature,
@@ -230,14 +230,6 @@ pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsuppo
             "not_persistent",
             "a 0.90 superblock marked not persistent".into(),
             ADVICE_LINUX,
-        );
-    }
-    if rec.state & SB090_STATE_BITMAP_PRESENT != 0 {
-        return refuse(
-            "MD_SB_BITMAP_PRESENT",
-            "0.90 internal bitmap: not supported yet".into(),
-            "assemble it with Linux md / mdadm, or remove the bitmap first (mdadm --grow \
-             --bitmap=none)",
         );
     }
     Ok(())

@@ -249,19 +249,35 @@ fn a_created_member_reads_back_as_the_model_it_was_written_from() {
         uraid_core::superblock::Superblock { sb_csum: 0, ..back },
         sb
     );
-    // Limits: 27 devices; no bitmap.
+    // Limits: 27 devices; a bitmap only at its 0.90 place, within the 60 KiB after the
+    // superblock.
     let mut wide = spec.clone();
     wide.raid_disks = 28;
     wide.missing.clear();
     assert!(new_v1_for_create(&wide, 0, DEVICE_SECTORS).is_err());
     let mut bm = spec.clone();
-    bm.internal_bitmap = Some((8, 8));
-    let e = new_v1_for_create(&bm, 0, DEVICE_SECTORS).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("0.90 internal bitmap: not supported yet"),
-        "{e}"
-    );
+    bm.internal_bitmap = Some((8, 120));
+    let with = new_v1_for_create(&bm, 0, DEVICE_SECTORS).unwrap();
+    assert_eq!(with.bitmap_sector(), Some(with.super_offset + 8));
+    let rec = Superblock090::from_v1(&with, &cx).unwrap();
+    assert!(rec.state & uraid_core::superblock090::SB090_STATE_BITMAP_PRESENT != 0);
+    let back = Superblock090::decode(&rec.encode())
+        .unwrap()
+        .to_v1(DEVICE_SECTORS)
+        .unwrap();
+    assert_eq!(back.bitmap_sector(), with.bitmap_sector());
+    for wrong in [(8, 121), (-16, 8), (16, 8)] {
+        bm.internal_bitmap = Some(wrong);
+        let e = new_v1_for_create(&bm, 0, DEVICE_SECTORS).unwrap_err();
+        assert!(
+            e.to_string().contains("0.90 internal bitmap"),
+            "{wrong:?}: {e}"
+        );
+    }
+    // The bitmap's uuid: the set_uuid words as a little-endian writer holds them.
+    let u: [u8; 16] = std::array::from_fn(|i| i as u8);
+    let b = uraid_core::superblock090::bitmap_uuid090(&u);
+    assert_eq!(&b[..8], &[3, 2, 1, 0, 7, 6, 5, 4]);
 }
 
 fn arb_disk() -> impl Strategy<Value = Disk090> {

@@ -77,7 +77,16 @@ impl BitmapState {
         dev.read_at(&mut head, sector * SECTOR_BYTES)?;
         let bms = BitmapSuper::decode(&head)
             .map_err(|e| ArrayError::Assemble(format!("{}: internal bitmap: {e}", dev.name())))?;
-        if bms.uuid != sb.set_uuid {
+        // A 0.90 array's bitmap carries the uuid words in the writer's byte order.
+        let expected = if uraid_core::superblock090::is_090_place(
+            sb.super_offset,
+            dev.size_bytes() / SECTOR_BYTES,
+        ) {
+            uraid_core::superblock090::bitmap_uuid090(&sb.set_uuid)
+        } else {
+            sb.set_uuid
+        };
+        if bms.uuid != expected {
             return Err(ArrayError::Assemble(format!(
                 "{}: the internal bitmap belongs to another array",
                 dev.name()

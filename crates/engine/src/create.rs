@@ -14,7 +14,8 @@ use uraid_core::superblock::{
     FEATURE_RAID0_LAYOUT, ROLE_JOURNAL,
 };
 use uraid_core::superblock090::{
-    sb090_offset_sectors, Sb090Context, SB090_DISKS, SB090_MAX_MEMBER_SECTORS,
+    bitmap_uuid090, sb090_offset_sectors, Sb090Context, SB090_BITMAP_OFFSET_SECTORS,
+    SB090_BITMAP_ROOM_SECTORS, SB090_DISKS, SB090_MAX_MEMBER_SECTORS,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
@@ -220,8 +221,13 @@ pub fn create_confirmed(
         .map(|d| d.size_bytes() / SECTOR_BYTES)
         .min()
         .expect("one");
-    let bitmap_space = default_bitmap_space_sectors(min_dev_sectors);
     let v090 = opts.metadata_090;
+    // 0.90: the bitmap fills at most the rest of the 64 KiB after the superblock.
+    let bitmap_space = if v090 {
+        SB090_BITMAP_ROOM_SECTORS
+    } else {
+        default_bitmap_space_sectors(min_dev_sectors)
+    };
     let at_end = opts.metadata.at_end() || v090;
     if v090 {
         // Refused before anything is written: what 0.90 cannot hold.
@@ -230,12 +236,6 @@ pub fn create_confirmed(
             return Err(err(format!(
                 "metadata 0.90 describes at most {SB090_DISKS} devices, not {devices}: use 1.2"
             )));
-        }
-        if opts.bitmap {
-            return Err(err(
-                "0.90 internal bitmap: not supported yet (create without --bitmap, or use 1.x)"
-                    .into(),
-            ));
         }
         if opts.journal.is_some() {
             return Err(err(
@@ -388,8 +388,18 @@ pub fn create_confirmed(
             None => bm::default_chunk_bytes(sync_size, bitmap_space)
                 .ok_or_else(|| err("no room for an internal bitmap".into()))?,
         };
-        let bms = BitmapSuper::new(uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
+        // 0.90's bitmap carries the uuid words in this host's (little-endian) order.
+        let bitmap_uuid = if v090 { bitmap_uuid090(&uuid) } else { uuid };
+        let bms = BitmapSuper::new(bitmap_uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
             .map_err(|e| err(format!("bitmap: {e}")))?;
+        if v090 && bms.space_bytes() / SECTOR_BYTES > SB090_BITMAP_ROOM_SECTORS {
+            return Err(err(format!(
+                "a 0.90 internal bitmap holds at most {} KiB: bitmap chunk {chunk} bytes needs \
+                 {} KiB; give a larger --bitmap-chunk (or none), or use 1.2",
+                SB090_BITMAP_ROOM_SECTORS / 2,
+                bms.space_bytes() / 1024
+            )));
+        }
         if !at_end && 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {
             return Err(err("the bitmap does not fit before the data offset".into()));
         }
@@ -413,6 +423,8 @@ pub fn create_confirmed(
         size_sectors: if level == Level::Raid0 { 0 } else { size },
         data_offset_sectors: data_offset,
         internal_bitmap: match &bitmap {
+            // 0.90: right after the superblock, in its 64 KiB reserved area.
+            Some(b) if v090 => Some((SB090_BITMAP_OFFSET_SECTORS, b.space_bytes() / SECTOR_BYTES)),
             // 1.0: the bitmap ends where the bad block log below the superblock begins.
             Some(b) if at_end => {
                 let space = b.space_bytes() / SECTOR_BYTES;
