@@ -16,6 +16,16 @@ fn fuzz_superblock() {
 }
 
 #[test]
+fn fuzz_superblock090() {
+    run(&Target {
+        name: "superblock090",
+        seeds: fuzzing::superblock090_seeds(),
+        max_len: 4096,
+        body: &fuzzing::superblock090,
+    });
+}
+
+#[test]
 fn fuzz_bitmap_super() {
     run(&Target {
         name: "bitmap_super",
