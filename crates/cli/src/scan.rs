@@ -64,6 +64,19 @@ impl ScanArgs {
 pub struct Probed {
     pub path: PathBuf,
     pub sb: Superblock,
+    /// For a 0.90 member (its superblock read into the v1 model), the record's preferred
+    /// minor (`md_minor`, /dev/mdN); None for 1.x.
+    pub md_minor090: Option<u32>,
+}
+
+impl Probed {
+    /// The metadata version as mdadm names it ("0.90", "1.0", "1.1", "1.2").
+    pub fn metadata(&self) -> &'static str {
+        match self.md_minor090 {
+            Some(_) => "0.90",
+            None => self.sb.version().name(),
+        }
+    }
 }
 
 /// The devices found of one array.
@@ -77,12 +90,19 @@ pub struct Found {
 impl Found {
     /// The freshest superblock (highest events), which assembly takes as the template.
     pub fn template(&self) -> &Superblock {
-        &self
-            .members
+        &self.freshest().sb
+    }
+
+    fn freshest(&self) -> &Probed {
+        self.members
             .iter()
             .max_by_key(|m| m.sb.events)
             .expect("an array is found through a member")
-            .sb
+    }
+
+    /// The freshest member's metadata version as mdadm names it.
+    pub fn metadata(&self) -> &'static str {
+        self.freshest().metadata()
     }
 
     pub fn paths(&self) -> Vec<PathBuf> {
@@ -173,10 +193,12 @@ pub fn partitions(text: &str) -> Vec<PathBuf> {
 /// The device's superblock, if it has a valid one (read-only; errors mean "none").
 pub fn probe(path: &Path) -> Option<Probed> {
     let dev = uraid_engine::overlay::ReadOnlyFile::open(path).ok()?;
-    let sb = uraid_engine::read_superblock(&dev).ok()?;
+    let (sb, computed, rec) = uraid_engine::read_superblock_with_090(&dev).ok()?;
+    (sb.sb_csum == computed).then_some(())?;
     Some(Probed {
         path: path.to_path_buf(),
         sb,
+        md_minor090: rec.map(|r| r.md_minor),
     })
 }
 
@@ -201,15 +223,20 @@ pub fn find(paths: &[PathBuf]) -> Vec<Found> {
 pub fn array_line(f: &Found) -> String {
     let sb = f.template();
     let mut s = String::from("ARRAY ");
-    if !sb.set_name.is_empty() {
-        // Two spaces, as mdadm prints it.
-        s.push_str(&format!("/dev/md/{}  ", sb.name()));
+    if let Some(minor) = f.freshest().md_minor090 {
+        // 0.90 has no name and mdadm gives no metadata= for it: the preferred minor.
+        s.push_str(&format!("/dev/md{minor} UUID={}", uuid_string(&f.uuid)));
+    } else {
+        if !sb.set_name.is_empty() {
+            // Two spaces, as mdadm prints it.
+            s.push_str(&format!("/dev/md/{}  ", sb.name()));
+        }
+        s.push_str(&format!(
+            "metadata={} UUID={}",
+            sb.version().name(),
+            uuid_string(&f.uuid)
+        ));
     }
-    s.push_str(&format!(
-        "metadata={} UUID={}",
-        sb.version().name(),
-        uuid_string(&f.uuid)
-    ));
     if !sb.set_name.is_empty() {
         s.push_str(&format!(" name={}", sb.set_name));
     }
@@ -269,6 +296,7 @@ pub fn select(
     let mut named = vec![false; wanted.len()];
     for mut f in found {
         let sb = f.template().clone();
+        let plan_metadata = f.metadata();
         let line = c
             .arrays
             .iter()
@@ -292,7 +320,7 @@ pub fn select(
                 ));
                 continue;
             }
-            if let Some(why) = line_disagrees(l, &sb) {
+            if let Some(why) = line_disagrees(l, &sb, plan_metadata) {
                 refused.push(format!(
                     "array {what}: not started: its ARRAY line (line {}) says {why}",
                     l.line
@@ -317,7 +345,7 @@ pub fn select(
                 ));
                 continue;
             }
-            if !c.auto_allows(sb.version().name(), local.is_ok()) {
+            if !c.auto_allows(plan_metadata, local.is_ok()) {
                 refused.push(format!(
                     "array {what}: not started: the config's AUTO line refuses it"
                 ));
@@ -338,9 +366,8 @@ pub fn select(
 
 /// What an ARRAY line's level=, num-devices= or metadata= says that the superblock does
 /// not.
-fn line_disagrees(l: &ArrayLine, sb: &Superblock) -> Option<String> {
+fn line_disagrees(l: &ArrayLine, sb: &Superblock, v: &str) -> Option<String> {
     if let Some(m) = &l.metadata {
-        let v = sb.version().name();
         if !(m == v || (matches!(m.as_str(), "1" | "1.x") && v.starts_with("1."))) {
             return Some(format!("metadata={m}, the superblock is {v}"));
         }
@@ -610,6 +637,7 @@ mod tests {
                 .map(|(i, &r)| Probed {
                     path: PathBuf::from(format!("/img/{name}{i}")),
                     sb: sb(name, uuid, r, 5),
+                    md_minor090: None,
                 })
                 .collect(),
         }
@@ -701,6 +729,7 @@ mod tests {
         f.members.push(Probed {
             path: "/img/spare".into(),
             sb: sb("me:s", 4, ROLE_SPARE, 5),
+            md_minor090: None,
         });
         assert!(
             array_line(&f).ends_with("name=me:s   spares=1"),
