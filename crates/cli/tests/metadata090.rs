@@ -290,3 +290,82 @@ fn create_e_090_with_an_internal_bitmap_is_read_by_mdadm() {
         assert!(bits.starts_with("1 bits (chunks), 0 dirty"), "{x}");
     }
 }
+
+fn rewrite(img: &Path, rec: &Superblock090) {
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    let at = sb090_offset_sectors(f.metadata().unwrap().len() / 512).unwrap() * 512;
+    f.write_all_at(&rec.encode(), at).unwrap();
+}
+
+#[test]
+fn a_090_superblock_and_a_12_one_on_one_device_go_by_creation_time() {
+    let d = TempDir::new("v090-stale");
+    let imgs = d.images(2, 8, "s");
+    ok(uraid()
+        .args(["create", "-e", "0.90", "-l", "1", "--assume-clean"])
+        .args(&imgs));
+    // Made a day earlier, as a stale record would be.
+    for img in &imgs {
+        let mut rec = record(img);
+        rec.ctime -= 86_400;
+        rewrite(img, &rec);
+    }
+    ok(uraid()
+        .args(["create", "--run", "-e", "1.2", "-l", "1", "-N", "new"])
+        .args(["--assume-clean"])
+        .args(&imgs));
+    let old = record(&imgs[0]);
+    let version = |img: &Path| {
+        json_exact(&ok(uraid().args(["examine", "--json"]).arg(img)))["version"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The newer 1.2 superblock is taken, as mdadm takes it; the array assembles.
+    assert_eq!(version(&imgs[0]), "1.2");
+    let detail = stdout(&ok(uraid().arg("detail").args(&imgs)));
+    assert_eq!(mdadm_field(&detail, "Version").as_deref(), Some("1.2"));
+    let md = tool_path(
+        "mdadm",
+        "a_090_superblock_and_a_12_one_on_one_device_go_by_creation_time",
+    );
+    let mdadm_version = |img: &Path| {
+        md.as_ref().map(|md| {
+            let out = Command::new(md).arg("--examine").arg(img).output().unwrap();
+            mdadm_field(&text(&out.stdout), "Version").unwrap_or_default()
+        })
+    };
+    if let Some(v) = mdadm_version(&imgs[0]) {
+        assert_eq!(v, "1.2");
+    }
+    // The 0.90 record made newer than the 1.2 superblock: it is taken.
+    let new_ctime = {
+        let b = std::fs::read(&imgs[0]).unwrap();
+        uraid_core::superblock::Superblock::decode(&b[4096..8192])
+            .unwrap()
+            .ctime_secs()
+    };
+    for img in &imgs {
+        let mut rec = record(img);
+        rec.ctime = new_ctime as u32 + 60;
+        rewrite(img, &rec);
+    }
+    assert_eq!(version(&imgs[0]), "0.90.00");
+    if let Some(v) = mdadm_version(&imgs[0]) {
+        assert_eq!(v, "0.90.00");
+    }
+    let detail = stdout(&ok(uraid().arg("detail").args(&imgs)));
+    assert_eq!(mdadm_field(&detail, "Version").as_deref(), Some("0.90"));
+    // Created in the same second: no telling which is current; refused, naming both.
+    for img in &imgs {
+        let mut rec = record(img);
+        rec.ctime = new_ctime as u32;
+        rewrite(img, &rec);
+    }
+    for cmd in ["examine", "assemble"] {
+        let err = fails_cleanly(uraid().arg(cmd).args(&imgs), &imgs);
+        for needle in ["0.90", "1.2", "same time", &old.uuid_string()] {
+            assert!(err.contains(needle), "{cmd}: {needle}: {err}");
+        }
+    }
+}

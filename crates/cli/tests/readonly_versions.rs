@@ -56,11 +56,7 @@ fn readonly_writes_nothing_to_0_90_1_0_or_1_1_members_with_a_bitmap() {
             checksums(&members),
             "{meta}: a --readonly command wrote to a member"
         );
-        assert_eq!(
-            states(&members),
-            dirty,
-            "{meta}: the dirty flag changed"
-        );
+        assert_eq!(states(&members), dirty, "{meta}: the dirty flag changed");
         // Read-write, the same assembly resyncs and writes the array clean: the check above
         // could see a write.
         ok(uraid().args(["assemble", "--resync"]).args(&members));

@@ -659,13 +659,9 @@ fn search_superblock(
             Err(e) => damaged = damaged.or(Some((v, at, e))),
         }
     }
-    let with_csum = |sb: Superblock| {
-        let c = sb.sb_csum;
-        (sb, c, None)
-    };
-    match found.len() {
-        0 => {}
-        1 => return Ok(with_csum(found.pop().expect("one").1)),
+    let chosen = match found.len() {
+        0 => None,
+        1 => Some(found.pop().expect("one")),
         _ => {
             found.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.ctime_secs()));
             let (v0, a) = &found[0];
@@ -689,8 +685,11 @@ fn search_superblock(
                 uuid_string(&a.set_uuid),
                 uuid_string(&b.set_uuid)
             );
-            return Ok(with_csum(found.swap_remove(0).1));
+            Some(found.swap_remove(0))
         }
+    };
+    if let Some((v, sb)) = chosen {
+        return newer_than_090(dev, device_sectors, v, sb);
     }
     if let Some((sb, c)) = untrusted {
         return Ok((sb, c, None));
@@ -751,6 +750,62 @@ fn search_superblock(
             .unwrap_or(0),
         sb090_offset_sectors(device_sectors).unwrap_or(0)
     )))
+}
+
+/// A 1.x superblock `sb` found on `dev`, unless a valid 0.90 record at its own place is
+/// newer (mdadm's guess_super takes the superblock created last, of any version): a stale
+/// 0.90 record left under a 1.x array is named in a warning and ignored, a newer one is
+/// taken, and one created at the same second is refused, naming both.
+fn newer_than_090(
+    dev: &dyn Member,
+    device_sectors: u64,
+    v: MetadataVersion,
+    sb: Superblock,
+) -> Result<(Superblock, u32, Option<Superblock090>), ArrayError> {
+    let old = match read_superblock090(dev) {
+        Ok(Some((rec, computed))) if rec.sb_csum == computed => rec
+            .to_v1(device_sectors)
+            .ok()
+            .map(|sb0| (rec, computed, sb0)),
+        _ => None,
+    };
+    let csum = sb.sb_csum;
+    let Some((rec, computed, sb0)) = old else {
+        return Ok((sb, csum, None));
+    };
+    let at = sb0.super_offset;
+    match sb0.ctime_secs().cmp(&sb.ctime_secs()) {
+        std::cmp::Ordering::Less => {
+            tracing::warn!(
+                "{}: using the {v} superblock (array {}, created later); an older 0.90 one \
+                 (array {}, sector {at}) is also on the device",
+                dev.name(),
+                uuid_string(&sb.set_uuid),
+                rec.uuid_string()
+            );
+            Ok((sb, csum, None))
+        }
+        std::cmp::Ordering::Greater => {
+            tracing::warn!(
+                "{}: using the 0.90 superblock (array {}, created later); an older {v} one \
+                 (array {}, sector {}) is also on the device",
+                dev.name(),
+                rec.uuid_string(),
+                uuid_string(&sb.set_uuid),
+                sb.super_offset
+            );
+            Ok((sb0, computed, Some(rec)))
+        }
+        std::cmp::Ordering::Equal => Err(ArrayError::Assemble(format!(
+            "{}: two md superblocks created at the same time: a {v} one (array {}, sector {}) \
+             and a 0.90 one (array {}, sector {at}); uraid cannot tell which is current: \
+             erase the stale one (mdadm --zero-superblock --metadata=0.90 or ={v}) first",
+            dev.name(),
+            uuid_string(&sb.set_uuid),
+            sb.super_offset,
+            rec.uuid_string()
+        ))),
+    }
 }
 
 /// How far back from the end a 1.0 superblock of a device that has grown is looked for.
