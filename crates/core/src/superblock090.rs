@@ -510,11 +510,12 @@ impl Superblock090 {
 
     /// The 0.90 record md would write for the v1 model `sb` (the inverse of
     /// [`Superblock090::to_v1`], in little-endian order), with what the v1 model does not
-    /// hold from `cx`. The device table follows md's super_90_sync: an in-sync member is
-    /// `active sync` at its own number with its role; a member being rebuilt (0.90 has no
-    /// recovery_offset) or a spare is a spare (state 0, raid_disk = number); a faulty
-    /// device still present is `faulty`; a role no device holds is `removed faulty` at its
-    /// own index when that entry is free. Counts as md computes them.
+    /// hold from `cx`. The device table follows md's super_90_sync, renumbered at every
+    /// write as md does: an in-sync member is `active sync` in the entry of its role; every
+    /// other device present takes the next entry from raid_disks on (in device-number
+    /// order): a member being rebuilt (0.90 has no recovery_offset) or a spare is a spare
+    /// (state 0, raid_disk = its entry), a faulty one `faulty`; a role no device holds is
+    /// `removed faulty` in its own entry. Counts as md computes them.
     ///
     /// Refused, by name: anything 0.90 cannot record (a bad block log, a journal, a
     /// reshape, more than 27 devices, a size above 4 TiB or a time past 2106).
@@ -589,45 +590,70 @@ impl Superblock090 {
             .checked_mul(512)
             .ok_or_else(|| invalid("chunksize", format!("{} sectors", sb.chunksize)))?;
         let mut disks = [Disk090::default(); SB090_DISKS];
-        // Entries given to a device (a spare numbered 0 is all zeros, like a free entry).
-        let mut used = [false; SB090_DISKS];
         let (mut nr, mut active, mut working, mut failed, mut spare) = (0, 0, 0, 0, 0);
         let own = sb.dev_number;
-        for (n, d) in disks.iter_mut().enumerate() {
+        // md renumbers the table at every write (super_90_sync): a device in sync takes
+        // the entry of its role; every other device present (a spare, one being rebuilt,
+        // a faulty one) the next entry from raid_disks on, here in device-number order.
+        let mut next_spare = sb.raid_disks;
+        let mut own_entry = None;
+        for n in 0..sb.dev_roles.len().max(SB090_DISKS) {
             let n32 = n as u32;
             let role = sb.dev_roles.get(n).copied().unwrap_or(ROLE_SPARE);
             let present = n32 == own || cx.present.contains(&n32);
             let rebuilding = cx.rebuilding.contains(&n32)
                 || (n32 == own
                     && sb.feature_map & (FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT) != 0);
+            let in_sync = u32::from(role) < sb.raid_disks && role < ROLE_MAX && !rebuilding;
+            if !in_sync && !present {
+                continue;
+            }
+            let desc = if in_sync {
+                u32::from(role)
+            } else {
+                next_spare += 1;
+                next_spare - 1
+            };
+            if desc as usize >= SB090_DISKS {
+                return Err(invalid(
+                    "dev_roles",
+                    format!(
+                        "{} roles and the devices besides them need more than the \
+                         {SB090_DISKS} entries 0.90 describes",
+                        sb.raid_disks
+                    ),
+                ));
+            }
             let (major, minor) = if present {
                 cx.dev_ids.get(n).copied().unwrap_or((0, 0))
             } else {
                 (0, 0)
             };
             let entry = |raid_disk, state| Disk090 {
-                number: n32,
+                number: desc,
                 major,
                 minor,
                 raid_disk,
                 state,
             };
-            if u32::from(role) < sb.raid_disks && role < ROLE_MAX && !rebuilding {
-                *d = entry(u32::from(role), DISK_ACTIVE | DISK_SYNC);
+            let d = &mut disks[desc as usize];
+            if in_sync {
+                *d = entry(desc, DISK_ACTIVE | DISK_SYNC);
                 active += 1;
                 working += 1;
-            } else if role == ROLE_FAULTY && present {
-                *d = entry(n32, DISK_FAULTY);
-            } else if present {
-                *d = entry(n32, 0);
+            } else if role == ROLE_FAULTY {
+                *d = entry(desc, DISK_FAULTY);
+            } else {
+                *d = entry(desc, 0);
                 spare += 1;
                 working += 1;
-            } else {
-                continue;
             }
-            used[n] = true;
+            if n32 == own {
+                own_entry = Some(desc as usize);
+            }
             nr += 1;
         }
+        let own_entry = own_entry.expect("the member written is always in its table");
         // Roles no device holds in sync: md's "removed" entries, failed in the counts.
         for r in 0..sb.raid_disks {
             let held = disks
@@ -637,17 +663,15 @@ impl Superblock090 {
                 continue;
             }
             failed += 1;
-            if !used[r as usize] {
-                disks[r as usize] = Disk090 {
-                    number: r,
-                    major: 0,
-                    minor: 0,
-                    raid_disk: r,
-                    state: DISK_REMOVED | DISK_FAULTY,
-                };
-            }
+            disks[r as usize] = Disk090 {
+                number: r,
+                major: 0,
+                minor: 0,
+                raid_disk: r,
+                state: DISK_REMOVED | DISK_FAULTY,
+            };
         }
-        let own_disk = &mut disks[own as usize];
+        let own_disk = &mut disks[own_entry];
         if sb.devflags & DEVFLAG_WRITE_MOSTLY != 0 {
             own_disk.state |= DISK_WRITEMOSTLY;
         }

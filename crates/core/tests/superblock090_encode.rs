@@ -159,14 +159,17 @@ fn the_device_table_is_md_s_for_a_degraded_array_with_a_rebuild_and_a_spare() {
             out.disks[n].state,
         )
     };
+    // md renumbers at every write: in-sync devices in their role's entry, the others
+    // (faulty device 1, rebuilding device 3, spare 4) from raid_disks (3) on.
     assert_eq!(d(0), (0, 0, DISK_ACTIVE | DISK_SYNC));
-    assert_eq!(d(1), (1, 1, DISK_FAULTY));
+    assert_eq!(d(1), (1, 1, DISK_REMOVED | DISK_FAULTY));
     assert_eq!(d(2), (2, 2, DISK_REMOVED | DISK_FAULTY));
+    assert_eq!(d(3), (3, 3, DISK_FAULTY));
     // Being rebuilt: a spare (0.90 has no recovery_offset; md rebuilds it from the start).
-    assert_eq!(d(3), (3, 3, 0));
     assert_eq!(d(4), (4, 4, 0));
-    assert_eq!(out.disks[5], Disk090::default());
-    assert_eq!(out.this_disk, out.disks[3]);
+    assert_eq!(d(5), (5, 5, 0));
+    assert_eq!(out.disks[6], Disk090::default());
+    assert_eq!(out.this_disk, out.disks[4]);
     assert_eq!(
         (
             out.nr_disks,
@@ -183,9 +186,17 @@ fn the_device_table_is_md_s_for_a_degraded_array_with_a_rebuild_and_a_spare() {
         .to_v1(DEVICE_SECTORS)
         .unwrap();
     assert_eq!(
-        &back.dev_roles[..5],
-        &[0, ROLE_FAULTY, ROLE_FAULTY, ROLE_SPARE, ROLE_SPARE]
+        &back.dev_roles[..6],
+        &[
+            0,
+            ROLE_FAULTY,
+            ROLE_FAULTY,
+            ROLE_FAULTY,
+            ROLE_SPARE,
+            ROLE_SPARE
+        ]
     );
+    assert_eq!(back.dev_number, 4);
 }
 
 #[test]

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 use uraid_core::superblock090::{
-    sb090_offset_sectors, Superblock090, DISK_ACTIVE, DISK_FAULTY, DISK_SYNC, SB090_BYTES,
-    SB090_STATE_BITMAP_PRESENT,
+    sb090_offset_sectors, Superblock090, DISK_ACTIVE, DISK_FAULTY, DISK_REMOVED, DISK_SYNC,
+    SB090_BYTES, SB090_STATE_BITMAP_PRESENT,
 };
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{
@@ -272,4 +272,58 @@ fn a_0_90_internal_bitmap_sits_after_the_superblock_and_drives_the_resync_after_
     let mut got = vec![0u8; model.len()];
     b.read(0, &mut got).unwrap();
     assert!(got == model, "data differs after the bitmap resync");
+}
+
+#[test]
+fn the_0_90_table_is_renumbered_as_md_does_after_fail_remove_add_and_rebuild() {
+    let devs: Vec<Arc<MemMember>> = (0..3).map(|i| mem(&format!("r{i}"), 8)).collect();
+    let mut o = opts090(Level::Raid5);
+    o.assume_clean = true;
+    let a = uraid_engine::create(as_members(&devs), &o).unwrap();
+    a.fail_member(MemberIdx(1)).unwrap();
+    // The faulty device, still present, leaves its role's entry (removed, faulty) for
+    // the first entry after the roles.
+    let rec = record(&devs[0]);
+    assert_eq!(rec.disks[1].state, DISK_REMOVED | DISK_FAULTY, "{rec:?}");
+    assert_eq!(
+        (
+            rec.disks[3].number,
+            rec.disks[3].raid_disk,
+            rec.disks[3].state
+        ),
+        (3, 3, DISK_FAULTY),
+        "{rec:?}"
+    );
+    assert_eq!(rec.nr_disks, 3);
+    a.remove_member(MemberIdx(1)).unwrap();
+    let rec = record(&devs[0]);
+    assert_eq!(rec.disks[3], Default::default(), "{rec:?}");
+    assert_eq!(rec.nr_disks, 2);
+    // A new device: a spare in entry 3 while it is rebuilt ...
+    let new = mem("r-new", 8);
+    a.add_member(new.clone()).unwrap();
+    let rec = record(&new);
+    assert_eq!(rec.this_disk.number, 3, "{rec:?}");
+    assert_eq!(rec.this_disk.state, 0);
+    // ... and in its role's entry once in sync, in every member's record.
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    a.stop().unwrap();
+    for (i, d) in [&devs[0], &new, &devs[2]].into_iter().enumerate() {
+        let rec = record(d);
+        assert_eq!(rec.this_disk.number as usize, i, "{rec:?}");
+        for r in 0..3 {
+            let e = rec.disks[r];
+            assert_eq!((e.number, e.raid_disk), (r as u32, r as u32), "{rec:?}");
+            assert_eq!(e.state, DISK_ACTIVE | DISK_SYNC, "{rec:?}");
+        }
+        assert_eq!(rec.disks[3], Default::default(), "{rec:?}");
+        assert_eq!(
+            (rec.nr_disks, rec.active_disks, rec.failed_disks),
+            (3, 3, 0)
+        );
+    }
+    let members = dyn_members(&[devs[0].clone(), new.clone(), devs[2].clone()]);
+    let (b, rep) = assemble(members, &AssembleOptions::default()).unwrap();
+    assert!(!b.is_degraded(), "{rep:?}");
+    assert_eq!(b.check().unwrap(), 0);
 }
