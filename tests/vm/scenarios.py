@@ -146,9 +146,12 @@ def quick() -> list[Spec]:
     # md's write-mostly flag, both ways (issue 12).
     l2u += [L(1, 3, write_mostly=(2,))]
     u2l += [U(1, 3, write_mostly=(2,))]
-    # Metadata 0.90 (superblock in the last 64 KiB, data from sector 0, no bitmap in uraid).
+    # Metadata 0.90 (superblock in the last 64 KiB, data from sector 0, its internal
+    # bitmap right after the superblock).
     l2u += [L(1, 2, metadata="0.90"), L(5, 3, metadata="0.90", fail=(1,))]
     u2l += [U(1, 2, metadata="0.90"), U(5, 4, metadata="0.90")]
+    l2u += [L(1, 2, metadata="0.90", bitmap="internal")]
+    u2l += [U(5, 3, metadata="0.90", bitmap="internal")]
     return l2u + u2l
 
 
@@ -205,14 +208,15 @@ def _full_direction(mk, direction: str) -> list[Spec]:
         out.append(mk(5, 4, layout="left-symmetric", resync=True))
         out.append(mk(6, 5, layout="left-symmetric", resync=True))
         out.append(mk(10, 4, layout="f2", resync=True))
-    for md in ("1.0", "1.1"):
+    # The metadata matrix (issue 12): each version other than 1.2, for raid1/5/6/10, with
+    # and without an internal bitmap, whole and degraded with a failed (l2u) or missing
+    # (u2l) member; raid0 has neither bitmap nor redundancy.
+    redundant = ((1, 2, None), (5, 4, None), (6, 5, None), (10, 4, "n2"))
+    for md in ("0.90", "1.0", "1.1"):
         out.append(mk(0, 3, metadata=md))
-        for bm in ("none", "internal"):
-            out.append(mk(1, 2, metadata=md, bitmap=bm))
-            out.append(mk(5, 4, metadata=md, bitmap=bm))
-            out.append(mk(6, 5, metadata=md, bitmap=bm))
-            out.append(mk(10, 4, layout="n2", metadata=md, bitmap=bm))
-        out.append(mk(5, 4, metadata=md, fail=(1,)))
+        for (level, n, lay), bm, fail in itertools.product(
+                redundant, ("none", "internal"), ((), (1,))):
+            out.append(mk(level, n, layout=lay, metadata=md, bitmap=bm, fail=fail))
     return out
 
 
