@@ -32,7 +32,7 @@ use std::process::ExitCode;
 )]
 struct Cli {
     /// IO engine for file and block-device members.
-    #[arg(long, global = true, value_enum, default_value_t = open::EngineArg::Uring)]
+    #[arg(long, global = true, value_enum, default_value_t = open::EngineArg::Auto)]
     io_engine: open::EngineArg,
     /// Never open members with O_DIRECT.
     #[arg(long, global = true)]

@@ -5,12 +5,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use uraid_engine::Member;
-use uraid_engine::{set_io_engine, IoEngine};
+use uraid_engine::{set_io_engine, set_io_engine_per_member, IoEngine};
 use uraid_engine::{DirectMode, FileMember};
 use uraid_engine::{NbdClientConfig, NbdMember};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum EngineArg {
+    /// Per member: sync on tmpfs and for files without O_DIRECT, io_uring for block
+    /// devices and O_DIRECT files (`detail` shows the choice).
+    Auto,
     /// io_uring (falls back to sync where unavailable).
     Uring,
     /// pread/pwrite (fastest on tmpfs).
@@ -68,10 +71,11 @@ pub fn use_overlay(dir: &Path, command: &str) -> Result<()> {
 }
 
 pub fn configure(engine: EngineArg, no_direct: bool) {
-    set_io_engine(match engine {
-        EngineArg::Uring => IoEngine::Uring,
-        EngineArg::Sync => IoEngine::Sync,
-    });
+    match engine {
+        EngineArg::Auto => set_io_engine_per_member(),
+        EngineArg::Uring => set_io_engine(IoEngine::Uring),
+        EngineArg::Sync => set_io_engine(IoEngine::Sync),
+    }
     NO_DIRECT.store(no_direct, Ordering::Relaxed);
 }
 

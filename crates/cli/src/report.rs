@@ -383,6 +383,32 @@ fn with_flag_words(words: &str, flags: uraid_engine::MemberFlags) -> String {
 }
 
 /// One device row of mdadm --detail.
+/// The IO engine of each file member (not an mdadm line): one word when they all agree
+/// ("sync"), else each engine with its members ("io_uring (/dev/sdb), sync (a.img)").
+fn io_engine_words(a: &Array) -> Option<String> {
+    let mut by_engine: Vec<(&str, Vec<String>)> = Vec::new();
+    for r in 0..a.raid_disks() {
+        let slot = a.slot(MemberIdx(r));
+        let Some(e) = slot.io_engine() else { continue };
+        let name = slot.device_name().unwrap_or_default();
+        match by_engine.iter_mut().find(|(n, _)| *n == e.name()) {
+            Some((_, names)) => names.push(name),
+            None => by_engine.push((e.name(), vec![name])),
+        }
+    }
+    match by_engine.len() {
+        0 => None,
+        1 => Some(by_engine[0].0.to_string()),
+        _ => Some(
+            by_engine
+                .iter()
+                .map(|(e, names)| format!("{e} ({})", names.join(", ")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    }
+}
+
 fn device_row(o: &mut String, number: &str, raid_device: &str, state: &str, name: &str) {
     o.push_str(&format!(
         "    {number:>6}   {raid_device:>10} {state:<16} {name}"
@@ -531,6 +557,9 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     }
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));
     line("Consistency Policy", consistency_policy(a, &sb).into());
+    if let Some(e) = io_engine_words(a) {
+        line("IO Engine", e);
+    }
     if let Some(p) = sync {
         let what = match p.kind {
             SyncKind::Recovery => "Rebuild Status",
@@ -635,6 +664,7 @@ pub fn detail_json(a: &Array) -> Value {
                     SlotState::Missing => "missing",
                 },
                 "device": a.slot(MemberIdx(r)).device_name(),
+                "io_engine": a.slot(MemberIdx(r)).io_engine().map(|e| e.name()),
                 "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
                 // md's desc_nr, which /proc/mdstat prints as sda1[N].

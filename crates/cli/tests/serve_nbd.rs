@@ -1,8 +1,9 @@
 //! `uraid serve` over NBD against real clients: nbdinfo, qemu-img, qemu-io, nbdcopy and fio,
 //! on raid1, raid5 and raid6 arrays of sparse files, whole and degraded. After each run the
 //! server is stopped and the array is read back with `uraid read`, so what the clients wrote
-//! must be on the members, not just in the server. Each suite runs with the default IO
-//! engine (io_uring) or `--io-engine sync`, so both serve real clients.
+//! must be on the members, not just in the server. Each suite runs with `--io-engine uring`
+//! or `--io-engine sync`, so both serve real clients (the default picks per member, which on
+//! a tmpfs /tmp would be sync for both).
 
 use std::process::Command;
 use uraid_testkit::prelude::*;
@@ -14,7 +15,11 @@ fn suite(tag: &str, level: &str, n: usize, missing: &[usize], sync: bool) {
     }
     let dir = TempDir::new(tag);
     let members = create_array(&dir, level, n, 12, missing);
-    let engine: &[&str] = if sync { &SYNC } else { &[] };
+    let engine: &[&str] = if sync {
+        &SYNC
+    } else {
+        &["--io-engine", "uring"]
+    };
     let mut srv = Served::start(&dir, &members, engine);
     let uri = srv.uri();
 

@@ -1,6 +1,7 @@
 //! File and block-device members: O_DIRECT where the file system allows it (with a buffered
 //! descriptor beside it for unaligned IO), and io_uring for batched IO (see [`crate::io`]).
 
+use crate::io_engine::{io_engine_forced, on_tmpfs, IoEngine};
 use crate::member::{write_zero_buffers, Batch, Member, MemberOp, ZeroHow};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -53,6 +54,8 @@ pub struct FileMember {
     /// fast zeroing is only claimed where it works.
     punch_ok: AtomicBool,
     zero_range_ok: AtomicBool,
+    /// The engine chosen at open (see [`IoEngine::for_member`]); a forced one wins.
+    engine: IoEngine,
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
@@ -114,6 +117,7 @@ impl FileMember {
             rc == 0 && z == 1
         };
         let zeroes_offload = is_block && write_zeroes_offload(&meta);
+        let engine = IoEngine::for_member(is_block, direct.is_some(), on_tmpfs(&buffered));
         Ok(FileMember {
             path: path.to_path_buf(),
             buffered,
@@ -124,6 +128,7 @@ impl FileMember {
             zeroes_offload,
             punch_ok: AtomicBool::new(true),
             zero_range_ok: AtomicBool::new(true),
+            engine,
         })
     }
 
@@ -152,6 +157,12 @@ impl FileMember {
     /// Whether IO goes through O_DIRECT.
     pub fn uses_direct(&self) -> bool {
         self.direct.is_some()
+    }
+
+    /// The engine its batched IO runs on: the one forced on the process, else the one
+    /// chosen at open (sync on tmpfs and without O_DIRECT, io_uring otherwise).
+    pub fn engine(&self) -> IoEngine {
+        io_engine_forced().unwrap_or(self.engine)
     }
 
     fn pick(&self, addr: usize, offset: u64, len: usize) -> &File {
@@ -332,9 +343,15 @@ impl Member for FileMember {
         self.path.display().to_string()
     }
 
-    /// Queues every op for the batch's io_uring submission (see [`crate::io`]).
+    /// Queues every op for the batch's io_uring submission (see [`crate::io`]), or runs it
+    /// with pread/pwrite here when this member's engine is sync.
     fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        let sync = self.engine() == IoEngine::Sync;
         for op in ops.iter_mut().filter(|o| !o.is_complete()) {
+            if sync {
+                op.run_sync(self);
+                continue;
+            }
             let fd = self.fd_for(op.addr(), op.offset, op.len());
             batch.queue_fd(self, fd, op);
         }
@@ -342,6 +359,10 @@ impl Member for FileMember {
 
     fn known_zero(&self) -> bool {
         self.is_all_hole()
+    }
+
+    fn io_engine(&self) -> Option<IoEngine> {
+        Some(self.engine())
     }
 
     /// From the open descriptor, so that any path to the file gives the same answer.

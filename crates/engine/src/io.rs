@@ -17,7 +17,6 @@ use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
 use std::os::unix::io::RawFd;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// One member IO.
 pub struct Op<'a> {
@@ -60,35 +59,9 @@ pub fn uring_ios_on_this_thread() -> u64 {
     URING_IOS.with(|c| c.get())
 }
 
-/// Which engine runs file IO; chosen once per process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoEngine {
-    /// io_uring, batched per request.
-    Uring,
-    /// Synchronous pread/pwrite.
-    Sync,
-}
-
-static ENGINE: AtomicU8 = AtomicU8::new(0); // 0 = undecided, 1 = uring, 2 = sync
-
-/// Force an IO engine (e.g. `--io-engine sync` on tmpfs, where pread is faster).
-pub fn set_io_engine(e: IoEngine) {
-    ENGINE.store(
-        match e {
-            IoEngine::Uring => 1,
-            IoEngine::Sync => 2,
-        },
-        Ordering::Relaxed,
-    );
-}
-
-/// The engine in use for file IO.
-pub fn io_engine() -> IoEngine {
-    match ENGINE.load(Ordering::Relaxed) {
-        2 => IoEngine::Sync,
-        _ => IoEngine::Uring,
-    }
-}
+pub use crate::io_engine::{
+    io_engine, io_engine_forced, set_io_engine, set_io_engine_per_member, IoEngine,
+};
 
 const RING_ENTRIES: u32 = 256;
 

@@ -9,8 +9,8 @@
 //!
 //! - **Members**: the [`Member`] trait (read, write, flush, discard, write-zeroes at byte
 //!   offsets) and its backends, [`MemMember`] (memory) and [`FileMember`] (a file or block
-//!   device, O_DIRECT through io_uring where possible; see [`DirectMode`], [`IoEngine`],
-//!   [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO. With the
+//!   device, O_DIRECT where possible; io_uring or pread/pwrite chosen per member, see
+//!   [`DirectMode`], [`IoEngine`], [`set_io_engine`]). [`AlignedBuf`] is a page-aligned buffer for member IO. With the
 //!   `nbd` feature, [`NbdMember`] is a member on an NBD export on another host
 //!   (`nbd://host/export`, `nbd+unix:///export?socket=PATH`; see [`NbdClientConfig`]).
 //! - **Arrays**: [`create()`] (+ [`CreateOptions`], [`create_confirmed`] to ask before the
@@ -91,6 +91,7 @@ mod error;
 mod events;
 mod file;
 mod identity;
+mod io_engine;
 mod levels;
 mod member;
 mod member_io;
@@ -169,7 +170,7 @@ pub use meta::{
 // Member backends and member IO.
 pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
-pub use io::{io_engine, set_io_engine, IoEngine};
+pub use io::{io_engine, io_engine_forced, set_io_engine, set_io_engine_per_member, IoEngine};
 pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
 /// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
 #[cfg(feature = "nbd")]

@@ -68,6 +68,11 @@ pub trait Member: Send + Sync {
     fn device_id(&self) -> crate::identity::DeviceId {
         crate::identity::DeviceId::Named(self.name())
     }
+    /// The engine this member's file IO runs on (see [`crate::IoEngine`]); `None` for
+    /// members that are not files (memory, remote). Wrappers return their inner member's.
+    fn io_engine(&self) -> Option<crate::io_engine::IoEngine> {
+        None
+    }
 }
 
 /// The buffer of one member IO: filled by a read, written by a write.
@@ -358,6 +363,10 @@ impl Member for ReadOnlyMember {
             op.complete(Err(self.refuse()));
         }
         self.0.submit(ops, batch);
+    }
+
+    fn io_engine(&self) -> Option<crate::io_engine::IoEngine> {
+        self.0.io_engine()
     }
 
     fn name(&self) -> String {

@@ -275,4 +275,8 @@ impl Member for Replacing {
     fn device_id(&self) -> crate::identity::DeviceId {
         self.old.device_id()
     }
+
+    fn io_engine(&self) -> Option<crate::io_engine::IoEngine> {
+        self.old.io_engine()
+    }
 }

@@ -189,6 +189,15 @@ impl Slot {
         self.dev.read().unwrap().as_ref().map(|d| d.name())
     }
 
+    /// The IO engine of the member device, if it is a file or block device.
+    pub fn io_engine(&self) -> Option<crate::io_engine::IoEngine> {
+        self.dev
+            .read()
+            .unwrap()
+            .as_ref()
+            .and_then(|d| d.io_engine())
+    }
+
     /// Put `dev` (with its own md flags, from its superblock) in the slot.
     pub(crate) fn set_device(
         &self,

@@ -19,6 +19,8 @@ pub(crate) trait Vector: Copy {
     unsafe fn load(p: *const u8) -> Self;
     unsafe fn store(p: *mut u8, v: Self);
     unsafe fn zero() -> Self;
+    /// Every byte `b`.
+    unsafe fn splat(b: u8) -> Self;
     unsafe fn xor(a: Self, b: Self) -> Self;
     #[inline(always)]
     unsafe fn xor3(a: Self, b: Self, c: Self) -> Self {
@@ -26,12 +28,17 @@ pub(crate) trait Vector: Copy {
     }
     /// {02} * q.
     unsafe fn mul2(q: Self) -> Self;
-    /// {02} * q ^ d: one Horner step.
+    /// Whether [`Vector::mul2_xor`] and [`Vector::horner2`] are *biased*: each step may
+    /// leave Q off by a constant byte in every lane, which depends only on the number of
+    /// steps and which the loop removes at the end ([`horner_bias`]). It lets AVX2 drop one
+    /// of the four operations of {02}·x (see `x86.rs`).
+    const BIASED: bool = false;
+    /// {02} * q ^ d: one Horner step (biased when [`Vector::BIASED`]).
     #[inline(always)]
     unsafe fn mul2_xor(q: Self, d: Self) -> Self {
         Self::xor(Self::mul2(q), d)
     }
-    /// {04} * q ^ {02} * hi ^ lo: two Horner steps.
+    /// {04} * q ^ {02} * hi ^ lo: two Horner steps (biased when [`Vector::BIASED`]).
     #[inline(always)]
     unsafe fn horner2(q: Self, hi: Self, lo: Self) -> Self {
         Self::mul2_xor(Self::mul2_xor(q, hi), lo)
@@ -41,6 +48,47 @@ pub(crate) trait Vector: Copy {
     /// Hint that `p` will be read soon.
     #[inline(always)]
     unsafe fn prefetch(_p: *const u8) {}
+    /// Whether [`Vector::stream`] bypasses the cache (then it needs `BYTES`-aligned `p`, and
+    /// [`Vector::fence`] after the last one).
+    const STREAM: bool = false;
+    /// Store that does not keep `p` in the cache (non-temporal), for outputs too big for it.
+    #[inline(always)]
+    unsafe fn stream(p: *mut u8, v: Self) {
+        Self::store(p, v)
+    }
+    /// Order earlier [`Vector::stream`] stores before the stores that follow.
+    #[inline(always)]
+    unsafe fn fence() {}
+}
+
+/// The byte a biased Horner chain is off by after `steps` steps, from an exact start. The
+/// biased step computes `2s ^ r(s) ^ d` where `r(s)` is 0x1d for bytes *below* 0x80 (the
+/// opposite of the exact reduction); with `s = q ^ e` that is the exact next Q xor
+/// `e' = 2e ^ (0x1d if e < 0x80)`, since doubling is linear and `r` flips with the top bit
+/// of `e`.
+pub(crate) fn horner_bias(steps: usize) -> u8 {
+    let mut e = 0u8;
+    for _ in 0..steps {
+        e = (e << 1) ^ if e & 0x80 == 0 { 0x1d } else { 0 };
+    }
+    e
+}
+
+/// Blocks at least this long are written with non-temporal stores where the instruction
+/// set has them: a stripe of such blocks (4+ of them, 1 MiB and up) overflows L2, so the
+/// output would be evicted before anyone reads it, and the cache would first read every
+/// output line for ownership. Shorter blocks are left in the cache, where the engine (and
+/// the next parity pass) find them. ISA-L streams at every size, which costs it at 4 KiB.
+pub(crate) const STREAM_MIN_LEN: usize = 256 << 10;
+
+/// Whether a pass over `[start, len)` may stream its stores to `outs`.
+#[inline(always)]
+fn may_stream<V: Vector>(outs: &[*mut u8], start: usize, len: usize) -> bool {
+    V::STREAM
+        && len >= STREAM_MIN_LEN
+        && outs
+            .iter()
+            .all(|&p| (p as usize).wrapping_add(start).is_multiple_of(V::BYTES))
 }
 
 /// What a syndrome pass does with P and Q of the (surviving) data at each offset.
@@ -95,6 +143,32 @@ pub(crate) unsafe fn xor<V: Vector>(
     start: usize,
     len: usize,
 ) -> usize {
+    if may_stream::<V>(&[dst], start, len) {
+        let done = xor_loop::<V, true>(dst, first, rest, start, len);
+        V::fence();
+        done
+    } else {
+        xor_loop::<V, false>(dst, first, rest, start, len)
+    }
+}
+
+#[inline(always)]
+unsafe fn put<V: Vector, const NT: bool>(p: *mut u8, v: V) {
+    if NT {
+        V::stream(p, v)
+    } else {
+        V::store(p, v)
+    }
+}
+
+#[inline(always)]
+unsafe fn xor_loop<V: Vector, const NT: bool>(
+    dst: *mut u8,
+    first: *const u8,
+    rest: &[*const u8],
+    start: usize,
+    len: usize,
+) -> usize {
     let w = V::BYTES;
     let mut off = start;
     while off + UNROLL * w <= len {
@@ -116,7 +190,7 @@ pub(crate) unsafe fn xor<V: Vector>(
             }
         }
         for (j, a) in a.into_iter().enumerate() {
-            V::store(dst.add(off + j * w), a);
+            put::<V, NT>(dst.add(off + j * w), a);
         }
         off += UNROLL * w;
     }
@@ -125,7 +199,7 @@ pub(crate) unsafe fn xor<V: Vector>(
         for s in rest {
             a = V::xor(a, V::load(s.add(off)));
         }
-        V::store(dst.add(off), a);
+        put::<V, NT>(dst.add(off), a);
         off += w;
     }
     off
@@ -136,20 +210,21 @@ trait Finish<V: Vector> {
     unsafe fn finish(&self, off: usize, p: V, q: V);
 }
 
-struct FinPq(*mut u8, *mut u8);
-impl<V: Vector> Finish<V> for FinPq {
+/// Store P and Q, non-temporal with `NT`.
+struct FinPq<const NT: bool>(*mut u8, *mut u8);
+impl<V: Vector, const NT: bool> Finish<V> for FinPq<NT> {
     #[inline(always)]
     unsafe fn finish(&self, off: usize, p: V, q: V) {
-        V::store(self.0.add(off), p);
-        V::store(self.1.add(off), q);
+        put::<V, NT>(self.0.add(off), p);
+        put::<V, NT>(self.1.add(off), q);
     }
 }
 
-struct FinQ(*mut u8);
-impl<V: Vector> Finish<V> for FinQ {
+struct FinQ<const NT: bool>(*mut u8);
+impl<V: Vector, const NT: bool> Finish<V> for FinQ<NT> {
     #[inline(always)]
     unsafe fn finish(&self, off: usize, _p: V, q: V) {
-        V::store(self.0.add(off), q);
+        put::<V, NT>(self.0.add(off), q);
     }
 }
 
@@ -216,6 +291,11 @@ unsafe fn syndrome_loop<V: Vector, F: Finish<V>, const SKIP: bool>(
     let (top, below) = data.split_last().expect("at least one data slot");
     let mut off = start;
     let pf = if len <= PF_MAX_LEN { PF_BYTES } else { 0 };
+    // Every slot below the top is one Horner step, lost or not.
+    let bias = match V::BIASED {
+        true => V::splat(horner_bias(below.len())),
+        false => V::zero(),
+    };
     while off + UNROLL * w <= len {
         let mut p = [V::zero(); UNROLL];
         if !(SKIP && top.is_null()) {
@@ -251,7 +331,8 @@ unsafe fn syndrome_loop<V: Vector, F: Finish<V>, const SKIP: bool>(
             horner1::<V, SKIP>(&mut p, &mut q, *d, off);
         }
         for j in 0..UNROLL {
-            fin.finish(off + j * w, p[j], q[j]);
+            let q = if V::BIASED { V::xor(q[j], bias) } else { q[j] };
+            fin.finish(off + j * w, p[j], q);
         }
         off += UNROLL * w;
     }
@@ -264,7 +345,8 @@ unsafe fn syndrome_loop<V: Vector, F: Finish<V>, const SKIP: bool>(
         for &d in below.iter().rev() {
             horner1::<V, SKIP>(&mut p, &mut q, d, off);
         }
-        fin.finish(off, p[0], q[0]);
+        let q = if V::BIASED { V::xor(q[0], bias) } else { q[0] };
+        fin.finish(off, p[0], q);
         off += w;
     }
     off
@@ -276,7 +358,11 @@ unsafe fn horner1<V: Vector, const SKIP: bool>(p: &mut [V], q: &mut [V], d: *con
     let w = V::BYTES;
     if SKIP && d.is_null() {
         for q in q.iter_mut() {
-            *q = V::mul2(*q);
+            // A biased chain must take the biased step here too.
+            *q = match V::BIASED {
+                true => V::mul2_xor(*q, V::zero()),
+                false => V::mul2(*q),
+            };
         }
     } else {
         for (j, (p, q)) in p.iter_mut().zip(q.iter_mut()).enumerate() {
@@ -296,8 +382,18 @@ pub(crate) unsafe fn syndrome<V: Vector>(
     len: usize,
 ) -> usize {
     match *job {
-        Job::Pq { p, q } => syndrome_loop::<V, _, false>(data, start, len, &FinPq(p, q)),
-        Job::Q { q } => syndrome_loop::<V, _, false>(data, start, len, &FinQ(q)),
+        Job::Pq { p, q } if may_stream::<V>(&[p, q], start, len) => {
+            let done = syndrome_loop::<V, _, false>(data, start, len, &FinPq::<true>(p, q));
+            V::fence();
+            done
+        }
+        Job::Pq { p, q } => syndrome_loop::<V, _, false>(data, start, len, &FinPq::<false>(p, q)),
+        Job::Q { q } if may_stream::<V>(&[q], start, len) => {
+            let done = syndrome_loop::<V, _, false>(data, start, len, &FinQ::<true>(q));
+            V::fence();
+            done
+        }
+        Job::Q { q } => syndrome_loop::<V, _, false>(data, start, len, &FinQ::<false>(q)),
         Job::DataData { x, y, p, q, a, b } => {
             let fin = FinDataData::<V> {
                 x,
@@ -407,6 +503,10 @@ impl Vector for Byte {
         Byte(0)
     }
     #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        Byte(b)
+    }
+    #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {
         Byte(a.0 ^ b.0)
     }
@@ -446,6 +546,10 @@ impl Vector for Word {
     #[inline(always)]
     unsafe fn zero() -> Self {
         Word(0)
+    }
+    #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        Word(u64::from_ne_bytes([b; 8]))
     }
     #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {
@@ -525,3 +629,30 @@ pub(crate) use instantiate;
 
 instantiate!(byte, Byte);
 instantiate!(word, Word);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The biased step of `x86.rs` in bytes: `2s ^ (0x1d if s < 0x80) ^ d`.
+    fn biased_step(s: u8, d: u8) -> u8 {
+        (s << 1) ^ if s < 0x80 { 0x1d } else { 0 } ^ d
+    }
+
+    #[test]
+    fn horner_bias_corrects_a_biased_chain() {
+        for start in 0..=255u8 {
+            let (mut exact, mut biased) = (start, start);
+            for steps in 1..300usize {
+                let d = (steps as u8).wrapping_mul(37) ^ start;
+                exact = gf::mul(exact, 2) ^ d;
+                biased = biased_step(biased, d);
+                assert_eq!(
+                    biased ^ horner_bias(steps),
+                    exact,
+                    "start {start}, {steps} steps"
+                );
+            }
+        }
+    }
+}

@@ -19,12 +19,13 @@
 //! | implementation | needs | {02}·x (Horner step) | c·x (rmw, recovery) |
 //! |---|---|---|---|
 //! | `Scalar` | nothing (u64 words) | shift + mask + 0x1d | log/exp tables |
-//! | `Avx2` | avx2 | add + sign mask + 0x1d | PSHUFB nibble tables |
+//! | `Avx2` | avx2 | add + PSHUFB of 0x1d (biased, corrected at the end) | PSHUFB nibble tables |
 //! | `Avx512` | avx512f, avx512bw | add + k-mask + 0x1d | PSHUFB nibble tables |
 //! | `Gfni` | avx512f, avx512bw, gfni | `gf2p8affineqb` | `gf2p8affineqb` |
 //!
 //! Every pass reads each source once: recovery of two data blocks computes the partial
-//! syndromes of the survivors and solves for both lost blocks in the same loop. Whole
+//! syndromes of the survivors and solves for both lost blocks in the same loop. Outputs of
+//! blocks of 256 KiB and more are written with non-temporal stores on x86. Whole
 //! vectors go through the SIMD loops, a ragged tail byte by byte. Measurements against
 //! ISA-L and the command to repeat them: `docs/PERFORMANCE.md` (Parity) and the
 //! `parity-bench` binary.

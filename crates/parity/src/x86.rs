@@ -27,6 +27,10 @@ impl Vector for Avx2 {
         Avx2(_mm256_setzero_si256())
     }
     #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        Avx2(_mm256_set1_epi8(b as i8))
+    }
+    #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {
         Avx2(_mm256_xor_si256(a.0, b.0))
     }
@@ -37,9 +41,31 @@ impl Vector for Avx2 {
         let red = _mm256_and_si256(top, _mm256_set1_epi8(0x1d));
         Avx2(_mm256_xor_si256(_mm256_add_epi8(q.0, q.0), red))
     }
+    const BIASED: bool = true;
+    #[inline(always)]
+    unsafe fn mul2_xor(q: Self, d: Self) -> Self {
+        // Biased step: PSHUFB of a table of 0x1d yields 0x1d where the index byte is below
+        // 0x80 and 0 where it is not, the opposite of the reduction; the loop corrects the
+        // constant this leaves (kernels::horner_bias). Three ops and a data XOR instead of
+        // four (compare, mask, add, XOR): AVX2 has no one-op sign-to-mask.
+        let red = _mm256_shuffle_epi8(_mm256_set1_epi8(0x1d), q.0);
+        Avx2(_mm256_xor_si256(
+            _mm256_xor_si256(_mm256_add_epi8(q.0, q.0), d.0),
+            red,
+        ))
+    }
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+    }
+    const STREAM: bool = true;
+    #[inline(always)]
+    unsafe fn stream(p: *mut u8, v: Self) {
+        _mm256_stream_si256(p as *mut __m256i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline(always)]
     unsafe fn mul_prep(c: u8) -> Self::Mul {
@@ -106,6 +132,19 @@ impl Vector for Avx512 {
         Avx512(_mm512_setzero_si512())
     }
     #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        Avx512(_mm512_set1_epi8(b as i8))
+    }
+    const STREAM: bool = true;
+    #[inline(always)]
+    unsafe fn stream(p: *mut u8, v: Self) {
+        _mm512_stream_si512(p as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
+    }
+    #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {
         Avx512(_mm512_xor_si512(a.0, b.0))
     }
@@ -167,6 +206,19 @@ impl Vector for Gfni {
     #[inline(always)]
     unsafe fn zero() -> Self {
         Gfni(_mm512_setzero_si512())
+    }
+    #[inline(always)]
+    unsafe fn splat(b: u8) -> Self {
+        Gfni(_mm512_set1_epi8(b as i8))
+    }
+    const STREAM: bool = true;
+    #[inline(always)]
+    unsafe fn stream(p: *mut u8, v: Self) {
+        _mm512_stream_si512(p as *mut __m512i, v.0)
+    }
+    #[inline(always)]
+    unsafe fn fence() {
+        _mm_sfence()
     }
     #[inline(always)]
     unsafe fn xor(a: Self, b: Self) -> Self {

@@ -198,4 +198,8 @@ impl Member for FaultMember {
     fn device_id(&self) -> uraid_engine::DeviceId {
         self.inner.device_id()
     }
+
+    fn io_engine(&self) -> Option<uraid_engine::IoEngine> {
+        self.inner.io_engine()
+    }
 }

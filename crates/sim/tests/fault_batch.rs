@@ -8,7 +8,10 @@ use uraid_engine::Member;
 use uraid_engine::{DirectMode, FileMember};
 use uraid_sim::FaultMember;
 
+/// A buffered file member, with io_uring forced: by default a buffered file runs
+/// pread/pwrite, and these tests are about the batched path through the wrapper.
 fn file(tag: &str) -> Arc<dyn Member> {
+    uraid_engine::set_io_engine(IoEngine::Uring);
     let dir = std::env::temp_dir().join(format!("uraid-sim-batch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(tag);

@@ -118,11 +118,9 @@ impl ServeInfo {
             "members": self.members,
             "sync_speed_min": self.sync_limits.min_kib_s,
             "sync_speed_max": self.sync_limits.max_kib_s,
-            // After a fallback (no io_uring here) this says sync.
-            "io_engine": match uraid_engine::io::io_engine() {
-                uraid_engine::io::IoEngine::Uring => "io_uring",
-                uraid_engine::io::IoEngine::Sync => "sync",
-            },
+            // Forced on every member (after a fallback, no io_uring here: sync), else
+            // "auto": each member's own, in `detail`.
+            "io_engine": uraid_engine::io::io_engine_forced().map_or("auto", |e| e.name()),
         })
     }
 }

@@ -8,7 +8,9 @@
 //! Without the `isal` feature only uraid and memcpy are measured. Options:
 //! `--all` also times every available uraid implementation; `--quick` takes fewer samples;
 //! `--sizes 4096,65536` sets the block sizes (bytes); `--filter TEXT` runs only the rows whose name contains TEXT; `--wall` times wall-clock
-//! instead of this thread's CPU time.
+//! instead of this thread's CPU time; `--isal-avx2` calls ISA-L's AVX2 functions
+//! (`xor_gen_avx`, `pq_gen_avx2`) instead of its dispatcher, which is what ISA-L runs on a CPU
+//! without AVX-512 (pair it with `URAID_PARITY_IMPL=avx2` to compare the AVX2 paths).
 //! Throughput is GB/s (1e9 bytes) of source data: the data blocks for XOR and P+Q, and the
 //! `ndata` surviving blocks read for recovery. Each figure is the median of interleaved
 //! samples.
@@ -25,6 +27,9 @@ mod isal {
     extern "C" {
         pub fn xor_gen(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
         pub fn pq_gen(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
+        // What ISA-L's dispatcher picks on a CPU with AVX2 and no AVX-512 (`--isal-avx2`).
+        pub fn xor_gen_avx(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
+        pub fn pq_gen_avx2(vects: c_int, len: c_int, array: *mut *mut c_void) -> c_int;
         pub fn ec_init_tables(k: c_int, rows: c_int, a: *mut u8, gftbls: *mut u8);
         pub fn ec_encode_data(
             len: c_int,
@@ -105,6 +110,8 @@ struct Timer {
     samples: usize,
     sample_time: Duration,
     wall: bool,
+    #[cfg_attr(not(feature = "isal"), allow(dead_code))]
+    isal_avx2: bool,
 }
 
 /// CPU time of this thread: on a shared machine it does not count the time other
@@ -365,7 +372,7 @@ fn versus(t: &Timer, s: &mut Stripe, bytes: usize, op: Op, want: &[u8]) -> (f64,
     #[cfg(feature = "isal")]
     {
         let ptrs: Vec<*mut u8> = (0..s2.n).map(|i| s2.ptr(i)).collect();
-        let mut isal = IsalJob::new(&ptrs, s2.len, op);
+        let mut isal = IsalJob::new(&ptrs, s2.len, op, t.isal_avx2);
         scribble(&mut s2, op);
         isal.run();
         let got = match op {
@@ -389,6 +396,7 @@ fn versus(t: &Timer, s: &mut Stripe, bytes: usize, op: Op, want: &[u8]) -> (f64,
 #[cfg(feature = "isal")]
 struct IsalJob {
     op: Op,
+    avx2: bool,
     len: usize,
     array: Vec<*mut std::ffi::c_void>,
     survivors: Vec<*mut u8>,
@@ -398,10 +406,11 @@ struct IsalJob {
 
 #[cfg(feature = "isal")]
 impl IsalJob {
-    fn new(ptrs: &[*mut u8], len: usize, op: Op) -> IsalJob {
+    fn new(ptrs: &[*mut u8], len: usize, op: Op, avx2: bool) -> IsalJob {
         let array = ptrs.iter().map(|&p| p as *mut std::ffi::c_void).collect();
         let mut job = IsalJob {
             op,
+            avx2,
             len,
             array,
             survivors: Vec::new(),
@@ -446,8 +455,22 @@ impl IsalJob {
         // SAFETY: pointer arrays name live, 64-byte aligned blocks of `len` bytes.
         unsafe {
             let rc = match self.op {
-                Op::Xor { ndata } => isal::xor_gen(ndata as i32 + 1, len, self.array.as_mut_ptr()),
-                Op::Pq { ndata } => isal::pq_gen(ndata as i32 + 2, len, self.array.as_mut_ptr()),
+                Op::Xor { ndata } => {
+                    let f = if self.avx2 {
+                        isal::xor_gen_avx
+                    } else {
+                        isal::xor_gen
+                    };
+                    f(ndata as i32 + 1, len, self.array.as_mut_ptr())
+                }
+                Op::Pq { ndata } => {
+                    let f = if self.avx2 {
+                        isal::pq_gen_avx2
+                    } else {
+                        isal::pq_gen
+                    };
+                    f(ndata as i32 + 2, len, self.array.as_mut_ptr())
+                }
                 Op::Recover { ndata, .. } => {
                     let mut outs = [self.out[0].as_mut_ptr(), self.out[1].as_mut_ptr()];
                     isal::ec_encode_data(
@@ -480,6 +503,7 @@ fn main() {
         samples: if quick { 15 } else { 41 },
         sample_time: Duration::from_micros(1500),
         wall: args.iter().any(|a| a == "--wall"),
+        isal_avx2: args.iter().any(|a| a == "--isal-avx2"),
     };
     let filter = args
         .iter()
@@ -493,7 +517,7 @@ fn main() {
         }
     };
     println!(
-        "uraid parity: active implementation {} (available: {}); ISA-L {}",
+        "uraid parity: active implementation {} (available: {}); ISA-L {}{}",
         uraid_parity::active(),
         available()
             .iter()
@@ -504,6 +528,11 @@ fn main() {
             "linked"
         } else {
             "not linked (build with --features isal)"
+        },
+        if args.iter().any(|a| a == "--isal-avx2") {
+            " (its AVX2 functions: xor_gen_avx, pq_gen_avx2)"
+        } else {
+            ""
         }
     );
     println!();
