@@ -252,7 +252,13 @@ mod imp {
                     let _ = thread.join();
                     bail!("ublk: {e}")
                 }
-                Err(_) => bail!("ublk: the device did not start within 90 s"),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = thread.join();
+                    bail!("ublk: the device thread stopped before the device started")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("ublk: the device did not start within 90 s")
+                }
             }
         }
 
@@ -349,9 +355,17 @@ mod imp {
                      recover; serve without --recover"
                 );
             }
+            // The queues and depth are the device's: libublk sizes its tables from what
+            // the builder says.
+            let info = UblkCtrl::new_simple(id as i32)
+                .map_err(|e| anyhow!("opening ublk device {id}: {e}"))?
+                .dev_info();
             let ctrl = UblkCtrlBuilder::default()
                 .name("uraid")
                 .id(id as i32)
+                .nr_queues(info.nr_hw_queues)
+                .depth(info.queue_depth)
+                .io_buf_bytes(info.max_io_buf_bytes)
                 .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
                 .build()
                 .map_err(|e| anyhow!("opening ublk device {id} to recover it: {e}"))?;
