@@ -69,12 +69,12 @@ stop_served() {
     wait $SPID
 }
 FIO_ARGS="--name=v --rw=randwrite --bs=4k --ioengine=libaio --iodepth=32 --direct=1 \
-    --verify=crc32c --verify_fatal=1 --randrepeat=1 --norandommap"
+    --verify=crc32c --verify_fatal=1 --randrepeat=1"
 # killed_mid_fio NAME FILE SIZE: fio with verify on FILE, the server SIGKILLed while it runs,
 # `serve --recover` takes over, fio must finish clean; then a verify-only pass.
 killed_mid_fio() {
     _k=$1 _f=$2 _s=$3
-    fio $FIO_ARGS --filename="$_f" --size="$_s" --do_verify=1 --output="$O/$_k.fio" &
+    fio $FIO_ARGS --filename="$_f" --size="$_s" --do_verify=1 --output="$O/$_k.fio" 2>"$O/$_k.fio.err" &
     _fio=$!
     sleep 4
     check "$_k-fio-running-at-kill" kill -0 $_fio
