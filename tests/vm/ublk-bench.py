@@ -51,7 +51,7 @@ run_uraid() {  # LEVEL N ROUND
     uraid create --assume-clean -l $1 -n $2 $_c -b none -N bench $(devs $2) >/dev/null \
         || { echo "FAIL uraid-create raid$1"; return; }
     rm -f /tmp/ctl.sock
-    uraid serve --ublk --no-nbd --control /tmp/ctl.sock $(devs $2) >/tmp/serve.out 2>>"$O/serve.err" &
+    ${WORKERS:+env URAID_UBLK_WORKERS=$WORKERS} uraid serve --ublk --no-nbd --control /tmp/ctl.sock $(devs $2) >/tmp/serve.out 2>>"$O/serve.err" &
     _p=$!
     _i=0
     until grep -q '^ublk: ' /tmp/serve.out; do
@@ -97,6 +97,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=20, help="seconds per fio run")
     ap.add_argument("--uraid")
+    ap.add_argument("--workers", type=int, help="URAID_UBLK_WORKERS for uraid serve")
     args = ap.parse_args()
     uraid = find_uraid(args.uraid)
     fio = shutil.which("fio")
@@ -109,8 +110,9 @@ def main() -> int:
     boot.share.mkdir(parents=True, exist_ok=True)
     (boot.share / "brd.ko").write_bytes(lzma.decompress(kmod.read_bytes()))
     boot.guest_bins += [uraid, Path(fio)]
-    boot.job.append(f"RUNTIME={args.runtime}\nROUNDS={args.rounds}\n" + GUEST_JOB)
-    boot.budget_s = 120 + args.rounds * 4 * (args.runtime + 40)
+    boot.job.append(f"RUNTIME={args.runtime}\nROUNDS={args.rounds}\n"
+                    f"WORKERS={args.workers or ''}\n" + GUEST_JOB)
+    boot.budget_s = 120 + args.rounds * 4 * (args.runtime + 70)
     boot.boot(1.0)
     out = boot.share / "out" / "bench"
     ok = True

@@ -344,6 +344,12 @@ mod imp {
     ) -> Result<()> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (nr_queues, depth, workers) = sizing(cpus);
+        // For measuring only (docs/PERFORMANCE.md): the pool's size.
+        let workers = std::env::var("URAID_UBLK_WORKERS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(workers);
         let id = opts.id.map_or(-1, |i| i as i32);
         let ctrl = if opts.recover {
             let id = opts
