@@ -57,6 +57,12 @@ else
 fi
 echo "== exports in the VM: nbd-client and ublk, ext4 on top"
 tests/vm/export.sh
+echo "== ublk: the server SIGKILLed under fio and recovered; read-only (VM)"
+if [ $full = 1 ]; then
+    tests/vm/ublk.sh --full
+else
+    tests/vm/ublk.sh
+fi
 echo "== the raid5 write journal with Linux md, both ways (VM)"
 tests/vm/journal.sh
 echo "== all tests passed"

@@ -132,6 +132,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             nbd: Some(nbd.clone()),
             nbd_any_port: a.nbd.is_none(),
             ublk: false,
+            ublk_opts: Default::default(),
             export_name: "demo".into(),
             control: Some(control),
             sync_limits: uraid_engine::SyncLimits::default(),

@@ -50,6 +50,14 @@ pub struct ServeArgs {
     /// Also export the array as /dev/ublkbN (Linux 6.0+ with the ublk driver).
     #[arg(long)]
     pub ublk: bool,
+    /// The ublk device id to use (/dev/ublkbN); the kernel picks one if not given.
+    #[arg(long, value_name = "N", requires = "ublk")]
+    pub ublk_id: Option<u32>,
+    /// Take over ublk device --ublk-id N left by a server that was killed or crashed: its
+    /// waiting requests are served by this one (also an upgrade in place: SIGKILL the old
+    /// server, start the new binary with --recover).
+    #[arg(long, requires = "ublk_id")]
+    pub recover: bool,
     /// NBD export name (default: the array's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -123,6 +131,8 @@ pub struct ServeOptions {
     /// With the default TCP address taken, pick a free port instead of failing (demo).
     pub nbd_any_port: bool,
     pub ublk: bool,
+    /// The ublk device's id, read-only flag and recovery.
+    pub ublk_opts: crate::ublk::UblkOptions,
     pub export_name: String,
     pub control: Option<PathBuf>,
     /// md's sync_speed_min/max for the daemons' syncs.
@@ -184,6 +194,11 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
             nbd,
             nbd_any_port: false,
             ublk: a.ublk,
+            ublk_opts: crate::ublk::UblkOptions {
+                readonly: a.readonly,
+                id: a.ublk_id,
+                recover: a.recover,
+            },
             export_name,
             control: a.control.clone(),
             // --speed-max alone caps the pace: the minimum follows it down.
@@ -226,7 +241,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     // ublk.
     let mut ublk = None;
     if opts.ublk {
-        match crate::ublk::UblkExport::start(array.clone()) {
+        match crate::ublk::UblkExport::start(array.clone(), opts.ublk_opts.clone()) {
             Ok(u) => {
                 info.ublk_dev = Some(u.bdev_path());
                 ublk = Some(u);

@@ -1,16 +1,42 @@
 //! The ublk export: `/dev/ublkbN` backed by the array, through the `libublk` crate.
 //!
-//! The kernel hands each queue's requests to one thread of ours over io_uring; we run them
-//! on the array synchronously (the array already spreads one request over its members) and
-//! complete them with the byte count or `-errno`. Teardown: `kill_dev` from another
-//! handle stops the queues; `run_target` returns and deleting the control handle removes
-//! the device.
+//! **Many requests in flight.** The kernel hands each queue's requests to one thread of ours
+//! over io_uring. That thread never runs a request itself: it takes the tag's buffer, hands
+//! the request to a pool of worker threads ([`Pool`]) and goes back to its ring, so a request
+//! waiting on its members does not hold the queue. A worker runs it on the array (which is
+//! synchronous: `Array::read`/`write` block the calling thread), puts the tag, its buffer and
+//! the result on the queue's completion list and writes the queue's eventfd; the queue's ring
+//! has a poll on that eventfd, wakes, and commits every finished tag (COMMIT_AND_FETCH) with
+//! the byte count or `-errno`. A tag's buffer is owned by exactly one side at a time, so it
+//! lives until its request completes. Queues, depth and workers follow the machine's CPUs.
+//!
+//! No zero-copy or user-copy: the engine does its member IO on its own threads (and rings),
+//! not on the ublk queue's ring, so the kernel's zero-copy (a fixed buffer of the request,
+//! usable only by IO issued on the queue's ring) cannot reach it, and user-copy only moves
+//! the one copy we have from the kernel into a `pread` of ours.
+//!
+//! **Restart without losing IO.** Every device is added with `UBLK_F_USER_RECOVERY` and
+//! `UBLK_F_USER_RECOVERY_REISSUE`: when this process dies (SIGKILL, crash) the kernel keeps
+//! `/dev/ublkbN`, holds new requests and requeues the ones we had been given. `uraid serve
+//! --recover --ublk-id N` assembles the array again (unclean: the bitmap or a full resync as
+//! usual), checks that device N is this array's (its size, read-only flag, and the array UUID
+//! kept in libublk's json under /run/ublksrvd), then START_USER_RECOVERY, new queues, and
+//! END_USER_RECOVERY: the held requests are served. Reissuing is safe because a block write
+//! may be repeated (the array is unclean until the resync, as after any crash).
+//!
+//! **Read-only.** With `serve --readonly` the device gets `UBLK_ATTR_READ_ONLY`: the kernel
+//! refuses writes (EROFS/EPERM) before they reach us; a write that reached us anyway fails
+//! with EROFS.
+//!
+//! Teardown: `kill_dev` from another handle stops the queues; `run_target` returns and
+//! deleting the control handle removes the device.
 //!
 //! Built only with the `ublk` cargo feature (libublk generates its kernel bindings with
 //! bindgen, which needs libclang at build time); without it `--ublk` says so.
 
 use anyhow::Result;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 use uraid_engine::Array;
 
 /// What to tell the user when the kernel has no ublk.
@@ -18,25 +44,184 @@ pub const NO_UBLK_DRIVER: &str =
     "this kernel has no ublk driver (CONFIG_BLK_DEV_UBLK; try `modprobe ublk_drv`): \
      /dev/ublk-control is missing; use --nbd";
 
+/// How `serve` wants its ublk device.
+#[derive(Clone, Debug, Default)]
+pub struct UblkOptions {
+    /// Mark the device read-only (`UBLK_ATTR_READ_ONLY`).
+    pub readonly: bool,
+    /// The device id to add (or, with `recover`, to take over); the kernel picks one if none.
+    pub id: Option<u32>,
+    /// Take over device `id`, left by a server that died, instead of adding one.
+    pub recover: bool,
+}
+
+/// One request as the kernel described it (the fields of `ublksrv_io_desc` we use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "ublk"), allow(dead_code))]
+pub struct Req {
+    /// `UBLK_IO_OP_*`.
+    pub op: u32,
+    /// `UBLK_IO_F_*`.
+    pub flags: u32,
+    /// Byte offset in the device.
+    pub offset: u64,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// What a worker hands back to its queue: the tag, its buffer, and the result for the kernel.
+type Finished<B> = (u16, B, i32);
+
+/// One queue's finished requests, and the eventfd that wakes the queue's ring for them.
+pub struct Completions<B> {
+    list: Mutex<Vec<Finished<B>>>,
+    efd: std::os::fd::OwnedFd,
+}
+
+impl<B> Completions<B> {
+    /// A list with a fresh non-blocking eventfd.
+    pub fn new() -> std::io::Result<Completions<B>> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd returns a new descriptor we own, or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Completions {
+            list: Mutex::new(Vec::new()),
+            // SAFETY: fd is ours and open.
+            efd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// The eventfd the queue polls.
+    #[cfg_attr(not(feature = "ublk"), allow(dead_code))]
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.efd.as_raw_fd()
+    }
+
+    fn push(&self, done: Finished<B>) {
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(done);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd. It cannot fail short of
+        // the counter overflowing (2^64 - 2 wakes unread), which never happens.
+        unsafe { libc::write(self.fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Resets the eventfd, then takes what is finished: a worker finishing after the reset
+    /// writes the eventfd again, so nothing waits unseen.
+    pub fn take(&self) -> Vec<Finished<B>> {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN (nothing written) is fine.
+        unsafe { libc::read(self.fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        std::mem::take(&mut *self.list.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+struct Job<B> {
+    tag: u16,
+    req: Req,
+    buf: B,
+    done: Arc<Completions<B>>,
+}
+
+/// Worker threads that run requests on the (synchronous) array and hand each one back to
+/// its queue's [`Completions`].
+pub struct Pool<B: Send + 'static> {
+    tx: Option<mpsc::Sender<Job<B>>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<B: Send + 'static> Pool<B> {
+    /// `workers` threads running `run` on each request with its buffer; `run` returns the
+    /// result for the kernel (bytes or `-errno`).
+    pub fn new<F>(workers: usize, run: F) -> std::io::Result<Pool<B>>
+    where
+        F: Fn(&Req, &mut B) -> i32 + Send + Sync + 'static,
+    {
+        let (tx, rx) = mpsc::channel::<Job<B>>();
+        let rx = Arc::new(Mutex::new(rx));
+        let run = Arc::new(run);
+        let mut threads = Vec::new();
+        for i in 0..workers.max(1) {
+            let rx = rx.clone();
+            let run = run.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("ublk-w{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok(mut job) = job else { return };
+                    let res = run(&job.req, &mut job.buf);
+                    job.done.push((job.tag, job.buf, res));
+                })?;
+            threads.push(t);
+        }
+        Ok(Pool {
+            tx: Some(tx),
+            threads,
+        })
+    }
+
+    /// Queues one request; its result comes back on `done`.
+    pub fn submit(&self, tag: u16, req: Req, buf: B, done: &Arc<Completions<B>>) {
+        let job = Job {
+            tag,
+            req,
+            buf,
+            done: done.clone(),
+        };
+        if let Some(tx) = &self.tx {
+            // The workers only stop when the pool is dropped, after every queue.
+            let _ = tx.send(job);
+        }
+    }
+}
+
+impl<B: Send + 'static> Drop for Pool<B> {
+    fn drop(&mut self) {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Queues, requests per queue and worker threads for a machine with `cpus` CPUs: a queue per
+/// CPU (at most 8), depth 128, and two workers per CPU (4 to 64). More workers than that
+/// measured slower (docs/PERFORMANCE.md: 256 workers on 2 vCPUs served raid1 at a third of the
+/// IOPS of 4): on fast members a request is CPU work, and extra threads only add wake-ups.
+pub fn sizing(cpus: usize) -> (u16, u16, usize) {
+    let queues = cpus.clamp(1, 8) as u16;
+    let depth: u16 = 128;
+    let workers = (cpus * 2).clamp(4, 64);
+    (queues, depth, workers)
+}
+
 #[cfg(feature = "ublk")]
 mod imp {
     use super::*;
     use anyhow::{anyhow, bail, Context};
     use libublk::ctrl::{UblkCtrl, UblkCtrlBuilder};
+    use libublk::helpers::IoBuf;
     use libublk::io::{UblkDev, UblkIOCtx, UblkQueue};
     use libublk::{sys, BufDesc, BufDescList, UblkFlags, UblkIORes};
-    use std::sync::mpsc;
-    use std::thread::JoinHandle;
     use std::time::Duration;
     use uraid_engine::ZeroHow;
 
-    /// Queues (one thread each) and requests in flight per queue.
-    const NR_QUEUES: u16 = 2;
-    const QUEUE_DEPTH: u16 = 64;
     /// Largest read or write the kernel sends us.
     const IO_BUF_BYTES: u32 = 512 * 1024;
     /// Largest discard or write-zeroes range.
     const MAX_RANGE_SECTORS: u32 = 1 << 20;
+    /// The target-IO op of the eventfd poll in a queue's ring.
+    const EVENTFD_OP: u32 = 1;
+    /// Where the array's UUID goes in libublk's json (`target_data`).
+    const UUID_KEY: &str = "uraid_uuid";
+
+    type Buf = IoBuf<u8>;
 
     pub struct UblkExport {
         dev_id: u32,
@@ -44,7 +229,7 @@ mod imp {
     }
 
     impl UblkExport {
-        pub fn start(array: Arc<Array>) -> Result<UblkExport> {
+        pub fn start(array: Arc<Array>, opts: UblkOptions) -> Result<UblkExport> {
             if !std::path::Path::new("/dev/ublk-control").exists() {
                 bail!("{NO_UBLK_DRIVER}");
             }
@@ -53,12 +238,13 @@ mod imp {
             let thread = std::thread::Builder::new()
                 .name("ublk".into())
                 .spawn(move || {
-                    if let Err(e) = run(array, tx_started) {
+                    if let Err(e) = run(array, opts, tx_started) {
                         let _ = tx.send(Err(format!("{e:#}")));
                     }
                 })
                 .context("starting the ublk thread")?;
-            match rx.recv_timeout(Duration::from_secs(60)) {
+            // A recovery waits up to 30 s for the dead server's device to be quiesced.
+            match rx.recv_timeout(Duration::from_secs(90)) {
                 Ok(Ok(dev_id)) => Ok(UblkExport {
                     dev_id,
                     thread: Some(thread),
@@ -67,7 +253,13 @@ mod imp {
                     let _ = thread.join();
                     bail!("ublk: {e}")
                 }
-                Err(_) => bail!("ublk: the device did not start within 60 s"),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = thread.join();
+                    bail!("ublk: the device thread stopped before the device started")
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("ublk: the device did not start within 90 s")
+                }
             }
         }
 
@@ -88,19 +280,134 @@ mod imp {
         }
     }
 
-    fn run(array: Arc<Array>, started: mpsc::Sender<Result<u32, String>>) -> Result<()> {
-        let ctrl = UblkCtrlBuilder::default()
-            .name("uraid")
-            .nr_queues(NR_QUEUES)
-            .depth(QUEUE_DEPTH)
-            .io_buf_bytes(IO_BUF_BYTES)
-            .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
-            .build()
-            .map_err(|e| anyhow!("adding a ublk device: {e} (is ublk_drv loaded?)"))?;
+    fn uuid_of(array: &Array) -> String {
+        uraid_core::superblock::uuid_string(&array.meta().template().set_uuid)
+    }
+
+    /// Refuses to take over device `id` unless a dead server of this array left it.
+    fn check_recoverable(ctrl: &UblkCtrl, id: u32, array: &Array, readonly: bool) -> Result<()> {
+        let info = ctrl.dev_info();
+        if info.flags & sys::UBLK_F_USER_RECOVERY as u64 == 0 {
+            bail!(
+                "ublk device {id} was not added with user recovery (not by this uraid): \
+                 it cannot be taken over; delete it and serve without --recover"
+            );
+        }
+        let pid = info.ublksrv_pid;
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if info.state == sys::UBLK_S_DEV_LIVE as u16
+            && pid > 0
+            && unsafe { libc::kill(pid, 0) } == 0
+        {
+            bail!(
+                "ublk device {id} is still served by process {pid}: stop it (or kill it) \
+                 before --recover"
+            );
+        }
+        let mut p = sys::ublk_params::default();
+        ctrl.get_params(&mut p)
+            .map_err(|e| anyhow!("reading ublk device {id}'s parameters: {e}"))?;
         let size = array.size_bytes();
+        if p.basic.dev_sectors != size >> 9 {
+            bail!(
+                "ublk device {id} is {} bytes and this array {size}: it served another array; \
+                 name the right --ublk-id or the right members",
+                p.basic.dev_sectors << 9
+            );
+        }
+        let dev_ro = p.basic.attrs & sys::UBLK_ATTR_READ_ONLY != 0;
+        if dev_ro != readonly {
+            bail!(
+                "ublk device {id} is {}, and the kernel keeps that across a recovery: serve {} \
+                 --readonly",
+                if dev_ro { "read-only" } else { "read-write" },
+                if dev_ro { "with" } else { "without" }
+            );
+        }
+        if let Some(t) = ctrl.get_target_data_from_json() {
+            if let Some(u) = t.get(UUID_KEY).and_then(|v| v.as_str()) {
+                let mine = uuid_of(array);
+                if u != mine {
+                    bail!(
+                        "ublk device {id} served array {u}, not {mine}: name the right \
+                         --ublk-id or the right members"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run(
+        array: Arc<Array>,
+        opts: UblkOptions,
+        started: mpsc::Sender<Result<u32, String>>,
+    ) -> Result<()> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (nr_queues, depth, workers) = sizing(cpus);
+        // For measuring only (docs/PERFORMANCE.md): the pool's size.
+        let workers = std::env::var("URAID_UBLK_WORKERS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(workers);
+        let id = opts.id.map_or(-1, |i| i as i32);
+        let ctrl = if opts.recover {
+            let id = opts
+                .id
+                .context("--recover needs --ublk-id N: the device to take over")?;
+            if !std::path::Path::new(&format!("/dev/ublkc{id}")).exists() {
+                bail!(
+                    "there is no ublk device {id} (/dev/ublkc{id} is missing): nothing to \
+                     recover; serve without --recover"
+                );
+            }
+            // The queues and depth are the device's: libublk sizes its tables from what
+            // the builder says.
+            let info = UblkCtrl::new_simple(id as i32)
+                .map_err(|e| anyhow!("opening ublk device {id}: {e}"))?
+                .dev_info();
+            let ctrl = UblkCtrlBuilder::default()
+                .name("uraid")
+                .id(id as i32)
+                .nr_queues(info.nr_hw_queues)
+                .depth(info.queue_depth)
+                .io_buf_bytes(info.max_io_buf_bytes)
+                .dev_flags(UblkFlags::UBLK_DEV_F_RECOVER_DEV)
+                .build()
+                .map_err(|e| anyhow!("opening ublk device {id} to recover it: {e}"))?;
+            check_recoverable(&ctrl, id, &array, opts.readonly)?;
+            ctrl.start_user_recover()
+                .map_err(|e| anyhow!("START_USER_RECOVERY on ublk device {id}: {e}"))?;
+            ctrl
+        } else {
+            UblkCtrlBuilder::default()
+                .name("uraid")
+                .id(id)
+                .nr_queues(nr_queues)
+                .depth(depth)
+                .io_buf_bytes(IO_BUF_BYTES)
+                .ctrl_flags((sys::UBLK_F_USER_RECOVERY | sys::UBLK_F_USER_RECOVERY_REISSUE) as u64)
+                .dev_flags(UblkFlags::UBLK_DEV_F_ADD_DEV)
+                .build()
+                .map_err(|e| match opts.id {
+                    Some(i) => anyhow!("adding ublk device {i}: {e} (is the id taken?)"),
+                    None => anyhow!("adding a ublk device: {e} (is ublk_drv loaded?)"),
+                })?
+        };
+        let size = array.size_bytes();
+        let readonly = opts.readonly;
+        let uuid = uuid_of(&array);
         let tgt_init = move |dev: &mut UblkDev| {
             dev.set_default_params(size);
+            // Room in each queue's ring for every tag's command and the eventfd poll.
+            let d = dev.dev_info.queue_depth;
+            dev.tgt.sq_depth = d.saturating_mul(2);
+            dev.tgt.cq_depth = d.saturating_mul(2);
             let p = &mut dev.tgt.params;
+            if readonly {
+                p.basic.attrs |= sys::UBLK_ATTR_READ_ONLY;
+            }
             p.types |= sys::UBLK_PARAM_TYPE_DISCARD;
             p.discard = sys::ublk_param_discard {
                 discard_alignment: 0,
@@ -111,19 +418,51 @@ mod imp {
                 max_discard_segments: 1,
                 ..Default::default()
             };
+            dev.set_target_json(serde_json::json!({ UUID_KEY: uuid }));
             Ok(())
         };
-        let q_array = array.clone();
-        let q_fn = move |qid: u16, dev: &UblkDev| queue_loop(qid, dev, &q_array);
+        let pool_array = array.clone();
+        let pool = Arc::new(
+            Pool::new(workers, move |req: &Req, buf: &mut Buf| {
+                handle(req, buf.as_mut_slice(), &pool_array, readonly)
+            })
+            .context("starting the ublk workers")?,
+        );
+        let q_pool = pool.clone();
+        let q_fn = move |qid: u16, dev: &UblkDev| queue_loop(qid, dev, &q_pool);
+        let recovered = opts.recover;
         ctrl.run_target(tgt_init, q_fn, move |ctrl: &UblkCtrl| {
             let _ = started.send(Ok(ctrl.dev_info().dev_id));
         })
         .map_err(|e| anyhow!("running the ublk device: {e}"))?;
+        // A device we took over is not ours to delete on drop (libublk deletes only what it
+        // added): delete it here, after a clean stop.
+        if recovered {
+            let _ = ctrl.del_dev();
+        }
+        drop(pool);
         Ok(())
     }
 
-    fn queue_loop(qid: u16, dev: &UblkDev, array: &Array) {
-        let mut bufs = dev.alloc_queue_io_bufs();
+    /// Arms the poll on the queue's eventfd: one CQE when a worker has finished something.
+    fn arm(q: &UblkQueue, fd: std::os::fd::RawFd) {
+        let sqe = io_uring::opcode::PollAdd::new(io_uring::types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(UblkIOCtx::build_user_data(0, EVENTFD_OP, 0, true));
+        if let Err(e) = q.ublk_submit_sqe_sync(sqe) {
+            tracing::error!("ublk queue {}: arming the eventfd poll: {e}", q.get_qid());
+        }
+    }
+
+    fn queue_loop(qid: u16, dev: &UblkDev, pool: &Pool<Buf>) {
+        let done = match Completions::<Buf>::new() {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                tracing::error!("ublk queue {qid}: eventfd: {e}");
+                return;
+            }
+        };
+        let bufs = dev.alloc_queue_io_bufs();
         let q = match UblkQueue::new(qid, dev)
             .and_then(|q| q.submit_fetch_commands_unified(BufDescList::Slices(Some(&bufs))))
         {
@@ -133,28 +472,57 @@ mod imp {
                 return;
             }
         };
-        q.wait_and_handle_io(move |q: &UblkQueue, tag: u16, _io: &UblkIOCtx| {
-            let buf = &mut bufs[tag as usize];
-            let res = handle(q, tag, buf.as_mut_slice(), array);
-            if let Err(e) = q.complete_io_cmd_unified(
-                tag,
-                BufDesc::Slice(buf.as_slice()),
-                Ok(UblkIORes::Result(res)),
-            ) {
-                tracing::error!("ublk: completing tag {tag}: {e}");
+        // Each tag's buffer: here while the tag waits for a request, with a worker while it
+        // runs one.
+        let mut slots: Vec<Option<Buf>> = bufs.into_iter().map(Some).collect();
+        arm(&q, done.fd());
+        q.wait_and_handle_io(move |q: &UblkQueue, tag: u16, io: &UblkIOCtx| {
+            if io.is_tgt_io() {
+                for (tag, buf, res) in done.take() {
+                    if let Err(e) = q.complete_io_cmd_unified(
+                        tag,
+                        BufDesc::Slice(buf.as_slice()),
+                        Ok(UblkIORes::Result(res)),
+                    ) {
+                        tracing::error!("ublk: completing tag {tag}: {e}");
+                    }
+                    slots[tag as usize] = Some(buf);
+                }
+                arm(q, done.fd());
+                return;
+            }
+            let iod = q.get_iod(tag);
+            let req = Req {
+                op: iod.op_flags & 0xff,
+                flags: iod.op_flags,
+                offset: iod.start_sector << 9,
+                len: (iod.nr_sectors as usize) << 9,
+            };
+            match slots[tag as usize].take() {
+                Some(buf) => pool.submit(tag, req, buf, &done),
+                None => tracing::error!("ublk queue {qid}: tag {tag} came twice"),
             }
         });
     }
 
     /// Runs one request; the byte count or `-errno`.
-    fn handle(q: &UblkQueue, tag: u16, buf: &mut [u8], array: &Array) -> i32 {
-        let iod = q.get_iod(tag);
-        let offset = iod.start_sector << 9;
-        let len = (iod.nr_sectors as usize) << 9;
-        let op = iod.op_flags & 0xff;
-        let fua = iod.op_flags & sys::UBLK_IO_F_FUA != 0;
+    fn handle(req: &Req, buf: &mut [u8], array: &Array, readonly: bool) -> i32 {
+        let Req {
+            op,
+            flags,
+            offset,
+            len,
+        } = *req;
+        let fua = flags & sys::UBLK_IO_F_FUA != 0;
         if len > buf.len() && (op == sys::UBLK_IO_OP_READ || op == sys::UBLK_IO_OP_WRITE) {
             return -libc::EINVAL;
+        }
+        let writes = matches!(
+            op,
+            sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_OP_DISCARD | sys::UBLK_IO_OP_WRITE_ZEROES
+        );
+        if readonly && writes {
+            return -libc::EROFS;
         }
         let r = match op {
             sys::UBLK_IO_OP_READ => array.read(offset, &mut buf[..len]),
@@ -163,7 +531,7 @@ mod imp {
             sys::UBLK_IO_OP_DISCARD => array.discard(offset, len as u64),
             sys::UBLK_IO_OP_WRITE_ZEROES => {
                 // REQ_NOUNMAP: the blocks stay allocated.
-                let unmap = iod.op_flags & sys::UBLK_IO_F_NOUNMAP == 0;
+                let unmap = flags & sys::UBLK_IO_F_NOUNMAP == 0;
                 array.write_zeroes_with(offset, len as u64, ZeroHow { unmap }, false)
             }
             _ => return -libc::EOPNOTSUPP,
@@ -194,7 +562,7 @@ mod imp {
     pub struct UblkExport;
 
     impl UblkExport {
-        pub fn start(_array: Arc<Array>) -> Result<UblkExport> {
+        pub fn start(_array: Arc<Array>, _opts: UblkOptions) -> Result<UblkExport> {
             if !std::path::Path::new("/dev/ublk-control").exists() {
                 anyhow::bail!("{NO_UBLK_DRIVER}");
             }
@@ -215,3 +583,104 @@ mod imp {
 }
 
 pub use imp::UblkExport;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Condvar;
+    use std::time::Duration;
+
+    /// Waits until `n` requests are inside the handler at once: a queue that runs one
+    /// request at a time (or a pool smaller than the queue depth) never gets there.
+    struct Gate {
+        inside: Mutex<usize>,
+        cv: Condvar,
+        n: usize,
+    }
+
+    impl Gate {
+        fn pass(&self) -> bool {
+            let mut g = self.inside.lock().unwrap();
+            *g += 1;
+            self.cv.notify_all();
+            // The bound only keeps a broken pool from hanging the test; it decides nothing
+            // on a working one, where all n arrive.
+            let (g, _) = self
+                .cv
+                .wait_timeout_while(g, Duration::from_secs(60), |g| *g < self.n)
+                .unwrap();
+            *g >= self.n
+        }
+    }
+
+    fn wait_readable(fd: std::os::fd::RawFd) {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut p, 1, 120_000) };
+    }
+
+    /// Issue 18: a queue's requests run at the same time (the queue hands them to the pool
+    /// and goes on), and every tag comes back once with its own buffer and result.
+    #[test]
+    fn pool_runs_a_queue_depth_of_requests_at_once() {
+        let depth = 32usize;
+        let gate = Arc::new(Gate {
+            inside: Mutex::new(0),
+            cv: Condvar::new(),
+            n: depth,
+        });
+        let g = gate.clone();
+        let pool = Pool::new(depth, move |req: &Req, buf: &mut Vec<u8>| {
+            if !g.pass() {
+                return -libc::ETIMEDOUT;
+            }
+            buf.fill(req.offset as u8);
+            req.len as i32
+        })
+        .unwrap();
+        let done = Arc::new(Completions::<Vec<u8>>::new().unwrap());
+        for tag in 0..depth as u16 {
+            let req = Req {
+                op: 0,
+                flags: 0,
+                offset: tag as u64,
+                len: 512 + tag as usize,
+            };
+            pool.submit(tag, req, vec![0u8; 16], &done);
+        }
+        let mut got = Vec::new();
+        while got.len() < depth {
+            wait_readable(done.fd());
+            got.extend(done.take());
+        }
+        got.sort_by_key(|f| f.0);
+        for (i, (tag, buf, res)) in got.iter().enumerate() {
+            assert_eq!(*tag as usize, i);
+            assert_eq!(
+                *res,
+                512 + i as i32,
+                "tag {tag}: not all {depth} ran at once"
+            );
+            assert!(
+                buf.iter().all(|&b| b == i as u8),
+                "tag {tag} got another's buffer"
+            );
+        }
+    }
+
+    /// The sizing keeps more requests in flight than there are queues (the old export ran
+    /// exactly one per queue), and never more workers than requests the queues can hold.
+    #[test]
+    fn sizing_runs_more_requests_than_queues() {
+        for cpus in [1, 2, 4, 16, 64, 512] {
+            let (q, d, w) = sizing(cpus);
+            assert!(q >= 1 && d >= 32);
+            assert!(w > q as usize, "{cpus} CPUs: {w} workers for {q} queues");
+            assert!(w <= q as usize * d as usize);
+        }
+    }
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""The ublk export under a real Linux (issues 12, 17): restart without losing IO, read-only.
+Python 3.11 stdlib only; one VM boot (the harness's Debian 6.12 kernel, TCG).
+
+    tests/vm/ublk.sh            # quick: fio verify on /dev/ublkb0, server SIGKILLed mid-run
+                                # and `serve --recover` taking over; a read-only export
+    tests/vm/ublk.sh --full     # and the same kill and recovery with ext4 over the device
+    URAID=path/to/uraid tests/vm/ublk.sh     # default: target/debug/uraid, then release
+
+A raid5 array of four 64 MiB images (internal bitmap) is created on the host; uraid and fio
+run inside the guest. Each recovery scenario: `serve --ublk --ublk-id 0`, fio writes with
+verify (crc32c, libaio QD32, direct), the server is SIGKILLed while fio still runs (checked),
+the device must stay, `serve --ublk --ublk-id 0 --recover` takes it over, fio must finish
+with no error and its verify pass; a second fio (`verify_only`) reads it all back through the
+new server; `uraid stop` exits 0 and the device goes away. Read-only: `serve --readonly`
+gives a device the kernel marks read-only (`/sys/block/ublkbN/ro` = 1) that refuses a write
+and serves reads.
+Prints `PASS name` / `FAIL name` lines; exits non-zero on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+from harness import CACHE, MiB, Boot, Pattern, find_uraid  # noqa: E402
+
+MEMBER_MIB = 64
+NDISKS = 4
+
+GUEST_JOB = r"""
+O=/share/out/ublk
+mkdir -p "$O"
+M="/dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4"
+U=/dev/ublkb0
+FAILS=0
+mark() { echo "@@ $(cut -d' ' -f1 /proc/uptime) $*" >/dev/ttyS0; echo "== $*"; }
+check() {
+    _n=$1; shift
+    if "$@"; then echo "PASS $_n"; else echo "FAIL $_n"; FAILS=$((FAILS + 1)); fi
+}
+# serve TAG ARGS...: uraid serve --ublk on the four disks in the background; waits for the
+# banner's ublk line. Output in /tmp/serve.TAG.{out,err}.
+serve() {
+    _t=$1; shift
+    rm -f /tmp/ctl.sock
+    uraid serve --ublk --no-nbd --name md0 --control /tmp/ctl.sock "$@" $M \
+        >/tmp/serve.$_t.out 2>/tmp/serve.$_t.err &
+    SPID=$!
+    _i=0
+    until grep -q '^ublk: ' /tmp/serve.$_t.out; do
+        _i=$((_i + 1))
+        if [ $_i -gt 1800 ] || ! kill -0 $SPID 2>/dev/null; then
+            echo "serve $_t did not start"; cat /tmp/serve.$_t.err; return 1
+        fi
+        sleep 0.1
+    done
+    cat /tmp/serve.$_t.out
+}
+stop_served() {
+    uraid stop --control /tmp/ctl.sock >/dev/null
+    wait $SPID
+}
+FIO_ARGS="--name=v --rw=randwrite --bs=4k --ioengine=libaio --iodepth=32 --direct=1 \
+    --verify=crc32c --verify_fatal=1 --randrepeat=1"
+# killed_mid_fio NAME FILE SIZE: fio with verify on FILE, the server SIGKILLed while it runs,
+# `serve --recover` takes over, fio must finish clean; then a verify-only pass.
+killed_mid_fio() {
+    _k=$1 _f=$2 _s=$3
+    fio $FIO_ARGS --filename="$_f" --size="$_s" --do_verify=1 --output="$O/$_k.fio" 2>"$O/$_k.fio.err" &
+    _fio=$!
+    sleep 4
+    check "$_k-fio-running-at-kill" kill -0 $_fio
+    kill -KILL $SPID
+    wait $SPID 2>/dev/null
+    check "$_k-device-stays" test -b $U
+    if serve "$_k-recover" --ublk-id 0 --recover; then
+        wait $_fio
+        check "$_k-fio-exit0" test $? = 0
+        check "$_k-fio-no-error" grep -q 'err= 0' "$O/$_k.fio"
+        check "$_k-verify-again" fio $FIO_ARGS --filename="$_f" --size="$_s" --verify_only \
+            --output="$O/$_k.verify.fio"
+    else
+        check "$_k-recover" false
+        kill -KILL $_fio 2>/dev/null
+    fi
+    cp /tmp/serve.*.err "$O/" 2>/dev/null
+}
+mkdir -p /mnt
+
+mark "ublk: raw device, SIGKILL and --recover"
+if serve raw --ublk-id 0; then
+    killed_mid_fio raw $U 16M
+    check raw-stop stop_served
+    check raw-device-gone test ! -e $U
+else
+    check raw-serve false
+fi
+
+if [ "$MODE" = full ]; then
+    mark "ublk: ext4, SIGKILL and --recover"
+    if serve ext4 --ublk-id 0; then
+        check ext4-mkfs mkfs.ext4 -q -F $U
+        check ext4-mount mount -t ext4 $U /mnt
+        if grep -q ' /mnt ' /proc/mounts; then
+            killed_mid_fio ext4 /mnt/fio.dat 16M
+            check ext4-umount umount /mnt
+            check ext4-fsck fsck.ext4 -n -f $U
+        fi
+        check ext4-stop stop_served
+        check ext4-device-gone test ! -e $U
+    else
+        check ext4-serve false
+    fi
+fi
+
+mark "ublk: read-only"
+if serve ro --readonly; then
+    R=$(grep '^ublk: ' /tmp/serve.ro.out | cut -d' ' -f2)
+    check ro-kernel-read-only grep -qx 1 /sys/block/${R#/dev/}/ro
+    check ro-write-refused sh -c "! dd if=/dev/zero of=$R bs=4k count=1 conv=fsync 2>$O/ro.dd"
+    check ro-read-served dd if=$R of=/dev/null bs=64k count=16
+    check ro-stop stop_served
+else
+    check ro-serve false
+fi
+cp /tmp/serve.*.err "$O/" 2>/dev/null
+mark "ublk: done, $FAILS failed"
+[ $FAILS = 0 ]
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="also the ext4 scenario")
+    ap.add_argument("--uraid", help="the uraid binary (default: $URAID, target/debug/uraid)")
+    ap.add_argument("--keep", action="store_true", help="keep the run folder")
+    ap.add_argument("--timeout-scale", type=float, default=1.0)
+    args = ap.parse_args()
+    uraid = find_uraid(args.uraid or os.environ.get("URAID"))
+    if uraid is None:
+        print("FAIL ublk: no uraid binary (cargo build -p uraid)")
+        return 3
+    fio = shutil.which("fio")
+    if fio is None:
+        print("FAIL ublk: fio is not installed on the host (apt-get install fio)"
+              if os.environ.get("CI") else "SKIP ublk: no fio on the host")
+        return 1 if os.environ.get("CI") else 0
+    run_dir = CACHE / "runs" / time.strftime("ublk-%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    images = []
+    for i in range(NDISKS):
+        p = run_dir / f"m{i}.img"
+        with open(p, "wb") as f:
+            f.truncate(MEMBER_MIB * MiB)
+        images.append(p)
+    r = subprocess.run([str(uraid), "create", "-l", "5", "-n", str(NDISKS), "-N", "ublk",
+                        "-b", "internal"] + [str(p) for p in images],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL ublk-create: {r.stderr}")
+        return 1
+    boot = Boot(run_dir, "vm", Pattern(64 * MiB))
+    for p in images:
+        boot.add_disk(p)
+    boot.guest_bins += [uraid, Path(fio)]
+    boot.job.append(f"MODE={'full' if args.full else 'quick'}\n" + GUEST_JOB)
+    boot.budget_s = 1200 if args.full else 700
+    t0 = time.monotonic()
+    boot.boot(args.timeout_scale)
+    elapsed = time.monotonic() - t0
+    log_path = boot.share / "out" / "job.log"
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    fails = 0
+    for line in log.splitlines():
+        if line.startswith(("PASS ", "FAIL ")):
+            print(line, flush=True)
+            fails += line.startswith("FAIL ")
+    if not boot.finished():
+        print(f"FAIL ublk-vm: {boot.vm_problem()}\n{boot.console_tail()}")
+        fails += 1
+    if fails or "PASS " not in log:
+        print(f"--- guest log ---\n{log[-6000:]}")
+        fails = max(fails, 1)
+    print(f"{'failed' if fails else 'passed'} in {elapsed:.0f} s; run folder: {run_dir}")
+    if not fails and not args.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
