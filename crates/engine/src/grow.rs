@@ -287,6 +287,13 @@ fn plan_size(
             "raid0 has no --size to change: it uses all of each member",
         ));
     }
+    // md's raid10_resize: a far layout's copies sit at a distance set by the size.
+    if level == Level::Raid10 && (t.layout >> 8) & 0xff > 1 && t.layout & 0x10000 == 0 {
+        return Err(refuse(
+            "md cannot resize a raid10 with the far layout: its far copies sit at a distance \
+             set by the size",
+        ));
+    }
     if t.feature_map & FEATURE_BITMAP_OFFSET != 0 {
         return Err(refuse(
             "the array has an internal bitmap, which would not cover the new size: remove it \

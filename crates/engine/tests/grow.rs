@@ -502,3 +502,46 @@ fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
         );
     }
 }
+
+#[test]
+fn a_degraded_raid5_takes_over_as_raid6_where_md_allows_it() {
+    let devs = members(4, 4 * MB, "dg-");
+    let data = made(
+        &devs,
+        &opts(Level::Raid5, Some(ALGORITHM_LEFT_SYMMETRIC)),
+        15,
+    );
+    // Role 1 gone: the raid6 then misses roles 1 and 3 and still holds everything.
+    let left = vec![devs[0].clone(), devs[2].clone(), devs[3].clone()];
+    let r = grow_members(
+        left.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid6),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.missing_roles, vec![1, 4]);
+    let a = open(&left);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid6, 5));
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn a_far_raid10_is_not_resized_as_md_refuses() {
+    let devs = members(4, 6 * MB, "f2-");
+    let mut o = opts(Level::Raid10, Some(0x201));
+    o.size_sectors = Some(4 * MB / 512);
+    made(&devs, &o, 16);
+    let before = superblock_bytes(&devs);
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            size: Some(GrowSize::Max),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("far layout"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+}
