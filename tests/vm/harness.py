@@ -551,7 +551,8 @@ class U2L:
                   + ["--"] + members)
         self.images += adds
         level, n, layout = s.grown
-        self.spec = dataclasses.replace(s, level=level, ndisks=n, layout=layout)
+        bitmap = s.grow[s.grow.index("--bitmap") + 1] if "--bitmap" in s.grow else s.bitmap
+        self.spec = dataclasses.replace(s, level=level, ndisks=n, layout=layout, bitmap=bitmap)
         grown = [str(p) for p in self.present]
         d = uraid_detail(self.uraid, grown)
         check_uraid_geometry(self.spec, d, self.size)

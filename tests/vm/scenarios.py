@@ -88,6 +88,8 @@ class Spec:
                 level, n, layout = self.grown
                 parts.append(f"grow-raid{level}" + (f"-{SHORT.get(layout, layout)}" if layout else "")
                              + f"-n{n}")
+                if "--bitmap" in self.grow:
+                    parts.append("bitmap-" + self.grow[self.grow.index("--bitmap") + 1])
             self.name = "-".join(parts)
         wm = sorted(self.write_mostly)
         assert wm == list(range(self.ndisks - len(wm), self.ndisks)), \
@@ -163,6 +165,7 @@ def quick() -> list[Spec]:
         U(5, 3, layout="left-symmetric", grow=("--level", "6"), grow_add=1,
           grown=(6, 4, "left-symmetric-6")),
         U(0, 2, grow=("--level", "5"), grow_add=1, grown=(5, 3, "parity-last")),
+        U(5, 3, grow=("--bitmap", "internal"), grown=(5, 3, None)),
     ]
     # ... and uraid reads what mdadm --grow made of the same.
     l2u += [

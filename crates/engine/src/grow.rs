@@ -6,7 +6,9 @@
 //!   members; members above the new count move down into empty roles, mirrors being alike).
 //! - `--size max|SIZE`: the per-member size (md's dev_sectors); a grown region is resynced
 //!   (resync_offset is set to the old size, as md's recovery_cp).
-//! - `--bitmap none`: the internal bitmap is dropped from the superblocks.
+//! - `--bitmap internal|none`: an internal bitmap is added where md puts it for 1.1/1.2
+//!   (right after the superblock, in the room before the bad block log or the data; its
+//!   area is written, all clean, before any superblock names it), or dropped.
 //! - md's takeovers (raid0.c, raid1.c, raid5.c, raid10.c `*_takeover`): raid0 -> raid4/5
 //!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid1 <-> raid5
 //!   with 2 members, raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6`
@@ -27,6 +29,7 @@ use crate::member::Member;
 use crate::meta::{read_member_superblock, write_superblock};
 use crate::reshape_stub::ReshapeRequest;
 use std::sync::Arc;
+use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
 use uraid_core::geometry::raid5::ALGORITHM_PARITY_N;
 use uraid_core::geometry::takeover;
@@ -34,6 +37,9 @@ use uraid_core::superblock::{
     MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT, ROLE_MAX, ROLE_SPARE,
 };
 use uraid_core::{Level, MemberIdx};
+
+/// Where md puts an internal bitmap on 1.1/1.2: right after the 4 KiB superblock.
+const BITMAP_OFFSET_SECTORS: u64 = 8;
 
 /// raid10's near-2 layout (2 near copies, 1 far copy), md's default.
 const RAID10_NEAR2: u32 = 0x102;
@@ -104,6 +110,11 @@ pub(crate) struct GrowState {
     pub is_090: bool,
     /// A write journal.
     pub journal: bool,
+    /// Sectors every present 1.1/1.2 member has between the end of its superblock (8
+    /// sectors) and its bad block log or data; 0 for 1.0.
+    pub bitmap_room_sectors: u64,
+    /// The array's size in sectors (what a raid10 bitmap covers).
+    pub array_sectors: u64,
 }
 
 /// A superblock rewrite: the new array-wide fields.
@@ -119,6 +130,8 @@ pub(crate) struct Change {
     /// Set resync_offset (a grown region to resync).
     resync_from: Option<u64>,
     drop_bitmap: bool,
+    /// A new internal bitmap, 8 sectors after the superblock.
+    add_bitmap: Option<BitmapSuper>,
     summary: String,
 }
 
@@ -184,6 +197,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         role_map,
         resync_from: None,
         drop_bitmap: false,
+        add_bitmap: None,
         summary: String::new(),
     };
     let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
@@ -199,10 +213,13 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
             BitmapChange::Internal if has => Ok(Plan::Nothing(
                 "the array has an internal bitmap already".into(),
             )),
-            BitmapChange::Internal => Err(refuse(
-                "adding an internal bitmap is not in this build of uraid: nothing was written; \
-                 use mdadm --grow --bitmap=internal",
-            )),
+            BitmapChange::Internal => plan_add_bitmap(st, level).map(|b| {
+                Plan::Superblocks(Change {
+                    summary: format!("internal bitmap added (chunk {}K)", b.chunksize / 1024),
+                    add_bitmap: Some(b),
+                    ..same(identity)
+                })
+            }),
         };
     }
     if let Some(size) = req.size {
@@ -272,6 +289,39 @@ fn plan_raid1_disks(
         summary: format!("raid1 raid-devices {n} -> {want}"),
         ..same(role_map)
     }))
+}
+
+fn plan_add_bitmap(st: &GrowState, level: Level) -> Result<BitmapSuper, ArrayError> {
+    let t = &st.template;
+    if level == Level::Raid0 {
+        return Err(refuse(
+            "raid0 has no redundancy, so it cannot have a bitmap",
+        ));
+    }
+    if t.version() == MetadataVersion::V1_0 {
+        return Err(refuse(
+            "adding a bitmap to metadata 1.0 (superblock at the end) is not in this build of \
+             uraid: nothing was written; use mdadm --grow --bitmap=internal",
+        ));
+    }
+    // md's bitmap covers member sectors, except for raid10 where it covers the array.
+    let sync_size = if level == Level::Raid10 {
+        st.array_sectors
+    } else {
+        t.size
+    };
+    let chunk = bm::default_chunk_bytes(sync_size, st.bitmap_room_sectors).ok_or_else(|| {
+        refuse(format!(
+            "no room for an internal bitmap: {} sectors between the superblock and the data",
+            st.bitmap_room_sectors
+        ))
+    })?;
+    let b = BitmapSuper::new(t.set_uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
+        .map_err(|e| refuse(format!("bitmap: {e}")))?;
+    if b.space_bytes() / 512 > st.bitmap_room_sectors {
+        return Err(refuse("the bitmap does not fit before the data"));
+    }
+    Ok(b)
 }
 
 fn plan_size(
@@ -585,6 +635,10 @@ impl Change {
             n.feature_map &= !FEATURE_BITMAP_OFFSET;
             n.bitmap_offset = 0;
         }
+        if self.add_bitmap.is_some() {
+            n.feature_map |= FEATURE_BITMAP_OFFSET;
+            n.bitmap_offset = BITMAP_OFFSET_SECTORS as i32;
+        }
         if let Some(from) = self.resync_from {
             n.resync_offset = from;
         }
@@ -634,7 +688,25 @@ impl Array {
             })
             .min()
             .unwrap_or(0);
+        let bitmap_room_sectors = present
+            .iter()
+            .filter_map(|&r| meta.member_sb(MemberIdx(r)))
+            .map(|sb| {
+                if sb.version() == MetadataVersion::V1_0 {
+                    return 0;
+                }
+                let end = if sb.bblog_size != 0 && sb.bblog_offset > 0 {
+                    sb.super_offset + sb.bblog_offset as u64
+                } else {
+                    sb.data_offset
+                };
+                end.saturating_sub(sb.super_offset + BITMAP_OFFSET_SECTORS)
+            })
+            .min()
+            .unwrap_or(0);
         GrowState {
+            bitmap_room_sectors,
+            array_sectors: self.personality().array_sectors(),
             template: meta.template().clone(),
             present,
             busy,
@@ -743,6 +815,24 @@ pub fn grow_members(
             member: "new superblock".into(),
             what,
         })?;
+    }
+    // A new bitmap's area first, all clean and in step with the new events: no old
+    // superblock looks there, and every new one finds it written.
+    if let Some(b) = &c.add_bitmap {
+        let mut b = b.clone();
+        b.events = events;
+        b.events_cleared = events;
+        let mut area = bm::initial_area(&b);
+        area[bm::BITMAP_SUPER_BYTES..].fill(0);
+        let mut buf = crate::buf::AlignedBuf::new(area.len());
+        buf.copy_from_slice(&area);
+        for (dev, sb) in targets.iter().map(|(d, _)| d).zip(&new) {
+            let at = sb
+                .bitmap_sector()
+                .expect("the new superblock names its bitmap");
+            dev.write_at(&buf, at * 512)?;
+            dev.flush()?;
+        }
     }
     for ((dev, _), sb) in targets.iter().zip(&new) {
         write_superblock(dev.as_ref(), sb)?;

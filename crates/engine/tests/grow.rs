@@ -545,3 +545,39 @@ fn a_far_raid10_is_not_resized_as_md_refuses() {
     assert!(e.to_string().contains("far layout"), "{e}");
     assert_eq!(superblock_bytes(&devs), before);
 }
+
+#[test]
+fn bitmap_internal_is_added_clean_and_tracks_writes() {
+    let devs = members(2, 8 * MB, "bma-");
+    let mut o = opts(Level::Raid1, None);
+    o.data_offset_sectors = None; // md's default offset leaves room for a bitmap
+    let data = made(&devs, &o, 17);
+    assert!(!open(&devs).has_bitmap());
+    let r = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            bitmap: Some(BitmapChange::Internal),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.summary.contains("internal bitmap added"), "{}", r.summary);
+    let a = open(&devs);
+    assert!(a.has_bitmap());
+    assert_eq!(
+        a.bitmap_dirty_chunks().map(|(d, _)| d),
+        Some(0),
+        "added clean"
+    );
+    assert_eq!(read_all(&a, data.len()), data);
+    a.write(0, &[1u8; 4096]).unwrap();
+    assert!(
+        a.bitmap_dirty_chunks().unwrap().0 > 0,
+        "a write marks its chunk"
+    );
+    a.stop().unwrap();
+    drop(a);
+    let a = open(&devs);
+    assert!(a.has_bitmap());
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+}
