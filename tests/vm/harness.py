@@ -515,6 +515,8 @@ class U2L:
             a += ["--chunk", f"{s.chunk_bytes // 1024}K"]
         if s.bitmap:
             a += ["--bitmap", s.bitmap]
+        if s.create_size_k:
+            a += ["--size", f"{s.create_size_k}K"]
         a += [str(p) if p else "missing" for p in self.images]
         for i in s.write_mostly:
             a += ["--write-mostly", str(self.images[i])]
@@ -554,6 +556,15 @@ class U2L:
         bitmap = s.grow[s.grow.index("--bitmap") + 1] if "--bitmap" in s.grow else s.bitmap
         self.spec = dataclasses.replace(s, level=level, ndisks=n, layout=layout, bitmap=bitmap)
         grown = [str(p) for p in self.present]
+        if "--size" in s.grow:
+            # The grown region: resynced by uraid (Linux must find no sync owed), then the
+            # pattern over the whole new size.
+            uraid_run(self.uraid, ["resync"] + grown)
+            size = uraid_detail(self.uraid, grown).get("array_bytes")
+            if not isinstance(size, int) or size <= self.size or size > self.boot.pattern.half:
+                raise Failure(f"after --size max, array_bytes {size!r} (was {self.size})")
+            self.size = size
+            uraid_run(self.uraid, ["write"] + grown, stdin=self.boot.pattern.a_bytes(size))
         d = uraid_detail(self.uraid, grown)
         check_uraid_geometry(self.spec, d, self.size)
         got, n_read = uraid_read_sha(self.uraid, grown[::-1])

@@ -58,6 +58,7 @@ class Spec:
     # devices, layout), recovered onto the added members, with the same bytes.
     grow: tuple[str, ...] = ()
     grow_add: int = 0
+    create_size_k: int = 0  # u2l: `uraid create --size` (KiB per member); 0 = all of it
     grown: tuple[int, int, str | None] | None = None
     name: str = ""
 
@@ -88,6 +89,8 @@ class Spec:
                 level, n, layout = self.grown
                 parts.append(f"grow-raid{level}" + (f"-{SHORT.get(layout, layout)}" if layout else "")
                              + f"-n{n}")
+                if "--size" in self.grow:
+                    parts.append("size-" + self.grow[self.grow.index("--size") + 1])
                 if "--bitmap" in self.grow:
                     parts.append("bitmap-" + self.grow[self.grow.index("--bitmap") + 1])
             self.name = "-".join(parts)
@@ -166,6 +169,8 @@ def quick() -> list[Spec]:
           grown=(6, 4, "left-symmetric-6")),
         U(0, 2, grow=("--level", "5"), grow_add=1, grown=(5, 3, "parity-last")),
         U(5, 3, grow=("--bitmap", "internal"), grown=(5, 3, None)),
+        U(1, 2, create_size_k=6144, grow=("--size", "max"), grown=(1, 2, None)),
+        U(5, 3, create_size_k=6144, grow=("--size", "max"), grown=(5, 3, None)),
     ]
     # ... and uraid reads what mdadm --grow made of the same.
     l2u += [
