@@ -16,6 +16,7 @@ and exits non-zero if any failed. See tests/vm/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import mmap
@@ -386,6 +387,19 @@ class L2U:
             j.append(f"run fail{f} mdadm /dev/md0 --fail {disks[f]}")
         if spec.fail:
             j += ["write_regions", "sha final"]
+        if spec.grow:
+            # mdadm --add then --grow, as a user sequences them; md recovers the new roles.
+            for i in range(spec.grow_add):
+                img = boot.dir / f"{spec.name}.add{i}.img"
+                img.unlink(missing_ok=True)
+                with open(img, "wb") as f:
+                    f.truncate(member_mib * MiB)
+                self.images.append(img)
+                j.append(f"run add{i} mdadm /dev/md0 --add {boot.add_disk(img)}")
+            j += ["run grow mdadm --grow /dev/md0 " + " ".join(spec.grow), "wait_sync",
+                  "snap grown", "sha filled"]
+            level, n, layout = spec.grown
+            self.spec = dataclasses.replace(spec, level=level, ndisks=n, layout=layout)
         j += ["finish"]
         boot.job += j
         boot.budget_s += scsi_budget(spec, member_mib)
@@ -457,6 +471,7 @@ def expected_md_layout(spec: Spec) -> str | None:
 class U2L:
     def __init__(self, spec: Spec, boot: Boot, member_mib: int, uraid: Path) -> None:
         self.spec = spec
+        self.member_mib = member_mib
         self.boot = boot
         self.uraid = uraid
         self.images: list[Path | None] = []
@@ -500,6 +515,8 @@ class U2L:
             a += ["--chunk", f"{s.chunk_bytes // 1024}K"]
         if s.bitmap:
             a += ["--bitmap", s.bitmap]
+        if s.create_size_k:
+            a += ["--size", f"{s.create_size_k}K"]
         a += [str(p) if p else "missing" for p in self.images]
         for i in s.write_mostly:
             a += ["--write-mostly", str(self.images[i])]
@@ -519,6 +536,40 @@ class U2L:
                           f"({n} of {size} bytes)")
         if s.marked:
             self._mark_failed(members)
+        if s.grow:
+            self._grow(members)
+
+    def _grow(self, members: list[str]) -> None:
+        """`uraid grow` with --add on the host; the spec then describes the grown array."""
+        s = self.spec
+        adds = []
+        for i in range(s.grow_add):
+            img = self.boot.dir / f"{s.name}.add{i}.img"
+            img.unlink(missing_ok=True)
+            with open(img, "wb") as f:
+                f.truncate(self.member_mib * MiB)
+            adds.append(img)
+        uraid_run(self.uraid, ["grow", *s.grow] + (["--add", *map(str, adds)] if adds else [])
+                  + ["--"] + members)
+        self.images += adds
+        level, n, layout = s.grown
+        bitmap = s.grow[s.grow.index("--bitmap") + 1] if "--bitmap" in s.grow else s.bitmap
+        self.spec = dataclasses.replace(s, level=level, ndisks=n, layout=layout, bitmap=bitmap)
+        grown = [str(p) for p in self.present]
+        if "--size" in s.grow:
+            # The grown region: resynced by uraid (Linux must find no sync owed), then the
+            # pattern over the whole new size.
+            uraid_run(self.uraid, ["resync"] + grown)
+            size = uraid_detail(self.uraid, grown).get("array_bytes")
+            if not isinstance(size, int) or size <= self.size or size > self.boot.pattern.half:
+                raise Failure(f"after --size max, array_bytes {size!r} (was {self.size})")
+            self.size = size
+            uraid_run(self.uraid, ["write"] + grown, stdin=self.boot.pattern.a_bytes(size))
+        d = uraid_detail(self.uraid, grown)
+        check_uraid_geometry(self.spec, d, self.size)
+        got, n_read = uraid_read_sha(self.uraid, grown[::-1])
+        if got != self.boot.pattern.model_sha(self.size, []) or n_read != self.size:
+            raise Failure("uraid read different bytes after the grow", json.dumps(d)[:2000])
 
     def _mark_failed(self, members: list[str]) -> None:
         """Mark members faulty the way a user would: serve, `uraid fail`, `uraid stop`."""

@@ -53,6 +53,13 @@ class Spec:
     # --write-mostly DEV. The other side must see the flag: uraid's detail and mdadm
     # --examine for l2u, (W) in /proc/mdstat and "writemostly" in mdadm --detail for u2l.
     write_mostly: tuple[int, ...] = ()
+    # u2l: `uraid grow` arguments run on the host after the fill, with `grow_add` new members
+    # given to its --add; Linux must then find the array as `grown` says: (level, raid
+    # devices, layout), recovered onto the added members, with the same bytes.
+    grow: tuple[str, ...] = ()
+    grow_add: int = 0
+    create_size_k: int = 0  # u2l: `uraid create --size` (KiB per member); 0 = all of it
+    grown: tuple[int, int, str | None] | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -78,6 +85,14 @@ class Spec:
                 parts.append("marked" + "".join(str(f) for f in self.marked))
             if self.write_mostly:
                 parts.append("wm" + "".join(str(f) for f in self.write_mostly))
+            if self.grown:
+                level, n, layout = self.grown
+                parts.append(f"grow-raid{level}" + (f"-{SHORT.get(layout, layout)}" if layout else "")
+                             + f"-n{n}")
+                if "--size" in self.grow:
+                    parts.append("size-" + self.grow[self.grow.index("--size") + 1])
+                if "--bitmap" in self.grow:
+                    parts.append("bitmap-" + self.grow[self.grow.index("--bitmap") + 1])
             self.name = "-".join(parts)
         wm = sorted(self.write_mostly)
         assert wm == list(range(self.ndisks - len(wm), self.ndisks)), \
@@ -146,6 +161,24 @@ def quick() -> list[Spec]:
     # md's write-mostly flag, both ways (issue 12).
     l2u += [L(1, 3, write_mostly=(2,))]
     u2l += [U(1, 3, write_mostly=(2,))]
+    # uraid grow (issue 15): mirrors added, md's raid5 -> raid6 and raid0 -> raid5 takeovers,
+    # each recovered onto the added members; Linux assembles the result clean.
+    u2l += [
+        U(1, 2, grow=("--raid-devices", "3"), grow_add=1, grown=(1, 3, None)),
+        U(5, 3, layout="left-symmetric", grow=("--level", "6"), grow_add=1,
+          grown=(6, 4, "left-symmetric-6")),
+        U(0, 2, grow=("--level", "5"), grow_add=1, grown=(5, 3, "parity-last")),
+        U(5, 3, grow=("--bitmap", "internal"), grown=(5, 3, None)),
+        U(1, 2, create_size_k=6144, grow=("--size", "max"), grown=(1, 2, None)),
+        U(5, 3, create_size_k=6144, grow=("--size", "max"), grown=(5, 3, None)),
+    ]
+    # ... and uraid reads what mdadm --grow made of the same.
+    l2u += [
+        L(1, 2, grow=("--raid-devices", "3"), grow_add=1, grown=(1, 3, None)),
+        L(5, 3, layout="left-symmetric",
+          grow=("--level", "6", "--raid-devices", "4", "--layout", "preserve"), grow_add=1,
+          grown=(6, 4, "left-symmetric-6")),
+    ]
     # Metadata 0.90 (superblock in the last 64 KiB, data from sector 0, its internal
     # bitmap right after the superblock).
     l2u += [L(1, 2, metadata="0.90"), L(5, 3, metadata="0.90", fail=(1,))]

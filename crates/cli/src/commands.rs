@@ -1,5 +1,6 @@
 //! The subcommands.
 
+use crate::grow_request::parse_layout;
 use crate::open::{open_all, open_member};
 use crate::report;
 use crate::Paths;
@@ -7,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{Read, Write};
 use std::sync::Arc;
-use uraid_core::geometry::{parse_chunk, parse_size_bytes, raid10, raid5};
+use uraid_core::geometry::{parse_chunk, parse_size_bytes};
 use uraid_core::Level;
 use uraid_engine::{assemble as engine_assemble, Array, AssembleOptions, CreateOptions, Member};
 
@@ -228,20 +229,6 @@ pub struct ResyncArgs {
 
 fn parse_bytes(s: &str) -> Result<u64> {
     parse_size_bytes(s, 1).with_context(|| format!("bad byte count {s:?}"))
-}
-
-fn parse_layout(level: Level, s: &str) -> Result<u32> {
-    let v = match level {
-        Level::Raid5 | Level::Raid6 | Level::Raid4 => raid5::parse_layout(s),
-        Level::Raid10 => raid10::parse_layout(s),
-        Level::Raid0 => match s {
-            "original" | "o" | "1" => Some(1),
-            "alternate" | "alt" | "2" => Some(2),
-            _ => None,
-        },
-        Level::Raid1 => None,
-    };
-    v.with_context(|| format!("unknown layout {s:?} for {level}"))
 }
 
 pub fn create(a: CreateArgs) -> Result<()> {

@@ -4,6 +4,8 @@ mod bench;
 mod commands;
 mod control;
 mod demo;
+mod grow;
+mod grow_request;
 mod locks;
 mod mdadm_conf;
 mod monitor;
@@ -114,6 +116,10 @@ enum Cmd {
     /// (stripe_cache_size=1024 group_thread_cnt=2 rmw_level=1 skip_copy=0 batching=1),
     /// or a member's flags (--member M writemostly=1 failfast=0).
     Set(control::SetArgs),
+    /// Change an array's shape (mdadm --grow): --raid-devices, --size, --level takeovers,
+    /// --bitmap; on a served array through its control socket, or on the members of one
+    /// that is not running.
+    Grow(grow::GrowArgs),
     /// Create (or reuse) a demo array on sparse files and serve it over NBD.
     Demo(demo::DemoArgs),
     /// Load generator: IOPS, latency and overhead of an array over memory or file members.
@@ -220,6 +226,7 @@ fn main() -> ExitCode {
         Cmd::Wait(a) => control::wait(a),
         Cmd::JournalMode(a) => control::journal_mode(a),
         Cmd::Set(a) => control::set(a),
+        Cmd::Grow(a) => grow::grow(a),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::Bench(a) => bench::bench(a),
         Cmd::Overlay(a) => overlay::overlay(a),

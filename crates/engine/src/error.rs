@@ -64,6 +64,10 @@ pub enum ArrayError {
     /// A fast zeroing (NBD_CMD_FLAG_FAST_ZERO) that could only be done by writing zeros.
     #[error("cannot zero quickly: {0}; zero without the fast flag")]
     NotFast(String),
+    /// A change of the array's shape (`uraid grow`) that md refuses, or that this build
+    /// cannot do, with md's reason: nothing was written.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl ArrayError {
@@ -71,7 +75,7 @@ impl ArrayError {
     pub fn errno(&self) -> i32 {
         match self {
             ArrayError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            ArrayError::OutOfRange { .. } => libc::EINVAL,
+            ArrayError::OutOfRange { .. } | ArrayError::Refused(_) => libc::EINVAL,
             ArrayError::ReadOnly(_) | ArrayError::JournalFailed(_) => libc::EROFS,
             ArrayError::NotFast(_) => libc::EOPNOTSUPP,
             _ => libc::EIO,

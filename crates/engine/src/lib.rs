@@ -90,6 +90,7 @@ mod discard;
 mod error;
 mod events;
 mod file;
+mod grow;
 mod identity;
 mod io_engine;
 mod levels;
@@ -110,6 +111,7 @@ mod read_balance;
 mod recovery;
 mod replace;
 mod replacing;
+mod reshape_stub;
 mod shape;
 mod slot;
 mod slot_state;
@@ -138,9 +140,12 @@ pub use create::{
 };
 pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
+// Shape changes (mdadm --grow): md's takeovers and resizes here, restripes in reshape.
+pub use grow::{grow_members, BitmapChange, GrowReport, GrowRequest, GrowSize};
 pub use meta::Meta;
 pub use plug::Plug;
 pub use quiesce::QuiesceGuard;
+pub use reshape_stub::ReshapeRequest;
 pub use shape::Shape;
 
 // md's threads, and the one clock they and every time-dependent policy read.

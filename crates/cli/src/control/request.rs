@@ -39,6 +39,11 @@ pub enum Request {
         member: Option<String>,
         values: Vec<(String, String)>,
     },
+    /// mdadm --grow's changes by option name, as text (`raid_devices`, `size`, `level`,
+    /// `layout`, `chunk`, `bitmap`, `array_size`), read against the array's level.
+    Grow {
+        values: Vec<(String, String)>,
+    },
     Stop,
 }
 
@@ -108,6 +113,17 @@ pub fn parse(line: &str) -> Result<Request, String> {
                 })
                 .unwrap_or_default(),
         },
+        "grow" => Request::Grow {
+            values: req["values"]
+                .as_object()
+                .ok_or("grow needs \"values\": the changes by option name")?
+                .iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => (k.clone(), s.clone()),
+                    other => (k.clone(), other.to_string()),
+                })
+                .collect(),
+        },
         "stop" => Request::Stop,
         other => return Err(format!("unknown command {other:?}")),
     })
@@ -161,6 +177,13 @@ impl Request {
                 }
                 v
             }
+            Request::Grow { values } => {
+                let vals: Map<String, Value> = values
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                json!({"cmd": "grow", "values": vals})
+            }
             Request::Stop => json!({"cmd": "stop"}),
         }
     }
@@ -207,6 +230,7 @@ pub fn fuzz_seeds() -> Vec<Vec<u8>> {
         r#"{"cmd":"add","device":"/tmp/spare.img","write_mostly":true,"failfast":false}"#,
         r#"{"cmd":"set","member":"1","values":{"writemostly":"1","failfast":"0"}}"#,
         r#"{"cmd":"journal-mode","mode":"write-back"}"#,
+        r#"{"cmd":"grow","values":{"raid_devices":"3","size":"max"}}"#,
         r#"{"cmd":"set","values":{"stripe_cache_size":"1024","skip_copy":1}}"#,
         "{\"cmd\":\"stop\"}\n{\"cmd\":\"detail\",\"x\":[1,2,{\"y\":null}]}",
     ]

@@ -510,6 +510,19 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 .collect();
             (json!({"ok": true, "tunables": t}), None)
         }
+        Request::Grow { values } => {
+            match crate::grow_request::request_of(values, a.level()).and_then(|r| Ok(a.grow(&r)?)) {
+                Ok(r) => {
+                    eprintln!("uraid: grow: {}", r.summary);
+                    (
+                        json!({"ok": true, "grow": {"summary": r.summary, "events": r.events,
+                            "restripe": r.restripe}, "detail": detail()}),
+                        None,
+                    )
+                }
+                Err(e) => (fail_reply(format!("{e:#}")), None),
+            }
+        }
         Request::Stop => {
             let (rtx, rrx) = mpsc::channel();
             let (wtx, wrx) = mpsc::channel();

@@ -10,6 +10,7 @@ pub mod raid0;
 pub mod raid1;
 pub mod raid10;
 pub mod raid5;
+pub mod takeover;
 
 use crate::types::{Level, MemberIdx};
 use thiserror::Error;

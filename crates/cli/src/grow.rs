@@ -1,0 +1,172 @@
+//! `uraid grow` (mdadm --grow): on a served array through its control socket, or on the
+//! members of an array that is not running (assembled here, changed, superblocks written).
+//!
+//! The options keep mdadm's names and units: `--size` and `--chunk` are KiB unless they
+//! carry a suffix, `--size max` takes all the members give. The values travel to the
+//! server as text (`{"cmd":"grow","values":{"raid_devices":"3"}}`) and are read there by
+//! [`crate::grow_request::request_of`] against the array's own level, as they are here offline.
+
+use crate::grow_request::request_of;
+use crate::locks;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use uraid_core::Level;
+use uraid_engine::Member;
+
+#[derive(Args)]
+pub struct GrowArgs {
+    /// A served array: any of its member paths (--array) or its control socket.
+    #[command(flatten)]
+    pub target: crate::control::ArrayArgs,
+    /// The number of member roles (mdadm -n): raid1 adds or drops mirrors; raid4/5/6
+    /// restripe.
+    #[arg(short = 'n', long, value_name = "N")]
+    pub raid_devices: Option<usize>,
+    /// Space used on each member: `max`, or a size (KiB unless K/M/G/T follow).
+    #[arg(short = 'z', long, value_name = "max|SIZE")]
+    pub size: Option<String>,
+    /// The size the array exports (md keeps it in memory only, never on the members).
+    #[arg(short = 'Z', long, value_name = "SIZE")]
+    pub array_size: Option<String>,
+    /// New chunk size (KiB unless K/M follow): a restripe.
+    #[arg(short = 'c', long, value_name = "SIZE")]
+    pub chunk: Option<String>,
+    /// New layout (left-symmetric, left-symmetric-6, parity-last, n2, ...).
+    #[arg(short = 'p', long, value_name = "LAYOUT")]
+    pub layout: Option<String>,
+    /// New level (0, 1, 4, 5, 6, 10, raid5, ...): md's takeovers, or a restripe.
+    #[arg(short = 'l', long, value_name = "LEVEL")]
+    pub level: Option<String>,
+    /// `internal` or `none`: add or drop the write-intent bitmap.
+    #[arg(short = 'b', long, value_name = "internal|none")]
+    pub bitmap: Option<String>,
+    /// Devices to add after the change, as mdadm sequences `--add` with `--grow`: they
+    /// fill the new roles (and are recovered) or wait as spares.
+    #[arg(short = 'a', long, value_name = "DEVICE", num_args = 1..)]
+    pub add: Vec<PathBuf>,
+    /// mdadm's backup file for a restripe of the critical section; uraid's restripe
+    /// engine keeps its own, so it is accepted and not used.
+    #[arg(long, value_name = "FILE")]
+    pub backup_file: Option<PathBuf>,
+    /// Print the reply (served) as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Member devices of an array that is not running (all of them), or of a served one.
+    pub devices: Vec<PathBuf>,
+}
+
+impl GrowArgs {
+    /// The changes as the control request carries them (text, by mdadm's option names).
+    fn values(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                m.insert(k.into(), Value::String(v));
+            }
+        };
+        put("raid_devices", self.raid_devices.map(|n| n.to_string()));
+        put("size", self.size.clone());
+        put("array_size", self.array_size.clone());
+        put("chunk", self.chunk.clone());
+        put("layout", self.layout.clone());
+        put("level", self.level.clone());
+        put("bitmap", self.bitmap.clone());
+        m
+    }
+}
+
+/// `uraid grow`.
+pub fn grow(a: GrowArgs) -> Result<()> {
+    let mut paths = a.devices.clone();
+    paths.extend(a.target.array.iter().cloned());
+    let found = match &a.target.control {
+        Some(c) => Some(c.clone()),
+        None => locks::find_server(&paths).map(|f| f.control),
+    };
+    if paths.is_empty() && found.is_none() {
+        bail!("name the array: its member paths, --array MEMBER, or --control PATH");
+    }
+    if let Some(b) = &a.backup_file {
+        eprintln!(
+            "uraid: --backup-file {} is not needed: uraid's restripe keeps its own backup",
+            b.display()
+        );
+    }
+    let values = a.values();
+    if values.is_empty() {
+        bail!("nothing to change: give --raid-devices, --size, --level, --layout, --chunk or --bitmap");
+    }
+    match found {
+        Some(control) => served(&a, &control, values),
+        None => {
+            let mut all = paths.clone();
+            all.extend(a.add.iter().cloned());
+            let _locks = locks::guard(&all)?;
+            offline(&a, &paths, &values)
+        }
+    }
+}
+
+/// Through the control socket: the grow, then each `--add`.
+fn served(a: &GrowArgs, control: &std::path::Path, values: Map<String, Value>) -> Result<()> {
+    let v = crate::control::request(control, &json!({"cmd": "grow", "values": values}))?;
+    eprintln!(
+        "uraid: {}",
+        v["grow"]["summary"].as_str().unwrap_or("grown")
+    );
+    for dev in &a.add {
+        let dev = locks::canonical(dev);
+        let v = crate::control::request(
+            control,
+            &json!({"cmd": "add", "device": dev.display().to_string()}),
+        )?;
+        eprintln!("uraid: {} added: {}", dev.display(), v["added"]);
+    }
+    if a.json {
+        let v = crate::control::request(control, &json!({"cmd": "detail"}))?;
+        println!("{}", serde_json::to_string_pretty(&v["detail"])?);
+    }
+    Ok(())
+}
+
+/// On the members: assemble, change, write the superblocks; then add and recover.
+fn offline(a: &GrowArgs, paths: &[PathBuf], values: &Map<String, Value>) -> Result<()> {
+    let devs = crate::open::open_all(paths)?;
+    let sb = uraid_engine::read_superblock(devs[0].as_ref())?;
+    let current = Level::from_md(sb.level)
+        .with_context(|| format!("{}: unsupported level {}", paths[0].display(), sb.level))?;
+    let kv: Vec<(String, String)> = values
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    let req = request_of(&kv, current)?;
+    // The devices to add must open before anything is written.
+    let adds: Vec<Arc<dyn Member>> = crate::open::open_all(&a.add)?;
+    let r = uraid_engine::grow_members(devs.clone(), &req)?;
+    eprintln!("uraid: {} (events {})", r.summary, r.events);
+    if !r.missing_roles.is_empty() {
+        let roles: Vec<String> = r.missing_roles.iter().map(|r| r.to_string()).collect();
+        eprintln!(
+            "uraid: role(s) {} have no member yet: add a device (uraid grow --add, or uraid add \
+             on the served array) to recover them",
+            roles.join(", ")
+        );
+    }
+    if adds.is_empty() {
+        return Ok(());
+    }
+    let (array, _) = uraid_engine::assemble(devs, &uraid_engine::AssembleOptions::default())?;
+    for (dev, p) in adds.into_iter().zip(&a.add) {
+        let o = array.add_member(dev)?;
+        eprintln!("uraid: {} added: {o:?}", p.display());
+    }
+    if !array.recovering_roles().is_empty() {
+        array.run_sync(uraid_engine::SyncKind::Recovery, |_| {})?;
+        eprintln!("uraid: recovery done");
+    }
+    array.stop()?;
+    Ok(())
+}

@@ -1,0 +1,853 @@
+//! `mdadm --grow` without a restripe: the shape changes that move no data, as md does
+//! them, persisted in md's superblocks so that Linux md reads the same array.
+//!
+//! - raid1 `--raid-devices N`: more mirrors (the new roles stay empty until a spare is
+//!   recovered into them) or fewer (md's raid1_reshape: only as many roles as there are
+//!   members; members above the new count move down into empty roles, mirrors being alike).
+//! - `--size max|SIZE`: the per-member size (md's dev_sectors); a grown region is resynced
+//!   (resync_offset is set to the old size, as md's recovery_cp).
+//! - `--bitmap internal|none`: an internal bitmap is added where md puts it for 1.1/1.2
+//!   (right after the superblock, in the room before the bad block log or the data; its
+//!   area is written, all clean, before any superblock names it), or dropped.
+//! - md's takeovers (raid0.c, raid1.c, raid5.c, raid10.c `*_takeover`): raid0 -> raid4/5
+//!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid1 <-> raid5
+//!   with 2 members, raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6`
+//!   layouts, parity-last) -> raid5, raid0 <-> raid10 near-2.
+//!
+//! Anything that moves data goes to [`Array::start_reshape`] as a [`ReshapeRequest`].
+//!
+//! Safe at every instant: the new superblocks carry the events count plus one and keep
+//! every surviving role's data where it was, so a power cut after some of them were
+//! written leaves members one event apart, which assembly accepts (md accepts a member
+//! one event behind) under the newest superblock: the new shape, with the same data.
+//! Nothing is written before a refusal.
+
+use crate::array::Array;
+use crate::assemble::{assemble, AssembleOptions, MemberOutcome};
+use crate::error::ArrayError;
+use crate::member::Member;
+use crate::meta::{read_member_superblock, write_superblock};
+use crate::reshape_stub::ReshapeRequest;
+use std::sync::Arc;
+use uraid_core::bitmap::{self as bm, BitmapSuper};
+use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
+use uraid_core::geometry::raid5::ALGORITHM_PARITY_N;
+use uraid_core::geometry::takeover;
+use uraid_core::superblock::{
+    MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT, ROLE_MAX, ROLE_SPARE,
+};
+use uraid_core::{Level, MemberIdx};
+
+/// Where md puts an internal bitmap on 1.1/1.2: right after the 4 KiB superblock.
+const BITMAP_OFFSET_SECTORS: u64 = 8;
+
+/// raid10's near-2 layout (2 near copies, 1 far copy), md's default.
+const RAID10_NEAR2: u32 = 0x102;
+
+/// `--size`: md's per-member size (component size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrowSize {
+    /// All the space the members have.
+    Max,
+    /// This many sectors of each member.
+    Sectors(u64),
+}
+
+/// `--bitmap`: add or drop the internal write-intent bitmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BitmapChange {
+    /// An internal bitmap where md puts it for the metadata version.
+    Internal,
+    /// No bitmap.
+    None,
+}
+
+/// What `uraid grow` (mdadm --grow) asks for; `None` fields stay as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrowRequest {
+    /// `--raid-devices`.
+    pub raid_disks: Option<usize>,
+    /// `--size`.
+    pub size: Option<GrowSize>,
+    /// `--level`.
+    pub level: Option<Level>,
+    /// `--layout`, as md's layout number.
+    pub layout: Option<u32>,
+    /// `--chunk`, in sectors.
+    pub chunk_sectors: Option<u64>,
+    /// `--bitmap`.
+    pub bitmap: Option<BitmapChange>,
+}
+
+/// What a grow did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrowReport {
+    /// One line in md's words: what changed.
+    pub summary: String,
+    /// The events count of the new superblocks (unchanged when nothing was written).
+    pub events: u64,
+    /// Roles of the new shape that have no member yet (a spare recovers them).
+    pub missing_roles: Vec<usize>,
+    /// Whether the change was handed to the restripe engine instead.
+    pub restripe: bool,
+}
+
+/// The array as planning needs to see it: pure input, so the rules are tested without
+/// disks.
+#[derive(Clone, Debug)]
+pub(crate) struct GrowState {
+    /// The freshest superblock.
+    pub template: Superblock,
+    /// Roles with an in-sync member.
+    pub present: Vec<usize>,
+    /// A recovery, replace or owed resync is under way.
+    pub busy: Option<&'static str>,
+    /// raid0: each role's data sectors rounded to the chunk (the zones).
+    pub raid0_member_sectors: Vec<u64>,
+    /// The most sectors every present member could give (`--size max`).
+    pub max_dev_sectors: u64,
+    /// Metadata 0.90.
+    pub is_090: bool,
+    /// A write journal.
+    pub journal: bool,
+    /// Sectors every present 1.1/1.2 member has between the end of its superblock (8
+    /// sectors) and its bad block log or data; 0 for 1.0.
+    pub bitmap_room_sectors: u64,
+    /// The array's size in sectors (what a raid10 bitmap covers).
+    pub array_sectors: u64,
+}
+
+/// A superblock rewrite: the new array-wide fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Change {
+    level: Level,
+    layout: u32,
+    chunk_sectors: u64,
+    raid_disks: usize,
+    dev_sectors: u64,
+    /// Old role -> new role; `None`: the device becomes a spare.
+    role_map: Vec<Option<usize>>,
+    /// Set resync_offset (a grown region to resync).
+    resync_from: Option<u64>,
+    drop_bitmap: bool,
+    /// A new internal bitmap, 8 sectors after the superblock.
+    add_bitmap: Option<BitmapSuper>,
+    summary: String,
+}
+
+/// What [`plan`] decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    Superblocks(Change),
+    Restripe(ReshapeRequest),
+    Nothing(String),
+}
+
+fn refuse(msg: impl Into<String>) -> ArrayError {
+    ArrayError::Refused(msg.into())
+}
+
+/// Decide a grow from the array's state, or refuse it with md's reason.
+pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError> {
+    let t = &st.template;
+    let level = Level::from_md(t.level).ok_or_else(|| refuse("unknown level"))?;
+    let n = t.raid_disks as usize;
+    let chunk = u64::from(t.chunksize);
+    if *req == GrowRequest::default() {
+        return Err(refuse(
+            "nothing to change: give --raid-devices, --size, --level, --layout, --chunk or --bitmap",
+        ));
+    }
+    if st.is_090 {
+        return Err(refuse(
+            "uraid grow rewrites 1.x superblocks only; this array has 0.90 metadata: use mdadm --grow",
+        ));
+    }
+    if st.journal {
+        return Err(refuse(
+            "the array has a write journal, and md does not reshape a journalled array",
+        ));
+    }
+    if let Some(why) = st.busy {
+        // md: a reshape cannot start while a sync runs (EBUSY).
+        return Err(refuse(format!(
+            "{why} is in progress: let it finish (uraid wait) and grow then"
+        )));
+    }
+    let shape = req.raid_disks.is_some()
+        || req.level.is_some()
+        || req.layout.is_some()
+        || req.chunk_sectors.is_some();
+    if req.bitmap.is_some() && (shape || req.size.is_some()) {
+        return Err(refuse(
+            "--bitmap must be the only change of one grow (as mdadm)",
+        ));
+    }
+    if req.size.is_some() && shape {
+        return Err(refuse(
+            "--size cannot be combined with a change of level, devices, layout or chunk: grow one at a time",
+        ));
+    }
+    let same = |role_map: Vec<Option<usize>>| Change {
+        level,
+        layout: t.layout,
+        chunk_sectors: chunk,
+        raid_disks: n,
+        dev_sectors: t.size,
+        role_map,
+        resync_from: None,
+        drop_bitmap: false,
+        add_bitmap: None,
+        summary: String::new(),
+    };
+    let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
+    if let Some(b) = req.bitmap {
+        let has = t.feature_map & FEATURE_BITMAP_OFFSET != 0;
+        return match b {
+            BitmapChange::None if !has => Ok(Plan::Nothing("the array has no bitmap".into())),
+            BitmapChange::None => Ok(Plan::Superblocks(Change {
+                drop_bitmap: true,
+                summary: "internal bitmap removed".into(),
+                ..same(identity)
+            })),
+            BitmapChange::Internal if has => Ok(Plan::Nothing(
+                "the array has an internal bitmap already".into(),
+            )),
+            BitmapChange::Internal => plan_add_bitmap(st, level).map(|b| {
+                Plan::Superblocks(Change {
+                    summary: format!("internal bitmap added (chunk {}K)", b.chunksize / 1024),
+                    add_bitmap: Some(b),
+                    ..same(identity)
+                })
+            }),
+        };
+    }
+    if let Some(size) = req.size {
+        return plan_size(st, level, size, same(identity));
+    }
+    let new_level = req.level.unwrap_or(level);
+    if new_level != level {
+        return plan_takeover(st, level, new_level, req, &same);
+    }
+    // The same level: raid1 changes its mirror count; anything else moves data.
+    if level == Level::Raid1 {
+        if req.layout.is_some() || req.chunk_sectors.is_some() {
+            return Err(refuse("raid1 has no layout or chunk to change"));
+        }
+        let want = req.raid_disks.expect("a shape change");
+        return plan_raid1_disks(st, want, same);
+    }
+    let changes = req.raid_disks.is_some_and(|d| d != n)
+        || req.layout.is_some_and(|l| l != t.layout)
+        || req.chunk_sectors.is_some_and(|c| c != chunk);
+    if !changes {
+        return Ok(Plan::Nothing(format!("{level} already has this shape")));
+    }
+    Ok(Plan::Restripe(ReshapeRequest {
+        level: None,
+        raid_disks: req.raid_disks.filter(|&d| d != n),
+        chunk_sectors: req.chunk_sectors.filter(|&c| c != chunk),
+        layout: req.layout.filter(|&l| l != t.layout),
+    }))
+}
+
+fn plan_raid1_disks(
+    st: &GrowState,
+    want: usize,
+    same: impl Fn(Vec<Option<usize>>) -> Change,
+) -> Result<Plan, ArrayError> {
+    let n = st.template.raid_disks as usize;
+    if want == n {
+        return Ok(Plan::Nothing(format!("raid1 has {n} devices already")));
+    }
+    if want == 0 {
+        return Err(refuse("raid1 needs at least 1 device"));
+    }
+    // md's raid1_reshape: no more members than roles (EBUSY).
+    if st.present.len() > want {
+        return Err(refuse(format!(
+            "raid1 has {} active members, more than {want}: fail and remove members first \
+             (uraid fail, uraid remove), then shrink",
+            st.present.len()
+        )));
+    }
+    // Members above the new count move down into the empty roles, in order.
+    let mut free = (0..want).filter(|r| !st.present.contains(r));
+    let role_map: Vec<Option<usize>> = (0..n)
+        .map(|r| {
+            if !st.present.contains(&r) {
+                None
+            } else if r < want {
+                Some(r)
+            } else {
+                free.next()
+            }
+        })
+        .collect();
+    Ok(Plan::Superblocks(Change {
+        raid_disks: want,
+        summary: format!("raid1 raid-devices {n} -> {want}"),
+        ..same(role_map)
+    }))
+}
+
+fn plan_add_bitmap(st: &GrowState, level: Level) -> Result<BitmapSuper, ArrayError> {
+    let t = &st.template;
+    if level == Level::Raid0 {
+        return Err(refuse(
+            "raid0 has no redundancy, so it cannot have a bitmap",
+        ));
+    }
+    if t.version() == MetadataVersion::V1_0 {
+        return Err(refuse(
+            "adding a bitmap to metadata 1.0 (superblock at the end) is not in this build of \
+             uraid: nothing was written; use mdadm --grow --bitmap=internal",
+        ));
+    }
+    // md's bitmap covers member sectors, except for raid10 where it covers the array.
+    let sync_size = if level == Level::Raid10 {
+        st.array_sectors
+    } else {
+        t.size
+    };
+    let chunk = bm::default_chunk_bytes(sync_size, st.bitmap_room_sectors).ok_or_else(|| {
+        refuse(format!(
+            "no room for an internal bitmap: {} sectors between the superblock and the data",
+            st.bitmap_room_sectors
+        ))
+    })?;
+    let b = BitmapSuper::new(t.set_uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
+        .map_err(|e| refuse(format!("bitmap: {e}")))?;
+    if b.space_bytes() / 512 > st.bitmap_room_sectors {
+        return Err(refuse("the bitmap does not fit before the data"));
+    }
+    Ok(b)
+}
+
+fn plan_size(
+    st: &GrowState,
+    level: Level,
+    size: GrowSize,
+    base: Change,
+) -> Result<Plan, ArrayError> {
+    let t = &st.template;
+    if level == Level::Raid0 {
+        // md's raid0 has no resize: it always uses all of each member.
+        return Err(refuse(
+            "raid0 has no --size to change: it uses all of each member",
+        ));
+    }
+    // md's raid10_resize: a far layout's copies sit at a distance set by the size.
+    if level == Level::Raid10 && (t.layout >> 8) & 0xff > 1 && t.layout & 0x10000 == 0 {
+        return Err(refuse(
+            "md cannot resize a raid10 with the far layout: its far copies sit at a distance \
+             set by the size",
+        ));
+    }
+    if t.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+        return Err(refuse(
+            "the array has an internal bitmap, which would not cover the new size: remove it \
+             (uraid grow --bitmap none), change the size, then add it again",
+        ));
+    }
+    let round = |s: u64| {
+        if level == Level::Raid1 || t.chunksize == 0 {
+            s
+        } else {
+            s / u64::from(t.chunksize) * u64::from(t.chunksize)
+        }
+    };
+    let max = round(st.max_dev_sectors);
+    let want = match size {
+        GrowSize::Max => max,
+        GrowSize::Sectors(s) if round(s) > max => {
+            return Err(refuse(format!(
+                "--size {s} sectors is beyond the members: each can give at most {max} sectors \
+                 (--size max)"
+            )))
+        }
+        GrowSize::Sectors(s) => round(s),
+    };
+    if want == 0 {
+        return Err(refuse("--size 0 would leave no data: give a size or max"));
+    }
+    if want == t.size {
+        return Ok(Plan::Nothing(format!("the size is {want} sectors already")));
+    }
+    // md resyncs a grown region from the old end (recovery_cp), unless a resync was
+    // owed from further down already.
+    let resync_from = (want > t.size).then(|| t.resync_offset.min(t.size));
+    Ok(Plan::Superblocks(Change {
+        dev_sectors: want,
+        resync_from,
+        summary: format!("component size {} -> {want} sectors", t.size),
+        ..base
+    }))
+}
+
+fn plan_takeover(
+    st: &GrowState,
+    from: Level,
+    to: Level,
+    req: &GrowRequest,
+    same: &dyn Fn(Vec<Option<usize>>) -> Change,
+) -> Result<Plan, ArrayError> {
+    let t = &st.template;
+    let n = t.raid_disks as usize;
+    let chunk = u64::from(t.chunksize);
+    let missing: Vec<usize> = (0..n).filter(|r| !st.present.contains(r)).collect();
+    let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
+    let raid0_single_zone = || -> Result<u64, ArrayError> {
+        let s = &st.raid0_member_sectors;
+        if s.iter().any(|&x| x != s[0]) {
+            // md/raid0: "cannot takeover raid0 with more than one zone".
+            return Err(refuse(
+                "md cannot take over a raid0 with more than one zone (members of different sizes)",
+            ));
+        }
+        Ok(s[0] / chunk * chunk)
+    };
+    let change = match (from, to) {
+        (Level::Raid0, Level::Raid4 | Level::Raid5) => Change {
+            level: to,
+            layout: if to == Level::Raid4 {
+                0
+            } else {
+                ALGORITHM_PARITY_N
+            },
+            raid_disks: n + 1,
+            dev_sectors: raid0_single_zone()?,
+            summary: format!("raid0 -> {to} (parity-last), parity role {n} missing"),
+            ..same(identity)
+        },
+        (Level::Raid4, Level::Raid5) => Change {
+            level: to,
+            layout: ALGORITHM_PARITY_N,
+            summary: "raid4 -> raid5 (parity-last)".into(),
+            ..same(identity)
+        },
+        (Level::Raid5, Level::Raid4) if t.layout == ALGORITHM_PARITY_N => Change {
+            level: to,
+            layout: 0,
+            summary: "raid5 (parity-last) -> raid4".into(),
+            ..same(identity)
+        },
+        (Level::Raid5, Level::Raid4) => {
+            return restripe_or_refuse(
+                req,
+                to,
+                "raid5 becomes raid4 only from the parity-last layout",
+            )
+        }
+        (Level::Raid1, Level::Raid5) => {
+            // md's raid5_takeover_raid1.
+            if n != 2 {
+                return Err(refuse(format!(
+                    "md takes over a raid1 as raid5 only with 2 devices; this one has {n}: \
+                     grow it to 2 first (--raid-devices 2)"
+                )));
+            }
+            let chunk = takeover::raid1_to_raid5_chunk_sectors(t.size).ok_or_else(|| {
+                refuse(format!(
+                    "the raid1's size ({} sectors) is not a multiple of 4 KiB: md cannot take it over",
+                    t.size
+                ))
+            })?;
+            Change {
+                level: to,
+                layout: ALGORITHM_LEFT_SYMMETRIC,
+                chunk_sectors: chunk,
+                summary: format!("raid1 -> raid5 (left-symmetric, chunk {}K)", chunk / 2),
+                ..same(identity)
+            }
+        }
+        (Level::Raid5, Level::Raid1) => {
+            if n != 2 {
+                return Err(refuse(format!(
+                    "md takes over a raid5 as raid1 only with 2 devices; this one has {n}: \
+                     reshape it to 2 first"
+                )));
+            }
+            Change {
+                level: to,
+                layout: 0,
+                chunk_sectors: 0,
+                summary: "raid5 -> raid1".into(),
+                ..same(identity)
+            }
+        }
+        (Level::Raid5, Level::Raid6) => {
+            let layout = takeover::raid6_layout_of_raid5(t.layout).ok_or_else(|| {
+                refuse(format!(
+                    "md has no raid6 layout for raid5 layout {}",
+                    t.layout
+                ))
+            })?;
+            Change {
+                level: to,
+                layout,
+                raid_disks: n + 1,
+                summary: format!(
+                    "raid5 -> raid6 ({}), Q role {n} missing",
+                    uraid_core::geometry::raid5::layout_name(layout).unwrap_or("?")
+                ),
+                ..same(identity)
+            }
+        }
+        (Level::Raid6, Level::Raid5) => {
+            let layout = takeover::raid5_layout_of_raid6(t.layout).ok_or_else(|| {
+                refuse(format!(
+                    "md turns a raid6 into raid5 only from the -6 layouts or parity-last, whose \
+                     last device holds only Q; layout {} needs a restripe",
+                    uraid_core::geometry::raid5::layout_name(t.layout).unwrap_or("?")
+                ))
+            })?;
+            // Without its Q role, the raid5 must still hold the data.
+            if missing.iter().filter(|&&r| r < n - 1).count() > 1 {
+                return Err(refuse(
+                    "the raid6 misses two data/P members: without Q it would lose data; recover first",
+                ));
+            }
+            let mut role_map = identity.clone();
+            role_map[n - 1] = None;
+            Change {
+                level: to,
+                layout,
+                raid_disks: n - 1,
+                summary: format!("raid6 -> raid5, role {} (Q) becomes a spare", n - 1),
+                ..same(role_map)
+            }
+        }
+        (Level::Raid0, Level::Raid10) => {
+            // md's raid10_takeover_raid0: near-2, each raid0 member the first copy of a pair.
+            let dev_sectors = raid0_single_zone()?;
+            Change {
+                level: to,
+                layout: RAID10_NEAR2,
+                raid_disks: 2 * n,
+                dev_sectors,
+                role_map: (0..n).map(|r| Some(2 * r)).collect(),
+                summary: format!(
+                    "raid0 -> raid10 (near=2), roles {} missing",
+                    (0..n)
+                        .map(|r| (2 * r + 1).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                ..same(Vec::new())
+            }
+        }
+        (Level::Raid10, Level::Raid0) => {
+            // md's raid0_takeover_raid10: near-2 only, and "all mirrors must be already
+            // degraded": one member of each pair.
+            if t.layout != RAID10_NEAR2 || !n.is_multiple_of(2) {
+                return Err(refuse(
+                    "md takes over a raid10 as raid0 only from the near=2 layout with an even \
+                     number of devices",
+                ));
+            }
+            let mut role_map = vec![None; n];
+            for pair in 0..n / 2 {
+                let here: Vec<usize> = [2 * pair, 2 * pair + 1]
+                    .into_iter()
+                    .filter(|r| st.present.contains(r))
+                    .collect();
+                if here.len() != 1 {
+                    return Err(refuse(format!(
+                        "md takes over a raid10 as raid0 only when all mirrors are already \
+                         degraded; roles {} and {} are both {}: fail and remove one of each pair first",
+                        2 * pair,
+                        2 * pair + 1,
+                        if here.is_empty() { "missing" } else { "present" }
+                    )));
+                }
+                role_map[here[0]] = Some(pair);
+            }
+            Change {
+                level: to,
+                layout: 0,
+                raid_disks: n / 2,
+                summary: "raid10 (near=2) -> raid0".into(),
+                ..same(role_map)
+            }
+        }
+        _ => {
+            return restripe_or_refuse(req, to, &format!("md has no takeover from {from} to {to}"))
+        }
+    };
+    // A takeover and a restripe after it in one request go to the restripe engine whole.
+    let after = req.raid_disks.is_some_and(|d| d != change.raid_disks)
+        || req.layout.is_some_and(|l| l != change.layout)
+        || req.chunk_sectors.is_some_and(|c| c != change.chunk_sectors);
+    if after {
+        if !matches!(to, Level::Raid4 | Level::Raid5 | Level::Raid6) {
+            return Err(refuse(format!(
+                "{from} -> {to} with another layout, chunk or device count is not something md does"
+            )));
+        }
+        return Ok(Plan::Restripe(ReshapeRequest {
+            level: Some(to),
+            raid_disks: req.raid_disks,
+            chunk_sectors: req.chunk_sectors,
+            layout: req.layout,
+        }));
+    }
+    Ok(Plan::Superblocks(change))
+}
+
+/// A level change without a takeover is a restripe where md restripes one (raid4/5/6 to
+/// raid4/5/6), else md's refusal.
+fn restripe_or_refuse(req: &GrowRequest, to: Level, why: &str) -> Result<Plan, ArrayError> {
+    if matches!(to, Level::Raid4 | Level::Raid5 | Level::Raid6) {
+        return Ok(Plan::Restripe(ReshapeRequest {
+            level: Some(to),
+            raid_disks: req.raid_disks,
+            chunk_sectors: req.chunk_sectors,
+            layout: req.layout,
+        }));
+    }
+    Err(refuse(format!("{why}: nothing was written")))
+}
+
+impl Change {
+    /// One device's new superblock: the array-wide fields, roles and events.
+    fn apply(&self, sb: &Superblock, events: u64, dev_sectors: u64, utime: u64) -> Superblock {
+        let mut n = sb.clone();
+        n.level = self.level.md_level();
+        n.layout = self.layout;
+        n.chunksize = self.chunk_sectors as u32;
+        n.raid_disks = self.raid_disks as u32;
+        n.size = self.dev_sectors;
+        n.events = events;
+        n.utime = utime;
+        for r in n.dev_roles.iter_mut() {
+            if *r < ROLE_MAX {
+                *r = match self.role_map.get(usize::from(*r)).copied().flatten() {
+                    Some(new) => new as u16,
+                    None => ROLE_SPARE,
+                };
+            }
+        }
+        if self.level != Level::Raid0 {
+            n.feature_map &= !FEATURE_RAID0_LAYOUT;
+        }
+        if self.drop_bitmap {
+            n.feature_map &= !FEATURE_BITMAP_OFFSET;
+            n.bitmap_offset = 0;
+        }
+        if self.add_bitmap.is_some() {
+            n.feature_map |= FEATURE_BITMAP_OFFSET;
+            n.bitmap_offset = BITMAP_OFFSET_SECTORS as i32;
+        }
+        if let Some(from) = self.resync_from {
+            n.resync_offset = from;
+        }
+        // A member that grew (1.1/1.2: data from data_offset to the end) offers it.
+        if self.dev_sectors > n.data_size && sb.version() != MetadataVersion::V1_0 {
+            n.data_size = dev_sectors.saturating_sub(n.data_offset);
+        }
+        n
+    }
+}
+
+/// The sectors a member can give from its data offset: to its end for 1.1/1.2 (the
+/// superblock sits before the data), its recorded data_size for 1.0 (the superblock at
+/// the end stays where it is).
+fn available_sectors(sb: &Superblock, dev: &dyn Member) -> u64 {
+    if sb.version() == MetadataVersion::V1_0 {
+        sb.data_size
+    } else {
+        (dev.size_bytes() / 512)
+            .saturating_sub(sb.data_offset)
+            .max(sb.data_size)
+    }
+}
+
+impl Array {
+    /// What planning needs to know about this array.
+    pub(crate) fn grow_state(&self) -> GrowState {
+        let meta = self.meta();
+        let present: Vec<usize> = (0..self.raid_disks())
+            .filter(|&r| self.live(MemberIdx(r)).is_some())
+            .collect();
+        let busy = if !self.recovering_roles().is_empty() {
+            Some("a recovery")
+        } else if !self.replacing_roles().is_empty() {
+            Some("a replace")
+        } else if meta.needs_resync() {
+            Some("a resync")
+        } else {
+            None
+        };
+        let max_dev_sectors = present
+            .iter()
+            .filter_map(|&r| {
+                let sb = meta.member_sb(MemberIdx(r))?;
+                let dev = self.slot(MemberIdx(r)).device()?;
+                Some(available_sectors(sb, dev.as_ref()))
+            })
+            .min()
+            .unwrap_or(0);
+        let bitmap_room_sectors = present
+            .iter()
+            .filter_map(|&r| meta.member_sb(MemberIdx(r)))
+            .map(|sb| {
+                if sb.version() == MetadataVersion::V1_0 {
+                    return 0;
+                }
+                let end = if sb.bblog_size != 0 && sb.bblog_offset > 0 {
+                    sb.super_offset + sb.bblog_offset as u64
+                } else {
+                    sb.data_offset
+                };
+                end.saturating_sub(sb.super_offset + BITMAP_OFFSET_SECTORS)
+            })
+            .min()
+            .unwrap_or(0);
+        GrowState {
+            bitmap_room_sectors,
+            array_sectors: self.personality().array_sectors(),
+            template: meta.template().clone(),
+            present,
+            busy,
+            raid0_member_sectors: self.geometry().member_sectors.clone(),
+            max_dev_sectors,
+            is_090: meta.is_090(),
+            journal: meta.journal.is_some(),
+        }
+    }
+
+    /// `mdadm --grow` on a running array: a restripe goes to [`Array::start_reshape`];
+    /// a change of superblocks only is refused here (the new shape serves IO from the next
+    /// assembly in this build: stop the array and use [`grow_members`]). Refusals come
+    /// before anything is written.
+    pub fn grow(&self, req: &GrowRequest) -> Result<GrowReport, ArrayError> {
+        self.check_writable("grow")?;
+        let events = self.meta().events();
+        match plan(&self.grow_state(), req)? {
+            Plan::Nothing(why) => Ok(GrowReport {
+                summary: format!("nothing to change: {why}"),
+                events,
+                missing_roles: Vec::new(),
+                restripe: false,
+            }),
+            Plan::Restripe(r) => {
+                self.start_reshape(&r)?;
+                Ok(GrowReport {
+                    summary: format!("restripe started: {r:?}"),
+                    events,
+                    missing_roles: Vec::new(),
+                    restripe: true,
+                })
+            }
+            Plan::Superblocks(c) => Err(refuse(format!(
+                "{} on a served array is not in this build of uraid (the running array keeps \
+                 its shape): nothing was written; stop it (uraid stop), run uraid grow on its \
+                 members, and serve it again",
+                c.summary
+            ))),
+        }
+    }
+}
+
+/// `mdadm --grow` on the members of an array that is not running: assemble it, plan the
+/// change (refusing with md's reason before anything is written), then rewrite every
+/// member's superblock (events + 1, flushed one by one). A restripe is handed to
+/// [`Array::start_reshape`] on the assembled array.
+pub fn grow_members(
+    devs: Vec<Arc<dyn Member>>,
+    req: &GrowRequest,
+) -> Result<GrowReport, ArrayError> {
+    let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    let st = array.grow_state();
+    let planned = array.check_writable("grow").and_then(|()| plan(&st, req));
+    let utime = array.now_secs() & ((1 << 40) - 1);
+    let events = array.meta().events();
+    let c = match planned {
+        Err(e) => {
+            array.stop()?;
+            return Err(e);
+        }
+        Ok(Plan::Nothing(why)) => {
+            array.stop()?;
+            return Ok(GrowReport {
+                summary: format!("nothing to change: {why}"),
+                events,
+                missing_roles: Vec::new(),
+                restripe: false,
+            });
+        }
+        Ok(Plan::Restripe(r)) => {
+            let started = array.start_reshape(&r);
+            array.stop()?;
+            started?;
+            return Ok(GrowReport {
+                summary: format!("restripe started: {r:?}"),
+                events,
+                missing_roles: Vec::new(),
+                restripe: true,
+            });
+        }
+        Ok(Plan::Superblocks(c)) => c,
+    };
+    array.stop()?;
+    drop(array);
+    // The devices that belong to the array now: members, spares, the journal. Stale and
+    // faulty ones keep their old superblocks (and stay out).
+    let mut targets: Vec<(Arc<dyn Member>, Superblock)> = Vec::new();
+    for (dev, m) in devs.iter().zip(&report.members) {
+        if matches!(
+            m.outcome,
+            MemberOutcome::Active(_) | MemberOutcome::Spare | MemberOutcome::Journal
+        ) {
+            targets.push((dev.clone(), read_member_superblock(dev.as_ref())?.0));
+        }
+    }
+    let events = targets.iter().map(|(_, sb)| sb.events).max().unwrap_or(0) + 1;
+    let new: Vec<Superblock> = targets
+        .iter()
+        .map(|(dev, sb)| c.apply(sb, events, dev.size_bytes() / 512, utime))
+        .collect();
+    // Every new superblock must say the same thing before the first is written.
+    for sb in &new {
+        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
+            array: sb.set_name.clone(),
+            member: "new superblock".into(),
+            what,
+        })?;
+    }
+    // A new bitmap's area first, all clean and in step with the new events: no old
+    // superblock looks there, and every new one finds it written.
+    if let Some(b) = &c.add_bitmap {
+        let mut b = b.clone();
+        b.events = events;
+        b.events_cleared = events;
+        let mut area = bm::initial_area(&b);
+        area[bm::BITMAP_SUPER_BYTES..].fill(0);
+        let mut buf = crate::buf::AlignedBuf::new(area.len());
+        buf.copy_from_slice(&area);
+        for (dev, sb) in targets.iter().map(|(d, _)| d).zip(&new) {
+            let at = sb
+                .bitmap_sector()
+                .expect("the new superblock names its bitmap");
+            dev.write_at(&buf, at * 512)?;
+            dev.flush()?;
+        }
+    }
+    for ((dev, _), sb) in targets.iter().zip(&new) {
+        write_superblock(dev.as_ref(), sb)?;
+    }
+    let missing_roles = (0..c.raid_disks)
+        .filter(|&r| {
+            !st.present
+                .iter()
+                .any(|&p| c.role_map.get(p) == Some(&Some(r)))
+        })
+        .collect();
+    Ok(GrowReport {
+        summary: c.summary,
+        events,
+        missing_roles,
+        restripe: false,
+    })
+}

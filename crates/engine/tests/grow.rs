@@ -1,0 +1,617 @@
+//! `mdadm --grow` without a restripe (engine): raid1 mirror counts, --size, --bitmap none,
+//! md's takeovers; each with the data verified before and after, a reassembly after each,
+//! refusals that write nothing, and power cuts in the middle of the superblock rewrite.
+
+use rand::Rng;
+use std::sync::Arc;
+use uraid_core::geometry::raid5::{
+    ALGORITHM_LEFT_SYMMETRIC, ALGORITHM_LEFT_SYMMETRIC_6, ALGORITHM_PARITY_N,
+};
+use uraid_core::{Level, MemberIdx};
+use uraid_engine::{
+    assemble, create, grow_members, AddOutcome, Array, ArrayError, AssembleOptions, BitmapChange,
+    CreateOptions, GrowRequest, GrowSize, MemMember, Member, ReshapeRequest, SyncKind,
+};
+use uraid_sim::disk::{Power, SimDisk, SimWorld};
+use uraid_testkit::engine::rng;
+
+const MB: u64 = 1 << 20;
+
+fn members(n: usize, bytes: u64, tag: &str) -> Vec<Arc<dyn Member>> {
+    (0..n)
+        .map(|i| Arc::new(MemMember::new(format!("{tag}{i}"), bytes)) as Arc<dyn Member>)
+        .collect()
+}
+
+fn opts(level: Level, layout: Option<u32>) -> CreateOptions {
+    let mut o = CreateOptions::new(level);
+    o.layout = layout;
+    if level != Level::Raid1 {
+        o.chunk_sectors = Some(16);
+    }
+    o.assume_clean = true;
+    o.data_offset_sectors = Some(64);
+    o
+}
+
+/// Create, fill with seeded random bytes, stop: the bytes written.
+fn made(devs: &[Arc<dyn Member>], o: &CreateOptions, seed: u64) -> Vec<u8> {
+    let a = create(devs.iter().cloned().map(Some).collect(), o).unwrap();
+    let mut data = vec![0u8; a.size_bytes() as usize];
+    rng(seed).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    a.stop().unwrap();
+    data
+}
+
+fn open(devs: &[Arc<dyn Member>]) -> Array {
+    assemble(devs.to_vec(), &AssembleOptions::default())
+        .unwrap()
+        .0
+}
+
+fn read_all(a: &Array, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    a.read(0, &mut v).unwrap();
+    v
+}
+
+fn superblock_bytes(devs: &[Arc<dyn Member>]) -> Vec<Vec<u8>> {
+    devs.iter()
+        .map(|d| {
+            let mut b = vec![0u8; 8192];
+            d.read_at(&mut b, 0).unwrap();
+            b
+        })
+        .collect()
+}
+
+/// Add `dev` into the missing role and recover it: the array then has no missing role,
+/// and md's check finds every copy or parity in agreement.
+fn add_and_recover(a: &Array, dev: Arc<dyn Member>) {
+    assert!(matches!(
+        a.add_member(dev).unwrap(),
+        AddOutcome::Recovering(_)
+    ));
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    assert!(a.missing_roles().is_empty());
+    assert_eq!(
+        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
+        0,
+        "check mismatches"
+    );
+}
+
+#[test]
+fn raid1_grows_to_three_mirrors_and_a_spare_fills_the_new_one() {
+    let devs = members(2, 4 * MB, "r1-");
+    let data = made(&devs, &opts(Level::Raid1, None), 1);
+    let req = GrowRequest {
+        raid_disks: Some(3),
+        ..Default::default()
+    };
+    let r = grow_members(devs.clone(), &req).unwrap();
+    assert_eq!(r.missing_roles, vec![2]);
+    let a = open(&devs);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid1, 3));
+    assert_eq!(a.missing_roles(), vec![MemberIdx(2)]);
+    assert_eq!(read_all(&a, data.len()), data);
+    let third: Arc<dyn Member> = Arc::new(MemMember::new("r1-2", 4 * MB));
+    add_and_recover(&a, third.clone());
+    a.stop().unwrap();
+    drop(a);
+    // The new mirror alone holds everything.
+    let a = assemble(vec![third], &AssembleOptions::default())
+        .unwrap()
+        .0;
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn raid1_shrinks_only_to_its_member_count_and_moves_members_down() {
+    let devs = members(3, 4 * MB, "r1s-");
+    let data = made(&devs, &opts(Level::Raid1, None), 2);
+    let two = GrowRequest {
+        raid_disks: Some(2),
+        ..Default::default()
+    };
+    let before = superblock_bytes(&devs);
+    let e = grow_members(devs.clone(), &two).unwrap_err();
+    assert!(matches!(e, ArrayError::Refused(_)), "{e}");
+    assert!(e.to_string().contains("3 active members"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before, "a refusal writes nothing");
+    // Without role 0's member, the two left shrink to 2 roles: role 2 moves down to 0.
+    let left = vec![devs[1].clone(), devs[2].clone()];
+    grow_members(left.clone(), &two).unwrap();
+    let a = open(&left);
+    assert_eq!(a.raid_disks(), 2);
+    assert!(a.missing_roles().is_empty());
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn size_max_grows_into_the_members_and_resyncs_the_new_region() {
+    let devs = members(3, 6 * MB, "sz-");
+    let mut o = opts(Level::Raid5, None);
+    o.size_sectors = Some(4 * MB / 512);
+    let data = made(&devs, &o, 3);
+    let r = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            size: Some(GrowSize::Max),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.summary.contains("component size"), "{}", r.summary);
+    let a = open(&devs);
+    assert!(a.size_bytes() > data.len() as u64, "the array grew");
+    assert!(a.meta().needs_resync(), "the grown region is owed a resync");
+    assert_eq!(read_all(&a, data.len()), data);
+    a.run_sync(SyncKind::Resync, |_| {}).unwrap();
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    a.stop().unwrap();
+    // Beyond the members: refused.
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            size: Some(GrowSize::Sectors(100 * MB / 512)),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("beyond the members"), "{e}");
+}
+
+#[test]
+fn bitmap_none_drops_the_internal_bitmap() {
+    let devs = members(2, 4 * MB, "bm-");
+    let mut o = opts(Level::Raid1, None);
+    o.bitmap = true;
+    let data = made(&devs, &o, 4);
+    assert!(open(&devs).has_bitmap());
+    grow_members(
+        devs.clone(),
+        &GrowRequest {
+            bitmap: Some(BitmapChange::None),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = open(&devs);
+    assert!(!a.has_bitmap());
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn raid5_takes_over_as_raid6_with_q_last_and_recovers_q() {
+    let devs = members(3, 4 * MB, "r56-");
+    let data = made(
+        &devs,
+        &opts(Level::Raid5, Some(ALGORITHM_LEFT_SYMMETRIC)),
+        5,
+    );
+    let req = GrowRequest {
+        level: Some(Level::Raid6),
+        ..Default::default()
+    };
+    let r = grow_members(devs.clone(), &req).unwrap();
+    assert_eq!(r.missing_roles, vec![3]);
+    let a = open(&devs);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid6, 4));
+    assert_eq!(a.geometry().layout, ALGORITHM_LEFT_SYMMETRIC_6);
+    assert_eq!(read_all(&a, data.len()), data);
+    let q: Arc<dyn Member> = Arc::new(MemMember::new("r56-3", 4 * MB));
+    add_and_recover(&a, q.clone());
+    a.stop().unwrap();
+    drop(a);
+    // Q is right: without two data members the data still reads back.
+    let a = open(&[devs[0].clone(), q]);
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn raid6_minus_6_goes_back_to_raid5_and_the_q_device_is_a_spare() {
+    let devs = members(4, 4 * MB, "r65-");
+    let data = made(
+        &devs,
+        &opts(Level::Raid6, Some(ALGORITHM_LEFT_SYMMETRIC_6)),
+        6,
+    );
+    grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = open(&devs);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid5, 3));
+    assert_eq!(a.geometry().layout, ALGORITHM_LEFT_SYMMETRIC);
+    assert_eq!(read_all(&a, data.len()), data);
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+}
+
+#[test]
+fn raid6_with_a_rotating_layout_needs_a_restripe_to_become_raid5() {
+    let devs = members(4, 4 * MB, "r65r-");
+    made(
+        &devs,
+        &opts(Level::Raid6, Some(ALGORITHM_LEFT_SYMMETRIC)),
+        7,
+    );
+    let before = superblock_bytes(&devs);
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("-6 layouts"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+}
+
+#[test]
+fn raid0_takes_over_as_raid4_raid5_and_raid10() {
+    for (to, layout, disks) in [
+        (Level::Raid4, 0, 3),
+        (Level::Raid5, ALGORITHM_PARITY_N, 3),
+        (Level::Raid10, 0x102, 4),
+    ] {
+        let devs = members(2, 4 * MB, &format!("r0{to}-"));
+        let data = made(&devs, &opts(Level::Raid0, None), 8);
+        grow_members(
+            devs.clone(),
+            &GrowRequest {
+                level: Some(to),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let a = open(&devs);
+        assert_eq!((a.level(), a.raid_disks()), (to, disks), "{to}");
+        assert_eq!(a.geometry().layout, layout);
+        assert_eq!(&read_all(&a, data.len()), &data, "{to}");
+        for (i, _) in a.missing_roles().into_iter().enumerate() {
+            let d: Arc<dyn Member> = Arc::new(MemMember::new(format!("new{i}"), 4 * MB));
+            assert!(matches!(
+                a.add_member(d).unwrap(),
+                AddOutcome::Recovering(_)
+            ));
+        }
+        a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+        assert!(a.missing_roles().is_empty());
+        assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0, "{to}");
+    }
+}
+
+#[test]
+fn raid0_with_two_zones_is_refused_with_md_s_reason() {
+    let devs: Vec<Arc<dyn Member>> = vec![
+        Arc::new(MemMember::new("z0", 4 * MB)),
+        Arc::new(MemMember::new("z1", 6 * MB)),
+    ];
+    made(&devs, &opts(Level::Raid0, None), 9);
+    let before = superblock_bytes(&devs);
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("more than one zone"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+}
+
+#[test]
+fn raid1_and_raid5_with_two_devices_take_over_each_other() {
+    let devs = members(2, 4 * MB, "r15-");
+    let data = made(&devs, &opts(Level::Raid1, None), 10);
+    let to5 = GrowRequest {
+        level: Some(Level::Raid5),
+        ..Default::default()
+    };
+    grow_members(devs.clone(), &to5).unwrap();
+    let a = open(&devs);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid5, 2));
+    assert_eq!(read_all(&a, data.len()), data);
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    a.stop().unwrap();
+    drop(a);
+    grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = open(&devs);
+    assert_eq!(a.level(), Level::Raid1);
+    assert_eq!(read_all(&a, data.len()), data);
+    // A 3-mirror raid1 is refused.
+    let three = members(3, 4 * MB, "r15t-");
+    made(&three, &opts(Level::Raid1, None), 11);
+    let e = grow_members(three, &to5).unwrap_err();
+    assert!(e.to_string().contains("only with 2 devices"), "{e}");
+}
+
+#[test]
+fn raid4_and_raid5_parity_last_take_over_each_other() {
+    let devs = members(3, 4 * MB, "r45-");
+    let data = made(&devs, &opts(Level::Raid4, None), 12);
+    grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = open(&devs);
+    assert_eq!(
+        (a.level(), a.geometry().layout),
+        (Level::Raid5, ALGORITHM_PARITY_N)
+    );
+    assert_eq!(read_all(&a, data.len()), data);
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    a.stop().unwrap();
+    drop(a);
+    grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid4),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let a = open(&devs);
+    assert_eq!(a.level(), Level::Raid4);
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn restripes_go_to_the_reshape_engine_and_write_nothing_here() {
+    let devs = members(3, 4 * MB, "rs-");
+    made(&devs, &opts(Level::Raid5, None), 13);
+    let before = superblock_bytes(&devs);
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            raid_disks: Some(4),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    // The placeholder's words: the request reached start_reshape.
+    assert!(e.to_string().contains("not in this build"), "{e}");
+    assert!(
+        e.to_string().contains(&format!(
+            "{:?}",
+            ReshapeRequest {
+                raid_disks: Some(4),
+                ..Default::default()
+            }
+        )),
+        "{e}"
+    );
+    assert_eq!(superblock_bytes(&devs), before);
+}
+
+/// A power cut at every point of the superblock rewrite: reassembly finds the old shape
+/// or the new one, never a mix, and every byte written before.
+#[test]
+fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
+    let cases: Vec<(Level, Option<u32>, usize, GrowRequest, Level, usize)> = vec![
+        (
+            Level::Raid5,
+            Some(ALGORITHM_LEFT_SYMMETRIC),
+            3,
+            GrowRequest {
+                level: Some(Level::Raid6),
+                ..Default::default()
+            },
+            Level::Raid6,
+            4,
+        ),
+        (
+            Level::Raid1,
+            None,
+            2,
+            GrowRequest {
+                raid_disks: Some(3),
+                ..Default::default()
+            },
+            Level::Raid1,
+            3,
+        ),
+        (
+            Level::Raid0,
+            None,
+            3,
+            GrowRequest {
+                level: Some(Level::Raid5),
+                ..Default::default()
+            },
+            Level::Raid5,
+            4,
+        ),
+        // Same shape, and the bitmap either absent or whole (its area precedes the flip).
+        (
+            Level::Raid1,
+            None,
+            2,
+            GrowRequest {
+                bitmap: Some(BitmapChange::Internal),
+                ..Default::default()
+            },
+            Level::Raid1,
+            2,
+        ),
+    ];
+    for (level, layout, n, req, new_level, new_n) in cases {
+        let world = SimWorld::new();
+        let disks: Vec<Arc<SimDisk>> = (0..n)
+            .map(|i| Arc::new(SimDisk::new(format!("pc{i}"), 4 * MB, world.clone())))
+            .collect();
+        let devs: Vec<Arc<dyn Member>> =
+            disks.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+        let mut o = opts(level, layout);
+        if req.bitmap.is_some() {
+            o.data_offset_sectors = None; // md's default leaves room for a bitmap
+        }
+        let data = made(&devs, &o, 14);
+        let images: Vec<Vec<u8>> = disks.iter().map(|d| d.durable_image()).collect();
+        let mut saw_old = false;
+        let mut saw_new = false;
+        for ops in 0.. {
+            let power = Power::new(ops);
+            let cut: Vec<Arc<SimDisk>> = images
+                .iter()
+                .enumerate()
+                .map(|(i, img)| {
+                    Arc::new(SimDisk::crash_disk(
+                        &format!("pc{i}"),
+                        power.clone(),
+                        img.clone(),
+                        4096,
+                    ))
+                })
+                .collect();
+            let _ = grow_members(
+                cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect(),
+                &req,
+            );
+            let finished = power.on();
+            let after: Vec<Arc<dyn Member>> = cut
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    Arc::new(SimDisk::from_image(
+                        format!("pc{i}"),
+                        d.durable_image(),
+                        SimWorld::new(),
+                    )) as Arc<dyn Member>
+                })
+                .collect();
+            let a = open(&after);
+            if req.bitmap.is_some() {
+                // Old shape: no bitmap; new: a clean one that tracks writes.
+                saw_old |= !a.has_bitmap();
+                saw_new |= a.has_bitmap();
+                if a.has_bitmap() {
+                    assert_eq!(
+                        a.bitmap_dirty_chunks().map(|(d, _)| d),
+                        Some(0),
+                        "cut after {ops}"
+                    );
+                }
+                assert_eq!(read_all(&a, data.len()), data, "cut after {ops} writes");
+                assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+                if finished {
+                    break;
+                }
+                continue;
+            }
+            let shape = (a.level(), a.raid_disks());
+            assert!(
+                shape == (level, n) || shape == (new_level, new_n),
+                "{level} -> {new_level}, cut after {ops} writes: assembled as {shape:?}"
+            );
+            saw_old |= shape == (level, n);
+            saw_new |= shape == (new_level, new_n);
+            assert_eq!(read_all(&a, data.len()), data, "cut after {ops} writes");
+            if finished {
+                break;
+            }
+        }
+        assert!(
+            saw_old && saw_new,
+            "{level}: both sides of the cut were tried"
+        );
+    }
+}
+
+#[test]
+fn a_degraded_raid5_takes_over_as_raid6_where_md_allows_it() {
+    let devs = members(4, 4 * MB, "dg-");
+    let data = made(
+        &devs,
+        &opts(Level::Raid5, Some(ALGORITHM_LEFT_SYMMETRIC)),
+        15,
+    );
+    // Role 1 gone: the raid6 then misses roles 1 and 3 and still holds everything.
+    let left = vec![devs[0].clone(), devs[2].clone(), devs[3].clone()];
+    let r = grow_members(
+        left.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid6),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.missing_roles, vec![1, 4]);
+    let a = open(&left);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid6, 5));
+    assert_eq!(read_all(&a, data.len()), data);
+}
+
+#[test]
+fn a_far_raid10_is_not_resized_as_md_refuses() {
+    let devs = members(4, 6 * MB, "f2-");
+    let mut o = opts(Level::Raid10, Some(0x201));
+    o.size_sectors = Some(4 * MB / 512);
+    made(&devs, &o, 16);
+    let before = superblock_bytes(&devs);
+    let e = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            size: Some(GrowSize::Max),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("far layout"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+}
+
+#[test]
+fn bitmap_internal_is_added_clean_and_tracks_writes() {
+    let devs = members(2, 8 * MB, "bma-");
+    let mut o = opts(Level::Raid1, None);
+    o.data_offset_sectors = None; // md's default offset leaves room for a bitmap
+    let data = made(&devs, &o, 17);
+    assert!(!open(&devs).has_bitmap());
+    let r = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            bitmap: Some(BitmapChange::Internal),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.summary.contains("internal bitmap added"), "{}", r.summary);
+    let a = open(&devs);
+    assert!(a.has_bitmap());
+    assert_eq!(
+        a.bitmap_dirty_chunks().map(|(d, _)| d),
+        Some(0),
+        "added clean"
+    );
+    assert_eq!(read_all(&a, data.len()), data);
+    a.write(0, &[1u8; 4096]).unwrap();
+    assert!(
+        a.bitmap_dirty_chunks().unwrap().0 > 0,
+        "a write marks its chunk"
+    );
+    a.stop().unwrap();
+    drop(a);
+    let a = open(&devs);
+    assert!(a.has_bitmap());
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+}
