@@ -95,21 +95,6 @@ fn raid1_on_two_nbd_exports_create_examine_write_read_serve() {
     }
 }
 
-#[test]
-fn tls_members_are_refused_by_name() {
-    let dir = TempDir::new("remote-tls");
-    let img = dir.image("m0.img", 8);
-    let err = fails_with(
-        uraid()
-            .args(["create", "-l", "1", "-n", "2", "--run"])
-            .arg(&img)
-            .arg("nbds://127.0.0.1/disk"),
-        "TLS (nbds://) is not supported yet",
-    );
-    assert!(err.contains("nbds://127.0.0.1/disk"), "{err}");
-    assert_eq!(std::fs::read(&img).unwrap(), vec![0u8; 8 << 20]);
-}
-
 /// A raid5 member's bitmap, read over NBD: (chunk of member bytes, dirty chunk numbers).
 fn bitmap_of(uri: &str) -> (u64, Vec<u64>) {
     let m = NbdMember::connect(uri, &NbdClientConfig::default()).unwrap();

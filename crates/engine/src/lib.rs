@@ -182,6 +182,8 @@ pub use uraid_nbd::client::is_nbd_uri;
 /// never a hang), connections with multi-conn, structured replies.
 #[cfg(feature = "nbd")]
 pub use uraid_nbd::client::ClientConfig as NbdClientConfig;
+/// The CA an `nbds://` member's server must be signed by ([`NbdClientConfig::tls`]).
+pub use uraid_nbd::TlsClient as NbdTlsClient;
 
 // The core types the surface speaks in.
 pub use uraid_core::superblock::MemberFlags;

@@ -633,6 +633,12 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects and negotiates (see the module's notes).
     pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
+        if uri.tls && config.tls.is_none() {
+            // Before connecting: the missing option is the error, not an unreachable host.
+            return Err(ClientError::TlsNoCa {
+                uri: uri.text.clone(),
+            });
+        }
         let (first, info) = open_conn(uri, config)?;
         let mut conns = vec![first];
         if info.can_multi_conn() {
