@@ -170,7 +170,9 @@ pub use meta::{
 pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
 pub use io::{io_engine, set_io_engine, IoEngine};
-pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
+pub use member::{
+    write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow,
+};
 /// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
 #[cfg(feature = "nbd")]
 pub use nbd_member::NbdMember;

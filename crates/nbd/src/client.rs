@@ -329,6 +329,34 @@ struct Conn {
     state: Mutex<State>,
     name: Arc<str>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// Moving average of reply latency in microseconds (0: no reply yet), weight 1/8.
+    latency_us: std::sync::atomic::AtomicU64,
+}
+
+impl Conn {
+    fn record_latency(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let us = (took.as_micros() as u64).max(1);
+        let old = self.latency_us.load(Relaxed);
+        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
+        self.latency_us.store(new.max(1), Relaxed);
+    }
+}
+
+/// How a client's connections stand ([`Client::status`]), for `uraid detail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnStatus {
+    /// Every connection is open.
+    pub connected: bool,
+    /// Why a connection closed (the first one found), once one has.
+    pub error: Option<String>,
+    /// Moving average of reply latency over the connections, in microseconds (none
+    /// before the first reply).
+    pub latency_us: Option<u64>,
+    /// Connections opened.
+    pub connections: usize,
+    /// The connections are TLS (`nbds://`).
+    pub tls: bool,
 }
 
 fn lost(name: &str, why: &str) -> io::Error {
@@ -364,6 +392,7 @@ pub struct Ticket {
     conn: Arc<Conn>,
     command: Command,
     timeout: Duration,
+    sent: std::time::Instant,
 }
 
 impl Ticket {
@@ -371,7 +400,10 @@ impl Ticket {
     /// the client's timeout; after it the connection is closed and this fails `TimedOut`.
     pub fn wait(self) -> Reply {
         match self.rx.recv_timeout(self.timeout) {
-            Ok(r) => r,
+            Ok(r) => {
+                self.conn.record_latency(self.sent.elapsed());
+                r
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let why = format!(
                     "no reply to {:?} within {:?} (the server is gone or stalled)",
@@ -407,6 +439,7 @@ impl Conn {
             conn: self.clone(),
             command,
             timeout,
+            sent: std::time::Instant::now(),
         };
         let cookie = {
             let mut st = lock(&self.state);
@@ -681,6 +714,25 @@ impl Client {
     /// Connections open (more than one only with multi-conn).
     pub fn connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Whether the connections are open, why one closed, and the reply latency.
+    pub fn status(&self) -> ConnStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let error = self.conns.iter().find_map(|c| lock(&c.state).dead.clone());
+        let seen: Vec<u64> = self
+            .conns
+            .iter()
+            .map(|c| c.latency_us.load(Relaxed))
+            .filter(|&l| l > 0)
+            .collect();
+        ConnStatus {
+            connected: error.is_none(),
+            error,
+            latency_us: (!seen.is_empty()).then(|| seen.iter().sum::<u64>() / seen.len() as u64),
+            connections: self.conns.len(),
+            tls: self.name.starts_with("nbds"),
+        }
     }
 
     fn conn(&self) -> &Arc<Conn> {
@@ -1181,6 +1233,7 @@ fn negotiate(
         }),
         name: uri.text.as_str().into(),
         reader: Mutex::new(None),
+        latency_us: std::sync::atomic::AtomicU64::new(0),
     });
     let c = conn.clone();
     let handle = std::thread::Builder::new()
