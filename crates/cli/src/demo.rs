@@ -136,6 +136,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             export_name: "demo".into(),
             control: Some(control),
             sync_limits: uraid_engine::SyncLimits::default(),
+            tls: None,
         },
     )
 }

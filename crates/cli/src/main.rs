@@ -16,6 +16,7 @@ mod report;
 mod report090;
 mod scan;
 mod serve;
+mod serve_tls;
 mod status;
 mod timefmt;
 mod ublk;
@@ -58,6 +59,9 @@ struct Cli {
     /// Connections per NBD member, where its server advertises multi-conn.
     #[arg(long, global = true, value_name = "N", default_value_t = 1)]
     nbd_connections: usize,
+    /// The CA certificates (PEM) that nbds:// members' servers must be signed by.
+    #[arg(long, global = true, value_name = "FILE")]
+    nbd_tls_ca: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -160,7 +164,11 @@ fn main() -> ExitCode {
         default_sigpipe();
     }
     open::configure(cli.io_engine, cli.no_direct);
-    if let Err(e) = open::configure_nbd(cli.nbd_timeout, cli.nbd_connections) {
+    if let Err(e) = open::configure_nbd(
+        cli.nbd_timeout,
+        cli.nbd_connections,
+        cli.nbd_tls_ca.as_deref(),
+    ) {
         eprintln!("uraid: {}", error_text(&e));
         return ExitCode::FAILURE;
     }

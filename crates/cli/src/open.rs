@@ -25,14 +25,18 @@ static NO_DIRECT: AtomicBool = AtomicBool::new(false);
 /// How NBD members (`nbd://`, `nbd+unix://`) connect: `--nbd-timeout`, `--nbd-connections`.
 static NBD: OnceLock<NbdClientConfig> = OnceLock::new();
 
-/// Sets the NBD members' per-request timeout and connections (once, at start).
-pub fn configure_nbd(timeout_secs: f64, connections: usize) -> Result<()> {
+/// Sets the NBD members' per-request timeout, connections and TLS CA (once, at start).
+pub fn configure_nbd(timeout_secs: f64, connections: usize, tls_ca: Option<&Path>) -> Result<()> {
     if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
         anyhow::bail!("--nbd-timeout must be a positive number of seconds");
     }
     let config = NbdClientConfig {
         timeout: std::time::Duration::from_secs_f64(timeout_secs),
         connections: connections.max(1),
+        tls: match tls_ca {
+            Some(ca) => Some(uraid_engine::NbdTlsClient::from_ca_file(ca)?),
+            None => None,
+        },
         ..NbdClientConfig::default()
     };
     NBD.set(config)

@@ -665,6 +665,15 @@ pub fn detail_json(a: &Array) -> Value {
                 },
                 "device": a.slot(MemberIdx(r)).device_name(),
                 "io_engine": a.slot(MemberIdx(r)).io_engine().map(|e| e.name()),
+                // A member on another host: its connection and reply latency.
+                "remote": a.slot(MemberIdx(r)).device().and_then(|d| d.remote()).map(|m| json!({
+                    "uri": m.uri,
+                    "connection": if m.connected { "connected" } else { "lost" },
+                    "error": m.error,
+                    "latency_us": m.latency_us,
+                    "connections": m.connections,
+                    "tls": m.tls,
+                })),
                 "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
                 // md's desc_nr, which /proc/mdstat prints as sda1[N].

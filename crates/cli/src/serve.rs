@@ -47,6 +47,8 @@ pub struct ServeArgs {
     /// Export only through ublk (no NBD listener).
     #[arg(long, requires = "ublk")]
     pub no_nbd: bool,
+    #[command(flatten)]
+    pub tls: crate::serve_tls::TlsArgs,
     /// Also export the array as /dev/ublkbN (Linux 6.0+ with the ublk driver).
     #[arg(long)]
     pub ublk: bool,
@@ -137,6 +139,8 @@ pub struct ServeOptions {
     pub control: Option<PathBuf>,
     /// md's sync_speed_min/max for the daemons' syncs.
     pub sync_limits: uraid_engine::SyncLimits,
+    /// TLS offered or required on the NBD listener.
+    pub tls: Option<uraid_nbd::TlsServer>,
 }
 
 /// `serve --scan`: the members of the one array the scan chooses.
@@ -171,13 +175,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
     if a.scan {
         a.devices = scan_members(&a)?;
     }
-    let locks = locks::lock_members(&a.devices)?;
-    let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
-    // md names are "host:name"; clients want the name.
-    let export_name = a.name.clone().unwrap_or_else(|| {
-        let full = array.meta().template().set_name.clone();
-        full.rsplit(':').next().unwrap_or("").to_string()
-    });
+    // Before the array is opened: a wrong TLS setup writes nothing.
     let nbd = if a.no_nbd {
         None
     } else {
@@ -186,6 +184,19 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
             None => NbdAddr::default_tcp(),
         })
     };
+    let listen = match &nbd {
+        None => crate::serve_tls::Listen::None,
+        Some(NbdAddr::Unix(_)) => crate::serve_tls::Listen::Unix,
+        Some(NbdAddr::Tcp(sa)) => crate::serve_tls::Listen::Tcp(*sa),
+    };
+    let tls = crate::serve_tls::setup(&a.tls, listen)?;
+    let locks = locks::lock_members(&a.devices)?;
+    let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
+    // md names are "host:name"; clients want the name.
+    let export_name = a.name.clone().unwrap_or_else(|| {
+        let full = array.meta().template().set_name.clone();
+        full.rsplit(':').next().unwrap_or("").to_string()
+    });
     run(
         array,
         &a.devices,
@@ -206,6 +217,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
                 min_kib_s: a.speed_min.min(a.speed_max),
                 max_kib_s: a.speed_max,
             },
+            tls,
         },
     )
 }
@@ -227,8 +239,12 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     };
     if let Some(addr) = &opts.nbd {
         let listener = bind(addr, opts.nbd_any_port)?;
-        let uri = nbd_uri(&listener, &opts.export_name);
+        let mut uri = nbd_uri(&listener, &opts.export_name);
+        if opts.tls.is_some() {
+            uri = uri.replacen("nbd", "nbds", 1); // nbds:// and nbds+unix://
+        }
         let server = Server::new(ServerConfig {
+            tls: opts.tls.clone(),
             export_name: opts.export_name.clone(),
             description: format!("uraid {} array {uuid}", array.level()),
             ..ServerConfig::default()

@@ -95,21 +95,6 @@ fn raid1_on_two_nbd_exports_create_examine_write_read_serve() {
     }
 }
 
-#[test]
-fn tls_members_are_refused_by_name() {
-    let dir = TempDir::new("remote-tls");
-    let img = dir.image("m0.img", 8);
-    let err = fails_with(
-        uraid()
-            .args(["create", "-l", "1", "-n", "2", "--run"])
-            .arg(&img)
-            .arg("nbds://127.0.0.1/disk"),
-        "TLS (nbds://) is not supported yet",
-    );
-    assert!(err.contains("nbds://127.0.0.1/disk"), "{err}");
-    assert_eq!(std::fs::read(&img).unwrap(), vec![0u8; 8 << 20]);
-}
-
 /// A raid5 member's bitmap, read over NBD: (chunk of member bytes, dirty chunk numbers).
 fn bitmap_of(uri: &str) -> (u64, Vec<u64>) {
     let m = NbdMember::connect(uri, &NbdClientConfig::default()).unwrap();
@@ -212,4 +197,43 @@ fn raid5_loses_a_host_mid_write_and_goes_on() {
     for uri in [&uris[0], &uris[2]] {
         assert_eq!(bitmap_of(uri).1, vec![0], "{uri} after stop");
     }
+}
+
+#[test]
+fn detail_shows_a_remote_members_connection_and_latency() {
+    if !need_tool(
+        "nbdkit",
+        "detail_shows_a_remote_members_connection_and_latency",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("remote-detail");
+    let mut hosts: Vec<Nbdkit> = ["a", "b"]
+        .iter()
+        .map(|n| Nbdkit::start(&dir, n, &["memory", "32M"]))
+        .collect();
+    let uris: Vec<String> = hosts.iter().map(|h| h.uri()).collect();
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .args(&uris));
+    let srv = Served::start(&dir, &paths(&uris), &["--nbd-timeout", "10"]);
+    let c = Client::open(&srv.uri(), &ClientConfig::default()).unwrap();
+    c.write(&pattern(256 << 10, 3), 0, true).unwrap();
+    let d = srv.detail(Path::new(&uris[0]));
+    for (r, uri) in uris.iter().enumerate() {
+        let m = &d["members"][r]["remote"];
+        assert_eq!(m["uri"], uri.as_str(), "{d}");
+        assert_eq!(m["connection"], "connected", "{d}");
+        assert!(m["latency_us"].as_u64().unwrap_or(0) > 0, "{d}");
+        assert_eq!(m["tls"], false, "{d}");
+    }
+    // Host b is lost: the next write fails it, and detail says the connection is lost.
+    hosts[1].kill();
+    c.write(&pattern(64 << 10, 4), 1 << 20, true).unwrap();
+    srv.wait_detail(Path::new(&uris[0]), |d| {
+        d["members"][1]["state"] == "faulty" && d["members"][1]["remote"]["connection"] == "lost"
+    });
+    let d = srv.detail(Path::new(&uris[0]));
+    assert!(d["members"][1]["remote"]["error"].is_string(), "{d}");
+    assert_eq!(d["members"][0]["remote"]["connection"], "connected", "{d}");
 }

@@ -176,7 +176,9 @@ pub use meta::{
 pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
 pub use io::{io_engine, io_engine_forced, set_io_engine, set_io_engine_per_member, IoEngine};
-pub use member::{write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, ZeroHow};
+pub use member::{
+    write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow,
+};
 /// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
 #[cfg(feature = "nbd")]
 pub use nbd_member::NbdMember;
@@ -188,6 +190,8 @@ pub use uraid_nbd::client::is_nbd_uri;
 /// never a hang), connections with multi-conn, structured replies.
 #[cfg(feature = "nbd")]
 pub use uraid_nbd::client::ClientConfig as NbdClientConfig;
+/// The CA an `nbds://` member's server must be signed by ([`NbdClientConfig::tls`]).
+pub use uraid_nbd::TlsClient as NbdTlsClient;
 
 // The core types the surface speaks in.
 pub use uraid_core::superblock::MemberFlags;

@@ -44,6 +44,12 @@ pub trait Member: Send + Sync {
     }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
+
+    /// A member on another host: its connection state and latency (`uraid detail`).
+    /// Local members have none.
+    fn remote(&self) -> Option<RemoteStatus> {
+        None
+    }
     /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
     /// on `batch`; the engine runs the queued ones and waits for them before the batch
     /// returns (complete). The default does each op with [`Member::read_at`] or
@@ -372,4 +378,21 @@ impl Member for ReadOnlyMember {
     fn name(&self) -> String {
         self.0.name()
     }
+}
+
+/// How a member on another host stands ([`Member::remote`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteStatus {
+    /// Its URI.
+    pub uri: String,
+    /// Every connection is open.
+    pub connected: bool,
+    /// Why a connection closed, once one has.
+    pub error: Option<String>,
+    /// Moving average of reply latency in microseconds (none before the first reply).
+    pub latency_us: Option<u64>,
+    /// Connections opened.
+    pub connections: usize,
+    /// Over TLS.
+    pub tls: bool,
 }

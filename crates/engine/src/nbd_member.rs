@@ -7,7 +7,7 @@
 //! request at once), which the array turns into a failed member as md does; there is no
 //! reconnect.
 
-use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, ZeroHow};
+use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow};
 use std::io;
 use uraid_nbd::client::{Client, ClientConfig};
 
@@ -73,6 +73,18 @@ impl Member for NbdMember {
 
     fn name(&self) -> String {
         self.client.name().to_string()
+    }
+
+    fn remote(&self) -> Option<RemoteStatus> {
+        let st = self.client.status();
+        Some(RemoteStatus {
+            uri: self.client.name().to_string(),
+            connected: st.connected,
+            error: st.error,
+            latency_us: st.latency_us,
+            connections: st.connections,
+            tls: st.tls,
+        })
     }
 
     /// Every op is sent at submit and completed after the batch's other members had theirs

@@ -51,10 +51,16 @@ pub enum ClientError {
     #[error("{uri}: not an NBD URI: {why}")]
     BadUri { uri: String, why: String },
     #[error(
-        "{uri}: TLS (nbds://) is not supported yet by uraid's NBD client; serve the export \
-         without TLS on a trusted network or a Unix socket (nbd+unix://), or tunnel it"
+        "{uri}: TLS with a pre-shared key is not supported (rustls has no TLS-PSK); give the \
+         server an X.509 certificate and the client its CA with --nbd-tls-ca"
     )]
     TlsUnsupported { uri: String },
+    #[error("{uri}: an nbds:// member needs the CA that signed its server's certificate: --nbd-tls-ca FILE")]
+    TlsNoCa { uri: String },
+    #[error("{uri}: the server requires TLS: use nbds:// (with --nbd-tls-ca FILE)")]
+    TlsRequired { uri: String },
+    #[error("{uri}: TLS: {source}")]
+    Tls { uri: String, source: io::Error },
     #[error("{uri}: cannot connect to {addr}: {source}")]
     Connect {
         uri: String,
@@ -80,9 +86,10 @@ impl ClientError {
     /// The error as an `io::Error` (its message kept), for callers that speak io.
     pub fn into_io(self) -> io::Error {
         let kind = match &self {
-            ClientError::BadUri { .. } | ClientError::TlsUnsupported { .. } => {
-                io::ErrorKind::InvalidInput
-            }
+            ClientError::BadUri { .. }
+            | ClientError::TlsUnsupported { .. }
+            | ClientError::TlsNoCa { .. }
+            | ClientError::TlsRequired { .. } => io::ErrorKind::InvalidInput,
             ClientError::Connect { source, .. } | ClientError::Io { source, .. } => source.kind(),
             ClientError::Refused { .. } => io::ErrorKind::NotFound,
             _ => io::ErrorKind::InvalidData,
@@ -110,6 +117,11 @@ pub struct NbdUri {
     pub address: Address,
     /// The export's name ("" is the server's default export).
     pub export: String,
+    /// `nbds`, `nbds+unix`: STARTTLS before anything else.
+    pub tls: bool,
+    /// The name the server's certificate must carry (`?tls-hostname=`; else the host, or
+    /// `localhost` on a Unix socket).
+    pub tls_hostname: Option<String>,
 }
 
 /// Whether `s` is spelt as an NBD URI (of any scheme, TLS included), rather than a path.
@@ -137,19 +149,21 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 impl NbdUri {
-    /// Parses `s`; `nbds://` and `nbds+unix://` are refused by name (no TLS yet).
+    /// Parses `s`; `?tls-psk-file=` is refused by name (no TLS-PSK in rustls).
     pub fn parse(s: &str) -> Result<NbdUri, ClientError> {
         let bad = |why: &str| ClientError::BadUri {
             uri: s.to_string(),
             why: why.to_string(),
         };
         let (scheme, rest) = s.split_once("://").ok_or_else(|| bad("no scheme"))?;
-        let unix = match scheme {
-            "nbd" => false,
-            "nbd+unix" => true,
-            "nbds" | "nbds+unix" => return Err(ClientError::TlsUnsupported { uri: s.to_string() }),
-            _ => return Err(bad("the scheme must be nbd or nbd+unix")),
+        let (unix, tls) = match scheme {
+            "nbd" => (false, false),
+            "nbd+unix" => (true, false),
+            "nbds" => (false, true),
+            "nbds+unix" => (true, true),
+            _ => return Err(bad("the scheme must be nbd, nbd+unix, nbds or nbds+unix")),
         };
+        let mut tls_hostname = None;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -165,7 +179,10 @@ impl NbdUri {
                 Some(("socket", v)) if unix => {
                     socket = Some(percent_decode(v).ok_or_else(|| bad("bad %-escape"))?);
                 }
-                Some(("tls-certificates" | "tls-psk-file" | "tls-hostname", _)) => {
+                Some(("tls-hostname", v)) if tls => {
+                    tls_hostname = Some(percent_decode(v).ok_or_else(|| bad("bad %-escape"))?);
+                }
+                Some(("tls-psk-file", _)) => {
                     return Err(ClientError::TlsUnsupported { uri: s.to_string() })
                 }
                 _ => return Err(bad(&format!("unknown query parameter {param:?}"))),
@@ -206,6 +223,8 @@ impl NbdUri {
             text: s.to_string(),
             address,
             export,
+            tls,
+            tls_hostname,
         })
     }
 }
@@ -220,6 +239,8 @@ pub struct ClientConfig {
     pub connections: usize,
     /// Ask for structured replies (the server may still refuse).
     pub structured_replies: bool,
+    /// The CA an `nbds://` server's certificate must chain to (`--nbd-tls-ca`).
+    pub tls: Option<crate::tls::TlsClient>,
 }
 
 impl Default for ClientConfig {
@@ -228,6 +249,7 @@ impl Default for ClientConfig {
             timeout: DEFAULT_TIMEOUT,
             connections: 1,
             structured_replies: true,
+            tls: None,
         }
     }
 }
@@ -307,6 +329,34 @@ struct Conn {
     state: Mutex<State>,
     name: Arc<str>,
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// Moving average of reply latency in microseconds (0: no reply yet), weight 1/8.
+    latency_us: std::sync::atomic::AtomicU64,
+}
+
+impl Conn {
+    fn record_latency(&self, took: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let us = (took.as_micros() as u64).max(1);
+        let old = self.latency_us.load(Relaxed);
+        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
+        self.latency_us.store(new.max(1), Relaxed);
+    }
+}
+
+/// How a client's connections stand ([`Client::status`]), for `uraid detail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnStatus {
+    /// Every connection is open.
+    pub connected: bool,
+    /// Why a connection closed (the first one found), once one has.
+    pub error: Option<String>,
+    /// Moving average of reply latency over the connections, in microseconds (none
+    /// before the first reply).
+    pub latency_us: Option<u64>,
+    /// Connections opened.
+    pub connections: usize,
+    /// The connections are TLS (`nbds://`).
+    pub tls: bool,
 }
 
 fn lost(name: &str, why: &str) -> io::Error {
@@ -342,6 +392,7 @@ pub struct Ticket {
     conn: Arc<Conn>,
     command: Command,
     timeout: Duration,
+    sent: std::time::Instant,
 }
 
 impl Ticket {
@@ -349,7 +400,10 @@ impl Ticket {
     /// the client's timeout; after it the connection is closed and this fails `TimedOut`.
     pub fn wait(self) -> Reply {
         match self.rx.recv_timeout(self.timeout) {
-            Ok(r) => r,
+            Ok(r) => {
+                self.conn.record_latency(self.sent.elapsed());
+                r
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let why = format!(
                     "no reply to {:?} within {:?} (the server is gone or stalled)",
@@ -385,6 +439,7 @@ impl Conn {
             conn: self.clone(),
             command,
             timeout,
+            sent: std::time::Instant::now(),
         };
         let cookie = {
             let mut st = lock(&self.state);
@@ -611,6 +666,12 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects and negotiates (see the module's notes).
     pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
+        if uri.tls && config.tls.is_none() {
+            // Before connecting: the missing option is the error, not an unreachable host.
+            return Err(ClientError::TlsNoCa {
+                uri: uri.text.clone(),
+            });
+        }
         let (first, info) = open_conn(uri, config)?;
         let mut conns = vec![first];
         if info.can_multi_conn() {
@@ -653,6 +714,25 @@ impl Client {
     /// Connections open (more than one only with multi-conn).
     pub fn connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Whether the connections are open, why one closed, and the reply latency.
+    pub fn status(&self) -> ConnStatus {
+        use std::sync::atomic::Ordering::Relaxed;
+        let error = self.conns.iter().find_map(|c| lock(&c.state).dead.clone());
+        let seen: Vec<u64> = self
+            .conns
+            .iter()
+            .map(|c| c.latency_us.load(Relaxed))
+            .filter(|&l| l > 0)
+            .collect();
+        ConnStatus {
+            connected: error.is_none(),
+            error,
+            latency_us: (!seen.is_empty()).then(|| seen.iter().sum::<u64>() / seen.len() as u64),
+            connections: self.conns.len(),
+            tls: self.name.starts_with("nbds"),
+        }
     }
 
     fn conn(&self) -> &Arc<Conn> {
@@ -1002,6 +1082,34 @@ fn connect_stream(uri: &NbdUri, timeout: Duration) -> Result<Stream, ClientError
     }
 }
 
+/// STARTTLS and the TLS handshake, the server's certificate checked against the CA of
+/// `config`; returns the stream the rest goes over.
+fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientError> {
+    let uri = hs.uri;
+    let tls = config.tls.as_ref().ok_or_else(|| ClientError::TlsNoCa {
+        uri: uri.text.clone(),
+    })?;
+    hs.option(OPT_STARTTLS, &[])?;
+    let (r, data) = hs.reply(OPT_STARTTLS)?;
+    if r.reply != REP_ACK {
+        let text = String::from_utf8_lossy(&data);
+        return Err(hs.fail(format!(
+            "the server refused STARTTLS (reply {:#x}) {text}",
+            r.reply
+        )));
+    }
+    let host = match (&uri.tls_hostname, &uri.address) {
+        (Some(h), _) => h.as_str(),
+        (None, Address::Tcp { host, .. }) => host.as_str(),
+        (None, Address::Unix(_)) => "localhost",
+    };
+    tls.connect(hs.stream, host, config.timeout)
+        .map_err(|source| ClientError::Tls {
+            uri: uri.text.clone(),
+            source,
+        })
+}
+
 /// Connects, negotiates and starts the reader thread of one connection.
 fn open_conn(uri: &NbdUri, config: &ClientConfig) -> Result<(Arc<Conn>, ExportInfo), ClientError> {
     negotiate(connect_stream(uri, config.timeout)?, uri, config)
@@ -1042,6 +1150,15 @@ fn negotiate(
         client_flags |= FLAG_C_NO_ZEROES;
     }
     hs.send(&[&client_flags.to_be_bytes()])?;
+    let stream = if uri.tls {
+        starttls(&hs, config)?
+    } else {
+        stream
+    };
+    let hs = Handshake {
+        uri,
+        stream: &stream,
+    };
 
     let mut structured = false;
     if config.structured_replies {
@@ -1079,6 +1196,11 @@ fn negotiate(
                 ));
                 break;
             }
+            REP_ERR_TLS_REQD => {
+                return Err(ClientError::TlsRequired {
+                    uri: uri.text.clone(),
+                })
+            }
             _ if r.is_error() => return Err(hs.refused(&r, &data)),
             _ => {} // another reply type (a description): ignored
         }
@@ -1111,6 +1233,7 @@ fn negotiate(
         }),
         name: uri.text.as_str().into(),
         reader: Mutex::new(None),
+        latency_us: std::sync::atomic::AtomicU64::new(0),
     });
     let c = conn.clone();
     let handle = std::thread::Builder::new()
@@ -1131,6 +1254,8 @@ pub(crate) fn exercise(stream: Stream) {
         text: "fuzz".into(),
         address: Address::Unix(PathBuf::new()),
         export: "fuzz".into(),
+        tls: false,
+        tls_hostname: None,
     };
     let config = ClientConfig {
         timeout: Duration::from_secs(10),
@@ -1191,14 +1316,16 @@ mod tests {
         let u = NbdUri::parse("nbd+unix:///md0?socket=/run/x.sock").unwrap();
         assert_eq!(u.address, Address::Unix("/run/x.sock".into()));
         assert_eq!(u.export, "md0");
+        let u = NbdUri::parse("nbds://h/e").unwrap();
+        assert!(u.tls && u.tls_hostname.is_none() && !u.export.is_empty());
+        let u = NbdUri::parse("nbds+unix:///e?socket=/s&tls-hostname=srv").unwrap();
+        assert!(u.tls);
+        assert_eq!(u.tls_hostname.as_deref(), Some("srv"));
         assert!(matches!(
-            NbdUri::parse("nbds://h/e"),
+            NbdUri::parse("nbds://h/e?tls-psk-file=/k"),
             Err(ClientError::TlsUnsupported { .. })
         ));
-        assert!(matches!(
-            NbdUri::parse("nbds+unix:///e?socket=/s"),
-            Err(ClientError::TlsUnsupported { .. })
-        ));
+        assert!(!NbdUri::parse("nbd://h/e").unwrap().tls);
         for bad in [
             "nbd+unix:///e",
             "nbd+unix://host/e?socket=/s",

@@ -39,6 +39,10 @@ pub enum NbdError {
     PayloadTooLarge { len: u32, limit: u32 },
     #[error("backend flush at shutdown failed: {0}")]
     FinalFlush(io::Error),
+    #[error("TLS handshake with the client failed: {0}")]
+    Tls(io::Error),
+    #[error("client asked for an export without TLS on a TLS-only server")]
+    TlsRequired,
     #[error("cannot start a thread: {0}")]
     Spawn(io::Error),
 }

@@ -7,6 +7,12 @@ use std::time::{Duration, Instant};
 use crate::error::NbdError;
 use crate::proto::*;
 use crate::socket::Stream;
+use crate::tls::TlsServer;
+
+/// The TLS handshake's limit when the server sets no handshake timeout.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a client that skips STARTTLS on a TLS-only server is told.
+const TLS_REQUIRED_MESSAGE: &[u8] = b"this server requires TLS: STARTTLS first (an nbds:// URI)";
 
 /// Largest option payload accepted; anything longer is hostile and drops the connection.
 pub(crate) const MAX_OPTION_DATA_BYTES: u32 = 16 * 1024;
@@ -111,23 +117,50 @@ pub(crate) fn negotiate(
     shutting_down: &AtomicBool,
     timeout: Option<Duration>,
 ) -> Result<Negotiated, NbdError> {
+    negotiate_tls(stream, export, shutting_down, timeout, None).map(|(n, _)| n)
+}
+
+/// [`negotiate`] with TLS offered (or required) by `tls`: after STARTTLS the rest of the
+/// handshake and the transmission phase go over the stream returned with it.
+pub(crate) fn negotiate_tls(
+    stream: &Stream,
+    export: &ExportInfo,
+    shutting_down: &AtomicBool,
+    timeout: Option<Duration>,
+    tls: Option<&TlsServer>,
+) -> Result<(Negotiated, Option<Stream>), NbdError> {
     let reader = Reader {
         stream,
         deadline: timeout.map(|t| Instant::now() + t),
     };
-    let negotiated = haggle(stream, &reader, export, shutting_down)?;
+    let no_zeroes = greet(stream, &reader)?;
+    let tls = match tls {
+        Some(t) => Tls::Offered(t),
+        None => Tls::Off,
+    };
+    let (negotiated, tls_stream) = haggle(stream, &reader, export, shutting_down, no_zeroes, tls)?;
     if timeout.is_some() {
-        stream.set_read_timeout(None)?;
+        tls_stream
+            .as_ref()
+            .unwrap_or(stream)
+            .set_read_timeout(None)?;
     }
-    Ok(negotiated)
+    Ok((negotiated, tls_stream))
 }
 
-fn haggle(
-    stream: &Stream,
-    reader: &Reader<'_>,
-    export: &ExportInfo,
-    shutting_down: &AtomicBool,
-) -> Result<Negotiated, NbdError> {
+/// Where TLS stands in a handshake.
+#[derive(Clone, Copy)]
+enum Tls<'a> {
+    /// Not configured: STARTTLS is unsupported.
+    Off,
+    /// Configured, not started yet.
+    Offered(&'a TlsServer),
+    /// Started: this stream is the plain end of the TLS pump.
+    Active,
+}
+
+/// The greeting and the client's flags; returns whether the client asked for no zeroes.
+fn greet(stream: &Stream, reader: &Reader<'_>) -> Result<bool, NbdError> {
     let mut greeting = [0u8; 18];
     greeting[0..8].copy_from_slice(&NBD_MAGIC.to_be_bytes());
     greeting[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
@@ -142,8 +175,17 @@ fn haggle(
             flags: client_flags,
         });
     }
-    let no_zeroes = client_flags & FLAG_C_NO_ZEROES != 0;
+    Ok(client_flags & FLAG_C_NO_ZEROES != 0)
+}
 
+fn haggle(
+    stream: &Stream,
+    reader: &Reader<'_>,
+    export: &ExportInfo,
+    shutting_down: &AtomicBool,
+    no_zeroes: bool,
+    tls: Tls<'_>,
+) -> Result<(Negotiated, Option<Stream>), NbdError> {
     let mut negotiated = Negotiated {
         structured_replies: false,
     };
@@ -174,6 +216,39 @@ fn haggle(
             send_reply(stream, option, REP_ERR_SHUTDOWN, &[b"server shutting down"])?;
             continue;
         }
+        if option == OPT_STARTTLS {
+            match tls {
+                Tls::Off => send_reply(stream, option, REP_ERR_UNSUP, &[b"no TLS here"])?,
+                Tls::Active => send_reply(stream, option, REP_ERR_INVALID, &[b"TLS is on"])?,
+                Tls::Offered(_) if !data.is_empty() => {
+                    send_reply(stream, option, REP_ERR_INVALID, &[b"takes no data"])?
+                }
+                Tls::Offered(t) => {
+                    // The spec: options before STARTTLS are forgotten.
+                    send_reply(stream, option, REP_ACK, &[])?;
+                    let left = reader
+                        .deadline
+                        .map(|d| d.saturating_duration_since(Instant::now()));
+                    let plain = t
+                        .accept(stream, left.unwrap_or(TLS_HANDSHAKE_TIMEOUT))
+                        .map_err(NbdError::Tls)?;
+                    let r = Reader {
+                        stream: &plain,
+                        deadline: reader.deadline,
+                    };
+                    let (n, _) = haggle(&plain, &r, export, shutting_down, no_zeroes, Tls::Active)?;
+                    return Ok((n, Some(plain)));
+                }
+            }
+            continue;
+        }
+        if matches!(tls, Tls::Offered(t) if t.required) {
+            if option == OPT_EXPORT_NAME {
+                return Err(NbdError::TlsRequired);
+            }
+            send_reply(stream, option, REP_ERR_TLS_REQD, &[TLS_REQUIRED_MESSAGE])?;
+            continue;
+        }
         match option {
             OPT_EXPORT_NAME => {
                 if !export.accepts_name(&data) {
@@ -193,7 +268,7 @@ fn haggle(
                     reply.resize(10 + 124, 0);
                 }
                 stream.write_all_vectored(&[&reply])?;
-                return Ok(negotiated);
+                return Ok((negotiated, None));
             }
             OPT_LIST => {
                 if !data.is_empty() {
@@ -229,7 +304,7 @@ fn haggle(
                 send_info(stream, option, export, negotiated, &request.info_types)?;
                 send_reply(stream, option, REP_ACK, &[])?;
                 if option == OPT_GO {
-                    return Ok(negotiated);
+                    return Ok((negotiated, None));
                 }
             }
             _ => {

@@ -9,7 +9,7 @@
 //! Layout: [`proto`] is the pure wire format (fuzzed), `handshake` the option
 //! haggling, `conn` the transmission phase, `server` the accept loop. [`client`] is
 //! the other side on the same wire code: an export on another host as a block
-//! device (uraid's remote members).
+//! device (uraid's remote members). [`tls`] is STARTTLS for both (rustls, X.509).
 //!
 //! # Design
 //!
@@ -70,6 +70,7 @@ mod handshake;
 pub mod proto;
 mod server;
 mod socket;
+pub mod tls;
 
 pub use backend::{errno_of, Backend, MemBackend};
 pub use error::NbdError;
@@ -78,3 +79,4 @@ pub use server::{
     RunningServer, ServeStats, Server, ServerConfig, ShutdownHandle, DEFAULT_MAX_PAYLOAD_BYTES,
 };
 pub use socket::{Listener, WakePipe};
+pub use tls::{TlsClient, TlsError, TlsServer};

@@ -40,6 +40,8 @@ pub struct ServerConfig {
     /// large write payload, for this long is dropped: it cannot hold workers,
     /// buffer memory or shutdown forever. (Idle clients are never dropped.)
     pub io_timeout: Option<Duration>,
+    /// TLS offered to clients (`NBD_OPT_STARTTLS`), or required of them.
+    pub tls: Option<crate::tls::TlsServer>,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +55,7 @@ impl Default for ServerConfig {
             buffer_budget_bytes: 512 * 1024 * 1024,
             handshake_timeout: Some(Duration::from_secs(30)),
             io_timeout: Some(Duration::from_secs(60)),
+            tls: None,
         }
     }
 }
@@ -324,12 +327,19 @@ impl ConnCtx {
 
     fn handshake_and_serve(&self) -> Result<(), NbdError> {
         self.stream.set_write_timeout(self.config.io_timeout)?;
-        let negotiated = handshake::negotiate(
+        let (negotiated, tls_stream) = handshake::negotiate_tls(
             &self.stream,
             &self.export,
             &self.signal.stop,
             self.config.handshake_timeout,
+            self.config.tls.as_ref(),
         )?;
+        // Over TLS the connection goes on on the pump's plain end; shutting the TCP socket
+        // (at server shutdown) ends the pump and so this stream too.
+        let stream = tls_stream.as_ref().unwrap_or(&self.stream);
+        if tls_stream.is_some() {
+            stream.set_write_timeout(self.config.io_timeout)?;
+        }
         let limits = ExportLimits {
             size_bytes: self.export.size_bytes,
             read_only: self.export.read_only,
@@ -339,7 +349,7 @@ impl ConnCtx {
             fast_zero: self.export.fast_zero,
         };
         conn::serve(
-            &self.stream,
+            stream,
             &*self.backend,
             &self.budget,
             ConnConfig {

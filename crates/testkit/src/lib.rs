@@ -11,6 +11,8 @@
 //! - [`served`]: `uraid serve` as a child process over member files, always killed, with its
 //!   control socket, output and the host tools that talk to it (fio, nbdinfo).
 //! - [`loopdev`]: loop devices over image files, detached on drop.
+//! - [`pki`]: a test CA and server certificates for TLS (the file names nbdkit, qemu and
+//!   libnbd look for).
 //! - [`prelude`]: all of the above that a command-line test uses, in one glob import.
 //! - `engine` (feature `engine`): array configurations of every level on memory members,
 //!   a byte model's random writes, and arrays with a write journal.
@@ -23,6 +25,7 @@ pub mod data;
 pub mod engine;
 pub mod fuzz;
 pub mod loopdev;
+pub mod pki;
 pub mod prelude;
 pub mod served;
 pub mod skip;
