@@ -296,6 +296,45 @@ impl Array {
         p.conf.journal = Some(j);
     }
 
+    /// md's partial parity log, if the array writes one (raid5 only).
+    pub(crate) fn ppl(&self) -> Option<std::sync::Arc<super::ppl::Ppl>> {
+        let c = self.r5_conf()?;
+        c.ppl.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the array closes the raid5 write hole with md's partial parity log
+    /// (consistency policy "ppl").
+    pub fn has_ppl(&self) -> bool {
+        self.ppl().is_some()
+    }
+
+    /// Start the partial parity log from the members' superblocks (create and assemble
+    /// do, before the array is shared): after an unclean stop (`unclean`) replay each
+    /// member's newest PPL (md's ppl_recover), then give every area an empty header. A
+    /// recovery without mismatches leaves no resync owed, as in md.
+    pub(crate) fn start_ppl(&self, unclean: bool) -> Result<super::ppl::PplRecovery, ArrayError> {
+        let uraid_core::geometry::Personality::Parity(g) = self.personality().clone() else {
+            return Err(ArrayError::Assemble(
+                "a partial parity log needs raid5".into(),
+            ));
+        };
+        let uuid = self.meta().template.set_uuid;
+        let ppl = super::ppl::Ppl::new(&uuid, super::ppl::areas(self));
+        let rep = ppl.start(self, &g, unclean)?;
+        if unclean {
+            tracing::info!(
+                "PPL recovery: {} entries recovered, {} mismatches",
+                rep.recovered_entries,
+                rep.mismatches
+            );
+            if rep.mismatches == 0 {
+                self.meta().set_resync_done();
+            }
+        }
+        *self.r5().ppl.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(ppl));
+        Ok(rep)
+    }
+
     /// The write journal, if the array has one (raid4/5/6 only).
     pub(crate) fn journal(&self) -> Option<&Journal> {
         self.r5_conf().and_then(|c| c.journal.as_ref())
