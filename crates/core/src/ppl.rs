@@ -348,7 +348,7 @@ pub fn entry_extent(
 ) -> Result<EntryExtent, PplError> {
     let bad = |why: String| Err(PplError::BadEntry { index, why });
     let (pp, data) = (u64::from(e.pp_size), u64::from(e.data_size));
-    if pp % SECTOR_BYTES != 0 || data % SECTOR_BYTES != 0 || data == 0 {
+    if !pp.is_multiple_of(SECTOR_BYTES) || !data.is_multiple_of(SECTOR_BYTES) || data == 0 {
         return bad(format!(
             "pp_size {pp} and data_size {data} must be whole sectors, data_size not 0"
         ));
@@ -357,7 +357,7 @@ pub fn entry_extent(
     let (data_disks, strip, last);
     if pp / SECTOR_BYTES < chunk_sectors {
         if pp > 0 {
-            if data % pp != 0 {
+            if !data.is_multiple_of(pp) {
                 return bad(format!(
                     "data_size {data} is not a multiple of pp_size {pp}"
                 ));
@@ -366,7 +366,7 @@ pub fn entry_extent(
             strip = pp / SECTOR_BYTES;
         } else {
             data_disks = stripe_data_disks;
-            if (data / SECTOR_BYTES) % data_disks != 0 {
+            if !(data / SECTOR_BYTES).is_multiple_of(data_disks) {
                 return bad(format!(
                     "data_size {data} of a full-stripe entry is not a multiple of {data_disks} data chunks"
                 ));

@@ -232,7 +232,7 @@ fn run_case(mode: Mode, seed: u64) -> Outcome {
     for (sector, v) in &acked {
         let loc = g.locate(*sector);
         let r = g.stripe_map(loc.stripe).data[loc.data_index];
-        if &snaps[r.0][member_at(b, loc.stripe, loc.offset_sectors, r)..][..512] != &v[..] {
+        if snaps[r.0][member_at(b, loc.stripe, loc.offset_sectors, r)..][..512] != v[..] {
             out.lost_acked += 1;
         }
     }
