@@ -320,11 +320,54 @@ fn recover_entry(
 }
 
 /// The areas of an array's members, by role, from their superblocks.
+/// The PPL offset and size are array-wide (the template's, as md writes them); each
+/// member's own superblock says where its superblock is.
 pub(crate) fn areas(a: &Array) -> Vec<Option<Area>> {
     let meta = a.meta();
+    let ppl = meta.template().bitmap_offset;
     (0..a.raid_disks())
-        .map(|r| meta.member_sb(MemberIdx(r)).and_then(area_of))
+        .map(|r| {
+            let mut sb = meta.member_sb(MemberIdx(r))?.clone();
+            sb.bitmap_offset = ppl;
+            area_of(&sb)
+        })
         .collect()
+}
+
+/// The PPL area mdadm gives a running array it switches to PPL (super1.c's "ppl" update,
+/// which keeps the bad block log where it is), as `bitmap_offset`'s bytes and whether md
+/// writes several PPLs there; Err says why there is no room.
+pub(crate) fn update_placement(
+    sb: &uraid_core::superblock::Superblock,
+    chunk_sectors: u64,
+) -> Result<(i32, bool), String> {
+    let bb = i64::from(sb.bblog_offset);
+    let (offset, space): (i64, i64) = if sb.super_offset < sb.data_offset {
+        let space = if bb > 0 {
+            bb
+        } else {
+            (sb.data_offset - sb.super_offset) as i64
+        } - 8;
+        (8, space)
+    } else {
+        let off = (-((sb.super_offset - sb.data_offset - sb.data_size) as i64)).max(-32768);
+        (off, if bb < 0 { bb } else { 0 } - off)
+    };
+    if space < 16 {
+        return Err(format!(
+            "no room for a partial parity log: {space} sectors between the superblock and \
+             the bad block log or the data (mdadm --grow --consistency-policy=ppl refuses it \
+             too); create the array with --consistency-policy ppl instead"
+        ));
+    }
+    let space = if space >= 2048 {
+        2048
+    } else {
+        space.min(8 + (chunk_sectors as i64).max(256))
+    };
+    let area = PplArea::new(space as u64).ok_or("no room for a partial parity log")?;
+    let raw = (offset as i16 as u16 as u32) | ((area.size_sectors as u32) << 16);
+    Ok((raw as i32, area.multiple))
 }
 
 /// Write one stripe (parity `p` over rows `[lo, hi)` computed) with its PPL first: in
