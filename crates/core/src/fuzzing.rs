@@ -268,26 +268,6 @@ pub fn journal_seeds() -> Vec<Vec<u8>> {
     vec![empty.encode(JOURNAL_SEED).expect("seed block"), ring]
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The seeds are what they claim: valid records (so mutations start deep).
-    #[test]
-    fn seeds_decode() {
-        for s in superblock_seeds() {
-            Superblock::decode(&s).expect("superblock seed");
-        }
-        assert!(superblock_seeds().len() >= 3);
-        for s in bitmap_super_seeds() {
-            BitmapSuper::decode(&s).expect("bitmap seed");
-        }
-        for s in journal_seeds() {
-            MetaBlock::decode(&s[..BLOCK_BYTES], JOURNAL_SEED).expect("journal seed");
-        }
-    }
-}
-
 /// md's PPL: the header decoder (raw, and re-signed so the entries are reached), the area
 /// walk over the input as an area, and each accepted entry's extent, which must stay inside
 /// one stripe.
@@ -353,4 +333,24 @@ pub fn ppl_seeds() -> Vec<Vec<u8>> {
         full.encode().to_vec(),
         two,
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seeds are what they claim: valid records (so mutations start deep).
+    #[test]
+    fn seeds_decode() {
+        for s in superblock_seeds() {
+            Superblock::decode(&s).expect("superblock seed");
+        }
+        assert!(superblock_seeds().len() >= 3);
+        for s in bitmap_super_seeds() {
+            BitmapSuper::decode(&s).expect("bitmap seed");
+        }
+        for s in journal_seeds() {
+            MetaBlock::decode(&s[..BLOCK_BYTES], JOURNAL_SEED).expect("journal seed");
+        }
+    }
 }
