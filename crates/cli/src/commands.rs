@@ -47,6 +47,11 @@ pub struct CreateArgs {
     /// write hole.
     #[arg(long, value_name = "DEV")]
     pub write_journal: Option<std::path::PathBuf>,
+    /// How the array stays consistent after a crash, as mdadm's -k: resync, bitmap (an
+    /// internal bitmap), journal (with --write-journal) or ppl (md's partial parity log on
+    /// each member: closes the raid5 write hole without a journal device; raid5 only).
+    #[arg(short = 'k', long, value_name = "POLICY")]
+    pub consistency_policy: Option<String>,
     /// Superblock version, as mdadm's -e: 1.2 (4 KiB from the start, the default), 1.1 (at
     /// the start), 1.0 (at the end: the data starts at sector 0) or 0.90 (in the last
     /// 64 KiB-aligned 64 KiB, data from sector 0; at most 27 devices and 2 TiB per member).
@@ -259,6 +264,31 @@ pub fn create(a: CreateArgs) -> Result<()> {
         other => bail!("--bitmap must be internal or none, not {other:?}"),
     };
     opts.assume_clean = a.assume_clean;
+    match a.consistency_policy.as_deref() {
+        None => {}
+        Some("resync") if !opts.bitmap && a.write_journal.is_none() => {}
+        Some("bitmap") if a.write_journal.is_none() => opts.bitmap = true,
+        Some("journal") if a.write_journal.is_some() && !opts.bitmap => {}
+        Some("journal") if a.write_journal.is_none() => {
+            bail!("--consistency-policy=journal needs --write-journal DEV")
+        }
+        Some("ppl") if level != Level::Raid5 => {
+            bail!("--consistency-policy=ppl is for raid5 only (as in md), not {level}")
+        }
+        Some("ppl") if !opts.bitmap && a.write_journal.is_none() => opts.ppl = true,
+        Some(p @ ("resync" | "bitmap" | "journal" | "ppl")) => bail!(
+            "--consistency-policy={p} does not go with {}: give one way of keeping the array \
+             consistent",
+            if a.write_journal.is_some() {
+                "--write-journal"
+            } else {
+                "--bitmap=internal"
+            }
+        ),
+        Some(other) => {
+            bail!("--consistency-policy must be resync, bitmap, journal or ppl, not {other:?}")
+        }
+    }
     // mdadm's spellings of 0.90 ("0" too); 1.x by where its superblock goes.
     if matches!(a.metadata.trim(), "0.90" | "0.9" | "0") {
         opts.metadata_090 = true;

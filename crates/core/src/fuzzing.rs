@@ -374,6 +374,73 @@ pub fn journal_seeds() -> Vec<Vec<u8>> {
     vec![empty.encode(JOURNAL_SEED).expect("seed block"), ring]
 }
 
+/// md's PPL: the header decoder (raw, and re-signed so the entries are reached), the area
+/// walk over the input as an area, and each accepted entry's extent, which must stay inside
+/// one stripe.
+pub fn ppl(data: &[u8]) {
+    use crate::ppl::*;
+    let mut page = vec![0u8; PPL_HEADER_SIZE];
+    let n = data.len().min(PPL_HEADER_SIZE);
+    page[..n].copy_from_slice(&data[..n]);
+    let _ = PplHeader::decode(&page);
+    // Re-sign: checksum over the page with the field zero.
+    page[532..536].fill(0);
+    let crc = crc32c::crc32c(&page);
+    page[532..536].copy_from_slice(&crc.to_le_bytes());
+    if let Ok(h) = PplHeader::decode(&page) {
+        assert_eq!(PplHeader::decode(&h.encode()), Ok(h.clone()));
+        let chunk = 1u64 << (data.first().copied().unwrap_or(3) % 8 + 3);
+        let dd = u64::from(data.get(1).copied().unwrap_or(2) % 7 + 1);
+        for (i, e) in h.entries.iter().enumerate() {
+            if let Ok(x) = entry_extent(i, e, chunk, dd) {
+                let stripe = chunk * dd;
+                let end = x.first_sector - x.first_sector % stripe + stripe;
+                for d in 0..x.data_disks {
+                    let rows = x.rows_of(d, chunk);
+                    assert!(rows == 0 || x.first_sector + d * chunk + rows <= end);
+                }
+            }
+        }
+    }
+    let sectors = (data.len() / 512) as u64;
+    let _ = find_latest(sectors, 0, |at| {
+        let o = (at * 512) as usize;
+        data.get(o..o + PPL_HEADER_SIZE).map(|b| b.to_vec())
+    });
+}
+
+/// An empty header and one with entries of each kind.
+pub fn ppl_seeds() -> Vec<Vec<u8>> {
+    use crate::ppl::*;
+    let full = PplHeader {
+        signature: 0,
+        generation: 3,
+        entries: vec![
+            PplEntry {
+                data_sector: 8,
+                pp_size: 4096,
+                data_size: 8192,
+                parity_disk: 2,
+                checksum: 1,
+            },
+            PplEntry {
+                data_sector: 0,
+                pp_size: 0,
+                data_size: 3 * 4096,
+                parity_disk: 3,
+                checksum: 0,
+            },
+        ],
+    };
+    let mut two = PplHeader::empty(0).encode().to_vec();
+    two.extend_from_slice(&[0u8; 4096]);
+    vec![
+        PplHeader::empty(0).encode().to_vec(),
+        full.encode().to_vec(),
+        two,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

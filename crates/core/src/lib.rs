@@ -6,6 +6,7 @@
 //! - [`superblock090`]: the md 0.90 superblock decoder (read only),
 //! - [`support`]: which superblock features uraid honours, and refusals for the rest,
 //! - [`bitmap`]: the md write-intent bitmap superblock codec,
+//! - [`ppl`]: md's raid5 partial parity log (header codec, area scan, entry geometry),
 //! - [`types`]: newtypes shared by all crates,
 //! - [`fuzzing`]: fuzz target bodies for the parsers above (run in CI by `tests/fuzz.rs`).
 
@@ -13,6 +14,7 @@ pub mod bitmap;
 pub mod fuzzing;
 pub mod geometry;
 pub mod journal;
+pub mod ppl;
 pub mod signature;
 pub mod superblock;
 pub mod superblock090;

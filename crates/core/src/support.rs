@@ -15,16 +15,16 @@ pub const FEATURES_IMPLEMENTED: u32 = FEATURE_BITMAP_OFFSET
     | FEATURE_REPLACEMENT
     | FEATURE_RECOVERY_BITMAP
     | FEATURE_JOURNAL
-    | FEATURE_RAID0_LAYOUT;
+    | FEATURE_RAID0_LAYOUT
+    | FEATURE_PPL
+    | FEATURE_MULTIPLE_PPLS;
 
 /// Every feature bit md defines (md_p.h's MD_FEATURE_ALL).
 pub const FEATURES_KNOWN: u32 = FEATURES_IMPLEMENTED
     | FEATURE_RESHAPE_ACTIVE
     | FEATURE_RESHAPE_BACKWARDS
     | FEATURE_NEW_OFFSET
-    | FEATURE_CLUSTERED
-    | FEATURE_PPL
-    | FEATURE_MULTIPLE_PPLS;
+    | FEATURE_CLUSTERED;
 
 /// Device flags md defines, all honoured: write-mostly (raid1 read balancing) and failfast
 /// (raid1/raid10 fail the member on its first IO error while redundancy remains).
@@ -115,16 +115,38 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
     }
     if fm & (FEATURE_PPL | FEATURE_MULTIPLE_PPLS) != 0 {
         let (offset, size) = sb.ppl();
-        return refuse(
-            if fm & FEATURE_MULTIPLE_PPLS != 0 {
-                "FEATURE_MULTIPLE_PPLS"
-            } else {
-                "FEATURE_PPL"
-            },
-            format!("a raid5 partial parity log (PPL at {offset} sectors from the superblock, {size} sectors); uraid does not implement PPL yet"),
-            "assemble it with Linux md / mdadm, or switch it to a bitmap or plain resync first \
-             (mdadm --grow --consistency-policy=resync)",
-        );
+        let name = if fm & FEATURE_MULTIPLE_PPLS != 0 {
+            "FEATURE_MULTIPLE_PPLS"
+        } else {
+            "FEATURE_PPL"
+        };
+        // md: PPL is for raid5 only, never with a bitmap or a journal.
+        let why = if sb.level != 5 {
+            Some(format!(
+                "a partial parity log on raid level {} (md has PPL only for raid5)",
+                sb.level
+            ))
+        } else if fm & FEATURE_PPL == 0 {
+            Some("FEATURE_MULTIPLE_PPLS without FEATURE_PPL".into())
+        } else if fm & (FEATURE_BITMAP_OFFSET | FEATURE_JOURNAL) != 0 {
+            Some(
+                "a partial parity log together with a bitmap or a journal (md never writes both)"
+                    .into(),
+            )
+        } else if crate::ppl::PplArea::new(u64::from(size)).is_none()
+            || (0..8).contains(&i32::from(offset))
+            || (offset < 0 && i32::from(offset) + i32::from(size) > 0)
+        {
+            Some(format!(
+                "a PPL area of {size} sectors at {offset} sectors from the superblock, which \
+                 overlaps the superblock or cannot hold a header and one page"
+            ))
+        } else {
+            None
+        };
+        if let Some(detail) = why {
+            return refuse(name, detail, ADVICE_LINUX);
+        }
     }
     if fm & FEATURE_JOURNAL != 0 {
         if !matches!(sb.level, 4..=6) {

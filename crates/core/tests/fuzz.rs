@@ -44,3 +44,13 @@ fn fuzz_journal_parse() {
         body: &fuzzing::journal,
     });
 }
+
+#[test]
+fn fuzz_ppl() {
+    run(&Target {
+        name: "ppl",
+        seeds: fuzzing::ppl_seeds(),
+        max_len: 3 * 4096,
+        body: &fuzzing::ppl,
+    });
+}

@@ -102,17 +102,27 @@ fn clustered_ppl_and_unknown_bits_are_refused_by_name() {
     let (f, m) = refused(|sb| sb.feature_map |= FEATURE_CLUSTERED);
     assert_eq!(f, "FEATURE_CLUSTERED");
     assert!(m.contains("cluster"), "{m}");
+    // PPL is implemented for raid5 (md has it for raid5 only): a valid area is accepted,
+    // everything md would not start is refused by name.
+    let ppl_8_248 = (8u32 | (248u32 << 16)) as i32;
+    let mut sb = raid5();
+    sb.feature_map |= FEATURE_PPL;
+    sb.bitmap_offset = ppl_8_248;
+    assert_eq!(check(&read_back(&sb)), Ok(()));
     let (f, m) = refused(|sb| {
         sb.feature_map |= FEATURE_PPL;
-        sb.bitmap_offset = (8u32 | (248u32 << 16)) as i32;
+        sb.bitmap_offset = ppl_8_248;
+        sb.level = 6;
     });
     assert_eq!(f, "FEATURE_PPL");
-    assert!(
-        m.contains("PPL at 8 sectors from the superblock, 248 sectors"),
-        "{m}"
-    );
-    assert!(m.contains("consistency-policy=resync"), "{m}");
-    let (f, _) = refused(|sb| sb.feature_map |= FEATURE_PPL | FEATURE_MULTIPLE_PPLS);
+    assert!(m.contains("only for raid5"), "{m}");
+    let (f, m) = refused(|sb| {
+        sb.feature_map |= FEATURE_PPL | FEATURE_MULTIPLE_PPLS;
+        sb.bitmap_offset = (8u32 | (4u32 << 16)) as i32;
+    });
+    assert_eq!(f, "FEATURE_MULTIPLE_PPLS");
+    assert!(m.contains("PPL area of 4 sectors at 8"), "{m}");
+    let (f, _) = refused(|sb| sb.feature_map |= FEATURE_MULTIPLE_PPLS);
     assert_eq!(f, "FEATURE_MULTIPLE_PPLS");
     // Every bit md does not define, one at a time.
     for bit in 0..32 {

@@ -455,10 +455,14 @@ pub fn assemble(
     // or being rebuilt, what is read or rebuilt through that parity would be wrong, and no
     // resync can tell. A journal replayed at start closes the hole.
     let degraded_roles = missing(&slots).len() + recovering.len();
+    // md starts a dirty degraded raid5 with PPL (it warns): the log rewrites the parity
+    // of the stripes written at the crash.
+    let ppl = meta.template.feature_map & uraid_core::superblock::FEATURE_PPL != 0;
     if level.has_parity()
         && unclean
         && degraded_roles > 0
         && journal_dev.is_none()
+        && !ppl
         && !opts.force
         && !opts.start_dirty_degraded
     {
@@ -504,6 +508,11 @@ pub fn assemble(
     }
     if let Some(i) = journal_dev {
         open_journal(&mut array, devs[i].clone(), &sbs[i])?;
+    }
+    // Read-only writes nothing: the log is neither replayed nor reset (a later assembly
+    // that may write does both).
+    if ppl && !opts.readonly {
+        array.start_ppl(unclean)?;
     }
     Ok((array, report))
 }

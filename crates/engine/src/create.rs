@@ -58,6 +58,9 @@ pub struct CreateOptions {
     /// md's flags of each member (mdadm --write-mostly, --failfast), in the order of the
     /// devices given to [`create`]; members past its end have none.
     pub member_flags: Vec<MemberFlags>,
+    /// mdadm's `--consistency-policy=ppl`: close the raid5 write hole with md's partial
+    /// parity log on each member (raid5 only; not with a bitmap or a journal).
+    pub ppl: bool,
 }
 
 impl CreateOptions {
@@ -79,6 +82,7 @@ impl CreateOptions {
             metadata_090: false,
             clock: Default::default(),
             member_flags: Vec::new(),
+            ppl: false,
         }
     }
 }
@@ -115,6 +119,53 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// The PPL area of a new member, where mdadm puts it (super1.c's "ppl" update): before
+/// the data, 8 sectors after the superblock up to the bad block log (or the data); after
+/// the data (1.0), from the data's end up to the bad block log before the superblock.
+/// 1 MiB (several PPLs) when there is room, else a header and max(chunk, 128 KiB).
+/// Sets FEATURE_PPL, and FEATURE_MULTIPLE_PPLS when md will write several PPLs.
+pub(crate) fn place_ppl(sb: &mut Superblock, chunk_sectors: u64) -> Result<(), String> {
+    use uraid_core::superblock::{FEATURE_MULTIPLE_PPLS, FEATURE_PPL};
+    let bb = i64::from(sb.bblog_offset);
+    let bb_size = if sb.bblog_size > 0 {
+        i64::from(sb.bblog_size)
+    } else {
+        0
+    };
+    let before_data = sb.super_offset < sb.data_offset;
+    let (offset, mut space): (i64, i64) = if before_data {
+        // The bad block log moves after the PPL (mdadm keeps it behind the PPL too).
+        (8, (sb.data_offset - sb.super_offset) as i64 - 8 - bb_size)
+    } else {
+        let off = (-((sb.super_offset - sb.data_offset - sb.data_size) as i64)).max(-32768);
+        let end = if bb < 0 { bb } else { 0 };
+        (off, end - off)
+    };
+    if space < 16 {
+        return Err(format!(
+            "no room for a partial parity log ({space} sectors between the superblock and \
+             the data): give a larger --data-offset"
+        ));
+    }
+    if space >= 2048 {
+        space = 2048;
+    } else {
+        space = space.min(8 + (chunk_sectors as i64).max(256));
+    }
+    let space = uraid_core::ppl::PplArea::new(space as u64)
+        .ok_or_else(|| "no room for a partial parity log".to_string())?
+        .size_sectors as i64;
+    sb.bitmap_offset = ((offset as i16 as u16 as u32) | ((space as u32) << 16)) as i32;
+    if before_data && bb_size > 0 {
+        sb.bblog_offset = (8 + space) as i32;
+    }
+    sb.feature_map |= FEATURE_PPL;
+    if (space as u64) * SECTOR_BYTES >= uraid_core::ppl::MULTIPLE_PPL_MIN_BYTES {
+        sb.feature_map |= FEATURE_MULTIPLE_PPLS;
+    }
+    Ok(())
 }
 
 /// What `dev` already holds that a new array would overwrite: md superblocks of every
@@ -454,6 +505,20 @@ pub fn create_confirmed(
             return Err(err(format!("journal {} is too small", j.name())));
         }
     }
+    if opts.ppl {
+        if level != Level::Raid5 {
+            return Err(err(format!(
+                "--consistency-policy=ppl is for raid5 only (as in md), not {level}"
+            )));
+        }
+        if opts.bitmap || opts.journal.is_some() || v090 {
+            return Err(err(
+                "--consistency-policy=ppl goes with neither a bitmap, a write journal nor \
+                 metadata 0.90 (as in mdadm)"
+                    .into(),
+            ));
+        }
+    }
     let mut spec = spec;
     if opts.journal.is_some() {
         spec.spares = 1;
@@ -498,6 +563,10 @@ pub fn create_confirmed(
                 if level == Level::Raid0 {
                     // md reads each raid0 member's size from data_size.
                     sb.data_size = member_sectors[i];
+                }
+                if opts.ppl {
+                    place_ppl(&mut sb, chunk_sectors)
+                        .map_err(|e| err(format!("{}: {e}", d.name())))?;
                 }
                 sb.devflags = opts
                     .member_flags
@@ -596,6 +665,9 @@ pub fn create_confirmed(
     let mut array = crate::levels::new_array(geometry, slots.into(), meta, opts.clock.clone())?;
     if let Some(j) = journal {
         array.set_journal(j);
+    }
+    if opts.ppl {
+        array.start_ppl(false)?;
     }
     if needs_sync {
         if missing.is_empty() {

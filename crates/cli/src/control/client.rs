@@ -385,7 +385,8 @@ pub struct SetArgs {
     #[arg(long)]
     pub json: bool,
     /// NAME=VALUE pairs: the array's stripe_cache_size, group_thread_cnt, rmw_level,
-    /// skip_copy, batching; with --member, the member's writemostly=1|0 and failfast=1|0.
+    /// skip_copy, batching, consistency_policy (ppl or resync, raid5); with --member, the
+    /// member's writemostly=1|0 and failfast=1|0.
     /// None: print the current values.
     pub values: Vec<String>,
 }

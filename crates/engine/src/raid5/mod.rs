@@ -16,11 +16,13 @@
 //! - this one: the entry points' shared helpers and the level's state, `Conf` (md's
 //!   r5conf: stripe cache, stripe workers, journal, write-back, the level's knobs);
 //! - `read`: reads, degraded reads, read-error repair;
-//! - `write`: stripe writes (full-stripe batches, rmw, rcw), journal logging, discard;
+//! - `write`: stripe writes (full-stripe batches, rmw, rcw), journal and PPL logging, discard;
+//! - `ppl`: md's partial parity log (raid5-ppl): logging and recovery;
 //! - `sync`: resync, recovery, check and repair of parity;
 //! - `stripe`: one stripe's blocks (loading, reconstruction, parity).
 
 pub(crate) mod pers;
+pub(crate) mod ppl;
 mod read;
 mod stripe;
 mod sync;
@@ -94,6 +96,9 @@ pub(crate) struct Conf {
     pub(crate) journal: Option<Journal>,
     /// The journal's write-back mode and its cache.
     pub(crate) wb: WriteBack,
+    /// md's partial parity log (raid5 only; never with a journal). A lock so that the
+    /// policy can switch while serving; a stripe write holds a clone of the Arc.
+    pub(crate) ppl: RwLock<Option<std::sync::Arc<ppl::Ppl>>>,
     /// The level's run-time knobs.
     pub(crate) tuning: Tuning,
 }
@@ -109,6 +114,7 @@ impl Conf {
             group_threads: AtomicUsize::new(0),
             journal: None,
             wb: WriteBack::default(),
+            ppl: RwLock::new(None),
             tuning: Tuning::default(),
         }
     }

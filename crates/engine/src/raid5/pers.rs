@@ -158,6 +158,19 @@ impl Personality for Raid5Pers {
                 "batching",
                 u8::from(t.batching.load(Ordering::Relaxed)).to_string(),
             ),
+            (
+                "consistency_policy",
+                if a.has_ppl() {
+                    "ppl"
+                } else if a.has_journal() {
+                    "journal"
+                } else if a.meta().bitmap.is_some() {
+                    "bitmap"
+                } else {
+                    "resync"
+                }
+                .to_string(),
+            ),
         ]
     }
 
@@ -191,9 +204,10 @@ impl Personality for Raid5Pers {
                 self.conf.tuning.batching.store(flag()?, Ordering::Relaxed);
                 Ok(())
             }
+            "consistency_policy" => a.set_consistency_policy(value),
             _ => Err(ArrayError::Failed(format!(
                 "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
-                 rmw_level, skip_copy, batching)"
+                 rmw_level, skip_copy, batching, consistency_policy)"
             ))),
         }
     }
@@ -294,6 +308,129 @@ impl Array {
             .downcast_mut()
             .expect("a write journal is for raid4/5/6 (create and assemble check)");
         p.conf.journal = Some(j);
+    }
+
+    /// md's partial parity log, if the array writes one (raid5 only).
+    pub(crate) fn ppl(&self) -> Option<std::sync::Arc<super::ppl::Ppl>> {
+        let c = self.r5_conf()?;
+        c.ppl.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether the array closes the raid5 write hole with md's partial parity log
+    /// (consistency policy "ppl").
+    pub fn has_ppl(&self) -> bool {
+        self.ppl().is_some()
+    }
+
+    /// Start the partial parity log from the members' superblocks (create and assemble
+    /// do, before the array is shared): after an unclean stop (`unclean`) replay each
+    /// member's newest PPL (md's ppl_recover), then give every area an empty header. A
+    /// recovery without mismatches leaves no resync owed, as in md.
+    pub(crate) fn start_ppl(&self, unclean: bool) -> Result<super::ppl::PplRecovery, ArrayError> {
+        let uraid_core::geometry::Personality::Parity(g) = self.personality().clone() else {
+            return Err(ArrayError::Assemble(
+                "a partial parity log needs raid5".into(),
+            ));
+        };
+        let uuid = self.meta().template.set_uuid;
+        let ppl = super::ppl::Ppl::new(&uuid, super::ppl::areas(self));
+        let rep = ppl.start(self, &g, unclean)?;
+        if unclean {
+            tracing::info!(
+                "PPL recovery: {} entries recovered, {} mismatches",
+                rep.recovered_entries,
+                rep.mismatches
+            );
+            if rep.mismatches == 0 {
+                self.meta().set_resync_done();
+            }
+        }
+        *self.r5().ppl.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(ppl));
+        Ok(rep)
+    }
+
+    /// md's consistency_policy in sysfs, for a running raid5: "ppl" starts the partial
+    /// parity log (the superblocks get FEATURE_PPL and the area, the areas an empty
+    /// header), "resync" stops it (the superblocks lose FEATURE_PPL). Requests in flight
+    /// finish first and new ones wait (md quiesces too). Refused, before anything is
+    /// written, where md refuses: not raid5, a journal or a bitmap, no room for the area.
+    pub(crate) fn set_consistency_policy(&self, value: &str) -> Result<(), ArrayError> {
+        use uraid_core::superblock::{FEATURE_MULTIPLE_PPLS, FEATURE_PPL};
+        let want = match value.trim() {
+            "ppl" => true,
+            "resync" => false,
+            other => {
+                return Err(ArrayError::Failed(format!(
+                    "consistency_policy is ppl or resync (what md switches a running raid5 \
+                     between), not {other:?}"
+                )))
+            }
+        };
+        if want == self.has_ppl() {
+            return Ok(());
+        }
+        let _quiet = self.quiesce();
+        let mut meta = self.meta();
+        if meta.read_only {
+            return Err(ArrayError::ReadOnly(
+                "consistency_policy: the array is read-only".into(),
+            ));
+        }
+        if !want {
+            *self.r5().ppl.write().unwrap_or_else(|e| e.into_inner()) = None;
+            meta.template.feature_map &= !(FEATURE_PPL | FEATURE_MULTIPLE_PPLS);
+            meta.template.bitmap_offset = 0;
+            return meta.write_all(self);
+        }
+        let level = self.level();
+        if level != uraid_core::Level::Raid5 {
+            return Err(ArrayError::Failed(format!(
+                "consistency_policy=ppl is for raid5 only (as in md), not {level}"
+            )));
+        }
+        if self.has_journal() || meta.bitmap.is_some() {
+            return Err(ArrayError::Failed(
+                "consistency_policy=ppl: the array has a journal or a bitmap (md switches to \
+                 ppl only from resync)"
+                    .into(),
+            ));
+        }
+        let chunk = self.r5_pers().map(|p| p.map.chunk_sectors).unwrap_or(0);
+        let mut placement = None;
+        for r in 0..self.raid_disks() {
+            let Some(sb) = meta.member_sb(MemberIdx(r)) else {
+                continue;
+            };
+            let mut sb = sb.clone();
+            sb.bitmap_offset = meta.template.bitmap_offset;
+            let p = super::ppl::update_placement(&sb, chunk)
+                .map_err(|e| ArrayError::Failed(format!("consistency_policy=ppl: {e}")))?;
+            if placement.is_some_and(|q| q != p) {
+                return Err(ArrayError::Failed(
+                    "consistency_policy=ppl: the members' layouts differ, so they would need \
+                     different PPL areas"
+                        .into(),
+                ));
+            }
+            placement = Some(p);
+        }
+        let (raw, multiple) = placement.ok_or_else(|| {
+            ArrayError::Failed("consistency_policy=ppl: no member to log on".into())
+        })?;
+        meta.template.bitmap_offset = raw;
+        meta.template.feature_map |= FEATURE_PPL;
+        if multiple {
+            meta.template.feature_map |= FEATURE_MULTIPLE_PPLS;
+        }
+        drop(meta);
+        // The areas get their empty headers before the superblocks name them.
+        let uuid = self.meta().template.set_uuid;
+        let ppl = super::ppl::Ppl::new(&uuid, super::ppl::areas(self));
+        let g = self.r5_pers().map(|p| p.map.clone()).expect("raid5");
+        ppl.start(self, &g, false)?;
+        self.meta().write_all(self)?;
+        *self.r5().ppl.write().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(ppl));
+        Ok(())
     }
 
     /// The write journal, if the array has one (raid4/5/6 only).

@@ -35,6 +35,7 @@ pub(crate) fn write(
             && loc.offset_sectors == 0
             && tuning.batching.load(Ordering::Relaxed)
             && a.journal().is_none()
+            && a.ppl().is_none()
         {
             let mut n = whole.min(MAX_BATCH_STRIPES);
             if !skip_copy {
@@ -75,6 +76,58 @@ pub(crate) fn write(
         s += sectors(n);
     }
     Ok(())
+}
+
+/// The member writes of a stripe write, for the byte rows `rows` (within `[lo, hi)`):
+/// each piece's part in them, parity and Q over them. Returns the members written.
+/// Excluded members (read errors) still take writes: writing is how a bad sector heals.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_members(
+    a: &Array,
+    g: &ParityGeometry,
+    map: &StripeMap,
+    stripe: u64,
+    pieces: &[Option<Piece<'_>>],
+    lo: usize,
+    p: &[u8],
+    q: Option<&[u8]>,
+    rows: std::ops::Range<usize>,
+) -> Vec<MemberIdx> {
+    let mut ops = OpList::new();
+    let mut written = Vec::new();
+    for (i, pc) in pieces.iter().enumerate() {
+        if let Some(pc) = pc {
+            let (s, e) = (pc.start.max(rows.start), pc.end().min(rows.end));
+            if s >= e {
+                continue;
+            }
+            let r = map.data[i];
+            if let Some(dev) = a.usable(r, stripe) {
+                ops.write(
+                    a,
+                    dev,
+                    r,
+                    Sector(g.member_sector(stripe, sectors(s))),
+                    &pc.data[s - pc.start..e - pc.start],
+                );
+                written.push(r);
+            }
+        }
+    }
+    let msec = g.member_sector(stripe, sectors(rows.start));
+    let prange = rows.start - lo..rows.end - lo;
+    if let Some(dev) = a.usable(map.p, stripe) {
+        ops.write(a, dev, map.p, Sector(msec), &p[prange.clone()]);
+        written.push(map.p);
+    }
+    if let (Some(qr), Some(q)) = (map.q, q) {
+        if let Some(dev) = a.usable(qr, stripe) {
+            ops.write(a, dev, qr, Sector(msec), &q[prange]);
+            written.push(qr);
+        }
+    }
+    ops.run(a);
+    written
 }
 
 /// Most stripes written in one batch.
@@ -238,13 +291,13 @@ fn zero_stripes(
 }
 
 /// What one request writes into one data chunk: byte range in the chunk and the new bytes.
-struct Piece<'a> {
-    start: usize,
-    data: &'a [u8],
+pub(super) struct Piece<'a> {
+    pub(super) start: usize,
+    pub(super) data: &'a [u8],
 }
 
 impl Piece<'_> {
-    fn end(&self) -> usize {
+    pub(super) fn end(&self) -> usize {
         self.start + self.data.len()
     }
 }
@@ -573,32 +626,18 @@ fn execute(
         }
         _ => None,
     };
-    // Excluded members (read errors) still take writes: writing is how a bad sector heals.
-    let msec_lo = g.member_sector(stripe, sectors(lo));
-    let mut ops = OpList::new();
-    for (i, pc) in pieces.iter().enumerate() {
-        if let Some(pc) = pc {
-            let r = map.data[i];
-            if let Some(dev) = a.usable(r, stripe) {
-                ops.write(
-                    a,
-                    dev,
-                    r,
-                    Sector(g.member_sector(stripe, sectors(pc.start))),
-                    pc.data,
-                );
-            }
+    // md's PPL: the partial parity of each row range, durable on the parity member before
+    // the data and parity of that range go out (raid5 only; never with a journal).
+    match a.ppl().filter(|_| log != Log::Skip && map.q.is_none()) {
+        Some(ppl) => {
+            super::ppl::write_logged(a, g, map, stripe, pieces, lo, hi, &p, &ppl, |rows| {
+                write_members(a, g, map, stripe, pieces, lo, &p, q.as_deref(), rows)
+            })
+        }
+        None => {
+            write_members(a, g, map, stripe, pieces, lo, &p, q.as_deref(), lo..hi);
         }
     }
-    if let Some(dev) = a.usable(map.p, stripe) {
-        ops.write(a, dev, map.p, Sector(msec_lo), &p);
-    }
-    if let (Some(qr), Some(q)) = (map.q, q.as_deref()) {
-        if let Some(dev) = a.usable(qr, stripe) {
-            ops.write(a, dev, qr, Sector(msec_lo), q);
-        }
-    }
-    ops.run(a);
     if let (Some(j), Some(t)) = (a.journal(), ticket) {
         j.stripe_written(t);
     }
