@@ -109,6 +109,7 @@ mod read_balance;
 mod recovery;
 mod replace;
 mod replacing;
+mod reshape;
 mod shape;
 mod slot;
 mod slot_state;

@@ -77,7 +77,7 @@ impl ReshapeState {
             )));
         }
         let old_disks = i64::from(sb.raid_disks) - i64::from(sb.delta_disks);
-        if old_disks < 0 || old_disks > 4096 {
+        if !(0..=4096).contains(&old_disks) {
             return Err(invalid(format!(
                 "raid_disks {} with delta_disks {} gives {old_disks} disks before the reshape",
                 sb.raid_disks, sb.delta_disks
