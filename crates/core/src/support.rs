@@ -229,6 +229,18 @@ pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsuppo
              --update=byteorder",
         );
     }
+    // uraid reads v1 reshapes (tested against md's rules); a 0.90 one (no new_offset, so
+    // mdadm kept a backup file) is not read until it is tested the same way.
+    if rec.minor_version == 91 {
+        return refuse(
+            "FEATURE_RESHAPE_ACTIVE",
+            format!(
+                "a 0.91 superblock: a reshape is in progress at sector {}",
+                rec.reshape_position
+            ),
+            ADVICE_RESHAPE,
+        );
+    }
     if rec.not_persistent != 0 {
         return refuse(
             "not_persistent",
