@@ -84,6 +84,26 @@ fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
     // Unchanged level and layout: mdadm prints no line for them.
     assert_eq!(field(&ex, "New Level"), None, "{ex}");
     assert_eq!(field(&ex, "New Layout"), None, "{ex}");
+    // mdadm reads the same reshape from these bytes and prints the same lines.
+    if let Some(mdadm) = tool_path("mdadm", "reshape_report: mdadm comparison") {
+        let md = stdout(Command::new(mdadm).arg("--examine").arg(&imgs[0]));
+        assert!(field(&md, "Reshape pos'n").is_some(), "mdadm:\n{md}");
+        for key in [
+            "Reshape pos'n",
+            "Delta Devices",
+            "New Chunksize",
+            "New Offset",
+            "New Level",
+            "New Layout",
+            "Data Offset",
+        ] {
+            assert_eq!(
+                field(&ex, key),
+                field(&md, key),
+                "{key}:\n{ex}\nmdadm:\n{md}"
+            );
+        }
+    }
 
     let det = stdout(uraid().arg("detail").args(&imgs));
     let size = sb_at(&imgs[0]).size / 64 * 64 * 3;
