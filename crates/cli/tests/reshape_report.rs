@@ -46,9 +46,9 @@ fn field(text: &str, key: &str) -> Option<String> {
         .map(|l| l.split_once(" : ").unwrap().1.to_string())
 }
 
-#[test]
-fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
-    let d = TempDir::new("reshape-report");
+/// A 4-member raid5 rewritten as md leaves one stopped growing from 3 to 4 disks with
+/// its chunk going from 16K to 32K at 10 new stripes; (members, position, data_offset).
+fn mid_reshape(d: &TempDir) -> (Vec<PathBuf>, u64, u64) {
     let imgs: Vec<PathBuf> = d.images(4, 8, "g");
     ok(uraid()
         .args(["create", "-l", "5", "-c", "16K", "-N", "grow"])
@@ -68,6 +68,13 @@ fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
         data_offset = sb.data_offset;
         put_sb(img, &sb);
     }
+    (imgs, position, data_offset)
+}
+
+#[test]
+fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
+    let d = TempDir::new("reshape-report");
+    let (imgs, position, data_offset) = mid_reshape(&d);
     let ex = stdout(uraid().arg("examine").arg(&imgs[0]));
     assert_eq!(field(&ex, "Reshape pos'n").as_deref(), Some("960"), "{ex}");
     assert_eq!(
@@ -130,4 +137,30 @@ fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
         &imgs,
     );
     assert_eq!(err.matches("reshape is in progress").count(), 1, "{err}");
+}
+
+/// `uraid serve` of an array mid-reshape says once that it serves it read-only and why, and
+/// leaves every member byte as it was.
+#[test]
+fn serve_says_it_serves_a_reshaping_array_read_only_and_writes_nothing() {
+    let d = TempDir::new("reshape-serve");
+    let (imgs, _, _) = mid_reshape(&d);
+    let before = snapshot(&imgs);
+    let mut s = Served::start(&d, &imgs, &[]);
+    let mut said = Vec::new();
+    while let Ok(l) = s.lines.recv_timeout(std::time::Duration::from_secs(60)) {
+        let last = l.starts_with("control:");
+        said.push(l);
+        if last {
+            break;
+        }
+    }
+    let ro: Vec<&String> = said
+        .iter()
+        .filter(|l| l.contains("served read-only"))
+        .collect();
+    assert_eq!(ro.len(), 1, "{said:#?}");
+    assert!(ro[0].contains("a reshape is in progress"), "{said:#?}");
+    assert!(s.signal_and_wait(libc::SIGTERM).success());
+    assert!(snapshot(&imgs) == before, "serve wrote to a member");
 }
