@@ -168,6 +168,81 @@ fn array_bytes(sb: &Superblock) -> Option<u64> {
         .map(|p| p.array_sectors() * 512)
 }
 
+/// A reshape's "New Level/Layout/Chunksize" lines, each only where it changes (as mdadm),
+/// keys right-aligned to `width`.
+fn reshape_changes(sb: &Superblock, width: usize) -> String {
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>width$} : {v}\n"));
+    if sb.new_level != sb.level {
+        line("New Level", level_name(sb.new_level));
+    }
+    if sb.new_layout != sb.layout {
+        if let Some(l) = Level::from_md(sb.new_level) {
+            line("New Layout", layout_name(l, sb.new_layout));
+        }
+    }
+    if sb.new_chunk != sb.chunksize {
+        line("New Chunksize", format!("{}K", sb.new_chunk / 2));
+    }
+    o
+}
+
+/// examine's reshape block (mdadm's super1 examine): the position in KiB, the device
+/// change and the new shape; None when no reshape is recorded.
+fn reshape_examine(sb: &Superblock) -> Option<String> {
+    if sb.feature_map & sbm::FEATURE_RESHAPE_ACTIVE == 0 {
+        return None;
+    }
+    let pos = sb.reshape_position;
+    let mut o = format!(
+        "{:>15} : {}{}\n",
+        "Reshape pos'n",
+        pos / 2,
+        human_size(pos.saturating_mul(512))
+    );
+    if sb.delta_disks != 0 {
+        let old = i64::from(sb.raid_disks) - i64::from(sb.delta_disks);
+        o.push_str(&format!(
+            "{:>15} : {} ({old}->{})\n",
+            "Delta Devices", sb.delta_disks, sb.raid_disks
+        ));
+    }
+    o.push_str(&reshape_changes(sb, 15));
+    Some(o)
+}
+
+/// detail's reshape block (mdadm's Detail): how far it got, the device change and the new
+/// shape; None when no reshape is recorded.
+fn reshape_detail(sb: &Superblock) -> Option<String> {
+    if sb.feature_map & sbm::FEATURE_RESHAPE_ACTIVE == 0 {
+        return None;
+    }
+    let mut o = String::new();
+    // md counts a reshape's progress in array sectors of the new shape, from where it began.
+    if let Ok(Some(r)) = uraid_core::geometry::ReshapeState::from_superblock(sb) {
+        let total = r.new_array_sectors().max(1);
+        let done = if r.backwards {
+            r.array_sectors().saturating_sub(r.position_sectors)
+        } else {
+            r.position_sectors
+        };
+        o.push_str(&format!(
+            "{:>18} : {}% complete\n",
+            "Reshape Status",
+            done.min(total) * 100 / total
+        ));
+    }
+    if sb.delta_disks != 0 {
+        let old = i64::from(sb.raid_disks) - i64::from(sb.delta_disks);
+        o.push_str(&format!(
+            "{:>18} : {}, ({old}->{})\n",
+            "Delta Devices", sb.delta_disks, sb.raid_disks
+        ));
+    }
+    o.push_str(&reshape_changes(sb, 18));
+    Some(o)
+}
+
 /// `examine` as mdadm prints it, line for line; a superblock whose checksum is wrong is
 /// printed as found, with the checksum its bytes should have.
 pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String {
@@ -192,6 +267,10 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
         line("Used Dev Size", sectors_human(sb.size));
     }
     line("Data Offset", format!("{} sectors", sb.data_offset));
+    if sb.feature_map & sbm::FEATURE_NEW_OFFSET != 0 {
+        let at = sb.data_offset as i64 + i64::from(sb.new_offset);
+        line("New Offset", format!("{at} sectors"));
+    }
     line("Super Offset", format!("{} sectors", sb.super_offset));
     if sb.feature_map & sbm::FEATURE_RECOVERY_OFFSET != 0 {
         line("Recovery Offset", format!("{} sectors", sb.recovery_offset));
@@ -215,6 +294,11 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
             format!("{} sectors from superblock", sb.bitmap_offset),
         );
     }
+    if let Some(block) = reshape_examine(sb) {
+        o.push_str(&block);
+        o.push('\n');
+    }
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     // mdadm prints the device flags it knows, and the line only when devflags is set.
     if sb.devflags != 0 {
         line("Flags", sb.member_flags().examine_words());
@@ -573,6 +657,10 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
             "{what:>18} : {}% complete\n",
             p.percent().floor() as u64
         ));
+    }
+    if let Some(block) = reshape_detail(&sb) {
+        o.push('\n');
+        o.push_str(&block);
     }
     o.push('\n');
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>18} : {v}\n"));

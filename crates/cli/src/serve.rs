@@ -408,6 +408,9 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
             ""
         }
     ));
+    if let Some(why) = array.read_only_reason() {
+        o.push_str(&format!("uraid: served read-only: {why}\n"));
+    }
     if let Some(uri) = &info.nbd_uri {
         o.push_str(&format!("nbd: {uri}\n"));
         o.push_str("  connect with:\n");

@@ -90,7 +90,7 @@ fn every_open_refuses(imgs: &[PathBuf], needles: &[&str]) {
 }
 
 #[test]
-fn a_raid5_stopped_mid_reshape_is_refused_and_left_untouched() {
+fn a_raid5_stopped_mid_reshape_into_raid6_is_refused_and_left_untouched() {
     let d = TempDir::new("reshape");
     let (imgs, _) = create_raid5(&d, "r", &[]);
     // As Linux md leaves a raid5 growing from 4 to 5 disks, stopped half way.
@@ -99,7 +99,9 @@ fn a_raid5_stopped_mid_reshape_is_refused_and_left_untouched() {
         sb.feature_map |= FEATURE_RESHAPE_ACTIVE;
         sb.reshape_position = 6144;
         sb.delta_disks = 1;
-        sb.new_level = 5;
+        // Growing into raid6: uraid reads only restripes within one level (a raid5 grow
+        // is read, see the engine's reshape_read tests).
+        sb.new_level = 6;
         sb.new_layout = sb.layout;
         sb.new_chunk = sb.chunksize;
         write_sb(img, &sb);

@@ -79,31 +79,35 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
             "assemble it with mdadm on the cluster's nodes: uraid has no cluster locking",
         );
     }
+    // A raid4/5/6 restripe is read through both geometries (the engine serves it
+    // read-only); any other reshape is refused with what it is.
     if fm & FEATURE_RESHAPE_ACTIVE != 0 {
-        return refuse(
-            "FEATURE_RESHAPE_ACTIVE",
-            format!(
-                "a reshape is in progress at sector {} (level {} -> {}, layout {} -> {}, chunk {} -> {} sectors, {:+} disks)",
-                sb.reshape_position,
-                sb.level,
-                sb.new_level,
-                sb.layout,
-                sb.new_layout,
-                sb.chunksize,
-                sb.new_chunk,
-                sb.delta_disks
-            ),
-            ADVICE_RESHAPE,
-        );
+        if let Err(e) = crate::geometry::ReshapeState::from_superblock(sb) {
+            return refuse(
+                "FEATURE_RESHAPE_ACTIVE",
+                format!(
+                    "a reshape is in progress at sector {} (level {} -> {}, layout {} -> {}, chunk {} -> {} sectors, {:+} disks) that uraid cannot read: {e}",
+                    sb.reshape_position,
+                    sb.level,
+                    sb.new_level,
+                    sb.layout,
+                    sb.new_layout,
+                    sb.chunksize,
+                    sb.new_chunk,
+                    sb.delta_disks
+                ),
+                ADVICE_RESHAPE,
+            );
+        }
     }
-    if fm & FEATURE_RESHAPE_BACKWARDS != 0 {
+    if fm & FEATURE_RESHAPE_BACKWARDS != 0 && fm & FEATURE_RESHAPE_ACTIVE == 0 {
         return refuse(
             "FEATURE_RESHAPE_BACKWARDS",
             "a reshape running from the end of the array towards the start".into(),
             ADVICE_RESHAPE,
         );
     }
-    if fm & FEATURE_NEW_OFFSET != 0 {
+    if fm & FEATURE_NEW_OFFSET != 0 && fm & FEATURE_RESHAPE_ACTIVE == 0 {
         return refuse(
             "FEATURE_NEW_OFFSET",
             format!(
@@ -245,6 +249,18 @@ pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsuppo
                 .into(),
             "assemble it where it was written, or convert it with mdadm --assemble \
              --update=byteorder",
+        );
+    }
+    // uraid reads v1 reshapes (tested against md's rules); a 0.90 one (no new_offset, so
+    // mdadm kept a backup file) is not read until it is tested the same way.
+    if rec.minor_version == 91 {
+        return refuse(
+            "FEATURE_RESHAPE_ACTIVE",
+            format!(
+                "a 0.91 superblock: a reshape is in progress at sector {}",
+                rec.reshape_position
+            ),
+            ADVICE_RESHAPE,
         );
     }
     if rec.not_persistent != 0 {

@@ -60,6 +60,28 @@ fn plain_members_of_every_version_are_accepted() {
     assert_eq!(check(&read_back(&s)), Ok(()));
 }
 
+/// A raid4/5/6 restripe (disks, chunk or layout) is read through both geometries: the
+/// engine takes it (read-only), so the check lets it through.
+#[test]
+fn a_raid5_restripe_in_progress_is_accepted() {
+    let mut sb = raid5();
+    sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+    sb.reshape_position = 4096;
+    sb.delta_disks = 1;
+    sb.new_layout = 2;
+    sb.new_chunk = 128;
+    sb.new_level = 5;
+    sb.new_offset = -1024;
+    assert_eq!(check(&read_back(&sb)), Ok(()));
+    sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
+    assert_eq!(check(&read_back(&sb)), Ok(()));
+    // Off md's stripe boundary: md would not start it either.
+    sb.reshape_position = 4096 + 128;
+    let e = check(&read_back(&sb)).expect_err("misaligned position");
+    assert_eq!(e.feature, "FEATURE_RESHAPE_ACTIVE");
+    assert!(e.to_string().contains("not on a stripe boundary"), "{e}");
+}
+
 #[test]
 fn a_reshape_in_progress_is_refused_with_what_to_do() {
     let (feature, msg) = refused(|sb| {
@@ -68,9 +90,11 @@ fn a_reshape_in_progress_is_refused_with_what_to_do() {
         sb.delta_disks = 1;
         sb.new_layout = 2;
         sb.new_chunk = 128;
-        sb.new_level = 5;
+        // A raid5 -> raid6 reshape: uraid reads only restripes within one level.
+        sb.new_level = 6;
     });
     assert_eq!(feature, "FEATURE_RESHAPE_ACTIVE");
+    assert!(msg.contains("changes the level from 5 to 6"), "{msg}");
     assert!(
         msg.contains("reshape is in progress at sector 4096"),
         "{msg}"

@@ -81,6 +81,8 @@ pub struct Array {
     shape: crate::shape::ShapeLock,
     /// Opened with --readonly: writes, repairs and rebuilds are refused (EROFS).
     read_only: AtomicBool,
+    /// Why it is read-only when the user did not ask for it (a reshape in progress).
+    read_only_reason: std::sync::OnceLock<String>,
 }
 
 /// A source of wall seconds, for [`Array::set_clock`].
@@ -132,6 +134,7 @@ impl Array {
             quiesce: Default::default(),
             shape,
             read_only: AtomicBool::new(false),
+            read_only_reason: std::sync::OnceLock::new(),
         };
         let missing = a.missing_roles();
         if !a.pers.survives(&missing) {
@@ -154,6 +157,27 @@ impl Array {
         self.read_only.store(on, Ordering::SeqCst);
     }
 
+    /// Serve the array read-only for `reason` (not the user's --readonly): a reshape in
+    /// progress that uraid reads but does not yet write.
+    pub(crate) fn set_read_only_for(&self, reason: String) {
+        let _ = self.read_only_reason.set(reason);
+        self.set_read_only(true);
+    }
+
+    /// Why the array is read-only when uraid chose it (None for --readonly or read-write).
+    pub fn read_only_reason(&self) -> Option<&str> {
+        self.read_only_reason.get().map(|s| s.as_str())
+    }
+
+    /// The array size while a reshape runs (md's raid5_size of the smaller shape), which
+    /// neither geometry alone gives.
+    pub(crate) fn set_reshape_size(&mut self, sectors: u64) {
+        self.array_bytes = sectors * SECTOR_BYTES;
+        let mut s = self.shape.read();
+        s.array_sectors = sectors;
+        self.shape.write(s);
+    }
+
     /// Whether writes are refused (md's read-only or read-auto state).
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::SeqCst)
@@ -162,6 +186,9 @@ impl Array {
     /// `Err(ReadOnly)` when opened with --readonly; `what` names the refused operation.
     pub(crate) fn check_writable(&self, what: &str) -> Result<(), ArrayError> {
         if self.is_read_only() {
+            if let Some(why) = self.read_only_reason() {
+                return Err(ArrayError::ReadOnly(format!("{what} refused: {why}")));
+            }
             return Err(ArrayError::ReadOnly(format!(
                 "{what} refused: the array was opened with --readonly, nothing is written to its members"
             )));

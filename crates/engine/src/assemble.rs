@@ -9,8 +9,8 @@ use std::sync::Arc;
 use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
     uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_BITMAP,
-    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, MAX_SECTOR, ROLE_FAULTY, ROLE_JOURNAL,
-    ROLE_SPARE,
+    FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, FEATURE_RESHAPE_ACTIVE, MAX_SECTOR, ROLE_FAULTY,
+    ROLE_JOURNAL, ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -103,13 +103,6 @@ pub fn assemble(
             )
         }));
     }
-    let devs: Vec<Arc<dyn Member>> = if opts.readonly {
-        devs.into_iter()
-            .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
-            .collect()
-    } else {
-        devs
-    };
     let mut sbs = Vec::with_capacity(devs.len());
     // A 0.90 member's record beside its v1 model.
     let mut recs090 = Vec::with_capacity(devs.len());
@@ -118,6 +111,19 @@ pub fn assemble(
         sbs.push(sb);
         recs090.push(rec);
     }
+    // An array mid-reshape is read, not written, until uraid continues reshapes: nothing
+    // reaches its members, as with --readonly.
+    let reshaping = sbs
+        .iter()
+        .any(|sb| sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0);
+    let readonly = opts.readonly || reshaping;
+    let devs: Vec<Arc<dyn Member>> = if readonly {
+        devs.into_iter()
+            .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
+            .collect()
+    } else {
+        devs
+    };
     // Everything a superblock says must be something uraid honours, before anything is
     // written: a reshape in progress read with one geometry returns mixed data.
     for ((d, sb), rec) in devs.iter().zip(sbs.iter_mut()).zip(&recs090) {
@@ -342,6 +348,9 @@ pub fn assemble(
             }
         }
     }
+    let rebuilding = recovering_or_replacing(&slots, &sbs, &replacements);
+    let journal = template.feature_map & FEATURE_JOURNAL != 0;
+    let reshape = reshape_of(&template, &slots, &sbs, &devs, rebuilding, journal)?;
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
     let mut array_slots: Vec<Slot> = Vec::with_capacity(raid_disks);
     let mut recovering: Vec<(usize, u64)> = Vec::new(); // (role, recovery_offset)
@@ -407,7 +416,7 @@ pub fn assemble(
         unclean,
     };
     let mut meta = Meta::new(template, members_sb);
-    meta.read_only = opts.readonly;
+    meta.read_only = readonly;
     meta.v090 = recs090[fresh]
         .as_ref()
         .map(uraid_core::superblock090::Sb090Context::from_record);
@@ -437,14 +446,14 @@ pub fn assemble(
     // Read-only: a journal of a cleanly stopped array holds nothing the members lack, so
     // it is left closed; otherwise it must be replayed, which writes.
     let journal_dev = match journal_dev {
-        Some(_) if opts.readonly && unclean => {
+        Some(_) if readonly && unclean => {
             return Err(ArrayError::ReadOnly(format!(
                 "{} was not stopped cleanly and its write journal must be replayed onto the \
                  members first, which writes: assemble it once without --readonly",
                 uuid_string(&uuid0)
             )))
         }
-        Some(_) if opts.readonly => None,
+        Some(_) if readonly => None,
         j => j,
     };
     if let Some(i) = journal_dev {
@@ -480,9 +489,18 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array =
-        crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?;
-    array.set_read_only(opts.readonly);
+    let mut array = match reshape {
+        Some((state, new_offsets)) => crate::levels::new_reshaping_array(
+            geometry,
+            state,
+            new_offsets,
+            array_slots.into(),
+            meta,
+            opts.clock.clone(),
+        )?,
+        None => crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?,
+    };
+    array.set_read_only(readonly);
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
         array
@@ -630,4 +648,83 @@ pub fn geometry_from(
         dev_sectors: sb.size,
         member_sectors,
     })
+}
+
+/// Whether any member is being rebuilt or replaced.
+fn recovering_or_replacing(
+    slots: &[Option<(usize, bool)>],
+    sbs: &[Superblock],
+    replacements: &[(usize, usize)],
+) -> bool {
+    !replacements.is_empty()
+        || slots.iter().flatten().any(|&(i, _)| {
+            sbs[i].feature_map & FEATURE_RECOVERY_OFFSET != 0
+                && sbs[i].recovery_offset != MAX_SECTOR
+        })
+}
+
+/// The reshape a mid-reshape array's superblocks record, with each role's new data offset
+/// in bytes; None when no reshape runs. What uraid does not read yet mid-reshape is
+/// refused here, by what it is.
+fn reshape_of(
+    template: &Superblock,
+    slots: &[Option<(usize, bool)>],
+    sbs: &[Superblock],
+    devs: &[Arc<dyn Member>],
+    rebuilding: bool,
+    journal: bool,
+) -> Result<Option<(uraid_core::geometry::ReshapeState, Vec<u64>)>, ArrayError> {
+    use uraid_core::geometry::{ReshapeState, Side};
+    let Some(state) = ReshapeState::from_superblock(template)? else {
+        return Ok(None);
+    };
+    let refuse = |what: String| {
+        Err(ArrayError::Assemble(format!(
+            "{} is in the middle of a reshape and {what}; uraid does not read that yet: \
+             assemble it with Linux md / mdadm to finish the reshape",
+            uuid_string(&template.set_uuid)
+        )))
+    };
+    if template.delta_disks < 0 {
+        return refuse(format!(
+            "removes {} member(s) (delta_disks {})",
+            -template.delta_disks, template.delta_disks
+        ));
+    }
+    if rebuilding {
+        return refuse("a member is being rebuilt or replaced".into());
+    }
+    if journal {
+        return refuse("it has a write journal".into());
+    }
+    let mut new_offsets = vec![0u64; slots.len()];
+    for (r, s) in slots.iter().enumerate() {
+        let Some((i, _)) = *s else { continue };
+        let sb = &sbs[i];
+        if sb.feature_map & FEATURE_RESHAPE_ACTIVE == 0
+            || sb.reshape_position != template.reshape_position
+        {
+            return refuse(format!(
+                "{} does not record the same reshape position ({} against {})",
+                devs[i].name(),
+                sb.reshape_position,
+                template.reshape_position
+            ));
+        }
+        let own = ReshapeState::from_superblock(sb)?.expect("reshape active");
+        let at = own.data_offset_sectors(Side::New, sb.data_offset);
+        let need = (at + sb.size) * SECTOR_BYTES;
+        if devs[i].size_bytes() < need {
+            return Err(ArrayError::Assemble(format!(
+                "{}: device is {} bytes but the reshape's new data area needs {need} \
+                 (new_offset {} sectors from data_offset {})",
+                devs[i].name(),
+                devs[i].size_bytes(),
+                own.new_offset_sectors,
+                sb.data_offset
+            )));
+        }
+        new_offsets[r] = at * SECTOR_BYTES;
+    }
+    Ok(Some((state, new_offsets)))
 }

@@ -29,6 +29,25 @@ pub(crate) fn new_array(
     Array::new(geometry, map, pers, slots, meta, clock)
 }
 
+/// An array in the middle of a raid4/5/6 reshape: `geometry` is the new one (its roles
+/// are the slots), `state` has both; served read-only with the reason.
+pub(crate) fn new_reshaping_array(
+    geometry: ArrayGeometry,
+    state: uraid_core::geometry::ReshapeState,
+    new_data_offset_bytes: Vec<u64>,
+    slots: MemberMap<Slot>,
+    meta: Meta,
+    clock: crate::clock::Clock,
+) -> Result<Array, ArrayError> {
+    let map = Map::new(&geometry)?;
+    let pers = crate::reshape::ReshapePers::new(state, new_data_offset_bytes);
+    let (size, reason) = (pers.array_sectors(), pers.reason());
+    let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
+    a.set_reshape_size(size);
+    a.set_read_only_for(reason);
+    Ok(a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -112,6 +112,7 @@ mod recovery;
 mod replace;
 mod replacing;
 mod reshape_stub;
+mod reshape;
 mod shape;
 mod slot;
 mod slot_state;

@@ -11,6 +11,7 @@ pub mod raid1;
 pub mod raid10;
 pub mod raid5;
 pub mod takeover;
+pub mod reshape;
 
 use crate::types::{Level, MemberIdx};
 use thiserror::Error;
@@ -19,6 +20,7 @@ pub use raid0::Raid0;
 pub use raid1::Raid1;
 pub use raid10::Raid10;
 pub use raid5::{ParityGeometry, StripeLocation, StripeMap};
+pub use reshape::{ReshapeState, Side};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GeometryError {

@@ -1,0 +1,166 @@
+//! An array stopped mid-reshape (raid5 growing from 3 to 4 disks with a chunk change, its
+//! data area moving down, as mdadm leaves it): `examine` and `detail` show mdadm's reshape
+//! lines, and a write is refused once, saying why, with no member byte changed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use uraid_core::superblock::{
+    MetadataVersion, Superblock, FEATURE_NEW_OFFSET, FEATURE_RESHAPE_ACTIVE,
+};
+use uraid_testkit::prelude::*;
+
+fn uraid() -> Command {
+    let mut c = uraid_testkit::cli::uraid();
+    c.args(SYNC);
+    c
+}
+
+fn sb_at(path: &Path) -> Superblock {
+    let bytes = std::fs::read(path).unwrap();
+    let at = MetadataVersion::V1_2
+        .super_offset_sectors(bytes.len() as u64 / 512)
+        .unwrap() as usize
+        * 512;
+    Superblock::decode(&bytes[at..at + 4096]).unwrap()
+}
+
+fn put_sb(path: &Path, sb: &Superblock) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(&sb.encode(), sb.super_offset * 512).unwrap();
+}
+
+fn stdout(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find(|l| l.trim_start().starts_with(&format!("{key} : ")))
+        .map(|l| l.split_once(" : ").unwrap().1.to_string())
+}
+
+/// A 4-member raid5 rewritten as md leaves one stopped growing from 3 to 4 disks with
+/// its chunk going from 16K to 32K at 10 new stripes; (members, position, data_offset).
+fn mid_reshape(d: &TempDir) -> (Vec<PathBuf>, u64, u64) {
+    let imgs: Vec<PathBuf> = d.images(4, 8, "g");
+    ok(uraid()
+        .args(["create", "-l", "5", "-c", "16K", "-N", "grow"])
+        .args(&imgs));
+    // 3 -> 4 disks, chunk 16K -> 32K, at 10 new stripes of 3 x 32K.
+    let position = 64 * 3 * 10;
+    let mut data_offset = 0;
+    for img in &imgs {
+        let mut sb = sb_at(img);
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+        sb.reshape_position = position;
+        sb.delta_disks = 1;
+        sb.new_level = sb.level;
+        sb.new_layout = sb.layout;
+        sb.new_chunk = 64;
+        sb.new_offset = -(sb.data_offset as i32 / 2);
+        data_offset = sb.data_offset;
+        put_sb(img, &sb);
+    }
+    (imgs, position, data_offset)
+}
+
+#[test]
+fn examine_and_detail_show_a_reshape_as_mdadm_and_writes_are_refused_once() {
+    let d = TempDir::new("reshape-report");
+    let (imgs, position, data_offset) = mid_reshape(&d);
+    let ex = stdout(uraid().arg("examine").arg(&imgs[0]));
+    assert_eq!(field(&ex, "Reshape pos'n").as_deref(), Some("960"), "{ex}");
+    assert_eq!(
+        field(&ex, "Delta Devices").as_deref(),
+        Some("1 (3->4)"),
+        "{ex}"
+    );
+    assert_eq!(field(&ex, "New Chunksize").as_deref(), Some("32K"), "{ex}");
+    assert_eq!(
+        field(&ex, "New Offset"),
+        Some(format!("{} sectors", data_offset - data_offset / 2)),
+        "{ex}"
+    );
+    // Unchanged level and layout: mdadm prints no line for them.
+    assert_eq!(field(&ex, "New Level"), None, "{ex}");
+    assert_eq!(field(&ex, "New Layout"), None, "{ex}");
+    // mdadm reads the same reshape from these bytes and prints the same lines.
+    if let Some(mdadm) = tool_path("mdadm", "reshape_report: mdadm comparison") {
+        let md = stdout(Command::new(mdadm).arg("--examine").arg(&imgs[0]));
+        assert!(field(&md, "Reshape pos'n").is_some(), "mdadm:\n{md}");
+        for key in [
+            "Reshape pos'n",
+            "Delta Devices",
+            "New Chunksize",
+            "New Offset",
+            "New Level",
+            "New Layout",
+            "Data Offset",
+        ] {
+            assert_eq!(
+                field(&ex, key),
+                field(&md, key),
+                "{key}:\n{ex}\nmdadm:\n{md}"
+            );
+        }
+    }
+
+    let det = stdout(uraid().arg("detail").args(&imgs));
+    let size = sb_at(&imgs[0]).size / 64 * 64 * 3;
+    assert_eq!(
+        field(&det, "Reshape Status"),
+        Some(format!("{}% complete", position * 100 / size)),
+        "{det}"
+    );
+    assert_eq!(
+        field(&det, "Delta Devices").as_deref(),
+        Some("1, (3->4)"),
+        "{det}"
+    );
+    assert_eq!(
+        field(&det, "New Chunksize").as_deref(),
+        Some("32K"),
+        "{det}"
+    );
+
+    let input = d.0.join("w.bin");
+    std::fs::write(&input, vec![7u8; 4096]).unwrap();
+    let err = uraid_testkit::cli::fails_cleanly(
+        uraid().args(["write", "--input"]).arg(&input).args(&imgs),
+        &imgs,
+    );
+    assert_eq!(err.matches("reshape is in progress").count(), 1, "{err}");
+}
+
+/// `uraid serve` of an array mid-reshape says once that it serves it read-only and why, and
+/// leaves every member byte as it was.
+#[test]
+fn serve_says_it_serves_a_reshaping_array_read_only_and_writes_nothing() {
+    let d = TempDir::new("reshape-serve");
+    let (imgs, _, _) = mid_reshape(&d);
+    let before = snapshot(&imgs);
+    let mut s = Served::start(&d, &imgs, &[]);
+    let mut said = Vec::new();
+    while let Ok(l) = s.lines.recv_timeout(std::time::Duration::from_secs(60)) {
+        let last = l.starts_with("control:");
+        said.push(l);
+        if last {
+            break;
+        }
+    }
+    let ro: Vec<&String> = said
+        .iter()
+        .filter(|l| l.contains("served read-only"))
+        .collect();
+    assert_eq!(ro.len(), 1, "{said:#?}");
+    assert!(ro[0].contains("a reshape is in progress"), "{said:#?}");
+    assert!(s.signal_and_wait(libc::SIGTERM).success());
+    assert!(snapshot(&imgs) == before, "serve wrote to a member");
+}

@@ -1,0 +1,228 @@
+//! A raid4/5/6 reshape in progress: md's old ("previous") and new geometry, and which one
+//! holds each array sector.
+//!
+//! md keeps both shapes in one superblock: `level`, `layout`, `chunksize` and
+//! `raid_disks - delta_disks` describe the old geometry; `new_level`, `new_layout`,
+//! `new_chunk` and `raid_disks` the new one. `reshape_position` is an *array* sector (the
+//! same logical address in both geometries). md's raid5 decides per request
+//! (`make_stripe_request`, its `ahead_of_reshape`): going forwards, a sector at or past
+//! the position is still in the old geometry and one below it is in the new; going
+//! backwards (`FEATURE_RESHAPE_BACKWARDS`, a shrink or an offset moving forwards) a sector
+//! below the position is still old and one at or past it is new.
+//!
+//! The new geometry's chunks sit at `data_offset + new_offset` on every member
+//! (`FEATURE_NEW_OFFSET`, a signed 32-bit sector count), the old ones at `data_offset`:
+//! md's `use_new_offset` picks the offset with the geometry. Without the feature both are
+//! at `data_offset` (mdadm then protected the critical section with a backup file).
+//!
+//! While a reshape runs, md sizes the array by the smaller of the two shapes
+//! (`raid5_size` with `min(raid_disks, previous_raid_disks)`, the component size rounded
+//! down to both chunk sizes).
+
+use super::{ArrayGeometry, GeometryError, ParityGeometry};
+use crate::superblock::{
+    Superblock, FEATURE_NEW_OFFSET, FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
+};
+use crate::types::Level;
+
+/// Which geometry holds a sector (md's `previous` flag of `raid5_compute_sector`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Not yet reshaped: the old geometry at `data_offset`.
+    Old,
+    /// Already reshaped: the new geometry at `data_offset + new_offset`.
+    New,
+}
+
+/// A reshape in progress, as the superblock records it.
+#[derive(Clone, Debug)]
+pub struct ReshapeState {
+    /// The geometry being left (md's previous_raid_disks, prev_algo, prev_chunk_sectors).
+    pub old: ParityGeometry,
+    /// The geometry being reshaped into.
+    pub new: ParityGeometry,
+    /// md's reshape_position: an array sector, the boundary between the two.
+    pub position_sectors: u64,
+    /// md's FEATURE_RESHAPE_BACKWARDS: the reshape runs from the end towards the start.
+    pub backwards: bool,
+    /// md's new_offset: where the new geometry's data area starts, relative to
+    /// `data_offset`, in sectors (0 without FEATURE_NEW_OFFSET).
+    pub new_offset_sectors: i64,
+}
+
+/// A reshape state that md would not start from, with md's reason.
+fn invalid(what: String) -> GeometryError {
+    GeometryError::Invalid(what)
+}
+
+impl ReshapeState {
+    /// The reshape a v1 superblock records; `None` when FEATURE_RESHAPE_ACTIVE is clear.
+    /// Only restripes within raid4/5/6 (the same level before and after) are reshapes
+    /// here; everything else is refused with what it is.
+    pub fn from_superblock(sb: &Superblock) -> Result<Option<ReshapeState>, GeometryError> {
+        if sb.feature_map & FEATURE_RESHAPE_ACTIVE == 0 {
+            return Ok(None);
+        }
+        let level = Level::from_md(sb.level)
+            .ok_or_else(|| invalid(format!("a reshape of raid level {}", sb.level)))?;
+        if !level.has_parity() {
+            return Err(invalid(format!(
+                "a reshape of a {level} array (uraid reshapes only raid4/5/6)"
+            )));
+        }
+        if sb.new_level != sb.level {
+            return Err(invalid(format!(
+                "a reshape that changes the level from {} to {} (uraid reshapes within one level)",
+                sb.level, sb.new_level
+            )));
+        }
+        let old_disks = i64::from(sb.raid_disks) - i64::from(sb.delta_disks);
+        if !(0..=4096).contains(&old_disks) {
+            return Err(invalid(format!(
+                "raid_disks {} with delta_disks {} gives {old_disks} disks before the reshape",
+                sb.raid_disks, sb.delta_disks
+            )));
+        }
+        let geometry = |layout: u32, chunk: u32, raid_disks: usize| ArrayGeometry {
+            level,
+            layout,
+            chunk_sectors: u64::from(chunk),
+            raid_disks,
+            dev_sectors: sb.size,
+            member_sectors: Vec::new(),
+        };
+        let old = ParityGeometry::new(&geometry(sb.layout, sb.chunksize, old_disks as usize))?;
+        let new = ParityGeometry::new(&geometry(
+            sb.new_layout,
+            sb.new_chunk,
+            sb.raid_disks as usize,
+        ))?;
+        let new_offset_sectors = if sb.feature_map & FEATURE_NEW_OFFSET != 0 {
+            i64::from(sb.new_offset)
+        } else {
+            0
+        };
+        if i64::try_from(sb.data_offset).unwrap_or(i64::MAX) + new_offset_sectors < 0 {
+            return Err(invalid(format!(
+                "new_offset {new_offset_sectors} puts the new data area before the device start (data_offset {})",
+                sb.data_offset
+            )));
+        }
+        let state = ReshapeState {
+            old,
+            new,
+            position_sectors: sb.reshape_position,
+            backwards: sb.feature_map & FEATURE_RESHAPE_BACKWARDS != 0,
+            new_offset_sectors,
+        };
+        state.check()?;
+        Ok(Some(state))
+    }
+
+    /// md's checks when it starts an array mid-reshape (raid5_run): the position lies on
+    /// a stripe boundary of the new geometry (at the larger chunk size) and in the array.
+    pub fn check(&self) -> Result<(), GeometryError> {
+        if self.old.level != self.new.level {
+            return Err(invalid("the old and new geometry differ in level".into()));
+        }
+        let boundary = self.reshape_sectors() * self.new.data_disks() as u64;
+        if !self.position_sectors.is_multiple_of(boundary) {
+            return Err(invalid(format!(
+                "reshape_position {} not on a stripe boundary (a multiple of {boundary} sectors)",
+                self.position_sectors
+            )));
+        }
+        // Forwards the position runs up to the new size; backwards it starts at the end
+        // of the smaller shape.
+        let end = self.new_array_sectors().max(self.array_sectors());
+        if self.position_sectors > end {
+            return Err(invalid(format!(
+                "reshape_position {} lies past the end of the array ({end} sectors)",
+                self.position_sectors
+            )));
+        }
+        Ok(())
+    }
+
+    /// The unit md's reshape moves per member: the larger of the two chunk sizes.
+    pub fn reshape_sectors(&self) -> u64 {
+        self.old.chunk_sectors.max(self.new.chunk_sectors)
+    }
+
+    /// Component sectors both geometries use (rounded down to both chunk sizes).
+    fn dev_sectors(&self) -> u64 {
+        self.old.dev_sectors / self.reshape_sectors() * self.reshape_sectors()
+    }
+
+    /// The array size while the reshape runs (md's raid5_size: the smaller shape).
+    pub fn array_sectors(&self) -> u64 {
+        let dd = self.old.data_disks().min(self.new.data_disks()) as u64;
+        self.dev_sectors() * dd
+    }
+
+    /// The array size once the reshape is done.
+    pub fn new_array_sectors(&self) -> u64 {
+        self.dev_sectors() * self.new.data_disks() as u64
+    }
+
+    /// Which geometry holds array sector `sector`.
+    pub fn side_of(&self, sector: u64) -> Side {
+        let ahead = if self.backwards {
+            sector < self.position_sectors
+        } else {
+            sector >= self.position_sectors
+        };
+        if ahead {
+            Side::Old
+        } else {
+            Side::New
+        }
+    }
+
+    /// The geometry of one side.
+    pub fn geometry(&self, side: Side) -> &ParityGeometry {
+        match side {
+            Side::Old => &self.old,
+            Side::New => &self.new,
+        }
+    }
+
+    /// Where a side's data area starts on a member whose superblock says `data_offset`.
+    pub fn data_offset_sectors(&self, side: Side, data_offset: u64) -> u64 {
+        match side {
+            Side::Old => data_offset,
+            Side::New => (data_offset as i64 + self.new_offset_sectors) as u64,
+        }
+    }
+
+    /// Array sectors [sector, sector + sectors) cut at the position: up to two runs
+    /// `(start, sectors, side)`, in address order.
+    pub fn split(&self, sector: u64, sectors: u64) -> Vec<(u64, u64, Side)> {
+        let end = sector + sectors;
+        let p = self.position_sectors;
+        if sectors == 0 {
+            return Vec::new();
+        }
+        if sector < p && p < end {
+            vec![
+                (sector, p - sector, self.side_of(sector)),
+                (p, end - p, self.side_of(p)),
+            ]
+        } else {
+            vec![(sector, sectors, self.side_of(sector))]
+        }
+    }
+
+    /// Where array sector `sector`'s data lives: its side, the member, and the member
+    /// sector counted from the start of the device, for members whose superblock says
+    /// `data_offset` (md gives all members one).
+    pub fn locate(&self, sector: u64, data_offset: u64) -> (Side, crate::MemberIdx, u64) {
+        let side = self.side_of(sector);
+        let g = self.geometry(side);
+        let loc = g.locate(sector);
+        let member = g.stripe_map(loc.stripe).data[loc.data_index];
+        let at = self.data_offset_sectors(side, data_offset)
+            + g.member_sector(loc.stripe, loc.offset_sectors);
+        (side, member, at)
+    }
+}
