@@ -15,6 +15,7 @@ mod report090;
 mod scan;
 mod serve;
 mod status;
+mod systemd;
 mod timefmt;
 mod ublk;
 

@@ -264,12 +264,16 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         };
 
     print_banner(&array, &info, &opts.export_name);
+    // Every export listens and the control socket answers: a unit ordered after this one
+    // can use the array.
+    crate::systemd::ready(&ready_status(&array, &info));
 
     // Wait.
     let event = rx.recv();
     // From here on a signal forces the exit: the stop below may wait on a hung client or
     // member, and a service manager's second SIGTERM must not be ignored.
     phase.store(STOPPING, Ordering::SeqCst);
+    crate::systemd::stopping(&format!("stopping array {uuid}"));
     let stop_reply = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
@@ -322,6 +326,27 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     }
     eprintln!("uraid: array {uuid} stopped cleanly");
     Ok(())
+}
+
+/// The one line `systemctl status` shows while the array is served.
+fn ready_status(array: &Array, info: &ServeInfo) -> String {
+    let mut s = format!(
+        "serving {} array {}{}",
+        array.level(),
+        uuid_string(&array.meta().template().set_uuid),
+        if array.is_degraded() {
+            " (degraded)"
+        } else {
+            ""
+        }
+    );
+    if let Some(uri) = &info.nbd_uri {
+        s.push_str(&format!(" at {uri}"));
+    }
+    if let Some(dev) = &info.ublk_dev {
+        s.push_str(&format!(" as {dev}"));
+    }
+    s
 }
 
 fn bind(addr: &NbdAddr, any_port: bool) -> Result<Listener> {
