@@ -135,6 +135,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             export_name: "demo".into(),
             control: Some(control),
             sync_limits: uraid_engine::SyncLimits::default(),
+            metrics: None,
         },
     )
 }

@@ -6,6 +6,7 @@ mod control;
 mod demo;
 mod locks;
 mod mdadm_conf;
+mod metrics;
 mod monitor;
 mod open;
 mod overlay;

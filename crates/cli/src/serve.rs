@@ -74,6 +74,13 @@ pub struct ServeArgs {
     /// md's sync_speed_max in KiB/s.
     #[arg(long, value_name = "KIB", default_value_t = 200_000)]
     pub speed_max: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or PORT; loopback only
+    /// unless --metrics-allow-remote; port 0 picks a free one, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Let --metrics listen on an address other hosts can reach.
+    #[arg(long, requires = "metrics")]
+    pub metrics_allow_remote: bool,
     /// Find the members as `assemble --scan` does; exactly one array must be chosen, so
     /// name it (its name or UUID) where several are found.
     #[arg(short, long)]
@@ -127,6 +134,8 @@ pub struct ServeOptions {
     pub control: Option<PathBuf>,
     /// md's sync_speed_min/max for the daemons' syncs.
     pub sync_limits: uraid_engine::SyncLimits,
+    /// Where Prometheus metrics are served (`--metrics`).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `serve --scan`: the members of the one array the scan chooses.
@@ -158,6 +167,12 @@ fn scan_members(a: &ServeArgs) -> Result<Vec<PathBuf>> {
 
 pub fn serve(mut a: ServeArgs) -> Result<()> {
     init_logging();
+    // Checked before anything is opened: a refusal touches nothing.
+    let metrics = a
+        .metrics
+        .as_deref()
+        .map(|m| crate::metrics::parse_addr(m, a.metrics_allow_remote))
+        .transpose()?;
     if a.scan {
         a.devices = scan_members(&a)?;
     }
@@ -191,6 +206,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
                 min_kib_s: a.speed_min.min(a.speed_max),
                 max_kib_s: a.speed_max,
             },
+            metrics,
         },
     )
 }
@@ -202,6 +218,21 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let (tx, rx) = mpsc::channel::<Event>();
     let phase = Arc::new(AtomicU8::new(RUNNING));
     let signals = watch_signals(tx.clone(), array.clone(), phase.clone())?;
+
+    // Metrics, before the exports so that their first request is counted.
+    let metrics = opts
+        .metrics
+        .map(|_| Arc::new(crate::metrics::Metrics::new(array.clone())));
+    let mut metrics_server = None;
+    if let (Some(addr), Some(m)) = (opts.metrics, &metrics) {
+        match crate::metrics::MetricsServer::start(addr, m.clone()) {
+            Ok(s) => metrics_server = Some(s),
+            Err(e) => {
+                array.stop().ok();
+                return Err(e);
+            }
+        }
+    }
 
     // NBD.
     let mut nbd_running = None;
@@ -218,7 +249,10 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             description: format!("uraid {} array {uuid}", array.level()),
             ..ServerConfig::default()
         })?;
-        let backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
+        let mut backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
+        if let Some(m) = &metrics {
+            backend = m.meter(backend);
+        }
         nbd_running = Some(server.spawn(listener, backend)?);
         info.nbd_uri = Some(uri);
     }
@@ -263,7 +297,15 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             }
         };
 
+    if let Some(m) = &metrics {
+        m.set_sync_source(ctl.sync_source());
+    }
     print_banner(&array, &info, &opts.export_name);
+    if let Some(s) = &metrics_server {
+        // As the banner: a closed stdout must not stop the server.
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), "metrics: http://{}/metrics", s.addr);
+    }
     // Every export listens and the control socket answers: a unit ordered after this one
     // can use the array.
     crate::systemd::ready(&ready_status(&array, &info));
@@ -319,6 +361,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         }
     }
     ctl.shutdown();
+    drop(metrics_server);
     drop(signals);
     drop(locks);
     if !errors.is_empty() {

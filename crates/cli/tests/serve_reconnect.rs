@@ -120,7 +120,11 @@ fn qemu_reconnects_after_restart_on_same_address() {
     q.expect("wrote 65536/65536 bytes at offset 65536");
 
     // A clean stop and start (systemctl restart).
-    assert!(srv.signal_and_wait(libc::SIGTERM).success(), "{}", srv.stderr());
+    assert!(
+        srv.signal_and_wait(libc::SIGTERM).success(),
+        "{}",
+        srv.stderr()
+    );
     q.send("write -P 0x33 128k 64k");
     let mut srv = serve(&dir, &members, &sock, 2);
     q.expect("wrote 65536/65536 bytes at offset 131072");
