@@ -137,6 +137,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             control: Some(control),
             sync_limits: uraid_engine::SyncLimits::default(),
             tls: None,
+            metrics: None,
         },
     )
 }

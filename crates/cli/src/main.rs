@@ -8,6 +8,7 @@ mod grow;
 mod grow_request;
 mod locks;
 mod mdadm_conf;
+mod metrics;
 mod monitor;
 mod open;
 mod overlay;
@@ -18,6 +19,7 @@ mod scan;
 mod serve;
 mod serve_tls;
 mod status;
+mod systemd;
 mod timefmt;
 mod ublk;
 

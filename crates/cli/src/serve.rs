@@ -84,6 +84,13 @@ pub struct ServeArgs {
     /// md's sync_speed_max in KiB/s.
     #[arg(long, value_name = "KIB", default_value_t = 200_000)]
     pub speed_max: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or PORT; loopback only
+    /// unless --metrics-allow-remote; port 0 picks a free one, printed at start).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Let --metrics listen on an address other hosts can reach.
+    #[arg(long, requires = "metrics")]
+    pub metrics_allow_remote: bool,
     /// Find the members as `assemble --scan` does; exactly one array must be chosen, so
     /// name it (its name or UUID) where several are found.
     #[arg(short, long)]
@@ -141,6 +148,8 @@ pub struct ServeOptions {
     pub sync_limits: uraid_engine::SyncLimits,
     /// TLS offered or required on the NBD listener.
     pub tls: Option<uraid_nbd::TlsServer>,
+    /// Where Prometheus metrics are served (`--metrics`).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `serve --scan`: the members of the one array the scan chooses.
@@ -172,6 +181,12 @@ fn scan_members(a: &ServeArgs) -> Result<Vec<PathBuf>> {
 
 pub fn serve(mut a: ServeArgs) -> Result<()> {
     init_logging();
+    // Checked before anything is opened: a refusal touches nothing.
+    let metrics = a
+        .metrics
+        .as_deref()
+        .map(|m| crate::metrics::parse_addr(m, a.metrics_allow_remote))
+        .transpose()?;
     if a.scan {
         a.devices = scan_members(&a)?;
     }
@@ -218,6 +233,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
                 max_kib_s: a.speed_max,
             },
             tls,
+            metrics,
         },
     )
 }
@@ -229,6 +245,21 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let (tx, rx) = mpsc::channel::<Event>();
     let phase = Arc::new(AtomicU8::new(RUNNING));
     let signals = watch_signals(tx.clone(), array.clone(), phase.clone())?;
+
+    // Metrics, before the exports so that their first request is counted.
+    let metrics = opts
+        .metrics
+        .map(|_| Arc::new(crate::metrics::Metrics::new(array.clone())));
+    let mut metrics_server = None;
+    if let (Some(addr), Some(m)) = (opts.metrics, &metrics) {
+        match crate::metrics::MetricsServer::start(addr, m.clone()) {
+            Ok(s) => metrics_server = Some(s),
+            Err(e) => {
+                array.stop().ok();
+                return Err(e);
+            }
+        }
+    }
 
     // NBD.
     let mut nbd_running = None;
@@ -249,7 +280,10 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             description: format!("uraid {} array {uuid}", array.level()),
             ..ServerConfig::default()
         })?;
-        let backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
+        let mut backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
+        if let Some(m) = &metrics {
+            backend = m.meter(backend);
+        }
         nbd_running = Some(server.spawn(listener, backend)?);
         info.nbd_uri = Some(uri);
     }
@@ -294,13 +328,25 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             }
         };
 
+    if let Some(m) = &metrics {
+        m.set_sync_source(ctl.sync_source());
+    }
     print_banner(&array, &info, &opts.export_name);
+    if let Some(s) = &metrics_server {
+        // As the banner: a closed stdout must not stop the server.
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), "metrics: http://{}/metrics", s.addr);
+    }
+    // Every export listens and the control socket answers: a unit ordered after this one
+    // can use the array.
+    crate::systemd::ready(&ready_status(&array, &info));
 
     // Wait.
     let event = rx.recv();
     // From here on a signal forces the exit: the stop below may wait on a hung client or
     // member, and a service manager's second SIGTERM must not be ignored.
     phase.store(STOPPING, Ordering::SeqCst);
+    crate::systemd::stopping(&format!("stopping array {uuid}"));
     let stop_reply = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
@@ -346,6 +392,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         }
     }
     ctl.shutdown();
+    drop(metrics_server);
     drop(signals);
     drop(locks);
     if !errors.is_empty() {
@@ -353,6 +400,27 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     }
     eprintln!("uraid: array {uuid} stopped cleanly");
     Ok(())
+}
+
+/// The one line `systemctl status` shows while the array is served.
+fn ready_status(array: &Array, info: &ServeInfo) -> String {
+    let mut s = format!(
+        "serving {} array {}{}",
+        array.level(),
+        uuid_string(&array.meta().template().set_uuid),
+        if array.is_degraded() {
+            " (degraded)"
+        } else {
+            ""
+        }
+    );
+    if let Some(uri) = &info.nbd_uri {
+        s.push_str(&format!(" at {uri}"));
+    }
+    if let Some(dev) = &info.ublk_dev {
+        s.push_str(&format!(" as {dev}"));
+    }
+    s
 }
 
 fn bind(addr: &NbdAddr, any_port: bool) -> Result<Listener> {

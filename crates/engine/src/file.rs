@@ -241,6 +241,31 @@ impl Member for FileMember {
         self.size_bytes
     }
 
+    /// SEEK_DATA from `offset`: a hole when the next data starts at or after the range's
+    /// end (ENXIO: none after `offset`). Block devices do not say (false).
+    fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        if self.is_block || len == 0 {
+            return Ok(false);
+        }
+        let Ok(off) = libc::off_t::try_from(offset) else {
+            return Ok(false);
+        };
+        // SAFETY: lseek on a descriptor this member owns; it moves only that descriptor's
+        // file offset, which the positioned reads and writes here never use.
+        let next = unsafe { libc::lseek(self.buffered.as_raw_fd(), off, libc::SEEK_DATA) };
+        if next < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENXIO) => Ok(true),
+                // A file system without SEEK_DATA: unknown.
+                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(false),
+                _ => Err(e),
+            };
+        }
+        Ok(next as u64 >= offset.saturating_add(len))
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
         let f = self.pick(buf.as_ptr() as usize, offset, buf.len());

@@ -77,6 +77,7 @@
 //! md's --replace. These modules are the engine's own; `docs/ARCHITECTURE.md` maps them.
 
 // The engine's own modules; the surface is what is re-exported below.
+mod allocation;
 mod array;
 mod assemble;
 mod badblocks;
@@ -134,6 +135,7 @@ pub mod nbd;
 pub mod overlay;
 
 // Arrays: make, put together, run.
+pub use allocation::AllocExtent;
 pub use array::{Array, ForcedStop, Stats, WallSecs, MAX_CORRECTED_READ_ERRORS};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
 pub use create::{

@@ -42,6 +42,13 @@ pub trait Member: Send + Sync {
         let _ = unmap;
         false
     }
+    /// Whether `len` bytes at `offset` are a hole (unallocated, reading as zeros), as a
+    /// sparse file's SEEK_DATA says. `false` means "not known to be one" (the default, for
+    /// devices that cannot tell): block status then reports data, which is always true.
+    fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
 
@@ -346,6 +353,10 @@ impl ReadOnlyMember {
 impl Member for ReadOnlyMember {
     fn size_bytes(&self) -> u64 {
         self.0.size_bytes()
+    }
+
+    fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        self.0.is_hole(offset, len)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -8,7 +8,7 @@
 use crate::{Array, ArrayError, ZeroHow};
 use std::io;
 use std::sync::Arc;
-use uraid_nbd::{Backend, ZeroFlags};
+use uraid_nbd::{Backend, Extent, ZeroFlags};
 
 /// Serves an [`Array`] to NBD clients: reads, writes (FUA as a flush after the write),
 /// flushes, trims as discards, write-zeroes with md's zeroing, and the array's read-only
@@ -98,6 +98,20 @@ impl Backend for ArrayBackend {
 
     fn can_fast_zero(&self) -> bool {
         self.array.can_fast_zero(true)
+    }
+
+    /// `base:allocation` from the members' holes ([`Array::allocation`]).
+    fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        Ok(self
+            .array
+            .allocation(offset, len)
+            .into_iter()
+            .map(|e| Extent {
+                length: e.len_bytes,
+                hole: e.hole,
+                zero: e.hole,
+            })
+            .collect())
     }
 
     fn block_size(&self) -> u32 {

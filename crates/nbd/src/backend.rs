@@ -39,11 +39,33 @@ pub trait Backend: Send + Sync + 'static {
     fn block_size(&self) -> u32 {
         4096
     }
+    /// `base:allocation` for `len` bytes at `offset` (in range, `len` > 0): extents in
+    /// order from `offset`, covering at least the first byte and at most `len` bytes. The
+    /// default says "allocated data" for the whole range, which is always true.
+    fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        let _ = offset;
+        Ok(vec![Extent {
+            length: len,
+            hole: false,
+            zero: false,
+        }])
+    }
     /// Alignment every request must have (a power of two, at most 65536).
     /// 1 (the default) means the backend accepts any byte range.
     fn min_block_size(&self) -> u32 {
         1
     }
+}
+
+/// One run of `base:allocation` status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    /// Bytes it covers.
+    pub length: u64,
+    /// Not allocated (NBD_STATE_HOLE).
+    pub hole: bool,
+    /// Reads as zeros (NBD_STATE_ZERO).
+    pub zero: bool,
 }
 
 /// Maps a backend error to the NBD error sent to the client.
@@ -231,6 +253,30 @@ impl Backend for MemBackend {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// Memory that is all zeros in 4 KiB blocks is reported as a hole that reads as
+    /// zeros, as a sparse file's unwritten blocks are.
+    fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
+        const BLOCK: u64 = 4096;
+        let data = self.lock_read();
+        let r = self.range(data.len(), offset, len)?;
+        let mut out: Vec<Extent> = Vec::new();
+        let mut at = r.start as u64;
+        while at < r.end as u64 {
+            let end = ((at / BLOCK + 1) * BLOCK).min(r.end as u64);
+            let zero = data[at as usize..end as usize].iter().all(|&b| b == 0);
+            match out.last_mut() {
+                Some(e) if e.zero == zero => e.length += end - at,
+                _ => out.push(Extent {
+                    length: end - at,
+                    hole: zero,
+                    zero,
+                }),
+            }
+            at = end;
+        }
+        Ok(out)
     }
 
     fn can_fast_zero(&self) -> bool {

@@ -481,6 +481,16 @@ fn execute(
         Command::WriteZeroes => {
             guarded(|| backend.write_zeroes(req.offset, len as u64, req.zero_flags()))
         }
+        Command::BlockStatus => {
+            let mut extents = Vec::new();
+            match guarded(|| {
+                extents = backend.block_status(req.offset, len as u64)?;
+                Ok(())
+            }) {
+                Ok(()) => return send_block_status(sh, req, &extents, scratch),
+                Err(e) => Err(e),
+            }
+        }
         Command::Disc | Command::Unknown(_) => unreachable!("filtered by next_request/validate"),
     };
     match result {
@@ -533,6 +543,60 @@ fn send_read(sh: &Shared<'_>, req: &Request, data: &[u8]) -> Result<(), NbdError
     }
     let header = encode_offset_data_header(req.cookie, req.offset, data.len() as u32);
     send(sh, &[&header, data])
+}
+
+/// One NBD_REPLY_TYPE_BLOCK_STATUS chunk for `base:allocation`: the backend's extents,
+/// cut to the request (each at most u32::MAX bytes; with REQ_ONE only the first), merged
+/// where the status repeats. A backend that covers nothing gets EIO, not an empty reply.
+fn send_block_status(
+    sh: &Shared<'_>,
+    req: &Request,
+    extents: &[crate::Extent],
+    scratch: &mut Vec<u8>,
+) -> Result<(), NbdError> {
+    // The largest descriptor length that stays 4 KiB aligned.
+    const MAX_DESCRIPTOR: u64 = (u32::MAX as u64) & !4095;
+    let mut left = u64::from(req.length);
+    let mut descriptors: Vec<(u32, u32)> = Vec::new();
+    for e in extents {
+        if left == 0 {
+            break;
+        }
+        let flags = if e.hole { STATE_HOLE } else { 0 } | if e.zero { STATE_ZERO } else { 0 };
+        let mut len = e.length.min(left);
+        left -= len;
+        while len > 0 {
+            let piece = len.min(MAX_DESCRIPTOR) as u32;
+            match descriptors.last_mut() {
+                Some((l, f))
+                    if *f == flags && u64::from(*l) + u64::from(piece) <= MAX_DESCRIPTOR =>
+                {
+                    *l += piece
+                }
+                _ => descriptors.push((piece, flags)),
+            }
+            len -= u64::from(piece);
+        }
+    }
+    if descriptors.is_empty() {
+        return send_error(sh, req, Errno::Io, "block status covered nothing", scratch);
+    }
+    if req.flags & CMD_FLAG_REQ_ONE != 0 {
+        descriptors.truncate(1);
+    }
+    let mut body = Vec::with_capacity(4 + 8 * descriptors.len());
+    body.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
+    for (len, flags) in &descriptors {
+        body.extend_from_slice(&len.to_be_bytes());
+        body.extend_from_slice(&flags.to_be_bytes());
+    }
+    let header = encode_structured_header(
+        req.cookie,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_BLOCK_STATUS,
+        body.len() as u32,
+    );
+    send(sh, &[&header, &body])
 }
 
 fn send_error(

@@ -54,6 +54,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
                 min_block_bytes: 1,
                 structured_replies: negotiated.structured_replies,
                 fast_zero: true,
+                block_status: negotiated.base_allocation,
             };
             let config = ConnConfig {
                 limits,
@@ -82,6 +83,7 @@ pub fn request(data: &[u8]) {
             min_block_bytes: 1 << (data.len() % 13),
             structured_replies: data.len().is_multiple_of(3),
             fast_zero: data.len().is_multiple_of(5),
+            block_status: data.len().is_multiple_of(7),
         };
         if req.validate(&limits).is_ok() {
             if let Command::Read | Command::Write | Command::Trim | Command::WriteZeroes =
@@ -92,6 +94,10 @@ pub fn request(data: &[u8]) {
         }
     }
     let _ = parse_option_header(data);
+    if let Ok(m) = parse_meta_context_request(data) {
+        let strings: usize = m.queries.iter().map(|q| 4 + q.len()).sum();
+        assert_eq!(4 + m.name.len() + 4 + strings, data.len());
+    }
     if let Ok(info) = parse_info_request(data) {
         assert_eq!(
             4 + info.name.len() + 2 + 2 * info.info_types.len(),
@@ -111,6 +117,7 @@ pub fn request_seeds() -> Vec<Vec<u8>> {
         Command::Flush,
         Command::Trim,
         Command::WriteZeroes,
+        Command::BlockStatus,
     ]
     .into_iter()
     .enumerate()
@@ -124,6 +131,10 @@ pub fn request_seeds() -> Vec<Vec<u8>> {
         };
         out.push(encode_request(&req).to_vec());
     }
+    // NBD_OPT_SET_META_CONTEXT's data: the default export, one query.
+    let mut meta = vec![0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, BASE_ALLOCATION.len() as u8];
+    meta.extend_from_slice(BASE_ALLOCATION.as_bytes());
+    out.push(meta);
     // NBD_OPT_INFO for the export "md0" asking for two info types.
     out.push(vec![0, 0, 0, 3, b'm', b'd', b'0', 0, 2, 0, 0, 0, 3]);
     out

@@ -60,6 +60,8 @@ impl ExportInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Negotiated {
     pub structured_replies: bool,
+    /// `base:allocation` was set (NBD_OPT_SET_META_CONTEXT).
+    pub base_allocation: bool,
 }
 
 fn send_reply(stream: &Stream, option: u32, reply: u32, data: &[&[u8]]) -> Result<(), NbdError> {
@@ -188,6 +190,7 @@ fn haggle(
 ) -> Result<(Negotiated, Option<Stream>), NbdError> {
     let mut negotiated = Negotiated {
         structured_replies: false,
+        base_allocation: false,
     };
     let mut data = Vec::new();
     for _ in 0..MAX_OPTIONS {
@@ -307,6 +310,9 @@ fn haggle(
                     return Ok((negotiated, None));
                 }
             }
+            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+                meta_context(stream, option, export, &data, &mut negotiated)?;
+            }
             _ => {
                 send_reply(stream, option, REP_ERR_UNSUP, &[])?;
             }
@@ -317,6 +323,48 @@ fn haggle(
         len: MAX_OPTIONS as u32,
         limit: MAX_OPTIONS as u32,
     })
+}
+
+/// LIST or SET of meta contexts: only `base:allocation` is known. SET replaces what an
+/// earlier SET chose, and needs structured replies (block status answers are chunks).
+fn meta_context(
+    stream: &Stream,
+    option: u32,
+    export: &ExportInfo,
+    data: &[u8],
+    negotiated: &mut Negotiated,
+) -> Result<(), NbdError> {
+    let set = option == OPT_SET_META_CONTEXT;
+    if set && !negotiated.structured_replies {
+        let msg: &[u8] = b"meta contexts need structured replies first";
+        return send_reply(stream, option, REP_ERR_INVALID, &[msg]);
+    }
+    let request = match parse_meta_context_request(data) {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = e.to_string();
+            return send_reply(stream, option, REP_ERR_INVALID, &[msg.as_bytes()]);
+        }
+    };
+    if !export.accepts_name(request.name) {
+        return send_reply(stream, option, REP_ERR_UNKNOWN, &[b"no such export"]);
+    }
+    let base = BASE_ALLOCATION.as_bytes();
+    let wanted = if set {
+        request.queries.contains(&base)
+    } else {
+        // LIST: no query lists all; "base:" lists its namespace.
+        request.queries.is_empty() || request.queries.iter().any(|q| *q == base || *q == b"base:")
+    };
+    if set {
+        negotiated.base_allocation = wanted;
+    }
+    if wanted {
+        // LIST's ids mean nothing; SET's is the one block status replies carry.
+        let id = if set { BASE_ALLOCATION_ID } else { 0 };
+        send_reply(stream, option, REP_META_CONTEXT, &[&id.to_be_bytes(), base])?;
+    }
+    send_reply(stream, option, REP_ACK, &[])
 }
 
 fn send_info(

@@ -47,11 +47,14 @@ pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_INFO: u32 = 6;
 pub const OPT_GO: u32 = 7;
 pub const OPT_STRUCTURED_REPLY: u32 = 8;
+pub const OPT_LIST_META_CONTEXT: u32 = 9;
+pub const OPT_SET_META_CONTEXT: u32 = 10;
 
 /// Option reply types.
 pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
+pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
@@ -69,6 +72,8 @@ pub const INFO_BLOCK_SIZE: u16 = 3;
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
 pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 pub const CMD_FLAG_DF: u16 = 1 << 2;
+/// NBD_CMD_BLOCK_STATUS: one extent is enough.
+pub const CMD_FLAG_REQ_ONE: u16 = 1 << 3;
 pub const CMD_FLAG_FAST_ZERO: u16 = 1 << 4;
 
 /// Structured reply chunk flags and types.
@@ -77,6 +82,15 @@ pub const REPLY_TYPE_NONE: u16 = 0;
 pub const REPLY_TYPE_OFFSET_DATA: u16 = 1;
 pub const REPLY_TYPE_OFFSET_HOLE: u16 = 2;
 pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
+
+/// The one meta context served: holes and zeros (`base:allocation`).
+pub const BASE_ALLOCATION: &str = "base:allocation";
+/// Its context id (the server's choice; 0 is avoided so a missing one stands out).
+pub const BASE_ALLOCATION_ID: u32 = 1;
+/// base:allocation: the range is not allocated.
+pub const STATE_HOLE: u32 = 1 << 0;
+/// base:allocation: the range reads as zeros.
+pub const STATE_ZERO: u32 = 1 << 1;
 pub const REPLY_TYPE_ERROR: u16 = (1 << 15) + 1;
 pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) + 2;
 
@@ -156,6 +170,8 @@ pub enum Command {
     Flush,
     Trim,
     WriteZeroes,
+    /// NBD_CMD_BLOCK_STATUS (after a meta context was set).
+    BlockStatus,
     /// A type this server does not implement (answered with `EINVAL`).
     Unknown(u16),
 }
@@ -169,6 +185,7 @@ impl Command {
             3 => Command::Flush,
             4 => Command::Trim,
             6 => Command::WriteZeroes,
+            7 => Command::BlockStatus,
             other => Command::Unknown(other),
         }
     }
@@ -181,6 +198,7 @@ impl Command {
             Command::Flush => 3,
             Command::Trim => 4,
             Command::WriteZeroes => 6,
+            Command::BlockStatus => 7,
             Command::Unknown(other) => other,
         }
     }
@@ -221,6 +239,8 @@ pub struct ExportLimits {
     pub structured_replies: bool,
     /// NBD_FLAG_SEND_FAST_ZERO was advertised (enables `NBD_CMD_FLAG_FAST_ZERO`).
     pub fast_zero: bool,
+    /// `base:allocation` was set (enables `NBD_CMD_BLOCK_STATUS`).
+    pub block_status: bool,
 }
 
 impl Request {
@@ -255,6 +275,9 @@ impl Request {
                 CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO
             }
             Command::WriteZeroes => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+            // The spec: no meta context negotiated, no block status.
+            Command::BlockStatus if !limits.block_status => return Err(Errno::Inval),
+            Command::BlockStatus => CMD_FLAG_REQ_ONE,
             Command::Unknown(_) => return Err(Errno::Inval),
             _ => CMD_FLAG_FUA,
         };
@@ -273,6 +296,7 @@ impl Request {
             Command::Read | Command::Write if self.length > limits.max_payload_bytes => {
                 return Err(Errno::Inval)
             }
+            Command::BlockStatus if self.length == 0 => return Err(Errno::Inval),
             _ => {}
         }
         let end = self
@@ -397,6 +421,54 @@ pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest<'_>, ProtocolError>
     }
     let info_types = rest.chunks_exact(2).map(|c| be_u16(c, 0)).collect();
     Ok(InfoRequest { name, info_types })
+}
+
+/// NBD_OPT_LIST_META_CONTEXT / NBD_OPT_SET_META_CONTEXT's data: the export name and the
+/// queries (context names, or for LIST namespace prefixes such as `base:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaContextRequest<'a> {
+    pub name: &'a [u8],
+    pub queries: Vec<&'a [u8]>,
+}
+
+/// Parses a meta context option's data; every length is checked against what is there.
+pub fn parse_meta_context_request(data: &[u8]) -> Result<MetaContextRequest<'_>, ProtocolError> {
+    let bad = ProtocolError::OptionLength { len: data.len() };
+    let take = |rest: &mut &[u8]| -> Result<u32, ProtocolError> {
+        if rest.len() < 4 {
+            return Err(bad.clone());
+        }
+        let v = be_u32(rest, 0);
+        *rest = &rest[4..];
+        Ok(v)
+    };
+    let mut rest = data;
+    let name_len = take(&mut rest)? as usize;
+    if name_len > MAX_STRING_BYTES {
+        return Err(ProtocolError::NameTooLong { len: name_len });
+    }
+    if rest.len() < name_len {
+        return Err(bad);
+    }
+    let (name, mut rest) = rest.split_at(name_len);
+    let count = take(&mut rest)? as usize;
+    let mut queries = Vec::new();
+    for _ in 0..count {
+        let len = take(&mut rest)? as usize;
+        if len > MAX_STRING_BYTES {
+            return Err(ProtocolError::NameTooLong { len });
+        }
+        if rest.len() < len {
+            return Err(bad);
+        }
+        let (q, r) = rest.split_at(len);
+        queries.push(q);
+        rest = r;
+    }
+    if !rest.is_empty() {
+        return Err(bad);
+    }
+    Ok(MetaContextRequest { name, queries })
 }
 
 /// Encodes an option reply header; `length` bytes of data follow it.
@@ -670,6 +742,7 @@ mod tests {
 
     fn limits() -> ExportLimits {
         ExportLimits {
+            block_status: false,
             size_bytes: 1 << 20,
             read_only: false,
             max_payload_bytes: 32 << 20,

@@ -347,6 +347,7 @@ impl ConnCtx {
             min_block_bytes: self.export.min_block_bytes,
             structured_replies: negotiated.structured_replies,
             fast_zero: self.export.fast_zero,
+            block_status: negotiated.base_allocation,
         };
         conn::serve(
             stream,

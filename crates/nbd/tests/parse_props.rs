@@ -20,6 +20,7 @@ fn limits() -> impl Strategy<Value = ExportLimits> {
                 min_block_bytes: 1 << shift,
                 structured_replies,
                 fast_zero: false,
+                block_status: false,
             },
         )
 }
@@ -70,6 +71,7 @@ proptest! {
                 }
                 Command::Flush | Command::Disc => {}
                 Command::Unknown(_) => prop_assert!(false, "unknown command accepted"),
+                Command::BlockStatus => prop_assert!(false, "block status without a context"),
             }
         }
     }

@@ -633,3 +633,166 @@ fn buffered_adjacent_writes_merge_into_one_backend_write() {
     assert_eq!(srv.backend.fua_count(), 1);
     c.disconnect();
 }
+
+/// An option reply: option, reply type, data.
+type OptReply = (u32, u32, Vec<u8>);
+/// A structured reply chunk: cookie, type, payload.
+type Chunk = (u64, u16, Vec<u8>);
+
+/// Option replies and structured reply chunks in what the server sent, in order.
+fn replies(out: &[u8]) -> (Vec<OptReply>, Vec<Chunk>) {
+    let (mut opts, mut chunks) = (Vec::new(), Vec::new());
+    let be32 = |b: &[u8]| u32::from_be_bytes(b[..4].try_into().unwrap());
+    let mut at = 18; // the greeting
+    while at + 8 <= out.len() {
+        if out[at..at + 8] == OPTION_REPLY_MAGIC.to_be_bytes() {
+            let len = be32(&out[at + 16..]) as usize;
+            let body = out[at + 20..at + 20 + len].to_vec();
+            opts.push((be32(&out[at + 8..]), be32(&out[at + 12..]), body));
+            at += 20 + len;
+        } else if out[at..at + 4] == STRUCTURED_REPLY_MAGIC.to_be_bytes() {
+            let kind = u16::from_be_bytes([out[at + 6], out[at + 7]]);
+            let cookie = u64::from_be_bytes(out[at + 8..at + 16].try_into().unwrap());
+            let len = be32(&out[at + 16..]) as usize;
+            chunks.push((cookie, kind, out[at + 20..at + 20 + len].to_vec()));
+            at += 20 + len;
+        } else {
+            // Transmission flags after GO's info, or a simple reply: not needed here.
+            at += 1;
+        }
+    }
+    (opts, chunks)
+}
+
+fn option(o: u32, data: &[u8]) -> Vec<u8> {
+    let mut b = IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&o.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+fn meta_query(queries: &[&str]) -> Vec<u8> {
+    let mut b = vec![0, 0, 0, 0];
+    b.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        b.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        b.extend_from_slice(q.as_bytes());
+    }
+    b
+}
+
+fn request(flags: u16, command: Command, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+    encode_request(&Request {
+        flags,
+        command,
+        cookie,
+        offset,
+        length,
+    })
+    .to_vec()
+}
+
+/// A session: structured replies, the given meta context options, GO, `requests`, DISC.
+/// (No write first: requests run in parallel, so a status could be taken before it; the
+/// tools tests see data and holes together.)
+fn block_status_session(meta: &[Vec<u8>], requests: &[Vec<u8>]) -> Vec<u8> {
+    let mut s = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    s.extend(option(OPT_STRUCTURED_REPLY, &[]));
+    for m in meta {
+        s.extend_from_slice(m);
+    }
+    s.extend(option(OPT_GO, &[0, 0, 0, 0, 0, 0]));
+    for r in requests {
+        s.extend_from_slice(r);
+    }
+    s.extend(request(0, Command::Disc, 99, 0, 0));
+    s
+}
+
+fn descriptors(payload: &[u8]) -> (u32, Vec<(u32, u32)>) {
+    let id = u32::from_be_bytes(payload[..4].try_into().unwrap());
+    let d = payload[4..]
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_be_bytes(c[..4].try_into().unwrap()),
+                u32::from_be_bytes(c[4..].try_into().unwrap()),
+            )
+        })
+        .collect();
+    (id, d)
+}
+
+#[test]
+fn meta_context_and_block_status() {
+    let size = uraid_nbd::fuzzing::FUZZ_EXPORT_BYTES as u32;
+    let out = uraid_nbd::fuzzing::fuzz_session(&block_status_session(
+        &[
+            option(OPT_LIST_META_CONTEXT, &meta_query(&["base:"])),
+            option(
+                OPT_SET_META_CONTEXT,
+                &meta_query(&["qemu:nothing", BASE_ALLOCATION]),
+            ),
+        ],
+        &[
+            request(0, Command::BlockStatus, 2, 0, size),
+            request(CMD_FLAG_REQ_ONE, Command::BlockStatus, 3, 65536, 8192),
+            request(0, Command::BlockStatus, 4, 0, 0),
+        ],
+    ));
+    let (opts, chunks) = replies(&out);
+    let ctx: Vec<_> = opts.iter().filter(|o| o.1 == REP_META_CONTEXT).collect();
+    assert_eq!(
+        ctx.len(),
+        2,
+        "LIST and SET each name base:allocation: {opts:?}"
+    );
+    assert_eq!(ctx[0].0, OPT_LIST_META_CONTEXT);
+    assert_eq!(ctx[1].0, OPT_SET_META_CONTEXT);
+    assert_eq!(&ctx[1].2[..4], &BASE_ALLOCATION_ID.to_be_bytes());
+    assert_eq!(&ctx[1].2[4..], BASE_ALLOCATION.as_bytes());
+
+    let status: HashMap<u64, &Chunk> = chunks.iter().map(|c| (c.0, c)).collect();
+    let (kind, payload) = (status[&2].1, &status[&2].2);
+    assert_eq!(kind, REPLY_TYPE_BLOCK_STATUS);
+    let hz = STATE_HOLE | STATE_ZERO;
+    assert_eq!(descriptors(payload), (BASE_ALLOCATION_ID, vec![(size, hz)]));
+    // REQ_ONE: one extent, within the request.
+    assert_eq!(
+        descriptors(&status[&3].2),
+        (BASE_ALLOCATION_ID, vec![(8192, hz)])
+    );
+    // A zero length is refused.
+    assert_eq!(status[&4].1, REPLY_TYPE_ERROR);
+}
+
+#[test]
+fn block_status_needs_a_meta_context() {
+    // Without SET_META_CONTEXT the command is EINVAL; SET before structured replies fails.
+    let set_early = {
+        let mut s = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+            .to_be_bytes()
+            .to_vec();
+        s.extend(option(
+            OPT_SET_META_CONTEXT,
+            &meta_query(&[BASE_ALLOCATION]),
+        ));
+        s.extend(option(OPT_ABORT, &[]));
+        s
+    };
+    let (opts, _) = replies(&uraid_nbd::fuzzing::fuzz_session(&set_early));
+    assert_eq!(opts[0].0, OPT_SET_META_CONTEXT);
+    assert_eq!(opts[0].1, REP_ERR_INVALID, "{opts:?}");
+
+    let out = uraid_nbd::fuzzing::fuzz_session(&block_status_session(
+        &[],
+        &[request(0, Command::BlockStatus, 2, 0, 4096)],
+    ));
+    let (_, chunks) = replies(&out);
+    let c = chunks.iter().find(|c| c.0 == 2).expect("a reply");
+    assert_eq!(c.1, REPLY_TYPE_ERROR);
+    assert_eq!(&c.2[..4], &22u32.to_be_bytes(), "EINVAL");
+}

@@ -221,3 +221,63 @@ fn tcp_on_loopback() {
     assert!(snap[4096..4096 + 65536].iter().all(|&b| b == 0x3c));
     assert!(snap[..4096].iter().all(|&b| b == 0));
 }
+
+/// A 4 MiB export with data only at 1 MiB..1 MiB+64 KiB: the rest is a hole of zeros.
+fn sparse_server() -> TestServer {
+    let mut image = vec![0u8; 4 * MIB];
+    image[MIB..MIB + 65536].fill(0xa5);
+    TestServer::start_with(MemBackend::from_vec(image), ServerConfig::default())
+}
+
+/// The extents both tools must see: (offset, length, hole and zero).
+const SPARSE_MAP: [(u64, u64, bool); 3] = [
+    (0, MIB as u64, true),
+    (MIB as u64, 65536, false),
+    (MIB as u64 + 65536, 3 * MIB as u64 - 65536, true),
+];
+
+#[test]
+fn nbdinfo_map_shows_base_allocation() {
+    if !need_tool("nbdinfo", "nbdinfo_map_shows_base_allocation") {
+        return;
+    }
+    let srv = sparse_server();
+    let out = run(Command::new("nbdinfo").args(["--map", &srv.uri()]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let got: Vec<(u64, u64, bool)> = text
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let flags: u32 = w[2].parse().unwrap();
+            // base:allocation says hole and zero together here, or neither.
+            assert!(flags == 0 || flags == 3, "{l}");
+            (w[0].parse().unwrap(), w[1].parse().unwrap(), flags == 3)
+        })
+        .collect();
+    assert_eq!(got, SPARSE_MAP, "nbdinfo --map:\n{text}");
+}
+
+#[test]
+fn qemu_img_map_sees_holes_and_data() {
+    if !need_tool("qemu-img", "qemu_img_map_sees_holes_and_data") {
+        return;
+    }
+    let srv = sparse_server();
+    let out = run(Command::new("qemu-img").args(["map", "--output=json", "-f", "raw", &srv.uri()]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(u64, u64, bool)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let zero = e["zero"].as_bool().unwrap();
+            assert_eq!(e["data"].as_bool().unwrap(), !zero, "{e}");
+            (
+                e["start"].as_u64().unwrap(),
+                e["length"].as_u64().unwrap(),
+                zero,
+            )
+        })
+        .collect();
+    assert_eq!(got, SPARSE_MAP, "qemu-img map: {v}");
+}

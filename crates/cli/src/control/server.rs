@@ -238,6 +238,13 @@ impl ControlServer {
         })
     }
 
+    /// The running sync pass, as the daemons see it, for readers on other threads
+    /// (`--metrics`).
+    pub fn sync_source(&self) -> crate::metrics::SyncSource {
+        let ctx = self.ctx.clone();
+        Box::new(move || ctx.daemons.sync_progress())
+    }
+
     /// Stops md's daemons (a running sync is interrupted at its next step): before
     /// [`Array::stop`], as md stops its sync thread before the array.
     pub fn stop_daemons(&self) {
