@@ -10,8 +10,8 @@ pub mod raid0;
 pub mod raid1;
 pub mod raid10;
 pub mod raid5;
-pub mod takeover;
 pub mod reshape;
+pub mod takeover;
 
 use crate::types::{Level, MemberIdx};
 use thiserror::Error;
