@@ -65,4 +65,6 @@ else
 fi
 echo "== the raid5 write journal with Linux md, both ways (VM)"
 tests/vm/journal.sh
+echo "== a raid5 Linux md left mid-reshape, read by uraid (VM)"
+tests/vm/reshape.sh
 echo "== all tests passed"
