@@ -38,6 +38,8 @@ pub struct CreateOptions {
     pub bitmap: bool,
     /// Bitmap chunk in bytes (mdadm's --bitmap-chunk); None picks mdadm's default.
     pub bitmap_chunk_bytes: Option<u32>,
+    /// Seconds between bitmap daemon passes (mdadm's --delay); None: mdadm's 5.
+    pub bitmap_daemon_sleep_secs: Option<u32>,
     /// Skip the initial sync: the caller promises the members are consistent.
     pub assume_clean: bool,
     /// The array UUID; None makes a random one.
@@ -70,6 +72,7 @@ impl CreateOptions {
             name: "uraid".into(),
             bitmap: false,
             bitmap_chunk_bytes: None,
+            bitmap_daemon_sleep_secs: None,
             assume_clean: false,
             uuid: None,
             data_offset_sectors: None,
@@ -388,8 +391,14 @@ pub fn create_confirmed(
             None => bm::default_chunk_bytes(sync_size, bitmap_space)
                 .ok_or_else(|| err("no room for an internal bitmap".into()))?,
         };
-        let bms = BitmapSuper::new(uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
-            .map_err(|e| err(format!("bitmap: {e}")))?;
+        let bms = BitmapSuper::new(
+            uuid,
+            sync_size,
+            chunk,
+            opts.bitmap_daemon_sleep_secs
+                .unwrap_or(bm::DEFAULT_DAEMON_SLEEP_SECS),
+        )
+        .map_err(|e| err(format!("bitmap: {e}")))?;
         if !at_end && 8 + bms.space_bytes() / SECTOR_BYTES > data_offset {
             return Err(err("the bitmap does not fit before the data offset".into()));
         }

@@ -87,6 +87,7 @@ mod buf;
 mod clock;
 mod create;
 mod daemon;
+mod dirty;
 mod discard;
 mod error;
 mod events;
@@ -137,6 +138,7 @@ pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, Mem
 pub use create::{
     create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
 };
+pub use dirty::DirtyExtent;
 pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
 pub use meta::Meta;

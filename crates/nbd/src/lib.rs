@@ -71,7 +71,7 @@ pub mod proto;
 mod server;
 mod socket;
 
-pub use backend::{errno_of, Backend, Extent, MemBackend};
+pub use backend::{errno_of, Backend, DirtyExtent, Extent, MemBackend};
 pub use error::NbdError;
 pub use proto::{Errno, ProtocolError, ZeroFlags};
 pub use server::{
