@@ -155,3 +155,35 @@ fn dirty_bitmap_not_offered_without_a_bitmap() {
         .unwrap();
     assert!(!out.status.success(), "the context is not there to map");
 }
+
+#[test]
+fn bitmap_chunk_and_delay_need_a_bitmap_and_sane_values() {
+    let dir = TempDir::new("db-bad");
+    let members = dir.images(2, 16, "m");
+    for (args, needle) in [
+        (&["--bitmap-chunk", "64K"][..], "need --bitmap internal"),
+        (&["--delay", "5"][..], "need --bitmap internal"),
+        (
+            &["--bitmap", "internal", "--delay", "0"][..],
+            "--delay must be at least 1",
+        ),
+        (
+            &["--bitmap", "internal", "--bitmap-chunk", "x"][..],
+            "bad bitmap chunk",
+        ),
+        (
+            &["--bitmap", "internal", "--bitmap-chunk", "3K"][..],
+            "not a power of two",
+        ),
+    ] {
+        let err = fails_cleanly(
+            uraid()
+                .args(["create", "-l", "1", "--run", "-n", "2"])
+                .args(args)
+                .args(&members),
+            &members,
+        );
+        assert!(err.contains(needle), "{args:?}: no {needle:?} in {err}");
+        assert_eq!(err.matches(needle).count(), 1, "said once: {err}");
+    }
+}
