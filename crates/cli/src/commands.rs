@@ -37,6 +37,13 @@ pub struct CreateArgs {
     /// Write-intent bitmap: internal or none.
     #[arg(short, long, default_value = "none")]
     pub bitmap: String,
+    /// Bytes of array data one bitmap bit covers (K, M suffixes; a bare number is KiB, as
+    /// in mdadm); default: mdadm's choice (at least 64M).
+    #[arg(long)]
+    pub bitmap_chunk: Option<String>,
+    /// Seconds between bitmap daemon passes, which clear idle bits (mdadm's --delay).
+    #[arg(short = 'd', long)]
+    pub delay: Option<u32>,
     /// Do not compute parity or copy mirrors at creation (the members are known consistent).
     #[arg(long)]
     pub assume_clean: bool,
@@ -263,6 +270,21 @@ pub fn create(a: CreateArgs) -> Result<()> {
         "none" => false,
         other => bail!("--bitmap must be internal or none, not {other:?}"),
     };
+    if (a.bitmap_chunk.is_some() || a.delay.is_some()) && !opts.bitmap {
+        bail!("--bitmap-chunk and --delay need --bitmap internal");
+    }
+    if let Some(c) = &a.bitmap_chunk {
+        let bytes = parse_size_bytes(c, 1024)
+            .and_then(|b| u32::try_from(b).ok())
+            .with_context(|| format!("bad bitmap chunk {c:?} (say e.g. 64K or 64M)"))?;
+        opts.bitmap_chunk_bytes = Some(bytes);
+    }
+    if let Some(d) = a.delay {
+        if d == 0 {
+            bail!("--delay must be at least 1 second");
+        }
+        opts.bitmap_daemon_sleep_secs = Some(d);
+    }
     opts.assume_clean = a.assume_clean;
     match a.consistency_policy.as_deref() {
         None => {}

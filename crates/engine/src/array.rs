@@ -610,7 +610,7 @@ impl Array {
 
     /// Where the bitmap counts a write of array sectors [sector, sector+sectors) (the
     /// level's [`Personality::bitmap_range`]).
-    fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
+    pub(crate) fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
         self.pers.bitmap_range(Sector(sector), sectors)
     }
 

@@ -39,6 +39,8 @@ pub struct CreateOptions {
     pub bitmap: bool,
     /// Bitmap chunk in bytes (mdadm's --bitmap-chunk); None picks mdadm's default.
     pub bitmap_chunk_bytes: Option<u32>,
+    /// Seconds between bitmap daemon passes (mdadm's --delay); None: mdadm's 5.
+    pub bitmap_daemon_sleep_secs: Option<u32>,
     /// Skip the initial sync: the caller promises the members are consistent.
     pub assume_clean: bool,
     /// The array UUID; None makes a random one.
@@ -74,6 +76,7 @@ impl CreateOptions {
             name: "uraid".into(),
             bitmap: false,
             bitmap_chunk_bytes: None,
+            bitmap_daemon_sleep_secs: None,
             assume_clean: false,
             uuid: None,
             data_offset_sectors: None,
@@ -441,8 +444,14 @@ pub fn create_confirmed(
         };
         // 0.90's bitmap carries the uuid words in this host's (little-endian) order.
         let bitmap_uuid = if v090 { bitmap_uuid090(&uuid) } else { uuid };
-        let bms = BitmapSuper::new(bitmap_uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
-            .map_err(|e| err(format!("bitmap: {e}")))?;
+        let bms = BitmapSuper::new(
+            bitmap_uuid,
+            sync_size,
+            chunk,
+            opts.bitmap_daemon_sleep_secs
+                .unwrap_or(bm::DEFAULT_DAEMON_SLEEP_SECS),
+        )
+        .map_err(|e| err(format!("bitmap: {e}")))?;
         if v090 && bms.space_bytes() / SECTOR_BYTES > SB090_BITMAP_ROOM_SECTORS {
             return Err(err(format!(
                 "a 0.90 internal bitmap holds at most {} KiB: bitmap chunk {chunk} bytes needs \

@@ -87,6 +87,7 @@ mod buf;
 mod clock;
 mod create;
 mod daemon;
+mod dirty;
 mod discard;
 mod error;
 mod events;
@@ -141,6 +142,7 @@ pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, Mem
 pub use create::{
     create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
 };
+pub use dirty::DirtyExtent;
 pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
 // Shape changes (mdadm --grow): md's takeovers and resizes here, restripes in reshape.

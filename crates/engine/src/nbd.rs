@@ -8,7 +8,7 @@
 use crate::{Array, ArrayError, ZeroHow};
 use std::io;
 use std::sync::Arc;
-use uraid_nbd::{Backend, Extent, ZeroFlags};
+use uraid_nbd::{Backend, DirtyExtent, Extent, ZeroFlags};
 
 /// Serves an [`Array`] to NBD clients: reads, writes (FUA as a flush after the write),
 /// flushes, trims as discards, write-zeroes with md's zeroing, and the array's read-only
@@ -38,6 +38,10 @@ impl ArrayBackend {
         ArrayBackend { array }
     }
 }
+
+/// The name of the array's write-intent bitmap as an NBD meta context: the client asks
+/// for `qemu:dirty-bitmap:uraid` (one bitmap per export, so the name is fixed).
+pub const DIRTY_BITMAP_NAME: &str = "uraid";
 
 /// The client sees the errno; the log keeps the message.
 fn client_error(e: ArrayError, what: &str, offset: u64) -> io::Error {
@@ -110,6 +114,31 @@ impl Backend for ArrayBackend {
                 length: e.len_bytes,
                 hole: e.hole,
                 zero: e.hole,
+            })
+            .collect())
+    }
+
+    /// The write-intent bitmap as `qemu:dirty-bitmap:uraid` ([`DIRTY_BITMAP_NAME`]), when
+    /// the array has one.
+    fn dirty_bitmap(&self) -> Option<String> {
+        self.array
+            .has_bitmap()
+            .then(|| DIRTY_BITMAP_NAME.to_string())
+    }
+
+    /// The bitmap's dirty chunks ([`Array::dirty_extents`]).
+    fn dirty_status(&self, offset: u64, len: u64) -> io::Result<Vec<DirtyExtent>> {
+        let extents = self.array.dirty_extents(offset, len).unwrap_or_else(|| {
+            vec![crate::DirtyExtent {
+                len_bytes: len,
+                dirty: true,
+            }]
+        });
+        Ok(extents
+            .into_iter()
+            .map(|e| DirtyExtent {
+                length: e.len_bytes,
+                dirty: e.dirty,
             })
             .collect())
     }

@@ -50,6 +50,21 @@ pub trait Backend: Send + Sync + 'static {
             zero: false,
         }])
     }
+    /// The name of the write-intent bitmap served as the `qemu:dirty-bitmap:<name>` meta
+    /// context; `None` (the default) offers no such context.
+    fn dirty_bitmap(&self) -> Option<String> {
+        None
+    }
+    /// The dirty bitmap's status for `len` bytes at `offset` (in range, `len` > 0), as
+    /// [`Backend::block_status`] gives its extents. Called only when
+    /// [`Backend::dirty_bitmap`] names one; the default says "dirty", always safe.
+    fn dirty_status(&self, offset: u64, len: u64) -> io::Result<Vec<DirtyExtent>> {
+        let _ = offset;
+        Ok(vec![DirtyExtent {
+            length: len,
+            dirty: true,
+        }])
+    }
     /// Alignment every request must have (a power of two, at most 65536).
     /// 1 (the default) means the backend accepts any byte range.
     fn min_block_size(&self) -> u32 {
@@ -66,6 +81,15 @@ pub struct Extent {
     pub hole: bool,
     /// Reads as zeros (NBD_STATE_ZERO).
     pub zero: bool,
+}
+
+/// One run of dirty bitmap status (`qemu:dirty-bitmap:<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirtyExtent {
+    /// Bytes it covers.
+    pub length: u64,
+    /// Changed since the bitmap was last cleared (qemu's flag 1).
+    pub dirty: bool,
 }
 
 /// Maps a backend error to the NBD error sent to the client.

@@ -223,6 +223,9 @@ impl Input {
 pub(crate) struct ConnConfig {
     pub limits: ExportLimits,
     pub max_workers: usize,
+    /// Contexts the client set: which block status chunks a request gets.
+    pub base_allocation: bool,
+    pub dirty_bitmap: bool,
     /// Limit on a stalled large write payload (replies use the socket's send timeout).
     pub io_timeout: Option<std::time::Duration>,
 }
@@ -482,12 +485,18 @@ fn execute(
             guarded(|| backend.write_zeroes(req.offset, len as u64, req.zero_flags()))
         }
         Command::BlockStatus => {
-            let mut extents = Vec::new();
+            let mut base = Vec::new();
+            let mut dirty = Vec::new();
             match guarded(|| {
-                extents = backend.block_status(req.offset, len as u64)?;
+                if sh.config.base_allocation {
+                    base = backend.block_status(req.offset, len as u64)?;
+                }
+                if sh.config.dirty_bitmap {
+                    dirty = backend.dirty_status(req.offset, len as u64)?;
+                }
                 Ok(())
             }) {
-                Ok(()) => return send_block_status(sh, req, &extents, scratch),
+                Ok(()) => return send_block_status(sh, req, &base, &dirty, scratch),
                 Err(e) => Err(e),
             }
         }
@@ -545,25 +554,64 @@ fn send_read(sh: &Shared<'_>, req: &Request, data: &[u8]) -> Result<(), NbdError
     send(sh, &[&header, data])
 }
 
-/// One NBD_REPLY_TYPE_BLOCK_STATUS chunk for `base:allocation`: the backend's extents,
-/// cut to the request (each at most u32::MAX bytes; with REQ_ONE only the first), merged
-/// where the status repeats. A backend that covers nothing gets EIO, not an empty reply.
+/// One NBD_REPLY_TYPE_BLOCK_STATUS chunk per context the client set (`base:allocation`,
+/// then the dirty bitmap; the last carries DONE): the backend's extents, cut to the request
+/// (each at most u32::MAX bytes; with REQ_ONE only the first), merged where the status
+/// repeats. A backend that covers nothing gets EIO, not an empty reply.
 fn send_block_status(
     sh: &Shared<'_>,
     req: &Request,
-    extents: &[crate::Extent],
+    base: &[crate::Extent],
+    dirty: &[crate::DirtyExtent],
     scratch: &mut Vec<u8>,
 ) -> Result<(), NbdError> {
+    let mut chunks: Vec<(u32, Vec<(u32, u32)>)> = Vec::new();
+    if sh.config.base_allocation {
+        let runs = base.iter().map(|e| {
+            let flags = if e.hole { STATE_HOLE } else { 0 } | if e.zero { STATE_ZERO } else { 0 };
+            (e.length, flags)
+        });
+        chunks.push((BASE_ALLOCATION_ID, descriptors(req, runs)));
+    }
+    if sh.config.dirty_bitmap {
+        let runs = dirty
+            .iter()
+            .map(|e| (e.length, if e.dirty { STATE_DIRTY } else { 0 }));
+        chunks.push((DIRTY_BITMAP_ID, descriptors(req, runs)));
+    }
+    if chunks.is_empty() || chunks.iter().any(|(_, d)| d.is_empty()) {
+        return send_error(sh, req, Errno::Io, "block status covered nothing", scratch);
+    }
+    let mut out = Vec::new();
+    let last = chunks.len() - 1;
+    for (i, (id, descriptors)) in chunks.iter().enumerate() {
+        let mut body = Vec::with_capacity(4 + 8 * descriptors.len());
+        body.extend_from_slice(&id.to_be_bytes());
+        for (len, flags) in descriptors {
+            body.extend_from_slice(&len.to_be_bytes());
+            body.extend_from_slice(&flags.to_be_bytes());
+        }
+        let done = if i == last { REPLY_FLAG_DONE } else { 0 };
+        let header =
+            encode_structured_header(req.cookie, done, REPLY_TYPE_BLOCK_STATUS, body.len() as u32);
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&body);
+    }
+    // All chunks in one write, so no other reply lands between them.
+    send(sh, &[&out])
+}
+
+/// Block status descriptors (length, flags) for one context from its runs.
+fn descriptors(req: &Request, runs: impl Iterator<Item = (u64, u32)>) -> Vec<(u32, u32)> {
     // The largest descriptor length that stays 4 KiB aligned.
     const MAX_DESCRIPTOR: u64 = (u32::MAX as u64) & !4095;
     let mut left = u64::from(req.length);
     let mut descriptors: Vec<(u32, u32)> = Vec::new();
-    for e in extents {
+    for (length, flags) in runs {
         if left == 0 {
             break;
         }
-        let flags = if e.hole { STATE_HOLE } else { 0 } | if e.zero { STATE_ZERO } else { 0 };
-        let mut len = e.length.min(left);
+        let mut len = length.min(left);
         left -= len;
         while len > 0 {
             let piece = len.min(MAX_DESCRIPTOR) as u32;
@@ -578,25 +626,10 @@ fn send_block_status(
             len -= u64::from(piece);
         }
     }
-    if descriptors.is_empty() {
-        return send_error(sh, req, Errno::Io, "block status covered nothing", scratch);
-    }
     if req.flags & CMD_FLAG_REQ_ONE != 0 {
         descriptors.truncate(1);
     }
-    let mut body = Vec::with_capacity(4 + 8 * descriptors.len());
-    body.extend_from_slice(&BASE_ALLOCATION_ID.to_be_bytes());
-    for (len, flags) in &descriptors {
-        body.extend_from_slice(&len.to_be_bytes());
-        body.extend_from_slice(&flags.to_be_bytes());
-    }
-    let header = encode_structured_header(
-        req.cookie,
-        REPLY_FLAG_DONE,
-        REPLY_TYPE_BLOCK_STATUS,
-        body.len() as u32,
-    );
-    send(sh, &[&header, &body])
+    descriptors
 }
 
 fn send_error(

@@ -30,6 +30,7 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
         preferred_block_bytes: 4096,
         max_payload_bytes: 1 << 20,
         fast_zero: true,
+        dirty_bitmap: Some("fuzz".into()),
     };
     let budget = BufferBudget::new(8 << 20);
     let stop = AtomicBool::new(false);
@@ -54,11 +55,13 @@ pub fn fuzz_session(input: &[u8]) -> Vec<u8> {
                 min_block_bytes: 1,
                 structured_replies: negotiated.structured_replies,
                 fast_zero: true,
-                block_status: negotiated.base_allocation,
+                block_status: negotiated.base_allocation || negotiated.dirty_bitmap,
             };
             let config = ConnConfig {
                 limits,
                 max_workers: 2,
+                base_allocation: negotiated.base_allocation,
+                dirty_bitmap: negotiated.dirty_bitmap,
                 io_timeout: None,
             };
             let _ = conn::serve(&stream, &backend, &budget, config);
@@ -135,6 +138,14 @@ pub fn request_seeds() -> Vec<Vec<u8>> {
     let mut meta = vec![0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, BASE_ALLOCATION.len() as u8];
     meta.extend_from_slice(BASE_ALLOCATION.as_bytes());
     out.push(meta);
+    // ...and both contexts at once, the dirty bitmap by its qemu name.
+    let dirty = format!("{DIRTY_BITMAP_PREFIX}fuzz");
+    let mut both = vec![0, 0, 0, 0, 0, 0, 0, 2];
+    for q in [BASE_ALLOCATION, dirty.as_str()] {
+        both.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        both.extend_from_slice(q.as_bytes());
+    }
+    out.push(both);
     // NBD_OPT_INFO for the export "md0" asking for two info types.
     out.push(vec![0, 0, 0, 3, b'm', b'd', b'0', 0, 2, 0, 0, 0, 3]);
     out

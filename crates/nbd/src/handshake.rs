@@ -31,6 +31,8 @@ pub(crate) struct ExportInfo {
     pub max_payload_bytes: u32,
     /// The backend can zero fast (see [`crate::Backend::can_fast_zero`]).
     pub fast_zero: bool,
+    /// The backend's dirty bitmap name ([`crate::Backend::dirty_bitmap`]).
+    pub dirty_bitmap: Option<String>,
 }
 
 impl ExportInfo {
@@ -62,6 +64,8 @@ pub(crate) struct Negotiated {
     pub structured_replies: bool,
     /// `base:allocation` was set (NBD_OPT_SET_META_CONTEXT).
     pub base_allocation: bool,
+    /// `qemu:dirty-bitmap:<name>` was set.
+    pub dirty_bitmap: bool,
 }
 
 fn send_reply(stream: &Stream, option: u32, reply: u32, data: &[&[u8]]) -> Result<(), NbdError> {
@@ -191,6 +195,7 @@ fn haggle(
     let mut negotiated = Negotiated {
         structured_replies: false,
         base_allocation: false,
+        dirty_bitmap: false,
     };
     let mut data = Vec::new();
     for _ in 0..MAX_OPTIONS {
@@ -325,7 +330,8 @@ fn haggle(
     })
 }
 
-/// LIST or SET of meta contexts: only `base:allocation` is known. SET replaces what an
+/// LIST or SET of meta contexts: `base:allocation`, and `qemu:dirty-bitmap:<name>` when
+/// the backend has a dirty bitmap. SET replaces what an
 /// earlier SET chose, and needs structured replies (block status answers are chunks).
 fn meta_context(
     stream: &Stream,
@@ -350,19 +356,37 @@ fn meta_context(
         return send_reply(stream, option, REP_ERR_UNKNOWN, &[b"no such export"]);
     }
     let base = BASE_ALLOCATION.as_bytes();
-    let wanted = if set {
-        request.queries.contains(&base)
+    let dirty = export
+        .dirty_bitmap
+        .as_ref()
+        .map(|n| format!("{DIRTY_BITMAP_PREFIX}{n}").into_bytes());
+    let q = &request.queries;
+    let (want_base, want_dirty) = if set {
+        let d = dirty.as_deref().is_some_and(|d| q.contains(&d));
+        (q.contains(&base), d)
     } else {
-        // LIST: no query lists all; "base:" lists its namespace.
-        request.queries.is_empty() || request.queries.iter().any(|q| *q == base || *q == b"base:")
+        // LIST: no query lists all; "base:" / "qemu:" / "qemu:dirty-bitmap:" list their
+        // namespace.
+        let d = dirty.as_deref().is_some_and(|d| {
+            q.is_empty()
+                || q.iter()
+                    .any(|x| *x == d || *x == b"qemu:" || *x == DIRTY_BITMAP_PREFIX.as_bytes())
+        });
+        let b = q.is_empty() || q.iter().any(|x| *x == base || *x == b"base:");
+        (b, d)
     };
     if set {
-        negotiated.base_allocation = wanted;
+        negotiated.base_allocation = want_base;
+        negotiated.dirty_bitmap = want_dirty;
     }
-    if wanted {
-        // LIST's ids mean nothing; SET's is the one block status replies carry.
+    // LIST's ids mean nothing; SET's are the ones block status replies carry.
+    if want_base {
         let id = if set { BASE_ALLOCATION_ID } else { 0 };
         send_reply(stream, option, REP_META_CONTEXT, &[&id.to_be_bytes(), base])?;
+    }
+    if let (true, Some(d)) = (want_dirty, dirty.as_deref()) {
+        let id = if set { DIRTY_BITMAP_ID } else { 0 };
+        send_reply(stream, option, REP_META_CONTEXT, &[&id.to_be_bytes(), d])?;
     }
     send_reply(stream, option, REP_ACK, &[])
 }

@@ -72,7 +72,7 @@ mod server;
 mod socket;
 pub mod tls;
 
-pub use backend::{errno_of, Backend, Extent, MemBackend};
+pub use backend::{errno_of, Backend, DirtyExtent, Extent, MemBackend};
 pub use error::NbdError;
 pub use proto::{Errno, ProtocolError, ZeroFlags};
 pub use server::{

@@ -87,6 +87,13 @@ pub const REPLY_TYPE_BLOCK_STATUS: u16 = 5;
 pub const BASE_ALLOCATION: &str = "base:allocation";
 /// Its context id (the server's choice; 0 is avoided so a missing one stands out).
 pub const BASE_ALLOCATION_ID: u32 = 1;
+/// The namespace of a write-intent (dirty) bitmap's context: `qemu:dirty-bitmap:<name>`
+/// (qemu's docs/interop/nbd.txt).
+pub const DIRTY_BITMAP_PREFIX: &str = "qemu:dirty-bitmap:";
+/// Its context id.
+pub const DIRTY_BITMAP_ID: u32 = 2;
+/// qemu:dirty-bitmap: the range changed since the bitmap was cleared.
+pub const STATE_DIRTY: u32 = 1 << 0;
 /// base:allocation: the range is not allocated.
 pub const STATE_HOLE: u32 = 1 << 0;
 /// base:allocation: the range reads as zeros.
@@ -239,7 +246,7 @@ pub struct ExportLimits {
     pub structured_replies: bool,
     /// NBD_FLAG_SEND_FAST_ZERO was advertised (enables `NBD_CMD_FLAG_FAST_ZERO`).
     pub fast_zero: bool,
-    /// `base:allocation` was set (enables `NBD_CMD_BLOCK_STATUS`).
+    /// A meta context was set (enables `NBD_CMD_BLOCK_STATUS`).
     pub block_status: bool,
 }
 

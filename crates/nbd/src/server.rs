@@ -168,6 +168,7 @@ impl Server {
             preferred_block_bytes: preferred,
             max_payload_bytes: self.config.max_payload_bytes / min_block_bytes * min_block_bytes,
             fast_zero: !backend.read_only() && backend.can_fast_zero(),
+            dirty_bitmap: backend.dirty_bitmap(),
         }
     }
 
@@ -347,7 +348,7 @@ impl ConnCtx {
             min_block_bytes: self.export.min_block_bytes,
             structured_replies: negotiated.structured_replies,
             fast_zero: self.export.fast_zero,
-            block_status: negotiated.base_allocation,
+            block_status: negotiated.base_allocation || negotiated.dirty_bitmap,
         };
         conn::serve(
             stream,
@@ -356,6 +357,8 @@ impl ConnCtx {
             ConnConfig {
                 limits,
                 max_workers: self.config.workers_per_connection,
+                base_allocation: negotiated.base_allocation,
+                dirty_bitmap: negotiated.dirty_bitmap,
                 io_timeout: self.config.io_timeout,
             },
         )

@@ -796,3 +796,49 @@ fn block_status_needs_a_meta_context() {
     assert_eq!(c.1, REPLY_TYPE_ERROR);
     assert_eq!(&c.2[..4], &22u32.to_be_bytes(), "EINVAL");
 }
+
+#[test]
+fn dirty_bitmap_context_beside_base_allocation() {
+    // The fuzz export has a dirty bitmap named "fuzz" (MemBackend says all of it is dirty).
+    let size = uraid_nbd::fuzzing::FUZZ_EXPORT_BYTES as u32;
+    let dirty = format!("{DIRTY_BITMAP_PREFIX}fuzz");
+    let out = uraid_nbd::fuzzing::fuzz_session(&block_status_session(
+        &[
+            option(OPT_LIST_META_CONTEXT, &meta_query(&[])),
+            option(OPT_LIST_META_CONTEXT, &meta_query(&["qemu:"])),
+            option(
+                OPT_SET_META_CONTEXT,
+                &meta_query(&["qemu:dirty-bitmap:other", BASE_ALLOCATION, &dirty]),
+            ),
+        ],
+        &[request(0, Command::BlockStatus, 2, 0, size)],
+    ));
+    let (opts, chunks) = replies(&out);
+    let ctx: Vec<_> = opts.iter().filter(|o| o.1 == REP_META_CONTEXT).collect();
+    let names: Vec<(u32, &[u8])> = ctx.iter().map(|o| (o.0, &o.2[4..])).collect();
+    assert_eq!(
+        names,
+        [
+            (OPT_LIST_META_CONTEXT, BASE_ALLOCATION.as_bytes()),
+            (OPT_LIST_META_CONTEXT, dirty.as_bytes()),
+            (OPT_LIST_META_CONTEXT, dirty.as_bytes()),
+            (OPT_SET_META_CONTEXT, BASE_ALLOCATION.as_bytes()),
+            (OPT_SET_META_CONTEXT, dirty.as_bytes()),
+        ],
+        "LIST all, LIST qemu:, SET both (the unknown bitmap is not chosen)"
+    );
+    assert_eq!(&ctx[4].2[..4], &DIRTY_BITMAP_ID.to_be_bytes());
+    // One request, one block status chunk per context, base:allocation first.
+    let status: Vec<_> = chunks.iter().filter(|c| c.0 == 2).collect();
+    assert_eq!(status.len(), 2, "{status:?}");
+    assert!(status.iter().all(|c| c.1 == REPLY_TYPE_BLOCK_STATUS));
+    let hz = STATE_HOLE | STATE_ZERO;
+    assert_eq!(
+        descriptors(&status[0].2),
+        (BASE_ALLOCATION_ID, vec![(size, hz)])
+    );
+    assert_eq!(
+        descriptors(&status[1].2),
+        (DIRTY_BITMAP_ID, vec![(size, STATE_DIRTY)])
+    );
+}
