@@ -664,7 +664,8 @@ impl Array {
     }
 
     /// Remove a faulty member that no longer holds a role (see
-    /// [`Array::faulty_devices`]), by device name, as mdadm --remove.
+    /// [`Array::faulty_devices`]), by device name, as mdadm --remove; the superblocks are
+    /// written as md writes them then.
     pub fn remove_faulty(&self, name: &str) -> Result<(), ArrayError> {
         let _g = self.reconfig.lock().unwrap();
         let mut meta = self.meta();
@@ -674,6 +675,11 @@ impl Array {
             )));
         };
         meta.faulty.remove(i);
+        // md writes the superblocks when it kicks an rdev (events advance): a 0.90 record
+        // drops the device's entry and counts it out of nr_disks.
+        let change = self.begin_sb_change();
+        change.recorded(meta.write_all(self))?;
+        drop(change);
         drop(meta);
         self.events.emit(Event::DeviceRemoved {
             device: name.to_string(),
