@@ -359,7 +359,7 @@ fn state_words(a: &Array, sync: Option<&SyncProgress>) -> String {
 fn consistency_policy(a: &Array, sb: &Superblock) -> &'static str {
     if a.has_journal() {
         "journal"
-    } else if a.has_ppl() || sb.has_feature(uraid_core::superblock::FEATURE_PPL) {
+    } else if a.has_ppl() || sb.has_ppl() {
         "ppl"
     } else if sb.bitmap_sector().is_some() {
         "bitmap"
