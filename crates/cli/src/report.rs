@@ -215,6 +215,13 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
             format!("{} sectors from superblock", sb.bitmap_offset),
         );
     }
+    if sb.has_ppl() {
+        let (offset, size) = sb.ppl();
+        line(
+            "PPL",
+            format!("{size} sectors at offset {offset} sectors from superblock"),
+        );
+    }
     // mdadm prints the device flags it knows, and the line only when devflags is set.
     if sb.devflags != 0 {
         line("Flags", sb.member_flags().examine_words());

@@ -27,6 +27,12 @@ fn create_with_ppl_writes_the_log_area_and_detail_names_the_policy() {
         .args(&e));
     let t = text(&ok(uraid().arg("detail").args(&e)).stdout);
     assert_eq!(field(&t, "Consistency Policy"), "ppl");
+    // examine prints mdadm's PPL line.
+    let t = text(&ok(uraid().arg("examine").arg(&e[0])).stdout);
+    assert_eq!(
+        field(&t, "PPL"),
+        "2048 sectors at offset 8 sectors from superblock"
+    );
     for img in &e {
         let sb = sb_of(img);
         assert_ne!(sb.feature_map & FEATURE_PPL, 0);
