@@ -67,4 +67,6 @@ echo "== the raid5 write journal with Linux md, both ways (VM)"
 tests/vm/journal.sh
 echo "== a raid5 Linux md left mid-reshape, read by uraid (VM)"
 tests/vm/reshape.sh
+echo "== raid5 with PPL, both ways and crashed mid-write (VM)"
+tests/vm/ppl.sh
 echo "== all tests passed"

@@ -299,6 +299,13 @@ pub fn examine_human(path: &str, sb: &Superblock, cx: &ExamineContext) -> String
         o.push('\n');
     }
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+    if sb.has_ppl() {
+        let (offset, size) = sb.ppl();
+        line(
+            "PPL",
+            format!("{size} sectors at offset {offset} sectors from superblock"),
+        );
+    }
     // mdadm prints the device flags it knows, and the line only when devflags is set.
     if sb.devflags != 0 {
         line("Flags", sb.member_flags().examine_words());
@@ -443,7 +450,7 @@ fn state_words(a: &Array, sync: Option<&SyncProgress>) -> String {
 fn consistency_policy(a: &Array, sb: &Superblock) -> &'static str {
     if a.has_journal() {
         "journal"
-    } else if a.has_ppl() || sb.has_feature(uraid_core::superblock::FEATURE_PPL) {
+    } else if a.has_ppl() || sb.has_ppl() {
         "ppl"
     } else if sb.bitmap_sector().is_some() {
         "bitmap"

@@ -40,7 +40,7 @@ const FORCE_STOP_FLUSH_BOUND: Duration = Duration::from_secs(10);
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Where NBD clients connect: `unix:PATH`, `tcp:HOST:PORT` or `tcp:PORT`
+    /// Where NBD clients connect: `unix:PATH` (or a path with a slash), `tcp:HOST:PORT` or `tcp:PORT`
     /// (default tcp:127.0.0.1:10809; other hosts only when given here).
     #[arg(long, value_name = "ADDR")]
     pub nbd: Option<String>,
@@ -116,6 +116,10 @@ impl NbdAddr {
                 bail!("--nbd unix: needs a path");
             }
             return Ok(NbdAddr::Unix(PathBuf::from(p)));
+        }
+        // A path (it has a slash, which no HOST:PORT has) is a Unix socket.
+        if s.starts_with('/') || s.starts_with("./") || s.starts_with("../") {
+            return Ok(NbdAddr::Unix(PathBuf::from(s)));
         }
         let rest = s.strip_prefix("tcp:").unwrap_or(s);
         if let Ok(port) = rest.parse::<u16>() {
@@ -641,6 +645,10 @@ mod tests {
         assert_eq!(
             NbdAddr::parse("0.0.0.0:10809").unwrap(),
             NbdAddr::Tcp("0.0.0.0:10809".parse().unwrap())
+        );
+        assert_eq!(
+            NbdAddr::parse("/run/uraid/md0.sock").unwrap(),
+            NbdAddr::Unix("/run/uraid/md0.sock".into())
         );
         assert!(NbdAddr::parse("unix:").is_err());
         assert!(NbdAddr::parse("tcp:nohost").is_err());

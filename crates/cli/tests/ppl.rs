@@ -27,6 +27,12 @@ fn create_with_ppl_writes_the_log_area_and_detail_names_the_policy() {
         .args(&e));
     let t = text(&ok(uraid().arg("detail").args(&e)).stdout);
     assert_eq!(field(&t, "Consistency Policy"), "ppl");
+    // examine prints mdadm's PPL line.
+    let t = text(&ok(uraid().arg("examine").arg(&e[0])).stdout);
+    assert_eq!(
+        field(&t, "PPL"),
+        "2048 sectors at offset 8 sectors from superblock"
+    );
     for img in &e {
         let sb = sb_of(img);
         assert_ne!(sb.feature_map & FEATURE_PPL, 0);
@@ -75,4 +81,42 @@ fn ppl_where_md_has_none_is_refused_before_anything_is_written() {
         &e,
     );
     assert!(err.contains("resync, bitmap, journal or ppl"), "{err}");
+}
+
+/// Linux 6.12 rewrites a PPL array's superblocks with FEATURE_MULTIPLE_PPLS alone (0x800,
+/// seen in the VM harness): uraid must still run the log for such an array, or a crash
+/// while uraid writes leaves md a stale PPL and the write hole open.
+#[test]
+fn an_array_with_feature_multiple_ppls_alone_logs_its_writes() {
+    let d = TempDir::new("ppl800");
+    let e = d.images(3, 64, "m");
+    ok(uraid().args(["create", "-l", "5", "-k", "ppl"]).args(&e));
+    for img in &e {
+        let mut b = std::fs::read(img).unwrap();
+        let mut sb = sb_of(img);
+        sb.feature_map = FEATURE_MULTIPLE_PPLS;
+        b[4096..8192].copy_from_slice(&sb.encode()[..4096]);
+        std::fs::write(img, b).unwrap();
+    }
+    let t = text(&ok(uraid().arg("detail").args(&e)).stdout);
+    assert_eq!(field(&t, "Consistency Policy"), "ppl");
+    let input = d.path("in.bin");
+    std::fs::write(&input, vec![0x5a; 4096]).unwrap();
+    ok(uraid().args(["write", "--input"]).arg(&input).args(&e));
+    // The write was logged: some member's PPL header moved past the empty one.
+    let generations: Vec<u64> = e
+        .iter()
+        .map(|img| {
+            let sb = sb_of(img);
+            let b = std::fs::read(img).unwrap();
+            let at = ((sb.super_offset + 8) * 512) as usize;
+            uraid_core::ppl::PplHeader::decode_for(
+                &b[at..at + 4096],
+                uraid_core::ppl::signature(&sb.set_uuid),
+            )
+            .unwrap()
+            .generation
+        })
+        .collect();
+    assert!(generations.iter().any(|&g| g > 0), "{generations:?}");
 }

@@ -354,6 +354,11 @@ pub fn entry_extent(
         ));
     }
     let first = e.data_sector;
+    // No array reaches 2^62 sectors: a larger data_sector is damage, and the sums below
+    // stay far from overflow.
+    if first >= 1 << 62 {
+        return bad(format!("data_sector {first} is beyond any array"));
+    }
     let (data_disks, strip, last);
     if pp / SECTOR_BYTES < chunk_sectors {
         if pp > 0 {
@@ -754,5 +759,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn entry_near_the_end_of_the_sector_space_is_refused_not_overflowed() {
+        // Found by tests/fuzz.rs: a data_sector near u64::MAX made the extent sums overflow.
+        let e = PplEntry {
+            data_sector: u64::MAX - 3,
+            pp_size: 0,
+            data_size: 512 * 96,
+            parity_disk: 0,
+            checksum: 0,
+        };
+        let err = entry_extent(0, &e, 32, 3).unwrap_err();
+        assert!(format!("{err}").contains("beyond any array"), "{err}");
     }
 }

@@ -1037,6 +1037,13 @@ impl Superblock {
         Some((at, self.bblog_size))
     }
 
+    /// Whether the array keeps a partial parity log: FEATURE_PPL or FEATURE_MULTIPLE_PPLS.
+    /// md writes FEATURE_MULTIPLE_PPLS alone (feature map 0x800) for an array with several
+    /// PPLs per area, as Linux 6.12 does on every superblock update.
+    pub fn has_ppl(&self) -> bool {
+        self.feature_map & (FEATURE_PPL | FEATURE_MULTIPLE_PPLS) != 0
+    }
+
     /// PPL offset (sectors from the superblock) and size: they share `bitmap_offset`'s bytes.
     pub fn ppl(&self) -> (i16, u16) {
         let raw = self.bitmap_offset as u32;

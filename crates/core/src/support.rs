@@ -130,8 +130,6 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
                 "a partial parity log on raid level {} (md has PPL only for raid5)",
                 sb.level
             ))
-        } else if fm & FEATURE_PPL == 0 {
-            Some("FEATURE_MULTIPLE_PPLS without FEATURE_PPL".into())
         } else if fm & (FEATURE_BITMAP_OFFSET | FEATURE_JOURNAL) != 0 {
             Some(
                 "a partial parity log together with a bitmap or a journal (md never writes both)"

@@ -148,6 +148,13 @@ fn clustered_ppl_and_unknown_bits_are_refused_by_name() {
     assert!(m.contains("PPL area of 4 sectors at 8"), "{m}");
     let (f, _) = refused(|sb| sb.feature_map |= FEATURE_MULTIPLE_PPLS);
     assert_eq!(f, "FEATURE_MULTIPLE_PPLS");
+    // Linux 6.12 writes FEATURE_MULTIPLE_PPLS alone (0x800) on every superblock update of an
+    // array with several PPLs per area: a valid area with it alone is a PPL array.
+    let mut sb = raid5();
+    sb.feature_map |= FEATURE_MULTIPLE_PPLS;
+    sb.bitmap_offset = (8u32 | (2048u32 << 16)) as i32;
+    assert!(sb.has_ppl());
+    assert_eq!(check(&read_back(&sb)), Ok(()));
     // Every bit md does not define, one at a time.
     for bit in 0..32 {
         let b = 1u32 << bit;

@@ -466,7 +466,7 @@ pub fn assemble(
     let degraded_roles = missing(&slots).len() + recovering.len();
     // md starts a dirty degraded raid5 with PPL (it warns): the log rewrites the parity
     // of the stripes written at the crash.
-    let ppl = meta.template.feature_map & uraid_core::superblock::FEATURE_PPL != 0;
+    let ppl = meta.template.has_ppl();
     if level.has_parity()
         && unclean
         && degraded_roles > 0
