@@ -21,7 +21,7 @@ pub fn parse_layout(level: Level, s: &str) -> Result<u32> {
     v.with_context(|| format!("unknown layout {s:?} for {level}"))
 }
 
-/// A grow request from its text values (`values` as [`GrowArgs`] names them), for an
+/// A grow request from its text values (`values` as [`GrowArgs`](crate::grow::GrowArgs) names them), for an
 /// array of level `current`. Every value is checked before anything is asked of the array.
 pub fn request_of(values: &[(String, String)], current: Level) -> Result<GrowRequest> {
     let mut r = GrowRequest::default();
