@@ -3,7 +3,7 @@
 //! After STARTTLS the handshake is done at once (so a refused certificate is an error of
 //! the handshake, named), then a pump thread moves bytes between the TCP socket (TLS
 //! records) and one end of a Unix socketpair (plain NBD); the other end becomes the
-//! connection's [`Stream`]. So the server's leader/follower workers and the client's
+//! connection's `Stream`. So the server's leader/follower workers and the client's
 //! reader thread, which read and write one stream from several threads, work unchanged
 //! over TLS (a rustls connection is one state machine that cannot be shared that way).
 //! Either side closing ends the pump and closes the other.
