@@ -1,8 +1,8 @@
 //! `uraid serve --metrics ADDR`: the served array in Prometheus' text format at
 //! `GET /metrics` (prometheus-client encodes it, tiny_http serves it).
 //!
-//! Two kinds of figures. Requests through the NBD export are counted as they pass
-//! ([`MeteredBackend`] wraps the export's backend; without --metrics there is no wrapper):
+//! Two kinds of figures. Requests through the NBD export are counted as they pass (the
+//! export's `ArrayBackend` tells a [`RequestObserver`]; without --metrics there is none):
 //! per op a count, bytes, errors, and a latency histogram that times one request in
 //! [`LATENCY_SAMPLE`] (two clock reads for that one), so the request path pays one atomic
 //! add per counter. The array's state (degraded, members, sync, stripe cache, journal) is
@@ -15,14 +15,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::Duration;
 use uraid_core::superblock::uuid_string;
+use uraid_engine::nbd::{RequestObserver, RequestOp};
 use uraid_engine::{Array, Level, MemberIdx, SlotState, SyncProgress};
-use uraid_nbd::{Backend, ZeroFlags};
 
 /// One request in this many is timed for the latency histograms.
 pub const LATENCY_SAMPLE: u64 = 8;
@@ -66,71 +65,35 @@ struct RequestMetrics {
     seq: AtomicU64,
 }
 
-impl RequestMetrics {
-    /// Runs `f` as one request of `OPS[op]` moving `bytes`.
-    fn record<T>(&self, op: usize, bytes: u64, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-        let m = &self.ops[op];
-        let timed = self
-            .seq
+impl RequestObserver for RequestMetrics {
+    fn wants_timing(&self, _op: RequestOp) -> bool {
+        self.seq
             .fetch_add(1, Ordering::Relaxed)
-            .is_multiple_of(LATENCY_SAMPLE);
-        let start = timed.then(Instant::now);
-        let r = f();
-        if let Some(start) = start {
-            m.latency.observe(start.elapsed().as_secs_f64());
+            .is_multiple_of(LATENCY_SAMPLE)
+    }
+
+    fn done(&self, op: RequestOp, bytes: u64, ok: bool, latency: Option<Duration>) {
+        let m = &self.ops[op_index(op)];
+        if let Some(l) = latency {
+            m.latency.observe(l.as_secs_f64());
         }
         m.requests.inc();
-        match &r {
-            Ok(_) => {
-                m.bytes.inc_by(bytes);
-            }
-            Err(_) => {
-                m.errors.inc();
-            }
+        if ok {
+            m.bytes.inc_by(bytes);
+        } else {
+            m.errors.inc();
         }
-        r
     }
 }
 
-/// The export's backend with its requests counted.
-pub struct MeteredBackend {
-    inner: Arc<dyn Backend>,
-    m: Arc<RequestMetrics>,
-}
-
-impl Backend for MeteredBackend {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let n = buf.len() as u64;
-        self.m.record(0, n, || self.inner.read(offset, buf))
-    }
-    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
-        self.m
-            .record(1, buf.len() as u64, || self.inner.write(offset, buf, fua))
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.m.record(2, 0, || self.inner.flush())
-    }
-    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.m.record(3, len, || self.inner.trim(offset, len))
-    }
-    fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
-        self.m
-            .record(4, len, || self.inner.write_zeroes(offset, len, how))
-    }
-    fn can_fast_zero(&self) -> bool {
-        self.inner.can_fast_zero()
-    }
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn min_block_size(&self) -> u32 {
-        self.inner.min_block_size()
+/// Where `op` sits in [`OPS`].
+fn op_index(op: RequestOp) -> usize {
+    match op {
+        RequestOp::Read => 0,
+        RequestOp::Write => 1,
+        RequestOp::Flush => 2,
+        RequestOp::Trim => 3,
+        RequestOp::WriteZeroes => 4,
     }
 }
 
@@ -319,12 +282,10 @@ impl Metrics {
         *self.sync.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
 
-    /// `inner` with its requests counted here.
-    pub fn meter(&self, inner: Arc<dyn Backend>) -> Arc<dyn Backend> {
-        Arc::new(MeteredBackend {
-            inner,
-            m: self.requests.clone(),
-        })
+    /// What the export tells about each request, counted here
+    /// ([`ArrayBackend::with_observer`](uraid_engine::nbd::ArrayBackend::with_observer)).
+    pub fn observer(&self) -> Arc<dyn RequestObserver> {
+        self.requests.clone()
     }
 
     /// The text format, with the array's state as it is now.

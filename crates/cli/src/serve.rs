@@ -284,10 +284,10 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             description: format!("uraid {} array {uuid}", array.level()),
             ..ServerConfig::default()
         })?;
-        let mut backend: Arc<dyn Backend> = Arc::new(ArrayBackend::new(array.clone()));
-        if let Some(m) = &metrics {
-            backend = m.meter(backend);
-        }
+        let backend: Arc<dyn Backend> = Arc::new(match &metrics {
+            Some(m) => ArrayBackend::with_observer(array.clone(), m.observer()),
+            None => ArrayBackend::new(array.clone()),
+        });
         nbd_running = Some(server.spawn(listener, backend)?);
         info.nbd_uri = Some(uri);
     }

@@ -8,6 +8,7 @@
 use crate::{Array, ArrayError, ZeroHow};
 use std::io;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use uraid_nbd::{Backend, DirtyExtent, Extent, ZeroFlags};
 
 /// Serves an [`Array`] to NBD clients: reads, writes (FUA as a flush after the write),
@@ -30,13 +31,92 @@ use uraid_nbd::{Backend, DirtyExtent, Extent, ZeroFlags};
 pub struct ArrayBackend {
     /// The array served.
     pub array: Arc<Array>,
+    observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl ArrayBackend {
     /// An export of `array`.
     pub fn new(array: Arc<Array>) -> ArrayBackend {
-        ArrayBackend { array }
+        ArrayBackend {
+            array,
+            observer: None,
+        }
     }
+
+    /// An export of `array` that tells `observer` about every data request it runs
+    /// (metrics: `uraid serve --metrics`). Everything else the export does (block status,
+    /// the dirty bitmap, sizes) is the same as [`ArrayBackend::new`]'s.
+    pub fn with_observer(array: Arc<Array>, observer: Arc<dyn RequestObserver>) -> ArrayBackend {
+        ArrayBackend {
+            array,
+            observer: Some(observer),
+        }
+    }
+
+    /// Runs `f` as one request of `op` moving `bytes`, told to the observer if there is one.
+    fn observed(
+        &self,
+        op: RequestOp,
+        bytes: u64,
+        f: impl FnOnce() -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(obs) = &self.observer else {
+            return f();
+        };
+        let start = obs.wants_timing(op).then(Instant::now);
+        let r = f();
+        obs.done(op, bytes, r.is_ok(), start.map(|s| s.elapsed()));
+        r
+    }
+
+    fn flush_array(&self) -> io::Result<()> {
+        self.array.flush().map_err(|e| client_error(e, "flush", 0))
+    }
+
+    fn write_zeroes_array(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
+        let zero = ZeroHow {
+            unmap: !how.no_hole,
+        };
+        match self.array.write_zeroes_with(offset, len, zero, how.fast) {
+            Ok(()) => {}
+            // A client that asked for fast zeroing writes zeros itself when refused: no
+            // warning for that.
+            Err(e @ ArrayError::NotFast(_)) => {
+                tracing::debug!("fast write_zeroes at byte {offset} refused: {e}");
+                return Err(io::Error::from_raw_os_error(e.errno()));
+            }
+            Err(e) => return Err(client_error(e, "write_zeroes", offset)),
+        }
+        if how.fua {
+            self.flush_array()?;
+        }
+        Ok(())
+    }
+}
+
+/// The data requests an export tells its [`RequestObserver`] about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequestOp {
+    /// NBD_CMD_READ.
+    Read,
+    /// NBD_CMD_WRITE (FUA included).
+    Write,
+    /// NBD_CMD_FLUSH.
+    Flush,
+    /// NBD_CMD_TRIM.
+    Trim,
+    /// NBD_CMD_WRITE_ZEROES.
+    WriteZeroes,
+}
+
+/// Told about every data request an [`ArrayBackend`] runs, on the request path (so keep
+/// it to a few atomic adds).
+pub trait RequestObserver: Send + Sync {
+    /// Whether to time this request (two clock reads); asked before it runs.
+    fn wants_timing(&self, op: RequestOp) -> bool;
+    /// After the request: the bytes it moved, whether it succeeded, and how long it took
+    /// when [`RequestObserver::wants_timing`] said so.
+    fn done(&self, op: RequestOp, bytes: u64, ok: bool, latency: Option<Duration>);
 }
 
 /// The name of the array's write-intent bitmap as an NBD meta context: the client asks
@@ -55,49 +135,42 @@ impl Backend for ArrayBackend {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.array
-            .read(offset, buf)
-            .map_err(|e| client_error(e, "read", offset))
+        let n = buf.len() as u64;
+        self.observed(RequestOp::Read, n, || {
+            self.array
+                .read(offset, buf)
+                .map_err(|e| client_error(e, "read", offset))
+        })
     }
 
     fn write(&self, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
-        self.array
-            .write(offset, buf)
-            .map_err(|e| client_error(e, "write", offset))?;
-        if fua {
-            self.flush()?;
-        }
-        Ok(())
+        self.observed(RequestOp::Write, buf.len() as u64, || {
+            self.array
+                .write(offset, buf)
+                .map_err(|e| client_error(e, "write", offset))?;
+            if fua {
+                self.flush_array()?;
+            }
+            Ok(())
+        })
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.array.flush().map_err(|e| client_error(e, "flush", 0))
+        self.observed(RequestOp::Flush, 0, || self.flush_array())
     }
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.array
-            .discard(offset, len)
-            .map_err(|e| client_error(e, "trim", offset))
+        self.observed(RequestOp::Trim, len, || {
+            self.array
+                .discard(offset, len)
+                .map_err(|e| client_error(e, "trim", offset))
+        })
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
-        let zero = ZeroHow {
-            unmap: !how.no_hole,
-        };
-        match self.array.write_zeroes_with(offset, len, zero, how.fast) {
-            Ok(()) => {}
-            // A client that asked for fast zeroing writes zeros itself when refused: no
-            // warning for that.
-            Err(e @ ArrayError::NotFast(_)) => {
-                tracing::debug!("fast write_zeroes at byte {offset} refused: {e}");
-                return Err(io::Error::from_raw_os_error(e.errno()));
-            }
-            Err(e) => return Err(client_error(e, "write_zeroes", offset)),
-        }
-        if how.fua {
-            self.flush()?;
-        }
-        Ok(())
+        self.observed(RequestOp::WriteZeroes, len, || {
+            self.write_zeroes_array(offset, len, how)
+        })
     }
 
     fn can_fast_zero(&self) -> bool {
