@@ -87,10 +87,18 @@ echo "PASS ppl md crash->uraid: PPL recovery, acknowledged write intact, parity 
 
 # 4. uraid killed (SIGKILL) mid-write: md assembles the dirty array, its PPL recovery runs,
 #    and md's check finds parity consistent.
-head -c $((40 << 20)) /dev/urandom >big
-"$URAID" write --input big n0 n1 n2 2>/dev/null &
+# The input comes slowly (256 KiB every 20 ms, 20 MiB in all), so the writer is still
+# writing when it is killed: the kill comes once the superblock says the array is active,
+# whatever the machine's speed.
+( for _ in $(seq 80); do head -c 262144 /dev/urandom; sleep 0.02; done ) |
+    "$URAID" write n0 n1 n2 2>/dev/null &
 pid=$!
-sleep 1
+i=0
+until "$URAID" examine n0 2>/dev/null | grep -q "State : active"; do
+    i=$((i + 1))
+    [ "$i" -lt 400 ] || break
+    sleep 0.01
+done
 kill -KILL "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 "$URAID" examine n0 | grep -q "State : active" ||
