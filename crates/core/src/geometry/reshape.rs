@@ -50,6 +50,25 @@ pub struct ReshapeState {
     pub new_offset_sectors: i64,
 }
 
+/// What the reshape does next ([`ReshapeState::next_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReshapeStep {
+    /// Read array sectors `[start, start + sectors)` through the old geometry and write
+    /// them as whole stripes of the new one; the position then moves past them.
+    Copy {
+        /// First array sector of the window.
+        start: u64,
+        /// Length of the window (whole new-geometry stripe rows of both chunk sizes).
+        sectors: u64,
+    },
+    /// Flush the members and record the current position in every superblock first:
+    /// the next window's stripes would land on old-geometry rows that the recorded
+    /// position still says hold data to be copied.
+    Checkpoint,
+    /// Every sector is in the new geometry.
+    Done,
+}
+
 /// A reshape state that md would not start from, with md's reason.
 fn invalid(what: String) -> GeometryError {
     GeometryError::Invalid(what)
@@ -119,6 +138,142 @@ impl ReshapeState {
         Ok(Some(state))
     }
 
+    /// A reshape about to start from `old` to `new`, the new data area `new_offset_sectors`
+    /// from the old one (md's new_offset, the same on every member). A negative offset runs
+    /// forwards (from sector 0: the new stripes land below the old rows still to be
+    /// read), a positive one backwards from the end (md's RESHAPE_BACKWARDS). An offset of
+    /// 0 (an in-place reshape, which needs mdadm's backup file), or one too small for the
+    /// first window, is refused with the reason.
+    pub fn begin(
+        old: ParityGeometry,
+        new: ParityGeometry,
+        new_offset_sectors: i64,
+    ) -> Result<ReshapeState, GeometryError> {
+        if new_offset_sectors == 0 {
+            return Err(invalid(
+                "a reshape in place (the data offset does not move) needs mdadm's backup file, \
+                 which uraid does not implement; leave room before or after the data"
+                    .into(),
+            ));
+        }
+        let backwards = new_offset_sectors > 0;
+        let mut state = ReshapeState {
+            old,
+            new,
+            position_sectors: 0,
+            backwards,
+            new_offset_sectors,
+        };
+        if backwards {
+            state.position_sectors = state.array_sectors();
+        }
+        state.check()?;
+        let first = state.next_step(state.position_sectors, u64::MAX);
+        if !matches!(first, Ok(ReshapeStep::Copy { .. })) {
+            return Err(invalid(format!(
+                "the data offset moves by {new_offset_sectors} sectors, less than the first \
+                 stripe row of the new geometry needs ({} sectors)",
+                state.reshape_sectors()
+            )));
+        }
+        Ok(state)
+    }
+
+    /// The position at which every sector is in the new geometry.
+    pub fn end_position(&self) -> u64 {
+        if self.backwards {
+            0
+        } else {
+            self.new_array_sectors()
+        }
+    }
+
+    /// Whether the reshape is complete.
+    pub fn is_done(&self) -> bool {
+        self.position_sectors == self.end_position()
+    }
+
+    /// The unit a window is made of: one row of the larger chunk across the new data
+    /// disks (md's reshape_sectors times the new data disks), so that every window ends
+    /// on a stripe boundary of both geometries' rows.
+    pub fn window_unit(&self) -> u64 {
+        self.reshape_sectors() * self.new.data_disks() as u64
+    }
+
+    /// First old-geometry row (member sector from the old data offset) that holds data
+    /// at or past array sector `sector`.
+    fn old_row_floor(&self, sector: u64) -> u64 {
+        sector / self.old.stripe_data_sectors() * self.old.chunk_sectors
+    }
+
+    /// The old-geometry row past the last one that holds data below array sector `sector`.
+    fn old_row_ceil(&self, sector: u64) -> u64 {
+        sector.div_ceil(self.old.stripe_data_sectors()) * self.old.chunk_sectors
+    }
+
+    /// The next step from the current position when `safe` is the position every
+    /// superblock records (durable), the window at most `max_sectors` long (at least one
+    /// unit is always allowed when it is safe).
+    ///
+    /// The rule (md's reshape_request with a moving data offset): the new stripes of a
+    /// window may only overwrite old-geometry rows whose data the *recorded* position
+    /// already calls new. Forwards, the rows written end at or before the first old row
+    /// holding data at or past `safe`; backwards, they start at or after the end of the
+    /// last old row holding data below `safe`. Then a power cut at any instant leaves every
+    /// sector readable where the superblocks say it is, and repeating a window from the
+    /// recorded position reads the same old data again.
+    pub fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
+        if self.is_done() {
+            return Ok(ReshapeStep::Done);
+        }
+        let unit = self.window_unit();
+        let ndd = self.new.data_disks() as i128;
+        let off = i128::from(self.new_offset_sectors);
+        let p = i128::from(self.position_sectors);
+        // The longest window the rule allows, in array sectors (may be negative).
+        let (allowed, left) = if self.backwards {
+            let lowest_row = i128::from(self.old_row_ceil(safe)) - off;
+            (p - lowest_row * ndd, self.position_sectors)
+        } else {
+            let highest_row = i128::from(self.old_row_floor(safe)) - off;
+            (
+                highest_row * ndd - p,
+                self.end_position() - self.position_sectors,
+            )
+        };
+        let cap = i128::from(max_sectors.max(unit).min(left));
+        let w = allowed.min(cap).max(0) as u64 / unit * unit;
+        if w > 0 {
+            let start = if self.backwards {
+                self.position_sectors - w
+            } else {
+                self.position_sectors
+            };
+            return Ok(ReshapeStep::Copy { start, sectors: w });
+        }
+        if safe != self.position_sectors {
+            return Ok(ReshapeStep::Checkpoint);
+        }
+        Err(invalid(format!(
+            "the reshape cannot move past array sector {}: the data offset moves by {} \
+             sectors, too little room for the next stripe row ({} sectors per member)",
+            self.position_sectors,
+            self.new_offset_sectors,
+            self.reshape_sectors()
+        )))
+    }
+
+    /// Record that a window returned by [`ReshapeState::next_step`] was copied.
+    pub fn advance(&mut self, step: ReshapeStep) {
+        if let ReshapeStep::Copy { start, sectors } = step {
+            self.position_sectors = if self.backwards {
+                start
+            } else {
+                start + sectors
+            };
+        }
+    }
+
     /// md's checks when it starts an array mid-reshape (raid5_run): the position lies on
     /// a stripe boundary of the new geometry (at the larger chunk size) and in the array.
     pub fn check(&self) -> Result<(), GeometryError> {
@@ -150,7 +305,7 @@ impl ReshapeState {
     }
 
     /// Component sectors both geometries use (rounded down to both chunk sizes).
-    fn dev_sectors(&self) -> u64 {
+    pub fn dev_sectors(&self) -> u64 {
         self.old.dev_sectors / self.reshape_sectors() * self.reshape_sectors()
     }
 
