@@ -54,6 +54,20 @@ pub struct GrowArgs {
     /// Print the reply (served) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Go on with the reshape the members record (mdadm --grow --continue): one uraid or
+    /// Linux md left mid-way (stopped, killed, a power cut), to the end.
+    #[arg(long = "continue")]
+    pub continue_reshape: bool,
+    /// A restripe copies at most this many KiB/s (md's sync_speed_max).
+    #[arg(long, value_name = "KIB")]
+    pub speed_max: Option<u64>,
+    /// Leave a restripe once its recorded position reaches this array sector (it is
+    /// recorded in the superblocks; `uraid grow --continue` or Linux md goes on from it).
+    #[arg(long, value_name = "SECTOR")]
+    pub stop_at: Option<u64>,
+    /// No progress output.
+    #[arg(short, long)]
+    pub quiet: bool,
     /// Member devices of an array that is not running (all of them), or of a served one.
     pub devices: Vec<PathBuf>,
 }
@@ -91,9 +105,19 @@ pub fn grow(a: GrowArgs) -> Result<()> {
     }
     if let Some(b) = &a.backup_file {
         eprintln!(
-            "uraid: --backup-file {} is not needed: uraid's restripe keeps its own backup",
+            "uraid: --backup-file {} is not needed: uraid moves the data offset (md's new_offset) instead",
             b.display()
         );
+    }
+    if a.continue_reshape {
+        if found.is_some() {
+            bail!("the array is served: a reshape continues on the members of an array that is not running; stop it first (uraid stop)");
+        }
+        let _locks = locks::guard(&paths)?;
+        let devs = crate::open::open_all(&paths)?;
+        let r = uraid_engine::continue_reshape(devs, reshape_options(&a, Vec::new()))?;
+        eprintln!("uraid: {} (events {})", r.summary, r.events);
+        return Ok(());
     }
     let values = a.values();
     if values.is_empty() {
@@ -144,9 +168,23 @@ fn offline(a: &GrowArgs, paths: &[PathBuf], values: &Map<String, Value>) -> Resu
         .collect();
     let req = request_of(&kv, current)?;
     // The devices to add must open before anything is written.
-    let adds: Vec<Arc<dyn Member>> = crate::open::open_all(&a.add)?;
-    let r = uraid_engine::grow_members(devs.clone(), &req)?;
+    let mut adds: Vec<Arc<dyn Member>> = crate::open::open_all(&a.add)?;
+    let mut devs = devs;
+    // A restripe takes the devices it needs for new roles from the array's spares, then
+    // from --add; the rest are added as spares after.
+    let r = uraid_engine::grow_members_with(devs.clone(), &req, reshape_options(a, adds.clone()))?;
     eprintln!("uraid: {} (events {})", r.summary, r.events);
+    if let Some(done) = &r.reshape {
+        let used: Vec<Arc<dyn Member>> = adds.drain(..done.added).collect();
+        devs.extend(used);
+        if !done.finished {
+            eprintln!(
+                "uraid: the reshape is recorded at array sector {}: uraid grow --continue (or Linux md) goes on from there",
+                done.position_sectors
+            );
+            return Ok(());
+        }
+    }
     if !r.missing_roles.is_empty() {
         let roles: Vec<String> = r.missing_roles.iter().map(|r| r.to_string()).collect();
         eprintln!(
@@ -158,8 +196,9 @@ fn offline(a: &GrowArgs, paths: &[PathBuf], values: &Map<String, Value>) -> Resu
     if adds.is_empty() {
         return Ok(());
     }
+    let first_unused = a.add.len() - adds.len();
     let (array, _) = uraid_engine::assemble(devs, &uraid_engine::AssembleOptions::default())?;
-    for (dev, p) in adds.into_iter().zip(&a.add) {
+    for (dev, p) in adds.into_iter().zip(&a.add[first_unused..]) {
         let o = array.add_member(dev)?;
         eprintln!("uraid: {} added: {o:?}", p.display());
     }
@@ -169,4 +208,32 @@ fn offline(a: &GrowArgs, paths: &[PathBuf], values: &Map<String, Value>) -> Resu
     }
     array.stop()?;
     Ok(())
+}
+
+/// How a restripe runs from the command line: its devices, speed limit, stopping point
+/// and a progress bar.
+fn reshape_options(a: &GrowArgs, add: Vec<Arc<dyn Member>>) -> uraid_engine::ReshapeOptions {
+    let mut bar = crate::progress::Bar::new("reshape", a.quiet);
+    let started = std::time::Instant::now();
+    uraid_engine::ReshapeOptions {
+        add,
+        stop_at: a.stop_at,
+        max_bytes_per_sec: a.speed_max.map(|k| k * 1024),
+        progress: Some(Box::new(move |done, total| {
+            let p = uraid_engine::SyncProgress {
+                kind: uraid_engine::SyncKind::Resync,
+                done_units: done,
+                total_units: total,
+                unit_bytes: 512,
+                mismatch_sectors: 0,
+            };
+            let secs = started.elapsed().as_secs_f64();
+            let speed = if secs > 0.0 {
+                done as f64 * 512.0 / secs
+            } else {
+                0.0
+            };
+            bar.update(&p, speed);
+        })),
+    }
 }

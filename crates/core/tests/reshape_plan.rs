@@ -283,6 +283,9 @@ fn a_grow_needs_fewer_checkpoints_as_it_goes() {
         }
     }
     assert_eq!(copies, 512);
-    assert!(checkpoints < copies / 4, "{checkpoints} checkpoints for {copies} windows");
+    assert!(
+        checkpoints < copies / 4,
+        "{checkpoints} checkpoints for {copies} windows"
+    );
     assert!(checkpoints >= 2, "{checkpoints}");
 }

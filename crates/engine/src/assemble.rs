@@ -77,6 +77,34 @@ pub enum MemberOutcome {
     Replacement(usize),
 }
 
+/// A member one event behind that still records a reshape the newest superblock of its
+/// array no longer has missed the rewrite that finished it (a power cut): its data is in
+/// the new geometry at the moved offset, as on the others, so it is read as finished.
+fn fold_lagging_reshapes(sbs: &mut [Superblock]) {
+    for i in 0..sbs.len() {
+        if sbs[i].feature_map & FEATURE_RESHAPE_ACTIVE == 0 {
+            continue;
+        }
+        let finished_newer = sbs.iter().any(|o| {
+            o.set_uuid == sbs[i].set_uuid
+                && o.events == sbs[i].events + 1
+                && o.feature_map & FEATURE_RESHAPE_ACTIVE == 0
+        });
+        if !finished_newer {
+            continue;
+        }
+        if let Ok(Some(st)) = uraid_core::geometry::ReshapeState::from_superblock(&sbs[i]) {
+            let new = st.new.clone();
+            uraid_core::geometry::reshape::finish_superblock(
+                &mut sbs[i],
+                &new,
+                st.dev_sectors(),
+                st.new_offset_sectors,
+            );
+        }
+    }
+}
+
 fn array_fields(sb: &Superblock) -> (i32, u32, u32, u32, u64) {
     (sb.level, sb.layout, sb.chunksize, sb.raid_disks, sb.size)
 }
@@ -107,10 +135,14 @@ pub fn assemble(
     // A 0.90 member's record beside its v1 model.
     let mut recs090 = Vec::with_capacity(devs.len());
     for d in &devs {
-        let (sb, rec) = read_member_superblock(d.as_ref())?;
+        let (mut sb, rec) = read_member_superblock(d.as_ref())?;
+        // A reshape recorded at its end whose clearing a power cut interrupted reads as
+        // the finished shape it stands for (the restripe engine writes the end first).
+        uraid_core::geometry::reshape::fold_finished(&mut sb);
         sbs.push(sb);
         recs090.push(rec);
     }
+    fold_lagging_reshapes(&mut sbs);
     // An array mid-reshape is read, not written, until uraid continues reshapes: nothing
     // reaches its members, as with --readonly.
     let reshaping = sbs
@@ -701,8 +733,13 @@ fn reshape_of(
     for (r, s) in slots.iter().enumerate() {
         let Some((i, _)) = *s else { continue };
         let sb = &sbs[i];
-        if sb.feature_map & FEATURE_RESHAPE_ACTIVE == 0
-            || sb.reshape_position != template.reshape_position
+        // A member one event behind missed the last superblock rewrite (a power cut while
+        // the reshape started or recorded a checkpoint): its data is where the newest
+        // superblock says, since the members were flushed before any superblock changed.
+        let lagging = sb.events < template.events;
+        if !lagging
+            && (sb.feature_map & FEATURE_RESHAPE_ACTIVE == 0
+                || sb.reshape_position != template.reshape_position)
         {
             return refuse(format!(
                 "{} does not record the same reshape position ({} against {})",
@@ -711,7 +748,11 @@ fn reshape_of(
                 template.reshape_position
             ));
         }
-        let own = ReshapeState::from_superblock(sb)?.expect("reshape active");
+        let own = if lagging {
+            state.clone()
+        } else {
+            ReshapeState::from_superblock(sb)?.expect("reshape active")
+        };
         let at = own.data_offset_sectors(Side::New, sb.data_offset);
         let need = (at + sb.size) * SECTOR_BYTES;
         if devs[i].size_bytes() < need {

@@ -27,7 +27,7 @@ use crate::assemble::{assemble, AssembleOptions, MemberOutcome};
 use crate::error::ArrayError;
 use crate::member::Member;
 use crate::meta::{read_member_superblock, write_superblock};
-use crate::reshape_stub::ReshapeRequest;
+use crate::restripe::{reshape_members, ReshapeOptions, ReshapeRequest};
 use std::sync::Arc;
 use uraid_core::bitmap::{self as bm, BitmapSuper};
 use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
@@ -90,6 +90,8 @@ pub struct GrowReport {
     pub missing_roles: Vec<usize>,
     /// Whether the change was handed to the restripe engine instead.
     pub restripe: bool,
+    /// What the restripe engine did (offline grows that restripe).
+    pub reshape: Option<crate::restripe::ReshapeReport>,
 }
 
 /// The array as planning needs to see it: pure input, so the rules are tested without
@@ -730,6 +732,7 @@ impl Array {
                 events,
                 missing_roles: Vec::new(),
                 restripe: false,
+                reshape: None,
             }),
             Plan::Restripe(r) => {
                 self.start_reshape(&r)?;
@@ -738,6 +741,7 @@ impl Array {
                     events,
                     missing_roles: Vec::new(),
                     restripe: true,
+                    reshape: None,
                 })
             }
             Plan::Superblocks(c) => Err(refuse(format!(
@@ -752,11 +756,21 @@ impl Array {
 
 /// `mdadm --grow` on the members of an array that is not running: assemble it, plan the
 /// change (refusing with md's reason before anything is written), then rewrite every
-/// member's superblock (events + 1, flushed one by one). A restripe is handed to
-/// [`Array::start_reshape`] on the assembled array.
+/// member's superblock (events + 1, flushed one by one). A restripe runs in the restripe
+/// engine ([`reshape_members`]) with default options (no devices to add).
 pub fn grow_members(
     devs: Vec<Arc<dyn Member>>,
     req: &GrowRequest,
+) -> Result<GrowReport, ArrayError> {
+    grow_members_with(devs, req, ReshapeOptions::default())
+}
+
+/// [`grow_members`] with the options a restripe runs under: the devices for new roles,
+/// the speed limit, progress, a stopping point.
+pub fn grow_members_with(
+    devs: Vec<Arc<dyn Member>>,
+    req: &GrowRequest,
+    reshape: ReshapeOptions,
 ) -> Result<GrowReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
     let st = array.grow_state();
@@ -775,17 +789,19 @@ pub fn grow_members(
                 events,
                 missing_roles: Vec::new(),
                 restripe: false,
+                reshape: None,
             });
         }
         Ok(Plan::Restripe(r)) => {
-            let started = array.start_reshape(&r);
             array.stop()?;
-            started?;
+            drop(array);
+            let done = reshape_members(devs, &r, reshape)?;
             return Ok(GrowReport {
-                summary: format!("restripe started: {r:?}"),
-                events,
+                summary: done.summary.clone(),
+                events: done.events,
                 missing_roles: Vec::new(),
                 restripe: true,
+                reshape: Some(done),
             });
         }
         Ok(Plan::Superblocks(c)) => c,
@@ -849,5 +865,6 @@ pub fn grow_members(
         events,
         missing_roles,
         restripe: false,
+        reshape: None,
     })
 }

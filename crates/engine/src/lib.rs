@@ -114,7 +114,7 @@ mod recovery;
 mod replace;
 mod replacing;
 mod reshape;
-mod reshape_stub;
+mod restripe;
 mod shape;
 mod slot;
 mod slot_state;
@@ -146,11 +146,14 @@ pub use dirty::DirtyExtent;
 pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
 // Shape changes (mdadm --grow): md's takeovers and resizes here, restripes in reshape.
-pub use grow::{grow_members, BitmapChange, GrowReport, GrowRequest, GrowSize};
+pub use grow::{grow_members, grow_members_with, BitmapChange, GrowReport, GrowRequest, GrowSize};
 pub use meta::Meta;
 pub use plug::Plug;
 pub use quiesce::QuiesceGuard;
-pub use reshape_stub::ReshapeRequest;
+pub use restripe::{
+    continue_reshape, reshape_members, ReshapeOptions, ReshapeReport, ReshapeRequest,
+    MAX_OFFSET_MOVE_SECTORS,
+};
 pub use shape::Shape;
 
 // md's threads, and the one clock they and every time-dependent policy read.

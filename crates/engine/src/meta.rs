@@ -502,7 +502,7 @@ impl Meta {
         }
     }
 
-    fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
+    pub(crate) fn merge_into(mut sb: Superblock, own: &Superblock) -> Superblock {
         // Per device: recovery_offset present, and whether it replaces the role's member.
         let own_bits = FEATURE_RECOVERY_OFFSET | FEATURE_REPLACEMENT | FEATURE_BAD_BLOCKS;
         sb.feature_map = (sb.feature_map & !own_bits) | (own.feature_map & own_bits);

@@ -6,8 +6,8 @@
 //! `use_new_offset`), straight from the data member, or, where that member is missing or
 //! its read fails, rebuilt from P and the rest of its stripe in the same geometry.
 //!
-//! Writing and continuing the reshape come with the restripe engine; until then the array
-//! is served read-only and says why ([`ReshapePers::reason`]).
+//! The array is served read-only and says why ([`ReshapePers::reason`]); the restripe
+//! engine (`restripe.rs`) continues the reshape on the members of an array not served.
 
 use crate::array::{Array, Personality};
 use crate::array::{SyncCtx, ZeroKind};
@@ -38,7 +38,7 @@ impl ReshapePers {
     pub(crate) fn reason(&self) -> String {
         let (o, n) = (&self.state.old, &self.state.new);
         format!(
-            "a reshape is in progress (at array sector {} of {}, {} -> {} disks, chunk {} -> {} sectors, layout {} -> {}{}); uraid reads it but does not yet write to it or continue the reshape: assemble it with Linux md / mdadm to finish the reshape",
+            "a reshape is in progress (at array sector {} of {}, {} -> {} disks, chunk {} -> {} sectors, layout {} -> {}{}); uraid serves it read-only until the reshape is done: run uraid grow --continue on its members (or assemble it with Linux md / mdadm) to finish it",
             self.state.position_sectors,
             self.state.new_array_sectors(),
             o.raid_disks,
@@ -51,6 +51,21 @@ impl ReshapePers {
         )
     }
 
+    /// The reshape as the superblocks record it.
+    pub(crate) fn state(&self) -> &ReshapeState {
+        &self.state
+    }
+
+    /// Read array sectors from `sector` through the old geometry (the restripe's source).
+    pub(crate) fn read_old(
+        &self,
+        a: &Array,
+        sector: u64,
+        buf: &mut [u8],
+    ) -> Result<(), ArrayError> {
+        self.read_side(a, Side::Old, sector, buf)
+    }
+
     /// The array size while the reshape runs.
     pub(crate) fn array_sectors(&self) -> u64 {
         self.state.array_sectors()
@@ -61,7 +76,7 @@ impl ReshapePers {
     }
 
     /// Byte offset on role `role`'s device of member sector `ms` of `side`'s data area.
-    fn member_byte(&self, a: &Array, side: Side, role: MemberIdx, ms: u64) -> u64 {
+    pub(crate) fn member_byte(&self, a: &Array, side: Side, role: MemberIdx, ms: u64) -> u64 {
         let base = match side {
             Side::Old => a.slot(role).data_offset_bytes(),
             Side::New => self.new_data_offset_bytes[role.0],

@@ -381,3 +381,43 @@ impl ReshapeState {
         (side, member, at)
     }
 }
+
+/// Rewrite `sb` as the superblock of a completed reshape: the new shape (`new`, component
+/// size `dev_sectors`), the data offset moved by `new_offset_sectors` (and the data size
+/// with it), the reshape fields cleared (md's end of reshape: `reshape_position` gone,
+/// `delta_disks` 0, the `new_*` fields equal to the current ones).
+pub fn finish_superblock(
+    sb: &mut Superblock,
+    new: &ParityGeometry,
+    dev_sectors: u64,
+    new_offset_sectors: i64,
+) {
+    sb.feature_map &= !(FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS);
+    sb.level = new.level.md_level();
+    sb.layout = new.algorithm;
+    sb.chunksize = new.chunk_sectors as u32;
+    sb.raid_disks = new.raid_disks as u32;
+    sb.new_level = sb.level;
+    sb.new_layout = sb.layout;
+    sb.new_chunk = sb.chunksize;
+    sb.delta_disks = 0;
+    sb.reshape_position = 0;
+    sb.new_offset = 0;
+    sb.data_offset = (sb.data_offset as i64 + new_offset_sectors) as u64;
+    sb.data_size = (sb.data_size as i64 - new_offset_sectors).max(0) as u64;
+    sb.size = dev_sectors;
+}
+
+/// A superblock recording a reshape whose position already reached its end (written just
+/// before the finishing rewrite, which a power cut interrupted) is read as the finished
+/// shape it stands for. Returns whether `sb` changed.
+pub fn fold_finished(sb: &mut Superblock) -> bool {
+    match ReshapeState::from_superblock(sb) {
+        Ok(Some(st)) if st.is_done() => {
+            let new = st.new.clone();
+            finish_superblock(sb, &new, st.dev_sectors(), st.new_offset_sectors);
+            true
+        }
+        _ => false,
+    }
+}

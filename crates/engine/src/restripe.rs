@@ -1,0 +1,624 @@
+//! The restripe engine: md's reshape of a raid4/5/6 (`--raid-devices`, `--chunk`,
+//! `--layout`) on the members of an array that is not served, in md's on-disk format, so
+//! that a reshape uraid starts Linux md can finish and one Linux md left uraid continues.
+//!
+//! A reshape moves every stripe from the old geometry to the new one with the data offset
+//! moving (md's FEATURE_NEW_OFFSET, `new_offset`), as mdadm does when there is room, so
+//! no backup file is needed:
+//!
+//! 1. **Start** ([`reshape_members`]): the request is checked against the array (md's
+//!    refusals, before anything is written); devices for new roles come from the array's
+//!    spares, then from [`ReshapeOptions::add`] (added as spares first); every superblock
+//!    is rewritten with FEATURE_RESHAPE_ACTIVE, `reshape_position` 0, the new level,
+//!    layout, chunk, `raid_disks` and `delta_disks`, and `new_offset` (the room before the
+//!    data, at most [`MAX_OFFSET_MOVE_SECTORS`]).
+//! 2. **Copy** ([`continue_reshape`], also after a crash or from Linux): windows of whole
+//!    new-geometry stripes are read through the old geometry (rebuilt from P where a
+//!    member is missing) and written with fresh parity at the new offset, as far as
+//!    [`ReshapeState::next_step`] allows against the position the superblocks record;
+//!    when it asks for a checkpoint, the members are flushed and then every superblock
+//!    records the new position (events + 1). Sectors past the old array's end are zeros.
+//! 3. **Finish**: every superblock drops the reshape: the new shape, `data_offset` moved by
+//!    `new_offset`, events + 1.
+//!
+//! A power cut at any instant leaves superblocks at most one event apart, each recording a
+//! state whose data is on the members: assembly takes the newest, and a member whose
+//! superblock recorded a finished reshape without clearing it is read as finished
+//! ([`uraid_core::geometry::reshape::fold_finished`]).
+
+use crate::array::Array;
+use crate::assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
+use crate::buf::AlignedBuf;
+use crate::error::ArrayError;
+use crate::io::{execute, Op};
+use crate::member::Member;
+use crate::meta::{read_superblock, write_superblock};
+use crate::reshape::ReshapePers;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uraid_core::geometry::{ParityGeometry, ReshapeState, ReshapeStep, Side};
+use uraid_core::superblock::{
+    MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_NEW_OFFSET, FEATURE_PPL,
+    FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
+};
+use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
+
+/// A change that moves data (md's reshape): any field left `None` stays as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReshapeRequest {
+    /// The new level (a takeover that needs a restripe after it).
+    pub level: Option<Level>,
+    /// The new number of member roles.
+    pub raid_disks: Option<usize>,
+    /// The new chunk size in sectors.
+    pub chunk_sectors: Option<u64>,
+    /// The new md layout number.
+    pub layout: Option<u32>,
+}
+
+/// The most the data offset moves at the start of a reshape (32 MiB): enough for large
+/// windows from the first one, and leaving the rest of the room for the next reshape.
+pub const MAX_OFFSET_MOVE_SECTORS: u64 = 65536;
+
+/// The most array data one window copies (16 MiB).
+const MAX_WINDOW_SECTORS: u64 = 32768;
+
+/// A checkpoint at least this often (md records its progress every few seconds too), so a
+/// restart repeats little and Linux sees the progress.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
+/// How a reshape runs.
+#[derive(Default)]
+pub struct ReshapeOptions {
+    /// Devices for the new roles once the array's spares are used, added as spares first.
+    pub add: Vec<Arc<dyn Member>>,
+    /// Leave the reshape once the recorded position has reached or passed this array
+    /// sector (forwards; backwards: reached or gone below it), recorded in the superblocks,
+    /// for a later [`continue_reshape`] or for Linux md to finish.
+    pub stop_at: Option<u64>,
+    /// Copy at most this many bytes of array data per second (md's sync_speed_max).
+    pub max_bytes_per_sec: Option<u64>,
+    /// Called after each window with the sectors done and the sectors in all.
+    pub progress: Option<Box<dyn FnMut(u64, u64) + Send>>,
+}
+
+/// What a reshape did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReshapeReport {
+    /// One line: the shape change and where it stands.
+    pub summary: String,
+    /// The reshape is complete and the superblocks say the new shape.
+    pub finished: bool,
+    /// The position the superblocks record (md's reshape_position).
+    pub position_sectors: u64,
+    /// Windows copied in this run.
+    pub windows: u64,
+    /// Checkpoints recorded in this run.
+    pub checkpoints: u64,
+    /// The events count last written.
+    pub events: u64,
+    /// How many of [`ReshapeOptions::add`] took a role (the rest are spares).
+    pub added: usize,
+}
+
+fn refused(what: impl std::fmt::Display) -> ArrayError {
+    ArrayError::Refused(format!("{what}: nothing was written"))
+}
+
+impl Array {
+    /// Start a restripe of this served array. A reshape runs on the members of an array
+    /// that is not served in this build: refused, before anything is written.
+    pub fn start_reshape(&self, req: &ReshapeRequest) -> Result<(), ArrayError> {
+        Err(refused(format!(
+            "restriping a served {} ({req:?}) is not in this build of uraid; stop it \
+             (uraid stop) and run uraid grow on its members, which restripes them, then \
+             serve it again",
+            self.level()
+        )))
+    }
+}
+
+/// The devices with a superblock to keep in step: active members and spares.
+fn targets(devs: &[Arc<dyn Member>], report: &AssembleReport) -> Vec<Arc<dyn Member>> {
+    devs.iter()
+        .zip(&report.members)
+        .filter(|(_, m)| matches!(m.outcome, MemberOutcome::Active(_) | MemberOutcome::Spare))
+        .map(|(d, _)| d.clone())
+        .collect()
+}
+
+/// The lowest sector the data area may start at: past the superblock and its bad block
+/// log (1.1/1.2; the caller refuses bitmaps and PPL).
+fn metadata_end(sb: &Superblock) -> u64 {
+    let mut end = sb.super_offset + 8;
+    if sb.bblog_size != 0 && sb.bblog_offset > 0 {
+        end = end.max(sb.super_offset + sb.bblog_offset as u64 + u64::from(sb.bblog_size));
+    }
+    end
+}
+
+/// Rewrite every target's superblock with `change`, events one above the newest, each
+/// written and flushed in turn. Returns the events written.
+fn rewrite(
+    targets: &[Arc<dyn Member>],
+    change: &dyn Fn(&mut Superblock),
+) -> Result<u64, ArrayError> {
+    let mut sbs = Vec::with_capacity(targets.len());
+    for d in targets {
+        sbs.push(read_superblock(d.as_ref())?);
+    }
+    // The array-wide fields come from the newest superblock (one a power cut left behind
+    // missed the last rewrite); each device keeps its own.
+    let newest = sbs
+        .iter()
+        .max_by_key(|s| s.events)
+        .cloned()
+        .ok_or_else(|| ArrayError::Failed("a reshape without members".into()))?;
+    let events = newest.events + 1;
+    for (d, own) in targets.iter().zip(sbs) {
+        let mut sb = newest.clone();
+        sb.dev_number = own.dev_number;
+        let mut sb = crate::meta::Meta::merge_into(sb, &own);
+        change(&mut sb);
+        sb.events = events;
+        write_superblock(d.as_ref(), &sb)?;
+    }
+    Ok(events)
+}
+
+/// md's reshape of the members of an array that is not running: check, start, and run it
+/// to the end (or to [`ReshapeOptions::stop_at`]). Refusals come before anything is
+/// written.
+pub fn reshape_members(
+    devs: Vec<Arc<dyn Member>>,
+    req: &ReshapeRequest,
+    mut opts: ReshapeOptions,
+) -> Result<ReshapeReport, ArrayError> {
+    let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    let planned = plan_start(&array, &report, req, &opts.add);
+    let stopped = array.stop();
+    drop(array);
+    let start = planned?;
+    stopped?;
+    // New devices become spares first (each gets its superblock and place as md's add).
+    let mut all = devs;
+    let mut added = 0;
+    if !opts.add.is_empty() {
+        let (array, _) = assemble(all.clone(), &AssembleOptions::default())?;
+        let need = start.roles_wanted.saturating_sub(start.spares_ready);
+        for dev in std::mem::take(&mut opts.add) {
+            array.add_member(dev.clone())?;
+            all.push(dev);
+            added += 1;
+            if added == need {
+                break;
+            }
+        }
+        array.stop()?;
+    }
+    let (array, report) = assemble(all.clone(), &AssembleOptions::default())?;
+    array.stop()?;
+    drop(array);
+    let spares: Vec<Arc<dyn Member>> = all
+        .iter()
+        .zip(&report.members)
+        .filter(|(_, m)| matches!(m.outcome, MemberOutcome::Spare))
+        .map(|(d, _)| d.clone())
+        .collect();
+    // The spares that take the new roles, in order, by their device numbers.
+    let mut takers: Vec<(u32, u16)> = Vec::new();
+    for (k, dev) in spares.iter().take(start.roles_wanted).enumerate() {
+        let sb = read_superblock(dev.as_ref())?;
+        let room = sb.data_offset.saturating_sub(metadata_end(&sb));
+        if room < start.offset_move {
+            return Err(refused(format!(
+                "{}: only {room} sectors before its data, the reshape moves the data offset by {}",
+                dev.name(),
+                start.offset_move
+            )));
+        }
+        takers.push((sb.dev_number, (start.old_disks + k) as u16));
+    }
+    if takers.len() < start.roles_wanted {
+        return Err(refused(format!(
+            "growing to {} devices needs {} device(s) for the new roles and the array has {}: \
+             give them with --add",
+            start.new.raid_disks,
+            start.roles_wanted,
+            takers.len()
+        )));
+    }
+    let new = start.new.clone();
+    let delta = new.raid_disks as i64 - start.old_disks as i64;
+    let move_by = start.offset_move;
+    let events = rewrite(&targets(&all, &report), &|sb| {
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+        sb.feature_map &= !FEATURE_RESHAPE_BACKWARDS;
+        sb.reshape_position = 0;
+        sb.new_level = new.level.md_level();
+        sb.new_layout = new.algorithm;
+        sb.new_chunk = new.chunk_sectors as u32;
+        sb.delta_disks = delta as i32;
+        sb.raid_disks = new.raid_disks as u32;
+        sb.new_offset = -(move_by as i32);
+        for &(number, role) in &takers {
+            if let Some(r) = sb.dev_roles.get_mut(number as usize) {
+                *r = role;
+            }
+        }
+    })?;
+    tracing::info!("reshape started: {} (events {events})", start.summary);
+    let mut r = continue_reshape(all, opts)?;
+    r.added = added;
+    Ok(r)
+}
+
+/// What starting a reshape needs, checked against the running array.
+struct Start {
+    new: ParityGeometry,
+    old_disks: usize,
+    /// New roles to fill.
+    roles_wanted: usize,
+    /// Spares the array already has.
+    spares_ready: usize,
+    offset_move: u64,
+    summary: String,
+}
+
+fn plan_start(
+    a: &Array,
+    report: &AssembleReport,
+    req: &ReshapeRequest,
+    add: &[Arc<dyn Member>],
+) -> Result<Start, ArrayError> {
+    a.check_writable("a reshape")?;
+    let g = a.geometry().clone();
+    let level = g.level;
+    if !level.has_parity() {
+        return Err(refused(format!("uraid restripes raid4/5/6, not {level}")));
+    }
+    if let Some(to) = req.level.filter(|&l| l != level) {
+        return Err(refused(format!(
+            "a restripe from {level} to {to} (a level change with the data moving) is not in \
+             this build of uraid; mdadm --grow does it"
+        )));
+    }
+    let meta = a.meta();
+    let tmpl = meta.template().clone();
+    if meta.is_090() {
+        return Err(refused(
+            "a reshape of a 0.90 array (md's 0.91 format) is not in this build of uraid",
+        ));
+    }
+    if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+        return Err(refused(
+            "the array has an internal bitmap, which uraid does not resize during a reshape: \
+             drop it first (uraid grow --bitmap none), reshape, then add it back",
+        ));
+    }
+    if meta.journal.is_some() {
+        return Err(refused(
+            "the array has a write journal, and md does not reshape an array with one",
+        ));
+    }
+    if tmpl.feature_map & FEATURE_PPL != 0 {
+        return Err(refused(
+            "the array keeps a partial parity log, and md does not reshape with PPL: switch \
+             it to resync first (uraid set ARRAY consistency_policy=resync)",
+        ));
+    }
+    if meta.needs_resync() {
+        return Err(refused(
+            "the array was not shut down cleanly and owes a resync: let it finish (uraid check --repair or serve it) first",
+        ));
+    }
+    drop(meta);
+    if !a.missing_roles().is_empty() || !a.recovering_roles().is_empty() {
+        return Err(refused(
+            "the array is degraded or recovering: uraid reshapes only a whole array; recover it first",
+        ));
+    }
+    let old = ParityGeometry::new(&g)?;
+    let mut ng = g.clone();
+    ng.raid_disks = req.raid_disks.unwrap_or(g.raid_disks);
+    ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
+    ng.layout = req.layout.unwrap_or(g.layout);
+    if ng.raid_disks < g.raid_disks {
+        return Err(refused(format!(
+            "shrinking a {level} from {} to {} devices (md's backwards reshape after \
+             --array-size) is not in this build of uraid",
+            g.raid_disks, ng.raid_disks
+        )));
+    }
+    let new = ParityGeometry::new(&ng)?;
+    if new.raid_disks == old.raid_disks
+        && new.chunk_sectors == old.chunk_sectors
+        && new.algorithm == old.algorithm
+    {
+        return Err(refused("the new shape is the shape the array has"));
+    }
+    // The room before the data on every member: the data offset moves down into it.
+    let devs_sbs: Vec<Superblock> = (0..g.raid_disks)
+        .filter_map(|r| a.meta().member_sb(MemberIdx(r)).cloned())
+        .collect();
+    if devs_sbs
+        .iter()
+        .any(|s| s.version() == MetadataVersion::V1_0)
+    {
+        return Err(refused(
+            "a 1.0 array keeps its data at sector 0 with no room before it, so the data \
+             offset cannot move down; md would need a backup file, which uraid does not \
+             implement",
+        ));
+    }
+    let room = devs_sbs
+        .iter()
+        .map(|s| s.data_offset.saturating_sub(metadata_end(s)))
+        .min()
+        .unwrap_or(0);
+    let unit = old.chunk_sectors.max(new.chunk_sectors);
+    let offset_move = room.min(MAX_OFFSET_MOVE_SECTORS) / unit * unit;
+    // The planner refuses what cannot make its first window.
+    let mut ns = new.clone();
+    ns.dev_sectors = g.dev_sectors;
+    ReshapeState::begin(old.clone(), ns, -(offset_move as i64)).map_err(|e| {
+        refused(format!(
+            "{e}: the members have {room} sectors between their metadata and their data \
+             (mdadm would need a backup file)"
+        ))
+    })?;
+    let spares_ready = report
+        .members
+        .iter()
+        .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
+        .count();
+    let roles_wanted = new.raid_disks - old.raid_disks;
+    if spares_ready + add.len() < roles_wanted {
+        return Err(refused(format!(
+            "growing to {} devices needs {roles_wanted} device(s) for the new roles; the \
+             array has {spares_ready} spare(s) and {} were given with --add",
+            new.raid_disks,
+            add.len()
+        )));
+    }
+    let need = (g.dev_sectors + devs_sbs[0].data_offset) * SECTOR_BYTES;
+    if let Some(d) = add.iter().find(|d| d.size_bytes() < need) {
+        return Err(refused(format!(
+            "{} is {} bytes, a member of this array needs at least {need}",
+            d.name(),
+            d.size_bytes()
+        )));
+    }
+    let summary = format!(
+        "{level} {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
+        old.raid_disks,
+        new.raid_disks,
+        old.chunk_sectors / 2,
+        new.chunk_sectors / 2,
+        old.algorithm,
+        new.algorithm
+    );
+    Ok(Start {
+        new,
+        old_disks: old.raid_disks,
+        roles_wanted,
+        spares_ready,
+        offset_move,
+        summary,
+    })
+}
+
+/// Go on with the reshape the members' superblocks record (one uraid or Linux md left
+/// mid-way, or one just started), to the end or to [`ReshapeOptions::stop_at`].
+pub fn continue_reshape(
+    devs: Vec<Arc<dyn Member>>,
+    mut opts: ReshapeOptions,
+) -> Result<ReshapeReport, ArrayError> {
+    let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    let Some(pers) = array.pers().as_any().downcast_ref::<ReshapePers>() else {
+        let events = report.events;
+        array.stop()?;
+        return Err(ArrayError::Refused(format!(
+            "{} is not in the middle of a reshape (events {events}): nothing to continue",
+            report.uuid
+        )));
+    };
+    let targets = targets(&devs, &report);
+    // The array reads through read-only wrappers; the new stripes go to the devices.
+    let mut by_role: Vec<Option<Arc<dyn Member>>> = vec![None; pers.state().new.raid_disks];
+    for (d, m) in devs.iter().zip(&report.members) {
+        if let MemberOutcome::Active(r) = m.outcome {
+            if r < by_role.len() && array.live(MemberIdx(r)).is_some() {
+                by_role[r] = Some(d.clone());
+            }
+        }
+    }
+    let mut st = pers.state().clone();
+    let total = st.new_array_sectors().max(st.array_sectors());
+    let summary = |st: &ReshapeState| {
+        format!(
+            "{} {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
+            st.old.level,
+            st.old.raid_disks,
+            st.new.raid_disks,
+            st.old.chunk_sectors / 2,
+            st.new.chunk_sectors / 2,
+            st.old.algorithm,
+            st.new.algorithm
+        )
+    };
+    let mut safe = st.position_sectors;
+    let (mut windows, mut checkpoints, mut events) = (0u64, 0u64, report.events);
+    let began = Instant::now();
+    let mut last_checkpoint = Instant::now();
+    let mut copied: u64 = 0;
+    let reached = |st: &ReshapeState, at: u64| {
+        if st.backwards {
+            st.position_sectors <= at
+        } else {
+            st.position_sectors >= at
+        }
+    };
+    let result: Result<bool, ArrayError> = (|| loop {
+        let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY && safe != st.position_sectors;
+        let stop_due = opts.stop_at.is_some_and(|at| reached(&st, at));
+        // The end is recorded as a position first, so that a power cut while the
+        // superblocks are rewritten as finished leaves only states that read the same.
+        let end_due = st.is_done() && safe != st.position_sectors;
+        let step = if due || end_due || (stop_due && safe != st.position_sectors) {
+            ReshapeStep::Checkpoint
+        } else if stop_due {
+            return Ok(false);
+        } else {
+            // Windows end at the stopping point when there is one.
+            let max = opts.stop_at.map_or(MAX_WINDOW_SECTORS, |at| {
+                let unit = st.window_unit();
+                let left = at.abs_diff(st.position_sectors).div_ceil(unit) * unit;
+                left.clamp(unit, MAX_WINDOW_SECTORS)
+            });
+            st.next_step(safe, max)?
+        };
+        match step {
+            ReshapeStep::Done => return Ok(true),
+            ReshapeStep::Checkpoint => {
+                flush_all(&targets)?;
+                let at = st.position_sectors;
+                events = rewrite(&targets, &|sb| sb.reshape_position = at)?;
+                safe = at;
+                checkpoints += 1;
+                last_checkpoint = Instant::now();
+            }
+            ReshapeStep::Copy { start, sectors } => {
+                copy_window(&array, pers, &by_role, &st, start, sectors)?;
+                st.advance(step);
+                windows += 1;
+                copied += sectors;
+                if let Some(p) = opts.progress.as_mut() {
+                    let done = if st.backwards {
+                        st.array_sectors() - st.position_sectors
+                    } else {
+                        st.position_sectors
+                    };
+                    p(done, total);
+                }
+                if let Some(rate) = opts.max_bytes_per_sec.filter(|&r| r > 0) {
+                    let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
+                    if let Some(wait) = due.checked_sub(began.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+        }
+    })();
+    let finished = match result {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = array.stop();
+            return Err(e);
+        }
+    };
+    array.stop()?;
+    drop(array);
+    if !finished {
+        return Ok(ReshapeReport {
+            summary: format!(
+                "reshape {} stopped at array sector {safe} of {total}",
+                summary(&st)
+            ),
+            finished: false,
+            position_sectors: safe,
+            windows,
+            checkpoints,
+            events,
+            added: 0,
+        });
+    }
+    // Done: the new stripes are durable before any superblock says the new shape.
+    flush_all(&targets)?;
+    let (new, dev_sectors, move_by) = (st.new.clone(), st.dev_sectors(), st.new_offset_sectors);
+    events = rewrite(&targets, &|sb| {
+        uraid_core::geometry::reshape::finish_superblock(sb, &new, dev_sectors, move_by)
+    })?;
+    Ok(ReshapeReport {
+        summary: format!("reshape {} finished", summary(&st)),
+        finished: true,
+        position_sectors: st.end_position(),
+        windows,
+        checkpoints,
+        events,
+        added: 0,
+    })
+}
+
+fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
+    for d in targets {
+        d.flush()?;
+    }
+    Ok(())
+}
+
+/// Copy one window: read `[start, start + sectors)` through the old geometry, write it as
+/// whole stripes of the new one with their parity, at the new data offset.
+fn copy_window(
+    a: &Array,
+    pers: &ReshapePers,
+    devs: &[Option<Arc<dyn Member>>],
+    st: &ReshapeState,
+    start: u64,
+    sectors: u64,
+) -> Result<(), ArrayError> {
+    let old_end = st.dev_sectors() * st.old.data_disks() as u64;
+    let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
+    let readable = old_end.saturating_sub(start).min(sectors);
+    if readable > 0 {
+        pers.read_old(a, start, &mut data[..(readable * SECTOR_BYTES) as usize])?;
+    }
+    // Past the old array's end there is nothing to move: zeros, as md writes there.
+    data[(readable * SECTOR_BYTES) as usize..].fill(0);
+    let g = &st.new;
+    let chunk = (g.chunk_sectors * SECTOR_BYTES) as usize;
+    let first = start / g.stripe_data_sectors();
+    let stripes = (sectors / g.stripe_data_sectors()) as usize;
+    // One contiguous buffer per role: its rows of these stripes.
+    let mut rows: Vec<AlignedBuf> = (0..g.raid_disks)
+        .map(|_| AlignedBuf::new(stripes * chunk))
+        .collect();
+    for k in 0..stripes {
+        let map = g.stripe_map(first + k as u64);
+        let base = k * g.data_disks() * chunk;
+        for (i, role) in map.data.iter().enumerate() {
+            let src = &data[base + i * chunk..base + (i + 1) * chunk];
+            rows[role.0][k * chunk..(k + 1) * chunk].copy_from_slice(src);
+        }
+        let srcs: Vec<&[u8]> = (0..g.data_disks())
+            .map(|i| &data[base + i * chunk..base + (i + 1) * chunk])
+            .collect();
+        let mut p = vec![0u8; chunk];
+        let mut q = map.q.map(|_| vec![0u8; chunk]);
+        crate::raid5::gen_parity(&map, &srcs, &mut p, q.as_deref_mut());
+        rows[map.p.0][k * chunk..(k + 1) * chunk].copy_from_slice(&p);
+        if let (Some(qr), Some(q)) = (map.q, q) {
+            rows[qr.0][k * chunk..(k + 1) * chunk].copy_from_slice(&q);
+        }
+    }
+    let row0 = g.member_sector(first, 0);
+    let mut ops: Vec<Op> = Vec::new();
+    for (r, dev) in devs.iter().enumerate() {
+        if let Some(dev) = dev {
+            let at = pers.member_byte(a, Side::New, MemberIdx(r), row0);
+            ops.push(Op::write(dev.as_ref(), at, &rows[r]));
+        }
+    }
+    for (res, (r, _)) in execute(&mut ops)
+        .into_iter()
+        .zip(devs.iter().enumerate().filter(|(_, d)| d.is_some()))
+    {
+        res.map_err(|e| {
+            ArrayError::Failed(format!(
+                "reshape: writing the new stripes at member sector {row0} of member {r} failed: \
+                 {e}; the reshape stops at the recorded position and continues from there"
+            ))
+        })?;
+    }
+    Ok(())
+}
