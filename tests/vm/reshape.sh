@@ -8,6 +8,11 @@
 # Second array, same boot: a chunk-size change (64K -> 32K) stopped partway by mdadm --stop;
 # uraid read must give exactly what Linux md itself reads when it re-assembles the stopped
 # array read-only (and the recorded sha256 where Linux still reads that).
+# Then both ways (issue 15): uraid grow --continue finishes both of Linux's reshapes (same
+# bytes, parity consistent); uraid starts a 3 -> 4 grow and a chunk change of its own and
+# stops them mid-way (--stop-at); in a second boot Linux md assembles uraid's finished
+# grow (same bytes, check 0 mismatches) and finishes uraid's two reshapes (same bytes,
+# check 0 mismatches, the new shape).
 #
 #   tests/vm/reshape.sh            (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -132,3 +137,104 @@ if [ $fail != 0 ]; then
     grep -v '^SUM' <<<"$out" | tail -40
     exit 1
 fi
+
+# Linux -> uraid: uraid finishes the reshapes Linux md left.
+sum_a="$(grep -m1 "^SUM-A " <<<"$out" | cut -d' ' -f2)"
+sectors_a="$(grep -m1 "^SUM-A " <<<"$out" | cut -d' ' -f3)"
+ro_b="$(grep -m1 "^RO-B " <<<"$out" | cut -d' ' -f2)"
+sectors_b="$(grep -m1 "^SUM-B " <<<"$out" | cut -d' ' -f3)"
+prefix_sum() { # BYTES MEMBERS...: sha256 of the array's first BYTES
+    local n=$1; shift
+    "$URAID" read --length "$n" "$@" | sha256sum | cut -d' ' -f1
+}
+parity_ok() { "$URAID" check -q "$@" | grep -q "mismatch_cnt: 0"; }
+if ! "$URAID" grow -q --continue a0 a1 a2 a3 >cont-a.log 2>&1; then
+    echo "FAIL reshape continue grow-3to4: uraid grow --continue failed"; cat cont-a.log; exit 1
+fi
+if [ "$("$URAID" detail --json a0 a1 a2 a3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])')" != 4 ] ||
+    [ "$(prefix_sum $((sectors_a * 512)) a0 a1 a2 a3)" != "$sum_a" ] || ! parity_ok a0 a1 a2 a3; then
+    echo "FAIL reshape continue grow-3to4: after uraid finished Linux's grow the bytes or the parity differ"
+    cat cont-a.log; exit 1
+fi
+echo "PASS reshape continue grow-3to4: uraid finished Linux md's grow (4 devices, the sha256 Linux recorded, parity consistent)"
+if ! "$URAID" grow -q --continue b0 b1 b2 >cont-b.log 2>&1 ||
+    [ "$(prefix_sum $((sectors_b * 512)) b0 b1 b2)" != "$ro_b" ] || ! parity_ok b0 b1 b2; then
+    echo "FAIL reshape continue chunk-64to32: uraid did not finish Linux's chunk change with the same bytes"
+    cat cont-b.log; exit 1
+fi
+echo "PASS reshape continue chunk-64to32: uraid finished Linux md's chunk change (what Linux read, parity consistent)"
+
+# uraid -> Linux: uraid starts two reshapes and stops them mid-way; Linux md finishes them.
+truncate -s 32M c0 c1 c2 c3 d0 d1 d2 d3
+"$URAID" create -l 5 -c 64K --assume-clean c0 c1 c2 >/dev/null 2>&1
+"$URAID" create -l 5 -c 64K --assume-clean d0 d1 d2 d3 >/dev/null 2>&1
+size_of() { "$URAID" detail --json "$@" | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])'; }
+sc="$(size_of c0 c1 c2)"; sd="$(size_of d0 d1 d2 d3)"
+head -c "$sc" /dev/urandom > pat-c; head -c "$sd" /dev/urandom > pat-d
+"$URAID" write --input pat-c c0 c1 c2 >/dev/null
+"$URAID" write --input pat-d d0 d1 d2 d3 >/dev/null
+sum_c="$(sha256sum < pat-c | cut -d' ' -f1)"; sum_d="$(sha256sum < pat-d | cut -d' ' -f1)"
+"$URAID" grow -q -n 4 --add c3 --stop-at 40000 -- c0 c1 c2 >grow-c.log 2>&1 ||
+    { echo "FAIL reshape uraid grow-3to4: uraid grow failed"; cat grow-c.log; exit 1; }
+"$URAID" grow -q --chunk 32K --stop-at 40000 d0 d1 d2 d3 >grow-d.log 2>&1 ||
+    { echo "FAIL reshape uraid chunk-64to32: uraid grow failed"; cat grow-d.log; exit 1; }
+for m in c0 d0; do
+    mdadm --examine "$m" 2>/dev/null | grep -q "Reshape pos'n" ||
+        { echo "FAIL reshape: mdadm --examine $m shows no reshape in progress"; mdadm --examine "$m"; exit 1; }
+done
+cat > job2.sh <<JOB
+set -e
+finish() { # MD DEVS...: assemble, let md finish a reshape in progress, print what it holds
+    md=\$1; shift
+    mdadm --assemble --run /dev/\$md "\$@" 2>&1
+    echo "\$md at-assembly reshape_position=\$(cat /sys/block/\$md/md/reshape_position)"
+    cat /proc/mdstat
+    mdadm --readwrite /dev/\$md 2>/dev/null || true
+    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
+    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ] ||
+          [ "\$(cat /sys/block/\$md/md/reshape_position)" != none ]; do sleep 0.5; done
+    echo check > /sys/block/\$md/md/sync_action; sleep 0.5
+    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
+    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ]; do sleep 0.2; done
+    echo "\$md disks=\$(cat /sys/block/\$md/md/raid_disks) chunk=\$(cat /sys/block/\$md/md/chunk_size) mismatch_cnt=\$(cat /sys/block/\$md/md/mismatch_cnt)"
+}
+prefix() { # MD BYTES
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    head -c \$2 /dev/\$1 | sha256sum | cut -d' ' -f1
+}
+finish md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4
+echo "A \$(prefix md0 $((sectors_a * 512)))"
+mdadm --stop /dev/md0
+finish md1 /dev/disk/5 /dev/disk/6 /dev/disk/7 /dev/disk/8
+echo "C \$(prefix md1 $sc)"
+mdadm --stop /dev/md1
+finish md2 /dev/disk/9 /dev/disk/10 /dev/disk/11 /dev/disk/12
+echo "D \$(prefix md2 $sd)"
+mdadm --stop /dev/md2
+echo GUEST-OK
+JOB
+rc=0
+out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
+    --disk a0 --disk a1 --disk a2 --disk a3 --disk c0 --disk c1 --disk c2 --disk c3 \
+    --disk d0 --disk d1 --disk d2 --disk d3 2>&1)" || rc=$?
+if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
+    echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
+fi
+verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a reshape to finish)
+    local line at; line="$(grep -m1 "^$2 disks=" <<<"$out2")"
+    at="$(grep -m1 "^$2 at-assembly " <<<"$out2" | sed 's/.*=//')"
+    if [ "$7" = 1 ] && { [ -z "$at" ] || [ "$at" = none ]; }; then
+        echo "FAIL reshape $1: Linux md found no reshape in progress at assembly ($at)"
+        tail -30 <<<"$out2"; fail=1; return
+    fi
+    if [ "$(grep -m1 "^$6 " <<<"$out2" | cut -d' ' -f2)" != "$3" ] ||
+        [ "$line" != "$2 disks=$4 chunk=$5 mismatch_cnt=0" ]; then
+        echo "FAIL reshape $1: Linux md read '$(grep -m1 "^$6 " <<<"$out2")' ($line), want $3"
+        tail -30 <<<"$out2"; fail=1; return
+    fi
+    echo "PASS reshape $1 ($line${at:+, md assembled it at reshape_position $at})"
+}
+verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
+verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1
+verdict "uraid chunk-64to32 finished by linux" md2 "$sum_d" 4 32768 D 1
+exit $fail
