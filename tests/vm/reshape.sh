@@ -91,11 +91,28 @@ if mdadm --grow /dev/md1 --chunk=32 2>&1; then
 else
     echo "CHUNK-GROW-REFUSED"
 fi
+# Third array: a shrink (4 -> 3 devices, after --array-size), md's backwards reshape.
+mdadm --create --run /dev/md2 --metadata=1.2 --level=5 --layout=left-symmetric --chunk=64 \
+    --raid-devices=4 --assume-clean /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11 2>&1
+fill md2
+keep=$(( $(cat /sys/block/md2/md/component_size) * 2 ))
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "SUM-E $(head -c $((keep * 1024)) /dev/md2 | sha256sum | cut -d' ' -f1) $((keep * 2))"
+mdadm --grow /dev/md2 --array-size=$keep 2>&1
+if mdadm --grow /dev/md2 --raid-devices=3 2>&1; then
+    echo "SHRINK-NO-BACKUP"
+else
+    mdadm --grow /dev/md2 --raid-devices=3 --backup-file=/root/md2.bk 2>&1
+fi
+stop_mid md2 freeze
+mdadm --examine /dev/disk/8 | grep -E "Reshape|Delta|Offset|Raid Devices" || true
 echo GUEST-OK
 JOB
 rc=0
+truncate -s 32M e0 e1 e2 e3
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
-    --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 2>&1)" || rc=$?
+    --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 \
+    --disk e0 --disk e1 --disk e2 --disk e3 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
     echo "FAIL reshape (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
 fi
@@ -163,6 +180,32 @@ if ! "$URAID" grow -q --continue b0 b1 b2 >cont-b.log 2>&1 ||
     cat cont-b.log; exit 1
 fi
 echo "PASS reshape continue chunk-64to32: uraid finished Linux md's chunk change (what Linux read, parity consistent)"
+
+# Linux's shrink, stopped mid-way: uraid reads the kept bytes and finishes it (3 devices and a
+# spare), or, where mdadm needed its backup file, refuses before writing anything.
+sum_e="$(grep -m1 "^SUM-E " <<<"$out" | cut -d' ' -f2)"
+sectors_e="$(grep -m1 "^SUM-E " <<<"$out" | cut -d' ' -f3)"
+if [ "$(prefix_sum $((sectors_e * 512)) e0 e1 e2 e3)" != "$sum_e" ]; then
+    echo "FAIL reshape shrink-4to3: uraid read of Linux's stopped shrink differs from what Linux recorded"
+    mdadm --examine e0 | grep -E "Reshape|Delta|Offset" || true; exit 1
+fi
+e_before="$(cat e0 e1 e2 e3 | sha256sum)"
+if "$URAID" grow -q --continue e0 e1 e2 e3 >cont-e.log 2>&1; then
+    det="$("$URAID" detail --json e0 e1 e2 e3)"
+    disks="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])' <<<"$det")"
+    if [ "$disks" != 3 ] || [ "$(prefix_sum $((sectors_e * 512)) e0 e1 e2 e3)" != "$sum_e" ] ||
+        ! parity_ok e0 e1 e2 e3; then
+        echo "FAIL reshape continue shrink-4to3: after uraid finished Linux's shrink: $disks devices, or bytes/parity differ"
+        cat cont-e.log; exit 1
+    fi
+    echo "PASS reshape continue shrink-4to3: uraid read and finished Linux md's shrink (3 devices, the bytes Linux kept, parity consistent)"
+elif grep -q SHRINK-NO-BACKUP <<<"$out"; then
+    echo "FAIL reshape continue shrink-4to3: uraid refused a shrink mdadm ran without a backup file"; cat cont-e.log; exit 1
+elif [ "$(cat e0 e1 e2 e3 | sha256sum)" = "$e_before" ] && grep -q "cannot continue" cont-e.log; then
+    echo "PASS reshape continue shrink-4to3: uraid read Linux md's shrink; mdadm used a backup file, and uraid's refusal to continue it wrote nothing ($(tail -1 cont-e.log | cut -c1-120))"
+else
+    echo "FAIL reshape continue shrink-4to3: uraid grow --continue failed and changed the members"; cat cont-e.log; exit 1
+fi
 
 # uraid -> Linux: uraid starts two reshapes and stops them mid-way; Linux md finishes them.
 truncate -s 32M c0 c1 c2 c3 d0 d1 d2 d3
@@ -232,7 +275,8 @@ verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a resha
         echo "FAIL reshape $1: Linux md read '$(grep -m1 "^$6 " <<<"$out2")' ($line), want $3"
         tail -30 <<<"$out2"; fail=1; return
     fi
-    echo "PASS reshape $1 ($line${at:+, md assembled it at reshape_position $at})"
+    if [ "$7" = 1 ]; then line="$line, md assembled it at reshape_position $at"; fi
+    echo "PASS reshape $1 ($line)"
 }
 verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
 verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1

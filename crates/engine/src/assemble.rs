@@ -105,6 +105,17 @@ fn fold_lagging_reshapes(sbs: &mut [Superblock]) {
     }
 }
 
+/// Member roles an array has: `raid_disks`, or during a reshape that removes members the
+/// old, larger count (`raid_disks - delta_disks`).
+fn roles_during_reshape(sb: &Superblock) -> usize {
+    let n = sb.raid_disks as usize;
+    if sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0 && sb.delta_disks < 0 {
+        n + sb.delta_disks.unsigned_abs() as usize
+    } else {
+        n
+    }
+}
+
 fn array_fields(sb: &Superblock) -> (i32, u32, u32, u32, u64) {
     (sb.level, sb.layout, sb.chunksize, sb.raid_disks, sb.size)
 }
@@ -205,7 +216,9 @@ pub fn assemble(
             template.level
         ))
     })?;
-    let raid_disks = template.raid_disks as usize;
+    // A reshape that removes members (md's shrink) keeps the leaving roles until it ends:
+    // the slots cover the old count too.
+    let raid_disks = roles_during_reshape(&template);
     let mut slots: Vec<Option<(usize, bool)>> = vec![None; raid_disks]; // (dev index, forced)
     let mut outcomes: Vec<MemberOutcome> = Vec::with_capacity(devs.len());
     let mut stale: Vec<(usize, usize)> = Vec::new(); // (dev, role)
@@ -676,7 +689,7 @@ pub fn geometry_from(
         level,
         layout,
         chunk_sectors: u64::from(sb.chunksize),
-        raid_disks: sb.raid_disks as usize,
+        raid_disks: slots.len(),
         dev_sectors: sb.size,
         member_sectors,
     })
@@ -717,12 +730,6 @@ fn reshape_of(
             uuid_string(&template.set_uuid)
         )))
     };
-    if template.delta_disks < 0 {
-        return refuse(format!(
-            "removes {} member(s) (delta_disks {})",
-            -template.delta_disks, template.delta_disks
-        ));
-    }
     if rebuilding {
         return refuse("a member is being rebuilt or replaced".into());
     }

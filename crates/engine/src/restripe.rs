@@ -361,12 +361,14 @@ fn plan_start(
     // The planner refuses what cannot make its first window.
     let mut ns = new.clone();
     ns.dev_sectors = g.dev_sectors;
-    ReshapeState::begin(old.clone(), ns, -(offset_move as i64)).map_err(|e| {
-        refused(format!(
-            "{e}: the members have {room} sectors between their metadata and their data \
+    ReshapeState::begin(old.clone(), ns, -(offset_move as i64))
+        .and_then(|st| st.can_finish())
+        .map_err(|e| {
+            refused(format!(
+                "{e}: the members have {room} sectors between their metadata and their data \
              (mdadm would need a backup file)"
-        ))
-    })?;
+            ))
+        })?;
     let spares_ready = report
         .members
         .iter()
@@ -434,6 +436,14 @@ pub fn continue_reshape(
         }
     }
     let mut st = pers.state().clone();
+    if let Err(e) = st.can_finish() {
+        let _ = array.stop();
+        return Err(ArrayError::Refused(format!(
+            "{}: uraid cannot continue this reshape to its end ({e}); nothing was written: \
+             finish it with mdadm --grow --continue (and its backup file, if it used one)",
+            report.uuid
+        )));
+    }
     let total = st.new_array_sectors().max(st.array_sectors());
     let summary = |st: &ReshapeState| {
         format!(

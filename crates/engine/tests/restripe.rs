@@ -8,11 +8,14 @@ use std::sync::Arc;
 use uraid_core::geometry::raid5::{
     ALGORITHM_LEFT_ASYMMETRIC, ALGORITHM_LEFT_SYMMETRIC, ALGORITHM_RIGHT_SYMMETRIC,
 };
-use uraid_core::superblock::{FEATURE_NEW_OFFSET, FEATURE_RESHAPE_ACTIVE};
+use uraid_core::superblock::{
+    FEATURE_NEW_OFFSET, FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
+};
 use uraid_core::Level;
 use uraid_engine::{
-    assemble, continue_reshape, create, read_superblock, reshape_members, AddOutcome, Array,
-    AssembleOptions, CreateOptions, MemMember, Member, ReshapeOptions, ReshapeRequest, SyncKind,
+    assemble, continue_reshape, create, read_superblock, reshape_members, write_superblock,
+    AddOutcome, Array, AssembleOptions, CreateOptions, MemMember, Member, ReshapeOptions,
+    ReshapeRequest, SyncKind,
 };
 use uraid_sim::disk::{Power, SimDisk, SimWorld};
 use uraid_testkit::engine::rng;
@@ -578,4 +581,137 @@ fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
             "case {n}: mid {saw_mid} done {saw_done}"
         );
     }
+}
+
+/// Write the superblocks of a reshape as Linux md starts one going backwards (a shrink, or a
+/// restripe whose data offset moves up), at `position`: what mdadm --grow leaves when the
+/// room is after the data.
+fn start_like_md_backwards(devs: &[Arc<dyn Member>], new_disks: u32, new_chunk: u32, move_up: i32) {
+    let sbs: Vec<_> = devs
+        .iter()
+        .map(|d| read_superblock(d.as_ref()).unwrap())
+        .collect();
+    let events = sbs.iter().map(|s| s.events).max().unwrap() + 1;
+    let old_disks = sbs[0].raid_disks;
+    let dev = sbs[0].size / u64::from(new_chunk.max(sbs[0].chunksize))
+        * u64::from(new_chunk.max(sbs[0].chunksize));
+    let parity = if sbs[0].level == 6 { 2 } else { 1 };
+    let dd = u64::from(old_disks.min(new_disks)) - parity;
+    for (d, mut sb) in devs.iter().zip(sbs) {
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS;
+        sb.new_level = sb.level;
+        sb.new_layout = sb.layout;
+        sb.new_chunk = new_chunk;
+        sb.delta_disks = new_disks as i32 - old_disks as i32;
+        sb.raid_disks = new_disks;
+        sb.new_offset = move_up;
+        sb.reshape_position = dev * dd;
+        sb.events = events;
+        write_superblock(d.as_ref(), &sb).unwrap();
+    }
+}
+
+/// A shrink Linux md left mid-way (4 -> 3 devices, backwards, the data offset moving up):
+/// uraid reads the array's bytes through both geometries, continues it to the end, and the
+/// device that left is a spare.
+#[test]
+fn a_backwards_shrink_from_md_reads_and_continues() {
+    let devs = members(4, 8 * MB, "bk");
+    let mut o = opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64);
+    o.size_sectors = Some(12288); // 6 MiB of each 8 MiB member: room after the data
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    // Only what the 3-device shape keeps (md shrinks the array size first).
+    let keep = (12288 * 2 * 512) as usize;
+    let mut data = vec![0u8; keep];
+    rng(77).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    a.stop().unwrap();
+    start_like_md_backwards(&devs, 3, 128, 256);
+    let a = open(&devs);
+    assert!(a.is_read_only());
+    same(&read_all(&a, keep), &data, "at the start of the shrink");
+    a.stop().unwrap();
+    let r = continue_reshape(
+        devs.clone(),
+        ReshapeOptions {
+            stop_at: Some(6144),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!r.finished && r.position_sectors <= 6144, "{r:?}");
+    let a = open(&devs);
+    same(&read_all(&a, keep), &data, "half-way");
+    a.stop().unwrap();
+    let r = continue_reshape(devs.clone(), ReshapeOptions::default()).unwrap();
+    assert!(r.finished, "{r:?}");
+    let (a, rep) = assemble(devs.clone(), &AssembleOptions::default()).unwrap();
+    assert_eq!(a.raid_disks(), 3);
+    assert_eq!(a.size_bytes() as usize, keep);
+    same(&read_all(&a, keep), &data, "after the shrink");
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    assert_eq!(
+        rep.members
+            .iter()
+            .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
+            .count(),
+        1,
+        "{rep:?}"
+    );
+}
+
+/// A chunk change md ran backwards (room after the data): continued to the end.
+#[test]
+fn a_backwards_chunk_change_from_md_continues() {
+    let devs = members(4, 8 * MB, "bc");
+    let mut o = opts(Level::Raid6, ALGORITHM_LEFT_SYMMETRIC, 32);
+    o.size_sectors = Some(12288);
+    let data = made(&devs, &o, 78);
+    start_like_md_backwards(&devs, 4, 128, 512);
+    let a = open(&devs);
+    same(&read_all(&a, data.len()), &data, "at the start");
+    a.stop().unwrap();
+    let r = continue_reshape(devs.clone(), ReshapeOptions::default()).unwrap();
+    assert!(r.finished, "{r:?}");
+    verify_finished(&devs, &data, Level::Raid6, 4, 128, ALGORITHM_LEFT_SYMMETRIC);
+}
+
+/// One mdadm protected with a backup file (no room: new_offset 0) that uraid cannot take
+/// to its end is refused whole, before anything is written.
+#[test]
+fn a_reshape_uraid_cannot_finish_is_refused_before_writing() {
+    let devs = members(3, 8 * MB, "nf");
+    let data = made(&devs, &opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64), 79);
+    let sbs: Vec<_> = devs
+        .iter()
+        .map(|d| read_superblock(d.as_ref()).unwrap())
+        .collect();
+    for (d, mut sb) in devs.iter().zip(sbs) {
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE;
+        sb.new_level = sb.level;
+        sb.new_layout = sb.layout;
+        sb.new_chunk = 64;
+        sb.reshape_position = 0;
+        sb.events += 1;
+        write_superblock(d.as_ref(), &sb).unwrap();
+    }
+    let before: Vec<Vec<u8>> = devs
+        .iter()
+        .map(|d| {
+            let mut b = vec![0u8; d.size_bytes() as usize];
+            d.read_at(&mut b, 0).unwrap();
+            b
+        })
+        .collect();
+    let e = continue_reshape(devs.clone(), ReshapeOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot continue this reshape"), "{e}");
+    for (d, b) in devs.iter().zip(before) {
+        let mut now = vec![0u8; d.size_bytes() as usize];
+        d.read_at(&mut now, 0).unwrap();
+        assert!(now == b, "{} changed", d.name());
+    }
+    let a = open(&devs);
+    same(&read_all(&a, data.len()), &data, "still readable");
 }

@@ -263,6 +263,22 @@ impl ReshapeState {
         )))
     }
 
+    /// Whether the reshape can run from its position to the end under the rule, with a
+    /// checkpoint wherever one is needed (checked before anything is written: a reshape
+    /// that would stop part-way, such as one mdadm protected with a backup file near its
+    /// end, is refused whole). The error names the sector it cannot pass.
+    pub fn can_finish(&self) -> Result<(), GeometryError> {
+        let mut st = self.clone();
+        let mut safe = st.position_sectors;
+        loop {
+            match st.next_step(safe, u64::MAX)? {
+                ReshapeStep::Done => return Ok(()),
+                ReshapeStep::Checkpoint => safe = st.position_sectors,
+                step => st.advance(step),
+            }
+        }
+    }
+
     /// Record that a window returned by [`ReshapeState::next_step`] was copied.
     pub fn advance(&mut self, step: ReshapeStep) {
         if let ReshapeStep::Copy { start, sectors } = step {
@@ -406,6 +422,12 @@ pub fn finish_superblock(
     sb.data_offset = (sb.data_offset as i64 + new_offset_sectors) as u64;
     sb.data_size = (sb.data_size as i64 - new_offset_sectors).max(0) as u64;
     sb.size = dev_sectors;
+    // Roles a shrink removed become spares (md's raid5_finish_reshape).
+    for r in sb.dev_roles.iter_mut() {
+        if *r < crate::superblock::ROLE_MAX && usize::from(*r) >= new.raid_disks {
+            *r = crate::superblock::ROLE_SPARE;
+        }
+    }
 }
 
 /// A superblock recording a reshape whose position already reached its end (written just
