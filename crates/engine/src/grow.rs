@@ -792,6 +792,9 @@ pub fn grow_members_with(
                 reshape: None,
             });
         }
+        Ok(Plan::Restripe(r)) if r.level.is_some_and(|l| l != array.level()) => {
+            return takeover_then_restripe(array, devs, &report, &st, &r, reshape, utime);
+        }
         Ok(Plan::Restripe(r)) => {
             array.stop()?;
             drop(array);
@@ -808,6 +811,97 @@ pub fn grow_members_with(
     };
     array.stop()?;
     drop(array);
+    rewrite_superblocks(&devs, &report, &st, c, utime)
+}
+
+/// md's way to a restripe at another level (mdadm --grow --level 6 --layout ... or with
+/// more devices): the takeover first (a superblock rewrite, its new role missing), that
+/// role rebuilt onto a spare or the first --add, then the restripe within the new level.
+/// Every step ends in an array md assembles; everything the steps will refuse is checked
+/// before the first is written.
+fn takeover_then_restripe(
+    array: Array,
+    devs: Vec<Arc<dyn Member>>,
+    report: &crate::assemble::AssembleReport,
+    st: &GrowState,
+    r: &ReshapeRequest,
+    mut reshape: ReshapeOptions,
+    utime: u64,
+) -> Result<GrowReport, ArrayError> {
+    let from = array.level();
+    let to = r.level.expect("a level change");
+    let take = match plan(
+        st,
+        &GrowRequest {
+            level: Some(to),
+            ..Default::default()
+        },
+    ) {
+        Ok(Plan::Superblocks(c)) => Ok(c),
+        Ok(_) => Err(refuse(format!(
+            "md has no takeover from {from} to {to} to start the restripe from: nothing was written"
+        ))),
+        Err(e) => Err(e),
+    };
+    let then = ReshapeRequest {
+        level: None,
+        ..r.clone()
+    };
+    let pre = match &take {
+        Ok(c) => crate::restripe::precheck_after_takeover(
+            &array,
+            report,
+            &then,
+            &reshape.add,
+            (c.level, c.layout, c.raid_disks),
+        ),
+        Err(_) => Ok(()),
+    };
+    array.stop()?;
+    drop(array);
+    let c = take?;
+    pre?;
+    let took = rewrite_superblocks(&devs, report, st, c, utime)?;
+    let (array, _) = assemble(devs.clone(), &AssembleOptions::default())?;
+    let mut all = devs;
+    let mut adds = std::mem::take(&mut reshape.add);
+    let mut added = 0;
+    for _ in &took.missing_roles {
+        if array.activate_spare()?.is_none() {
+            let dev = adds.remove(0);
+            array.add_member(dev.clone())?;
+            all.push(dev);
+            added += 1;
+        }
+    }
+    if !array.recovering_roles().is_empty() {
+        array.run_sync(crate::recovery::SyncKind::Recovery, |_| {})?;
+    }
+    array.stop()?;
+    drop(array);
+    reshape.add = adds;
+    let mut done = reshape_members(all, &then, reshape)?;
+    done.added += added;
+    Ok(GrowReport {
+        summary: format!(
+            "{} ({from} -> {to} by md's takeover, then) {}",
+            took.summary, done.summary
+        ),
+        events: done.events,
+        missing_roles: Vec::new(),
+        restripe: true,
+        reshape: Some(done),
+    })
+}
+
+/// Rewrite every member's superblock for a change that moves no data (events + 1).
+fn rewrite_superblocks(
+    devs: &[Arc<dyn Member>],
+    report: &crate::assemble::AssembleReport,
+    st: &GrowState,
+    c: Change,
+    utime: u64,
+) -> Result<GrowReport, ArrayError> {
     // The devices that belong to the array now: members, spares, the journal. Stale and
     // faulty ones keep their old superblocks (and stay out).
     let mut targets: Vec<(Arc<dyn Member>, Superblock)> = Vec::new();

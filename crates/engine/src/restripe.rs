@@ -175,7 +175,7 @@ pub fn reshape_members(
     mut opts: ReshapeOptions,
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
-    let planned = plan_start(&array, &report, req, &opts.add);
+    let planned = plan_start(&array, &report, req, &opts.add, None);
     let stopped = array.stop();
     drop(array);
     let start = planned?;
@@ -265,14 +265,34 @@ struct Start {
     summary: String,
 }
 
+/// The checks a restripe after a takeover will make, made before the takeover is written:
+/// `after` is the takeover's (level, layout, raid_disks); its new roles need devices too.
+pub(crate) fn precheck_after_takeover(
+    a: &Array,
+    report: &AssembleReport,
+    req: &ReshapeRequest,
+    add: &[Arc<dyn Member>],
+    after: (Level, u32, usize),
+) -> Result<(), ArrayError> {
+    plan_start(a, report, req, add, Some(after)).map(|_| ())
+}
+
 fn plan_start(
     a: &Array,
     report: &AssembleReport,
     req: &ReshapeRequest,
     add: &[Arc<dyn Member>],
+    after: Option<(Level, u32, usize)>,
 ) -> Result<Start, ArrayError> {
     a.check_writable("a reshape")?;
-    let g = a.geometry().clone();
+    let mut g = a.geometry().clone();
+    let mut takeover_roles = 0;
+    if let Some((level, layout, disks)) = after {
+        takeover_roles = disks.saturating_sub(g.raid_disks);
+        g.level = level;
+        g.layout = layout;
+        g.raid_disks = disks;
+    }
     let level = g.level;
     if !level.has_parity() {
         return Err(refused(format!("uraid restripes raid4/5/6, not {level}")));
@@ -375,11 +395,12 @@ fn plan_start(
         .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
         .count();
     let roles_wanted = new.raid_disks - old.raid_disks;
-    if spares_ready + add.len() < roles_wanted {
+    if spares_ready + add.len() < roles_wanted + takeover_roles {
         return Err(refused(format!(
-            "growing to {} devices needs {roles_wanted} device(s) for the new roles; the \
-             array has {spares_ready} spare(s) and {} were given with --add",
+            "growing to {} devices needs {} device(s) for the new roles; the array has \
+             {spares_ready} spare(s) and {} were given with --add",
             new.raid_disks,
+            roles_wanted + takeover_roles,
             add.len()
         )));
     }

@@ -715,3 +715,80 @@ fn a_reshape_uraid_cannot_finish_is_refused_before_writing() {
     let a = open(&devs);
     same(&read_all(&a, data.len()), &data, "still readable");
 }
+
+/// raid5 -> raid6 with a restripe (mdadm --grow --level 6 --layout left-symmetric, or with
+/// more devices): md's takeover, the Q role rebuilt onto the first added device, then the
+/// restripe within raid6; every byte kept, parity and Q consistent. Too few devices is
+/// refused before anything is written.
+#[test]
+fn raid5_becomes_raid6_by_takeover_then_restripe() {
+    use uraid_engine::{grow_members_with, GrowRequest};
+    for (n, (disks, want_disks, layout)) in [
+        (4usize, None, Some(ALGORITHM_LEFT_SYMMETRIC)),
+        (3, Some(5usize), None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let devs = members(disks, 6 * MB, &format!("t{n}-"));
+        let data = made(
+            &devs,
+            &opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 32),
+            90 + n as u64,
+        );
+        let final_disks = want_disks.unwrap_or(disks + 1);
+        let adds = members(final_disks - disks, 6 * MB, &format!("t{n}-add"));
+        let req = GrowRequest {
+            level: Some(Level::Raid6),
+            raid_disks: want_disks,
+            layout,
+            ..Default::default()
+        };
+        // One device short: refused, nothing written.
+        let before: Vec<Vec<u8>> = devs
+            .iter()
+            .map(|d| {
+                let mut b = vec![0u8; d.size_bytes() as usize];
+                d.read_at(&mut b, 0).unwrap();
+                b
+            })
+            .collect();
+        let e = grow_members_with(
+            devs.clone(),
+            &req,
+            ReshapeOptions {
+                add: adds[1..].to_vec(),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("device(s) for the new roles"), "case {n}: {e}");
+        for (d, b) in devs.iter().zip(&before) {
+            let mut now = vec![0u8; d.size_bytes() as usize];
+            d.read_at(&mut now, 0).unwrap();
+            assert!(now == *b, "case {n}: {} changed by a refusal", d.name());
+        }
+        let r = grow_members_with(
+            devs.clone(),
+            &req,
+            ReshapeOptions {
+                add: adds.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("case {n}: {e}"));
+        let done = r.reshape.expect("restriped");
+        assert!(done.finished && done.added == adds.len(), "{done:?}");
+        let mut all = devs.clone();
+        all.extend(adds);
+        let a = open(&all);
+        let want_layout = layout.unwrap_or(uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC_6);
+        assert_eq!(
+            (a.level(), a.raid_disks(), a.geometry().layout),
+            (Level::Raid6, final_disks, want_layout)
+        );
+        a.stop().unwrap();
+        verify_finished(&all, &data, Level::Raid6, final_disks, 64, want_layout);
+    }
+}
