@@ -13,6 +13,8 @@
 # stops them mid-way (--stop-at); in a second boot Linux md assembles uraid's finished
 # grow (same bytes, check 0 mismatches) and finishes uraid's two reshapes (same bytes,
 # check 0 mismatches, the new shape).
+# Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
+# mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
 #
 #   tests/vm/reshape.sh            (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -107,7 +109,11 @@ else
 fi
 stop_mid md2 mdadm
 mdadm --examine /dev/disk/8 | grep -E "Reshape|Delta|Offset|Raid Devices" || true
-linux_reads RO-E md2 /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11
+# With a backup file mdadm will not assemble it without that file (mdadm 4.2 crashed trying),
+# so Linux's own read is taken only for a shrink with a new data offset.
+if grep -q "New Offset" <<<"$(mdadm --examine /dev/disk/8)"; then
+    linux_reads RO-E md2 /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11
+fi
 echo GUEST-OK
 JOB
 rc=0
@@ -185,37 +191,40 @@ echo "PASS reshape continue chunk-64to32: uraid finished Linux md's chunk change
 
 # Linux's shrink, stopped mid-way: uraid reads the kept bytes and finishes it (3 devices and a
 # spare), or, where mdadm needed its backup file, refuses before writing anything.
-# Linux's own read of the stopped shrink (RO-E) is what uraid must read; where md wrote past
-# the position it recorded, neither reads the sha256 recorded before (SUM-E).
-sum_e="$(grep -m1 "^RO-E " <<<"$out" | cut -d' ' -f2)"
+# Linux's shrink, stopped mid-way. With a new data offset (no backup file), uraid reads what
+# Linux md reads (RO-E) and finishes it: 3 devices and a spare. Where mdadm keeps the
+# shrink with its backup file (no new offset: mdadm 4.2 here), the members alone do not say
+# where the moving stripes are: uraid refuses to read or continue it, naming the backup
+# file, and writes nothing.
+sum_e="$(grep -m1 "^RO-E " <<<"$out" | cut -d' ' -f2 || true)"
 sectors_e="$(grep -m1 "^SUM-E " <<<"$out" | cut -d' ' -f3)"
-before_e="$(grep -m1 "^SUM-E " <<<"$out" | cut -d' ' -f2)"
-shrink_how="$(grep -o -m1 "SHRINK-[A-Z-]*" <<<"$out" || true)"
-got_e="$("$URAID" read e0 e1 e2 e3 | sha256sum | cut -d' ' -f1)"
-if [ -z "$sum_e" ] || [ "$got_e" != "$sum_e" ]; then
-    echo "FAIL reshape shrink-4to3 ($shrink_how): uraid read $got_e of Linux's stopped shrink, Linux md read '$sum_e'"
-    mdadm --examine e0 | grep -E "Reshape|Delta|Offset" || true; exit 1
-fi
-note_e=""
-[ "$(prefix_sum $((sectors_e * 512)) e0 e1 e2 e3)" = "$before_e" ] ||
-    note_e="; NOTE: Linux itself no longer reads the sha256 it recorded before the shrink"
-echo "PASS reshape shrink-4to3 ($shrink_how): uraid read what Linux md reads$note_e"
 e_before="$(cat e0 e1 e2 e3 | sha256sum)"
-if "$URAID" grow -q --continue e0 e1 e2 e3 >cont-e.log 2>&1; then
+if ! mdadm --examine e0 | grep -q "New Offset"; then
+    rd="$("$URAID" read e0 e1 e2 e3 2>&1 >/dev/null)" && rd_rc=0 || rd_rc=$?
+    ct="$("$URAID" grow -q --continue e0 e1 e2 e3 2>&1)" && ct_rc=0 || ct_rc=$?
+    if [ $rd_rc = 0 ] || [ $ct_rc = 0 ] || ! grep -q "backup-file" <<<"$rd" ||
+        ! grep -q "backup-file" <<<"$ct" || [ "$(cat e0 e1 e2 e3 | sha256sum)" != "$e_before" ]; then
+        echo "FAIL reshape shrink-4to3 (mdadm's backup file): uraid read rc $rd_rc ($rd), continue rc $ct_rc ($ct)"
+        exit 1
+    fi
+    echo "PASS reshape shrink-4to3 (mdadm's backup file): uraid refuses to read or continue it, naming the backup file, members unchanged ($(head -c 150 <<<"$rd"))"
+else
+    got_e="$("$URAID" read e0 e1 e2 e3 | sha256sum | cut -d' ' -f1)"
+    if [ -z "$sum_e" ] || [ "$got_e" != "$sum_e" ]; then
+        echo "FAIL reshape shrink-4to3: uraid read $got_e of Linux's stopped shrink, Linux md read '$sum_e'"
+        exit 1
+    fi
+    if ! "$URAID" grow -q --continue e0 e1 e2 e3 >cont-e.log 2>&1; then
+        echo "FAIL reshape continue shrink-4to3: uraid grow --continue failed"; cat cont-e.log; exit 1
+    fi
     det="$("$URAID" detail --json e0 e1 e2 e3)"
     disks="$(python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])' <<<"$det")"
     if [ "$disks" != 3 ] || [ "$(prefix_sum $((sectors_e * 512)) e0 e1 e2 e3)" != "$sum_e" ] ||
         ! parity_ok e0 e1 e2 e3; then
         echo "FAIL reshape continue shrink-4to3: after uraid finished Linux's shrink: $disks devices, or bytes/parity differ"
-        cat cont-e.log; exit 1
+        exit 1
     fi
-    echo "PASS reshape continue shrink-4to3: uraid finished Linux md's shrink (3 devices, the bytes Linux read, parity consistent)"
-elif grep -q SHRINK-NO-BACKUP <<<"$out"; then
-    echo "FAIL reshape continue shrink-4to3: uraid refused a shrink mdadm ran without a backup file"; cat cont-e.log; exit 1
-elif [ "$(cat e0 e1 e2 e3 | sha256sum)" = "$e_before" ] && grep -q "cannot continue" cont-e.log; then
-    echo "PASS reshape continue shrink-4to3: uraid read Linux md's shrink; mdadm used a backup file, and uraid's refusal to continue it wrote nothing ($(tail -1 cont-e.log | cut -c1-120))"
-else
-    echo "FAIL reshape continue shrink-4to3: uraid grow --continue failed and changed the members"; cat cont-e.log; exit 1
+    echo "PASS reshape continue shrink-4to3: uraid read and finished Linux md's shrink (3 devices, the bytes Linux read, parity consistent)"
 fi
 
 # uraid -> Linux: uraid starts two reshapes and stops them mid-way; Linux md finishes them.

@@ -774,8 +774,11 @@ pub fn grow_members_with(
 ) -> Result<GrowReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
     let st = array.grow_state();
-    let planned = array.check_writable("grow").and_then(|()| plan(&st, req));
     let utime = array.now_secs() & ((1 << 40) - 1);
+    if raid6_needs_restripe_to_become_raid5(array.level(), &st, req) {
+        return restripe_then_takeover(array, devs, &st, req, reshape);
+    }
+    let planned = array.check_writable("grow").and_then(|()| plan(&st, req));
     let events = array.meta().events();
     let c = match planned {
         Err(e) => {
@@ -889,6 +892,95 @@ fn takeover_then_restripe(
         ),
         events: done.events,
         missing_roles: Vec::new(),
+        restripe: true,
+        reshape: Some(done),
+    })
+}
+
+/// A raid6 in a rotating layout asked to become a raid5 (and nothing else): md's way is a
+/// restripe within raid6 to the matching `-6` layout (Q on the last device), then the
+/// takeover.
+fn raid6_needs_restripe_to_become_raid5(level: Level, st: &GrowState, req: &GrowRequest) -> bool {
+    level == Level::Raid6
+        && req.level == Some(Level::Raid5)
+        && req.raid_disks.is_none()
+        && req.chunk_sectors.is_none()
+        && req.size.is_none()
+        && req.bitmap.is_none()
+        && takeover::raid5_layout_of_raid6(st.template.layout).is_none()
+}
+
+/// raid6 (rotating) -> raid5: restripe to the `-6` layout of the raid5 layout asked for (or
+/// of the raid6's own), then md's takeover drops Q (its device becomes a spare). The
+/// takeover is planned on the state the restripe leaves before anything is written.
+fn restripe_then_takeover(
+    array: Array,
+    devs: Vec<Arc<dyn Member>>,
+    st: &GrowState,
+    req: &GrowRequest,
+    reshape: ReshapeOptions,
+) -> Result<GrowReport, ArrayError> {
+    let want5 = req.layout.unwrap_or(st.template.layout);
+    let l6 = takeover::raid6_layout_of_raid5(want5);
+    let take = GrowRequest {
+        level: Some(Level::Raid5),
+        layout: req.layout,
+        ..Default::default()
+    };
+    let checked = array.check_writable("grow").and_then(|()| {
+        let l6 = l6.ok_or_else(|| {
+            refuse(format!(
+                "md has no raid6 layout that becomes raid5 layout {want5}: nothing was written"
+            ))
+        })?;
+        let mut after = st.clone();
+        after.template.layout = l6;
+        match plan(&after, &take)? {
+            Plan::Superblocks(_) => Ok(l6),
+            _ => Err(refuse(
+                "the takeover after the restripe would not be md's raid6 -> raid5: nothing was written",
+            )),
+        }
+    });
+    array.stop()?;
+    drop(array);
+    let l6 = checked?;
+    let done = reshape_members(
+        devs.clone(),
+        &ReshapeRequest {
+            layout: Some(l6),
+            ..Default::default()
+        },
+        reshape,
+    )?;
+    if !done.finished {
+        return Ok(GrowReport {
+            summary: format!(
+                "{} (then md's takeover to raid5, once it finishes)",
+                done.summary
+            ),
+            events: done.events,
+            missing_roles: Vec::new(),
+            restripe: true,
+            reshape: Some(done),
+        });
+    }
+    let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    let st = array.grow_state();
+    let utime = array.now_secs() & ((1 << 40) - 1);
+    let planned = plan(&st, &take);
+    array.stop()?;
+    drop(array);
+    let Plan::Superblocks(c) = planned? else {
+        return Err(refuse(
+            "the raid6 did not end in a -6 layout after its restripe",
+        ));
+    };
+    let took = rewrite_superblocks(&devs, &report, &st, c, utime)?;
+    Ok(GrowReport {
+        summary: format!("{}, then {}", done.summary, took.summary),
+        events: took.events,
+        missing_roles: took.missing_roles,
         restripe: true,
         reshape: Some(done),
     })

@@ -676,8 +676,8 @@ fn a_backwards_chunk_change_from_md_continues() {
     verify_finished(&devs, &data, Level::Raid6, 4, 128, ALGORITHM_LEFT_SYMMETRIC);
 }
 
-/// One mdadm protected with a backup file (no room: new_offset 0) that uraid cannot take
-/// to its end is refused whole, before anything is written.
+/// One mdadm keeps with its backup file (no new data offset) is neither read nor continued:
+/// refused by name, before anything is written.
 #[test]
 fn a_reshape_uraid_cannot_finish_is_refused_before_writing() {
     let devs = members(3, 8 * MB, "nf");
@@ -706,14 +706,19 @@ fn a_reshape_uraid_cannot_finish_is_refused_before_writing() {
     let e = continue_reshape(devs.clone(), ReshapeOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("cannot continue this reshape"), "{e}");
+    assert!(e.contains("backup file"), "{e}");
     for (d, b) in devs.iter().zip(before) {
         let mut now = vec![0u8; d.size_bytes() as usize];
         d.read_at(&mut now, 0).unwrap();
         assert!(now == b, "{} changed", d.name());
     }
-    let a = open(&devs);
-    same(&read_all(&a, data.len()), &data, "still readable");
+    // Not read either: where the data is depends on mdadm's backup file.
+    let e = assemble(devs.clone(), &AssembleOptions::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("in place") && e.contains("--backup-file"), "{e}");
+    let _ = data;
 }
 
 /// raid5 -> raid6 with a restripe (mdadm --grow --level 6 --layout left-symmetric, or with
@@ -791,4 +796,31 @@ fn raid5_becomes_raid6_by_takeover_then_restripe() {
         a.stop().unwrap();
         verify_finished(&all, &data, Level::Raid6, final_disks, 64, want_layout);
     }
+}
+
+/// raid6 in a rotating layout -> raid5 (mdadm --grow --level 5): a restripe to the -6
+/// layout, then md's takeover; the Q device is a spare after, every byte kept.
+#[test]
+fn raid6_becomes_raid5_by_restripe_then_takeover() {
+    use uraid_engine::{grow_members, GrowRequest};
+    let devs = members(5, 6 * MB, "r65-");
+    let data = made(&devs, &opts(Level::Raid6, ALGORITHM_LEFT_SYMMETRIC, 32), 95);
+    let r = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.restripe && r.reshape.as_ref().unwrap().finished, "{r:?}");
+    let (a, rep) = assemble(devs.clone(), &AssembleOptions::default()).unwrap();
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid5, 4));
+    assert_eq!(a.geometry().layout, ALGORITHM_LEFT_SYMMETRIC);
+    assert!(rep
+        .members
+        .iter()
+        .any(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare)));
+    same(&read_all(&a, data.len()), &data, "raid6 -> raid5");
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
 }

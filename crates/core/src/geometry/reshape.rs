@@ -135,7 +135,44 @@ impl ReshapeState {
             new_offset_sectors,
         };
         state.check()?;
+        state.check_without_backup_file(sb.feature_map & FEATURE_NEW_OFFSET != 0)?;
         Ok(Some(state))
+    }
+
+    /// A reshape whose data offset does not move is mdadm's in-place reshape: mdadm keeps
+    /// the stripes being moved in its backup file (a shrink or a same-size restripe the whole
+    /// way, a grow its first stripes), so the members alone do not say where that data is.
+    /// Only a grow past that critical section is on the members alone (md's own check,
+    /// "reshape_position too early for auto-recovery"); the rest is refused with the way
+    /// out.
+    fn check_without_backup_file(&self, new_offset: bool) -> Result<(), GeometryError> {
+        if new_offset {
+            return Ok(());
+        }
+        let what = if self.new.raid_disks < self.old.raid_disks {
+            "a shrink"
+        } else if self.new.raid_disks == self.old.raid_disks {
+            "a same-size restripe (chunk or layout)"
+        } else {
+            "a grow"
+        };
+        let advice = "mdadm keeps part of its data in its backup file: assemble it with \
+                      mdadm --assemble --backup-file=FILE (uraid does not read mdadm's backup file)";
+        if self.backwards || self.new.raid_disks <= self.old.raid_disks {
+            return Err(invalid(format!(
+                "{what} in place (the data offset does not move, no FEATURE_NEW_OFFSET): {advice}"
+            )));
+        }
+        let r = self.reshape_sectors();
+        let here_new = self.position_sectors / (r * self.new.data_disks() as u64);
+        let here_old = self.position_sectors / (r * self.old.data_disks() as u64);
+        if here_new >= here_old {
+            return Err(invalid(format!(
+                "{what} in place still in its critical section (reshape_position {}): {advice}",
+                self.position_sectors
+            )));
+        }
+        Ok(())
     }
 
     /// A reshape about to start from `old` to `new`, the new data area `new_offset_sectors`
