@@ -111,7 +111,7 @@ stop_mid md2 mdadm
 mdadm --examine /dev/disk/8 | grep -E "Reshape|Delta|Offset|Raid Devices" || true
 # With a backup file mdadm will not assemble it without that file (mdadm 4.2 crashed trying),
 # so Linux's own read is taken only for a shrink with a new data offset.
-if grep -q "New Offset" <<<"$(mdadm --examine /dev/disk/8)"; then
+if mdadm --examine /dev/disk/8 | grep -q "New Offset"; then
     linux_reads RO-E md2 /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11
 fi
 echo GUEST-OK

@@ -332,13 +332,22 @@ proptest! {
 fn in_place_reshapes_need_mdadm_s_backup_file() {
     let refused = |old: (u32, u32, u32), new: (u32, u32, u32), pos: u64, back: bool| {
         let sb = mid_reshape(5, old, new, 64 * 128, pos, back, None);
-        ReshapeState::from_superblock(&sb).err().map(|e| e.to_string())
+        ReshapeState::from_superblock(&sb)
+            .err()
+            .map(|e| e.to_string())
     };
     let e = refused((2, 64, 4), (2, 64, 3), 128 * 2 * 8, true).expect("a shrink");
-    assert!(e.contains("a shrink in place") && e.contains("--backup-file"), "{e}");
+    assert!(
+        e.contains("a shrink in place") && e.contains("--backup-file"),
+        "{e}"
+    );
     let e = refused((2, 64, 4), (2, 32, 4), 128 * 3 * 4, false).expect("a chunk change");
     assert!(e.contains("same-size"), "{e}");
     let e = refused((2, 64, 3), (2, 64, 4), 0, false).expect("a grow at its start");
     assert!(e.contains("critical section"), "{e}");
-    assert_eq!(refused((2, 64, 3), (2, 64, 4), 64 * 3 * 40, false), None, "a grow past it");
+    assert_eq!(
+        refused((2, 64, 3), (2, 64, 4), 64 * 3 * 40, false),
+        None,
+        "a grow past it"
+    );
 }

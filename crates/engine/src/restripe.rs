@@ -602,7 +602,11 @@ fn copy_window(
     let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
     let readable = old_end.saturating_sub(start).min(sectors);
     if readable > 0 {
-        pers.read_old(a, start, &mut data[..(readable * SECTOR_BYTES) as usize])?;
+        let out = &mut data[..(readable * SECTOR_BYTES) as usize];
+        if !read_old_rows(a, pers, st, start, out) {
+            // A member missing or a read failing: chunk by chunk, rebuilt from P.
+            pers.read_old(a, start, out)?;
+        }
     }
     // Past the old array's end there is nothing to move: zeros, as md writes there.
     data[(readable * SECTOR_BYTES) as usize..].fill(0);
@@ -652,4 +656,61 @@ fn copy_window(
         })?;
     }
     Ok(())
+}
+
+/// Read array sectors from `start` through the old geometry the fast way: each member's
+/// rows of the old stripes involved in one request per member, all at once, then the data
+/// chunks gathered in array order. False when a member is missing or a read fails (the
+/// caller falls back to the chunk-by-chunk path, which rebuilds from parity).
+fn read_old_rows(
+    a: &Array,
+    pers: &ReshapePers,
+    st: &ReshapeState,
+    start: u64,
+    out: &mut [u8],
+) -> bool {
+    let g = &st.old;
+    let sectors = out.len() as u64 / SECTOR_BYTES;
+    let (first, last) = (
+        start / g.stripe_data_sectors(),
+        (start + sectors).div_ceil(g.stripe_data_sectors()),
+    );
+    let row0 = g.member_sector(first, 0);
+    let row_bytes = ((last - first) * g.chunk_sectors * SECTOR_BYTES) as usize;
+    let devs: Vec<Option<Arc<dyn Member>>> =
+        (0..g.raid_disks).map(|r| a.live(MemberIdx(r))).collect();
+    if devs.iter().any(|d| d.is_none()) {
+        return false;
+    }
+    let mut rows: Vec<AlignedBuf> = (0..g.raid_disks)
+        .map(|_| AlignedBuf::new(row_bytes))
+        .collect();
+    {
+        let mut ops: Vec<Op> = devs
+            .iter()
+            .zip(rows.iter_mut())
+            .enumerate()
+            .map(|(r, (d, buf))| {
+                let at = pers.member_byte(a, Side::Old, MemberIdx(r), row0);
+                Op::read(d.as_ref().expect("present").as_ref(), at, buf)
+            })
+            .collect();
+        if execute(&mut ops).iter().any(|r| r.is_err()) {
+            return false;
+        }
+    }
+    let chunk = g.chunk_sectors;
+    let mut s = start;
+    let mut off = 0usize;
+    while off < out.len() {
+        let loc = g.locate(s);
+        let n = ((chunk - loc.offset_sectors) * SECTOR_BYTES) as usize;
+        let n = n.min(out.len() - off);
+        let role = g.stripe_map(loc.stripe).data[loc.data_index];
+        let at = ((g.member_sector(loc.stripe, loc.offset_sectors) - row0) * SECTOR_BYTES) as usize;
+        out[off..off + n].copy_from_slice(&rows[role.0][at..at + n]);
+        off += n;
+        s += n as u64 / SECTOR_BYTES;
+    }
+    true
 }
