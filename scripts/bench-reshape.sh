@@ -4,7 +4,7 @@
 # bytes on the same file system in the same run (dd with O_DIRECT, read one file and write
 # another, as the reshape reads the old stripes and writes the new ones).
 #
-#   scripts/bench-reshape.sh [MEMBER_MIB]     (default 1024; URAID_BIN=path; DIR=scratch dir)
+#   scripts/bench-reshape.sh [MEMBER_MIB]     (default 1024; URAID_BIN=path; DIR=where to make the scratch dir)
 #
 # Prints one line per measurement and a summary; uses 6 x MEMBER_MIB of disk in DIR.
 set -euo pipefail
@@ -13,11 +13,13 @@ BIN=${URAID_BIN:-target/release/uraid}
 MIB=${1:-1024}
 [ -x "$BIN" ] || { echo "bench-reshape: build first: cargo build --release -p uraid" >&2; exit 1; }
 B=$(realpath "$BIN")
-DIR=${DIR:-$(mktemp -d "${TMPDIR:-/var/tmp}/uraid-bench-reshape.XXXXXX")}
+BASE=${DIR:-${TMPDIR:-/var/tmp}}
+mkdir -p "$BASE"
+DIR=$(mktemp -d "$BASE/uraid-bench-reshape.XXXXXX")
 trap 'rm -rf "$DIR"' EXIT
 cd "$DIR"
 for i in 0 1 2 3 4; do truncate -s "${MIB}M" "m$i"; done
-"$B" create -l 5 -c 512K --assume-clean m0 m1 m2 m3 >/dev/null
+"$B" create -l 5 -c 512K --assume-clean m0 m1 m2 m3 >/dev/null 2>&1
 bytes=$("$B" detail --json m0 m1 m2 m3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])')
 # Fill the array (so the reshape reads real data), not timed.
 head -c "$bytes" /dev/urandom | "$B" write m0 m1 m2 m3 >/dev/null

@@ -490,6 +490,10 @@ pub fn continue_reshape(
             st.position_sectors >= at
         }
     };
+    // The window read last, whose new stripes are written while the next one is read (the
+    // rule keeps them apart: new stripes land only on rows of data below the recorded
+    // position, the next window reads rows of data at or past it).
+    let mut pending: Option<(u64, u64, AlignedBuf)> = None;
     let result: Result<bool, ArrayError> = (|| loop {
         let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY && safe != st.position_sectors;
         let stop_due = opts.stop_at.is_some_and(|at| reached(&st, at));
@@ -510,8 +514,16 @@ pub fn continue_reshape(
             st.next_step(safe, max)?
         };
         match step {
-            ReshapeStep::Done => return Ok(true),
+            ReshapeStep::Done => {
+                if let Some((ps, pn, pd)) = pending.take() {
+                    write_window(&array, pers, &by_role, &st.new, ps, pn, &pd)?;
+                }
+                return Ok(true);
+            }
             ReshapeStep::Checkpoint => {
+                if let Some((ps, pn, pd)) = pending.take() {
+                    write_window(&array, pers, &by_role, &st.new, ps, pn, &pd)?;
+                }
                 flush_all(&targets)?;
                 let at = st.position_sectors;
                 events = rewrite(&targets, &|sb| sb.reshape_position = at)?;
@@ -520,7 +532,18 @@ pub fn continue_reshape(
                 last_checkpoint = Instant::now();
             }
             ReshapeStep::Copy { start, sectors } => {
-                copy_window(&array, pers, &by_role, &st, start, sectors)?;
+                let prev = pending.take();
+                let (read, written) = std::thread::scope(|sc| {
+                    let writer = prev.as_ref().map(|(ps, pn, pd)| {
+                        let (array, by_role, new) = (&array, &by_role, &st.new);
+                        sc.spawn(move || write_window(array, pers, by_role, new, *ps, *pn, pd))
+                    });
+                    let read = read_window(&array, pers, &st, start, sectors);
+                    let written = writer.map_or(Ok(()), |w| w.join().expect("window writer"));
+                    (read, written)
+                });
+                written?;
+                pending = Some((start, sectors, read?));
                 st.advance(step);
                 windows += 1;
                 copied += sectors;
@@ -588,16 +611,15 @@ fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
     Ok(())
 }
 
-/// Copy one window: read `[start, start + sectors)` through the old geometry, write it as
-/// whole stripes of the new one with their parity, at the new data offset.
-fn copy_window(
+/// Read one window, `[start, start + sectors)`, through the old geometry; zeros past the
+/// old array's end (nothing to move there, as md writes there).
+fn read_window(
     a: &Array,
     pers: &ReshapePers,
-    devs: &[Option<Arc<dyn Member>>],
     st: &ReshapeState,
     start: u64,
     sectors: u64,
-) -> Result<(), ArrayError> {
+) -> Result<AlignedBuf, ArrayError> {
     let old_end = st.dev_sectors() * st.old.data_disks() as u64;
     let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
     let readable = old_end.saturating_sub(start).min(sectors);
@@ -608,9 +630,20 @@ fn copy_window(
             pers.read_old(a, start, out)?;
         }
     }
-    // Past the old array's end there is nothing to move: zeros, as md writes there.
-    data[(readable * SECTOR_BYTES) as usize..].fill(0);
-    let g = &st.new;
+    Ok(data)
+}
+
+/// Write one window's data as whole stripes of the new geometry `g` with their parity, at
+/// the new data offset, one request per member.
+fn write_window(
+    a: &Array,
+    pers: &ReshapePers,
+    devs: &[Option<Arc<dyn Member>>],
+    g: &ParityGeometry,
+    start: u64,
+    sectors: u64,
+    data: &[u8],
+) -> Result<(), ArrayError> {
     let chunk = (g.chunk_sectors * SECTOR_BYTES) as usize;
     let first = start / g.stripe_data_sectors();
     let stripes = (sectors / g.stripe_data_sectors()) as usize;
@@ -618,36 +651,35 @@ fn copy_window(
     let mut rows: Vec<AlignedBuf> = (0..g.raid_disks)
         .map(|_| AlignedBuf::new(stripes * chunk))
         .collect();
+    let mut p = vec![0u8; chunk];
+    let mut q = vec![0u8; chunk];
     for k in 0..stripes {
         let map = g.stripe_map(first + k as u64);
         let base = k * g.data_disks() * chunk;
-        for (i, role) in map.data.iter().enumerate() {
-            let src = &data[base + i * chunk..base + (i + 1) * chunk];
-            rows[role.0][k * chunk..(k + 1) * chunk].copy_from_slice(src);
-        }
         let srcs: Vec<&[u8]> = (0..g.data_disks())
             .map(|i| &data[base + i * chunk..base + (i + 1) * chunk])
             .collect();
-        let mut p = vec![0u8; chunk];
-        let mut q = map.q.map(|_| vec![0u8; chunk]);
-        crate::raid5::gen_parity(&map, &srcs, &mut p, q.as_deref_mut());
+        for (i, role) in map.data.iter().enumerate() {
+            rows[role.0][k * chunk..(k + 1) * chunk].copy_from_slice(srcs[i]);
+        }
+        let qbuf = map.q.map(|_| &mut q[..]);
+        crate::raid5::gen_parity(&map, &srcs, &mut p, qbuf);
         rows[map.p.0][k * chunk..(k + 1) * chunk].copy_from_slice(&p);
-        if let (Some(qr), Some(q)) = (map.q, q) {
+        if let Some(qr) = map.q {
             rows[qr.0][k * chunk..(k + 1) * chunk].copy_from_slice(&q);
         }
     }
     let row0 = g.member_sector(first, 0);
     let mut ops: Vec<Op> = Vec::new();
+    let mut roles = Vec::new();
     for (r, dev) in devs.iter().enumerate() {
         if let Some(dev) = dev {
             let at = pers.member_byte(a, Side::New, MemberIdx(r), row0);
             ops.push(Op::write(dev.as_ref(), at, &rows[r]));
+            roles.push(r);
         }
     }
-    for (res, (r, _)) in execute(&mut ops)
-        .into_iter()
-        .zip(devs.iter().enumerate().filter(|(_, d)| d.is_some()))
-    {
+    for (res, r) in execute(&mut ops).into_iter().zip(roles) {
         res.map_err(|e| {
             ArrayError::Failed(format!(
                 "reshape: writing the new stripes at member sector {row0} of member {r} failed: \
