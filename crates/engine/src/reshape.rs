@@ -106,8 +106,9 @@ impl ReshapePers {
         }
     }
 
-    /// Rebuild the data of `role` at member sector `ms` from P and the other data chunks
-    /// of its stripe (the XOR of all of them).
+    /// Rebuild the data of `role` at member sector `ms` from the rest of its stripe in the
+    /// same geometry: from P and the other data chunks (raid4/5, or raid6 with one chunk
+    /// lost), or from P and Q with two lost (raid6, md's two-failure recovery).
     #[allow(clippy::too_many_arguments)]
     fn rebuild(
         &self,
@@ -120,25 +121,86 @@ impl ReshapePers {
         out: &mut [u8],
     ) -> Result<(), ArrayError> {
         let map = g.stripe_map(stripe);
-        let others: Vec<MemberIdx> = map
+        let all: Vec<MemberIdx> = map
             .data
             .iter()
             .copied()
             .chain(std::iter::once(map.p))
-            .filter(|&r| r != role)
+            .chain(map.q)
             .collect();
-        let mut bufs: Vec<AlignedBuf> = others.iter().map(|_| AlignedBuf::new(out.len())).collect();
-        for (r, b) in others.iter().zip(bufs.iter_mut()) {
-            if !self.read_member(a, side, *r, ms, b) {
-                return Err(ArrayError::Failed(format!(
-                    "cannot read array data at member sector {ms} of member {role}: it and member {r} \
-                     of its stripe are unreadable, and uraid rebuilds only from P in an array \
-                     mid-reshape"
-                )));
+        let mut bufs: Vec<Option<AlignedBuf>> = Vec::with_capacity(all.len());
+        let mut lost = vec![role];
+        for &r in &all {
+            if r == role {
+                bufs.push(None);
+                continue;
+            }
+            let mut b = AlignedBuf::new(out.len());
+            if self.read_member(a, side, r, ms, &mut b) {
+                bufs.push(Some(b));
+            } else {
+                lost.push(r);
+                bufs.push(None);
             }
         }
-        let srcs: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
-        uraid_parity::xor_gen(out, &srcs);
+        if lost.len() > g.parity_disks() {
+            return Err(ArrayError::Failed(format!(
+                "cannot read array data at member sector {ms} of member {role}: members {} \
+                 of its stripe are unreadable, more than its parity covers",
+                lost.iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if lost.len() == 1 && !lost.contains(&map.p) {
+            // One chunk: the XOR of the others with P (Q not needed).
+            let srcs: Vec<&[u8]> = all
+                .iter()
+                .zip(&bufs)
+                .filter(|(r, _)| Some(**r) != map.q)
+                .filter_map(|(_, b)| b.as_deref())
+                .collect();
+            uraid_parity::xor_gen(out, &srcs);
+            return Ok(());
+        }
+        // raid6: blocks by syndrome slot (zero blocks in the DDF layouts' holes), then P, Q.
+        let width = map.syndrome_width();
+        let mut blocks_owned: Vec<AlignedBuf> = Vec::with_capacity(width + 2);
+        let mut lost_idx = Vec::new();
+        let mut role_at = 0;
+        let take = |r: MemberIdx, bufs: &mut Vec<Option<AlignedBuf>>| {
+            let i = all.iter().position(|&x| x == r).expect("role in stripe");
+            bufs[i].take().unwrap_or_else(|| AlignedBuf::new(out.len()))
+        };
+        let mut slot_role: Vec<Option<MemberIdx>> = vec![None; width];
+        for (k, &i) in map.syndrome_order.iter().enumerate() {
+            slot_role[map.syndrome_slots[k]] = Some(map.data[i]);
+        }
+        for (k, r) in slot_role.iter().enumerate() {
+            match r {
+                Some(r) => {
+                    if lost.contains(r) {
+                        lost_idx.push(k);
+                    }
+                    if *r == role {
+                        role_at = k;
+                    }
+                    blocks_owned.push(take(*r, &mut bufs));
+                }
+                None => blocks_owned.push(AlignedBuf::new(out.len())),
+            }
+        }
+        let q = map.q.expect("two lost chunks only in raid6");
+        for (k, r) in [(width, map.p), (width + 1, q)] {
+            if lost.contains(&r) {
+                lost_idx.push(k);
+            }
+            blocks_owned.push(take(r, &mut bufs));
+        }
+        let mut blocks: Vec<&mut [u8]> = blocks_owned.iter_mut().map(|b| &mut b[..]).collect();
+        uraid_parity::recover(&mut blocks, &lost_idx);
+        out.copy_from_slice(&blocks_owned[role_at]);
         Ok(())
     }
 
@@ -238,14 +300,16 @@ impl Personality for ReshapePers {
         )]
     }
 
-    /// Conservative: reads rebuild from P only, so one member may be missing (a raid6 as
-    /// well as a raid5).
+    /// As many members missing as the parity covers in both geometries (raid6: two).
     fn survives(&self, missing: &[MemberIdx]) -> bool {
-        missing.len() <= 1
+        missing.len() <= self.max_degraded()
     }
 
     fn max_degraded(&self) -> usize {
-        1
+        self.state
+            .old
+            .parity_disks()
+            .min(self.state.new.parity_disks())
     }
 
     fn rebuilds(&self) -> bool {

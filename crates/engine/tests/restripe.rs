@@ -824,3 +824,39 @@ fn raid6_becomes_raid5_by_restripe_then_takeover() {
     same(&read_all(&a, data.len()), &data, "raid6 -> raid5");
     assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
 }
+
+/// A raid6 reshape continues with two members gone: the copy rebuilds their chunks from P
+/// and Q, and the array ends doubly degraded with every byte.
+#[test]
+fn a_raid6_reshape_continues_with_two_members_missing() {
+    let devs = members(4, 6 * MB, "d6");
+    let data = made(&devs, &opts(Level::Raid6, ALGORITHM_LEFT_SYMMETRIC, 32), 96);
+    let add = members(1, 6 * MB, "d6-add");
+    let mut all = devs.clone();
+    all.extend(add.iter().cloned());
+    let r = reshape_members(
+        devs.clone(),
+        &ReshapeRequest {
+            raid_disks: Some(5),
+            ..Default::default()
+        },
+        ReshapeOptions {
+            add,
+            stop_at: Some(4096),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!r.finished);
+    let without: Vec<Arc<dyn Member>> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 0 && *i != 2)
+        .map(|(_, d)| d.clone())
+        .collect();
+    let r = continue_reshape(without.clone(), ReshapeOptions::default()).unwrap();
+    assert!(r.finished);
+    let a = open(&without);
+    assert_eq!((a.raid_disks(), a.missing_roles().len()), (5, 2));
+    same(&read_all(&a, data.len()), &data, "raid6 without two");
+}
