@@ -316,6 +316,60 @@ fn incremental_waits_for_members_and_serves_once() {
     );
 }
 
+/// The members of a NAS-style 0.90 raid5 (and a 1.0 raid1) arriving one by one: each
+/// incremental call says where the array stands, the last one serves it, and it stops clean.
+#[test]
+fn incremental_serves_0_90_and_1_0_arrays() {
+    for (meta, level, n) in [("0.90", "5", 3usize), ("1.0", "1", 2)] {
+        let dir = TempDir::new("scan-inc-v");
+        let pool = dir.path("pool");
+        let arrived = dir.path("arrived");
+        std::fs::create_dir_all(&pool).unwrap();
+        std::fs::create_dir_all(&arrived).unwrap();
+        let m = make_array_with(&pool, "v", level, n, 8, "nas", &["--metadata", meta]);
+        let uuid = uuid_of(&m[0]);
+        let conf = write_conf(&dir, &format!("DEVICE {}/*.img\n", arrived.display()));
+        let run_dir = dir.run_dir();
+        let _guard = KillServed(run_dir.join(format!("{uuid}.json")));
+        let mut here = Vec::new();
+        for (i, p) in m.iter().enumerate() {
+            let to = arrived.join(p.file_name().unwrap());
+            std::fs::rename(p, &to).unwrap();
+            here.push(to.clone());
+            let said = stdout(&ok(uraid()
+                .env("URAID_RUN_DIR", &run_dir)
+                .args(["incremental", "--config"])
+                .arg(&conf)
+                .arg("--nbd")
+                .arg(format!("unix:{}", dir.path("nbd.sock").display()))
+                .arg(&to)));
+            if i + 1 < n {
+                assert!(
+                    said.contains(&format!("{} of {n} members present, waiting", i + 1)),
+                    "{meta}: {said}"
+                );
+            } else {
+                assert!(
+                    said.contains(&format!("{n} of {n} members; served by pid")),
+                    "{meta}: {said}"
+                );
+            }
+        }
+        let st = stdout(&ok(uraid().env("URAID_RUN_DIR", &run_dir).arg("status")));
+        assert_eq!(
+            st.matches(&format!(" : active raid{level} ")).count(),
+            1,
+            "{meta}: {st}"
+        );
+        stop_served(&run_dir, &uuid);
+        // Stopped clean: 1.x says state clean, 0.90 its clean flag.
+        for m in &here {
+            let ex = json(&ok(uraid().arg("examine").arg("--json").arg(m)));
+            assert!(ex["state"] == "clean" || ex["clean"] == true, "{meta}: {ex}");
+        }
+    }
+}
+
 /// A line of `text` that starts with `prefix`.
 fn line_with<'a>(text: &'a str, prefix: &str) -> &'a str {
     text.lines()
