@@ -365,7 +365,10 @@ fn incremental_serves_0_90_and_1_0_arrays() {
         // Stopped clean: 1.x says state clean, 0.90 its clean flag.
         for m in &here {
             let ex = json(&ok(uraid().arg("examine").arg("--json").arg(m)));
-            assert!(ex["state"] == "clean" || ex["clean"] == true, "{meta}: {ex}");
+            assert!(
+                ex["state"] == "clean" || ex["clean"] == true,
+                "{meta}: {ex}"
+            );
         }
     }
 }

@@ -886,10 +886,7 @@ fn takeover_then_restripe(
     let mut done = reshape_members(all, &then, reshape)?;
     done.added += added;
     Ok(GrowReport {
-        summary: format!(
-            "{} ({from} -> {to} by md's takeover, then) {}",
-            took.summary, done.summary
-        ),
+        summary: format!("{} (then rebuilt), then {}", took.summary, done.summary),
         events: done.events,
         missing_roles: Vec::new(),
         restripe: true,

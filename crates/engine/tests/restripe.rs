@@ -114,6 +114,31 @@ struct Case {
     req: ReshapeRequest,
 }
 
+impl Case {
+    /// The array after this case's reshape finished: its new shape, the bytes, the parity.
+    fn verify(&self, all: &[Arc<dyn Member>], data: &[u8]) {
+        verify_finished(
+            all,
+            data,
+            self.level,
+            self.req.raid_disks.unwrap_or(self.disks),
+            self.req.chunk_sectors.unwrap_or(self.chunk_kib * 2),
+            self.req.layout.unwrap_or(self.layout),
+        );
+    }
+}
+
+/// Every byte of every member (to show a refusal wrote nothing).
+fn all_bytes(devs: &[Arc<dyn Member>]) -> Vec<Vec<u8>> {
+    devs.iter()
+        .map(|d| {
+            let mut b = vec![0u8; d.size_bytes() as usize];
+            d.read_at(&mut b, 0).unwrap();
+            b
+        })
+        .collect()
+}
+
 fn cases() -> Vec<Case> {
     let r = |disks: Option<usize>, chunk_kib: Option<u64>, layout: Option<u32>| ReshapeRequest {
         raid_disks: disks,
@@ -201,14 +226,7 @@ fn every_restripe_keeps_the_data_and_the_parity_right() {
         );
         let mut all = devs.clone();
         all.extend(adds);
-        verify_finished(
-            &all,
-            &data,
-            c.level,
-            new_disks,
-            c.req.chunk_sectors.unwrap_or(c.chunk_kib * 2),
-            c.req.layout.unwrap_or(c.layout),
-        );
+        c.verify(&all, &data);
     }
 }
 
@@ -249,14 +267,7 @@ fn a_reshape_stopped_mid_way_reads_the_same_and_continues() {
         a.stop().unwrap();
         let r = continue_reshape(all.clone(), ReshapeOptions::default()).unwrap();
         assert!(r.finished);
-        verify_finished(
-            &all,
-            &data,
-            c.level,
-            new_disks,
-            c.req.chunk_sectors.unwrap_or(c.chunk_kib * 2),
-            c.req.layout.unwrap_or(c.layout),
-        );
+        c.verify(&all, &data);
     }
 }
 
@@ -695,23 +706,12 @@ fn a_reshape_uraid_cannot_finish_is_refused_before_writing() {
         sb.events += 1;
         write_superblock(d.as_ref(), &sb).unwrap();
     }
-    let before: Vec<Vec<u8>> = devs
-        .iter()
-        .map(|d| {
-            let mut b = vec![0u8; d.size_bytes() as usize];
-            d.read_at(&mut b, 0).unwrap();
-            b
-        })
-        .collect();
+    let before = all_bytes(&devs);
     let e = continue_reshape(devs.clone(), ReshapeOptions::default())
         .unwrap_err()
         .to_string();
     assert!(e.contains("backup file"), "{e}");
-    for (d, b) in devs.iter().zip(before) {
-        let mut now = vec![0u8; d.size_bytes() as usize];
-        d.read_at(&mut now, 0).unwrap();
-        assert!(now == b, "{} changed", d.name());
-    }
+    assert!(all_bytes(&devs) == before, "a refusal changed the members");
     // Not read either: where the data is depends on mdadm's backup file.
     let e = assemble(devs.clone(), &AssembleOptions::default())
         .err()
@@ -750,14 +750,7 @@ fn raid5_becomes_raid6_by_takeover_then_restripe() {
             ..Default::default()
         };
         // One device short: refused, nothing written.
-        let before: Vec<Vec<u8>> = devs
-            .iter()
-            .map(|d| {
-                let mut b = vec![0u8; d.size_bytes() as usize];
-                d.read_at(&mut b, 0).unwrap();
-                b
-            })
-            .collect();
+        let before = all_bytes(&devs);
         let e = grow_members_with(
             devs.clone(),
             &req,
@@ -769,11 +762,10 @@ fn raid5_becomes_raid6_by_takeover_then_restripe() {
         .unwrap_err()
         .to_string();
         assert!(e.contains("device(s) for the new roles"), "case {n}: {e}");
-        for (d, b) in devs.iter().zip(&before) {
-            let mut now = vec![0u8; d.size_bytes() as usize];
-            d.read_at(&mut now, 0).unwrap();
-            assert!(now == *b, "case {n}: {} changed by a refusal", d.name());
-        }
+        assert!(
+            all_bytes(&devs) == before,
+            "case {n}: a refusal changed the members"
+        );
         let r = grow_members_with(
             devs.clone(),
             &req,
