@@ -1,0 +1,293 @@
+//! Members on other hosts (issue 16): each member is an NBD export (nbdkit's file plugin)
+//! on a host of its own, a network namespace that the test cuts off the network without a
+//! word to either side (`uraid_testkit::netns`). While a writer runs through `uraid serve`,
+//! a lost host is a failed member after one request timeout (`--nbd-timeout`): the writer
+//! sees no error, and everything reads back. A second host lost on raid5 gives EIO, never
+//! wrong data. A host that comes back is re-added and the bitmap makes its recovery copy only
+//! what it missed; a host back with an empty disk is rebuilt whole. Nothing here times
+//! anything: waits are for states, with a generous safety net.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use uraid_nbd::client::{Client, ClientConfig};
+use uraid_testkit::netns::{need_netns, Host};
+use uraid_testkit::prelude::*;
+
+/// Bytes per write of the writers here.
+const BLOCK: usize = 64 << 10;
+/// Each request waits at most this for a lost host: then the member fails.
+const SERVE: &[&str] = &["--nbd-timeout", "2"];
+
+fn start_hosts(dir: &TempDir, n: usize, mib: u64) -> Vec<Host> {
+    (0..n)
+        .map(|i| Host::start(dir, &format!("h{i}"), mib))
+        .collect()
+}
+
+fn uris_of(hosts: &[Host]) -> Vec<String> {
+    hosts.iter().map(|h| h.uri()).collect()
+}
+
+fn paths(uris: &[String]) -> Vec<PathBuf> {
+    uris.iter().map(PathBuf::from).collect()
+}
+
+/// Block `b`'s contents under `seed`.
+fn block(seed: u64, b: u64) -> Vec<u8> {
+    pattern(BLOCK, seed * 1_000_003 + b)
+}
+
+/// Writes blocks `blocks` (of [`BLOCK`] bytes, [`block`]`(seed, b)`) through `export` from a
+/// thread, running `mid` on this thread once `at` blocks are acknowledged (cut a host
+/// off); gives the writer's outcome, its flush included.
+fn write_while(
+    export: &str,
+    blocks: std::ops::Range<u64>,
+    seed: u64,
+    at: u64,
+    mid: impl FnOnce(),
+) -> Result<(), String> {
+    let (progress_tx, progress) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
+    let writer = {
+        let export = export.to_string();
+        let blocks = blocks.clone();
+        std::thread::spawn(move || {
+            let c = Client::open(&export, &ClientConfig::default()).unwrap();
+            for b in blocks {
+                if let Err(e) = c.write(&block(seed, b), b * BLOCK as u64, false) {
+                    let _ = done_tx.send(Err(format!("block {b}: {e}")));
+                    return;
+                }
+                let _ = progress_tx.send(b);
+            }
+            let _ = done_tx.send(c.flush().map_err(|e| format!("flush: {e}")));
+        })
+    };
+    let mut written = 0;
+    while written < at {
+        progress
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the writer made no progress");
+        written += 1;
+    }
+    mid();
+    let r = done
+        .recv_timeout(Duration::from_secs(300))
+        .expect("writes hung after the host was lost");
+    writer.join().unwrap();
+    r
+}
+
+/// Reads blocks `blocks` back through `export`: every one must be [`block`]`(seed, b)`.
+fn verify(export: &str, blocks: std::ops::Range<u64>, seed: u64) {
+    let c = Client::open(export, &ClientConfig::default()).unwrap();
+    let mut back = vec![0u8; BLOCK];
+    for b in blocks {
+        c.read(&mut back, b * BLOCK as u64)
+            .unwrap_or_else(|e| panic!("block {b}: {e}"));
+        assert!(back == block(seed, b), "block {b} differs");
+    }
+}
+
+/// Byte offset of the data area in a member's image (its superblock read from the file
+/// behind the export, not over the network).
+fn data_offset(disk: &Path) -> u64 {
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(disk)));
+    v["data_offset_sectors"].as_u64().unwrap() * 512
+}
+
+fn read_file_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; len];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut b, offset)
+        .unwrap();
+    b
+}
+
+fn member_state(d: &serde_json::Value, role: usize) -> String {
+    d["members"][role]["state"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// raid1 over two hosts: host 1 is cut off a quarter into a write; the writer sees no
+/// error, the member is faulty with its connection lost, and every block reads back. The
+/// host comes back and is re-added: its recovery copies the bitmap's dirty chunk (the blocks
+/// it missed are on its disk after) and nothing else (a marker left on its disk in a chunk
+/// nobody wrote survives the recovery, which a full rebuild would have overwritten).
+#[test]
+fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
+    let test = "raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-raid1");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+
+    // 64 blocks: the first 4 MiB, bitmap chunk 0.
+    write_while(&export, 0..64, 1, 16, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    let d = srv.detail(a0);
+    assert_eq!(d["degraded"], true, "{d}");
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "lost", "{d}");
+    verify(&export, 0..64, 1);
+
+    // Host 1 missed the last blocks; a marker goes into a chunk nobody wrote (chunk 5).
+    let off1 = data_offset(hosts[1].disk());
+    assert!(
+        read_file_at(hosts[1].disk(), off1 + 63 * BLOCK as u64, BLOCK) != block(1, 63),
+        "host 1 got the last block although it was cut off"
+    );
+    let marker = pattern(BLOCK, 99);
+    let clean_at = off1 + (20 << 20);
+    write_at(hosts[1].disk(), clean_at, &marker);
+
+    hosts[1].restore();
+    ok(srv.cmd().arg("remove").arg(&uris[1]));
+    ok(srv
+        .cmd()
+        .arg("add")
+        .arg("--array")
+        .arg(&uris[0])
+        .arg(&uris[1]));
+    srv.wait_detail(a0, |d| d["degraded"] == false);
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 1), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "connected", "{d}");
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+
+    for b in 0..64 {
+        let got = read_file_at(hosts[1].disk(), off1 + b * BLOCK as u64, BLOCK);
+        assert!(got == block(1, b), "host 1's block {b} was not recovered");
+    }
+    assert!(
+        read_file_at(hosts[1].disk(), clean_at, BLOCK) == marker,
+        "the recovery copied a chunk the bitmap had clean: a full rebuild, not a re-add"
+    );
+}
+
+/// raid5 over four hosts: one cut off mid-write is a failed member and the writer goes on
+/// without an error; all reads back. A second host cut off leaves the array without its
+/// data: reads and writes get EIO (a clear error), and no read returns wrong data.
+#[test]
+fn raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two() {
+    let test = "raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-raid5");
+    let hosts = start_hosts(&dir, 4, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "4", "--chunk", "64K"])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    let srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+
+    write_while(&export, 0..96, 2, 24, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    assert_eq!(srv.detail(a0)["degraded"], true);
+    verify(&export, 0..96, 2);
+
+    hosts[2].cut();
+    let c = Client::open(&export, &ClientConfig::default()).unwrap();
+    let mut back = vec![0u8; BLOCK];
+    let mut failed = 0;
+    for b in 0..96 {
+        match c.read(&mut back, b * BLOCK as u64) {
+            Ok(()) => assert!(back == block(2, b), "block {b}: wrong data, not an error"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("Input/output error"), "block {b}: {msg}");
+                failed += 1;
+            }
+        }
+    }
+    // Every 4-block stripe has data on host 1 or 2.
+    assert!(failed >= 48, "only {failed} of 96 blocks failed");
+    let w = c.write(&block(3, 0), 0, true);
+    assert!(w.is_err(), "a write to raid5 without two members succeeded");
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    assert_eq!(member_state(&d, 3), "active", "{d}");
+}
+
+/// raid5 over three hosts: one restarts with an empty disk (its server killed, the disk
+/// swapped). Its member fails on the next write; added back, the empty disk has no
+/// superblock, so it is rebuilt whole: a region written before the loss (clean in the
+/// bitmap) is on it too, read back with another member left out.
+#[test]
+fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
+    let test = "raid5_host_back_with_an_empty_disk_is_rebuilt_fully";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-rebuild");
+    let mut hosts = start_hosts(&dir, 3, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "3", "--chunk", "64K"])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    // Array blocks 0..32 (member chunk 0) and 640..672 (40 MiB: member chunk 5).
+    write_while(&export, 0..32, 4, 32, || {}).unwrap();
+    write_while(&export, 640..672, 4, 32, || {}).unwrap();
+
+    hosts[2].restart(true);
+    // The next writes find host 2's connection reset: it fails, they succeed.
+    write_while(&export, 32..64, 4, 32, || {}).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 2) == "faulty");
+
+    ok(srv.cmd().arg("remove").arg(&uris[2]));
+    ok(srv
+        .cmd()
+        .arg("add")
+        .arg("--array")
+        .arg(&uris[0])
+        .arg(&uris[2]));
+    srv.wait_detail(a0, |d| d["degraded"] == false);
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+
+    // Host 0 left out: its share comes from hosts 1 and 2, the rebuilt one.
+    for (first, count) in [(0u64, 64u64), (640, 32)] {
+        let out = dir.path(&format!("back{first}.bin"));
+        ok(uraid()
+            .args(["read", "--offset", &(first * BLOCK as u64).to_string()])
+            .args(["--length", &(count * BLOCK as u64).to_string(), "--output"])
+            .arg(&out)
+            .args(&uris[1..]));
+        let got = std::fs::read(&out).unwrap();
+        for b in 0..count {
+            let at = (b as usize) * BLOCK;
+            assert!(
+                got[at..at + BLOCK] == block(4, first + b)[..],
+                "block {} differs without host 0",
+                first + b
+            );
+        }
+    }
+}
