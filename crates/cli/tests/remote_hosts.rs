@@ -40,8 +40,9 @@ fn block(seed: u64, b: u64) -> Vec<u8> {
 }
 
 /// Writes blocks `blocks` (of [`BLOCK`] bytes, [`block`]`(seed, b)`) through `export` from a
-/// thread, running `mid` on this thread once `at` blocks are acknowledged (cut a host
-/// off); gives the writer's outcome, its flush included.
+/// thread; once `at` of them are acknowledged the writer waits while `mid` runs here (cut a
+/// host off), so that the rest are written after it; gives the writer's outcome, its flush
+/// included.
 fn write_while(
     export: &str,
     blocks: std::ops::Range<u64>,
@@ -49,31 +50,31 @@ fn write_while(
     at: u64,
     mid: impl FnOnce(),
 ) -> Result<(), String> {
-    let (progress_tx, progress) = mpsc::channel();
+    let (paused_tx, paused) = mpsc::channel();
+    let (go_tx, go) = mpsc::channel::<()>();
     let (done_tx, done) = mpsc::channel();
     let writer = {
         let export = export.to_string();
-        let blocks = blocks.clone();
         std::thread::spawn(move || {
             let c = Client::open(&export, &ClientConfig::default()).unwrap();
-            for b in blocks {
+            for (i, b) in blocks.enumerate() {
+                if i as u64 == at {
+                    let _ = paused_tx.send(());
+                    let _ = go.recv();
+                }
                 if let Err(e) = c.write(&block(seed, b), b * BLOCK as u64, false) {
                     let _ = done_tx.send(Err(format!("block {b}: {e}")));
                     return;
                 }
-                let _ = progress_tx.send(b);
             }
             let _ = done_tx.send(c.flush().map_err(|e| format!("flush: {e}")));
         })
     };
-    let mut written = 0;
-    while written < at {
-        progress
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the writer made no progress");
-        written += 1;
-    }
+    paused
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the writer did not get to the pause");
     mid();
+    go_tx.send(()).unwrap();
     let r = done
         .recv_timeout(Duration::from_secs(300))
         .expect("writes hung after the host was lost");
@@ -118,12 +119,11 @@ fn member_state(d: &serde_json::Value, role: usize) -> String {
 
 /// raid1 over two hosts: host 1 is cut off a quarter into a write; the writer sees no
 /// error, the member is faulty with its connection lost, and every block reads back. The
-/// host comes back and is re-added: its recovery copies the bitmap's dirty chunk (the blocks
-/// it missed are on its disk after) and nothing else (a marker left on its disk in a chunk
-/// nobody wrote survives the recovery, which a full rebuild would have overwritten).
-#[test]
-fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
-    let test = "raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially";
+/// host comes back and is re-added (by `uraid add`, or with `auto` by the re-add daemon of
+/// `--nbd-readd`): its recovery copies the bitmap's dirty chunk (the blocks it missed are
+/// on its disk after) and nothing else (a marker left on its disk in a chunk nobody wrote
+/// survives the recovery, which a full rebuild would have overwritten).
+fn raid1_lost_host_comes_back(test: &str, auto: bool) {
     if !need_netns(test) {
         return;
     }
@@ -134,7 +134,11 @@ fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
         .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
         .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
         .args(&uris));
-    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let mut args = SERVE.to_vec();
+    if auto {
+        args.extend(["--nbd-readd", "0.2"]);
+    }
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
     let export = srv.uri();
     let a0 = Path::new(&uris[0]);
 
@@ -146,39 +150,98 @@ fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
     assert_eq!(member_state(&d, 0), "active", "{d}");
     assert_eq!(d["members"][1]["remote"]["connection"], "lost", "{d}");
     verify(&export, 0..64, 1);
+    if auto {
+        // The daemon tries the lost host, and detail says so, in JSON and in text.
+        srv.wait_detail(a0, |d| {
+            d["members"][1]["remote"]["reconnect_attempts"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 1
+        });
+        let d = srv.detail(a0);
+        assert!(
+            d["members"][1]["remote"]["reconnect_error"].is_string(),
+            "{d}"
+        );
+        assert_eq!(member_state(&d, 1), "faulty", "re-added while cut off: {d}");
+        let t = stdout(&ok(srv.cmd().arg("detail").arg(&uris[0])));
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("Remote 1 :"))
+            .unwrap_or_else(|| panic!("no remote row for member 1:\n{t}"));
+        assert!(
+            row.contains(" lost (") && row.contains("reconnect attempts"),
+            "{row}"
+        );
+    }
 
     // Host 1 missed the last blocks; a marker goes into a chunk nobody wrote (chunk 5).
     let off1 = data_offset(hosts[1].disk());
+    let on_host1 = |b: u64| read_file_at(hosts[1].disk(), off1 + b * BLOCK as u64, BLOCK);
     assert!(
-        read_file_at(hosts[1].disk(), off1 + 63 * BLOCK as u64, BLOCK) != block(1, 63),
-        "host 1 got the last block although it was cut off"
+        on_host1(15) == block(1, 15),
+        "host 1 lacks a block written before the cut"
     );
+    for b in [16, 63] {
+        assert!(
+            on_host1(b) != block(1, b),
+            "host 1 got block {b} although cut off"
+        );
+    }
     let marker = pattern(BLOCK, 99);
     let clean_at = off1 + (20 << 20);
     write_at(hosts[1].disk(), clean_at, &marker);
 
     hosts[1].restore();
-    ok(srv.cmd().arg("remove").arg(&uris[1]));
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&uris[0])
-        .arg(&uris[1]));
+    if !auto {
+        ok(srv.cmd().arg("remove").arg(&uris[1]));
+        ok(srv
+            .cmd()
+            .arg("add")
+            .arg("--array")
+            .arg(&uris[0])
+            .arg(&uris[1]));
+    }
     srv.wait_detail(a0, |d| d["degraded"] == false);
     let d = srv.detail(a0);
     assert_eq!(member_state(&d, 1), "active", "{d}");
     assert_eq!(d["members"][1]["remote"]["connection"], "connected", "{d}");
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
+    if auto {
+        let err = srv.stderr();
+        assert!(
+            err.contains("member 1 (") && err.contains("re-added, recovery started"),
+            "{err}"
+        );
+    }
 
     for b in 0..64 {
-        let got = read_file_at(hosts[1].disk(), off1 + b * BLOCK as u64, BLOCK);
-        assert!(got == block(1, b), "host 1's block {b} was not recovered");
+        assert!(
+            on_host1(b) == block(1, b),
+            "host 1's block {b} was not recovered"
+        );
     }
     assert!(
         read_file_at(hosts[1].disk(), clean_at, BLOCK) == marker,
         "the recovery copied a chunk the bitmap had clean: a full rebuild, not a re-add"
+    );
+}
+
+#[test]
+fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
+    raid1_lost_host_comes_back(
+        "raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially",
+        false,
+    );
+}
+
+/// `--nbd-readd`: the host that comes back is re-added by the server itself.
+#[test]
+fn raid1_host_back_is_readded_by_itself_and_recovers_partially() {
+    raid1_lost_host_comes_back(
+        "raid1_host_back_is_readded_by_itself_and_recovers_partially",
+        true,
     );
 }
 
@@ -232,8 +295,8 @@ fn raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two() {
 }
 
 /// raid5 over three hosts: one restarts with an empty disk (its server killed, the disk
-/// swapped). Its member fails on the next write; added back, the empty disk has no
-/// superblock, so it is rebuilt whole: a region written before the loss (clean in the
+/// swapped). Its member fails on the next write; the re-add daemon leaves it alone (no
+/// superblock: not this array's member), and added by hand it is rebuilt whole: a region written before the loss (clean in the
 /// bitmap) is on it too, read back with another member left out.
 #[test]
 fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
@@ -249,17 +312,30 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
         .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
         .args(["--assume-clean", "--run"])
         .args(&uris));
-    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    // With the re-add daemon on: an empty disk is not its member any more, so it is left
+    // alone (a re-add would take it for the old member and copy only the dirty chunks).
+    let mut args = SERVE.to_vec();
+    args.extend(["--nbd-readd", "0.2"]);
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
     let export = srv.uri();
     let a0 = Path::new(&uris[0]);
     // Array blocks 0..32 (member chunk 0) and 640..672 (40 MiB: member chunk 5).
-    write_while(&export, 0..32, 4, 32, || {}).unwrap();
-    write_while(&export, 640..672, 4, 32, || {}).unwrap();
+    write_while(&export, 0..32, 4, 0, || {}).unwrap();
+    write_while(&export, 640..672, 4, 0, || {}).unwrap();
 
     hosts[2].restart(true);
     // The next writes find host 2's connection reset: it fails, they succeed.
-    write_while(&export, 32..64, 4, 32, || {}).expect("no write fails");
+    write_while(&export, 32..64, 4, 0, || {}).expect("no write fails");
     srv.wait_detail(a0, |d| member_state(d, 2) == "faulty");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !srv
+        .stderr()
+        .contains("is not re-added: it has no superblock")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", srv.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(member_state(&srv.detail(a0), 2), "faulty");
 
     ok(srv.cmd().arg("remove").arg(&uris[2]));
     ok(srv

@@ -110,6 +110,7 @@ mod raid1;
 mod raid10;
 mod raid5;
 mod read_balance;
+mod readd;
 mod recovery;
 mod replace;
 mod replacing;

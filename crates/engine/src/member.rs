@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::unix::io::RawFd;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// A member device: a byte-addressed store with a fixed size.
 ///
@@ -55,6 +55,13 @@ pub trait Member: Send + Sync {
     /// A member on another host: its connection state and latency (`uraid detail`).
     /// Local members have none.
     fn remote(&self) -> Option<RemoteStatus> {
+        None
+    }
+    /// The same device opened anew, for a member that failed because its connection was
+    /// lost (a remote member: a new connection to the same export), so that it can be
+    /// re-added when its host is back. `None` for devices that cannot be reopened this way
+    /// (local ones: md re-adds those when they reappear, which is the user's call here).
+    fn reopen(&self) -> Option<io::Result<Arc<dyn Member>>> {
         None
     }
     /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
@@ -406,4 +413,9 @@ pub struct RemoteStatus {
     pub connections: usize,
     /// Over TLS.
     pub tls: bool,
+    /// Attempts to reconnect since the member failed ([`Member::reopen`]; the re-add
+    /// daemon's, with `--nbd-readd`).
+    pub reconnect_attempts: u64,
+    /// Why the last attempt failed.
+    pub reconnect_error: Option<String>,
 }

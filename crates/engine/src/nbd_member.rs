@@ -4,11 +4,14 @@
 //! The lower layer's view of a remote disk: reads, writes, flushes, TRIM as discard and
 //! WRITE_ZEROES where the server offers them. A lost host is an IO error of this member
 //! (each request waits at most the client's timeout, a dropped connection fails every
-//! request at once), which the array turns into a failed member as md does; there is no
-//! reconnect.
+//! request at once), which the array turns into a failed member as md does. A failed member
+//! is never reconnected in place (the array has moved on without it: what it missed is in
+//! the bitmap); [`Member::reopen`] opens a new member on the same export, which the re-add
+//! daemon re-adds once the host answers.
 
 use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow};
 use std::io;
+use std::sync::{Arc, Mutex};
 use uraid_nbd::client::{Client, ClientConfig};
 
 /// A member on an NBD export. Its name and its device identity are the URI, so that the
@@ -24,13 +27,21 @@ use uraid_nbd::client::{Client, ClientConfig};
 /// ```
 pub struct NbdMember {
     client: Client,
+    /// How it was opened, for [`Member::reopen`].
+    config: ClientConfig,
+    /// Attempts of [`Member::reopen`] finished, and the last one's error.
+    reconnects: Mutex<(u64, Option<String>)>,
 }
 
 impl NbdMember {
-    /// Connects to the export `uri` names. `nbds://` (TLS) is refused by name.
+    /// Connects to the export `uri` names (`nbds://` with the config's TLS CA).
     pub fn connect(uri: &str, config: &ClientConfig) -> io::Result<NbdMember> {
         let client = Client::open(uri, config).map_err(|e| e.into_io())?;
-        Ok(NbdMember { client })
+        Ok(NbdMember {
+            client,
+            config: config.clone(),
+            reconnects: Mutex::new((0, None)),
+        })
     }
 
     /// The client underneath (what the server offered, connections).
@@ -77,6 +88,11 @@ impl Member for NbdMember {
 
     fn remote(&self) -> Option<RemoteStatus> {
         let st = self.client.status();
+        let reconnects = self
+            .reconnects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Some(RemoteStatus {
             uri: self.client.name().to_string(),
             connected: st.connected,
@@ -84,7 +100,19 @@ impl Member for NbdMember {
             latency_us: st.latency_us,
             connections: st.connections,
             tls: st.tls,
+            reconnect_attempts: reconnects.0,
+            reconnect_error: reconnects.1,
         })
+    }
+
+    /// A new connection to the same export, counted (and its error kept) on this member,
+    /// whose `remote` status `uraid detail` shows while it is faulty.
+    fn reopen(&self) -> Option<io::Result<Arc<dyn Member>>> {
+        let r = NbdMember::connect(self.client.name(), &self.config);
+        let mut n = self.reconnects.lock().unwrap_or_else(|e| e.into_inner());
+        *n = (n.0 + 1, r.as_ref().err().map(|e| e.to_string()));
+        drop(n);
+        Some(r.map(|m| Arc::new(m) as Arc<dyn Member>))
     }
 
     /// Every op is sent at submit and completed after the batch's other members had theirs
