@@ -245,6 +245,66 @@ fn raid1_host_back_is_readded_by_itself_and_recovers_partially() {
     );
 }
 
+/// raid1 over two hosts, degraded (host 1 lost): host 0 now holds the only copy, so when
+/// it drops off the network its requests are not failed at the first timeout (as host 1's
+/// were: failfast) but retried, reconnecting with back-off (`--nbd-retry`). Host 0 comes
+/// back while a write waits: the write succeeds, member 0 stays active, and the data reads
+/// back; detail counts the reconnect.
+#[test]
+fn raid1_last_copy_reconnects_instead_of_eio() {
+    let test = "raid1_last_copy_reconnects_instead_of_eio";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-retry");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut args = SERVE.to_vec();
+    // Long enough never to run out here: the test waits for states, not for time.
+    args.extend(["--nbd-retry", "600"]);
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    write_while(&export, 0..16, 5, 8, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+
+    // Host 0 drops off before the writer goes on; once the member's client gave up on
+    // its connection and dials the host again, the host comes back.
+    let written = std::thread::scope(|s| {
+        let (cut_tx, cut) = mpsc::channel();
+        let host0 = &hosts[0];
+        s.spawn(move || {
+            cut.recv().unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while !host0.being_dialled() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no reconnect to host 0"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            host0.restore();
+        });
+        write_while(&export, 16..32, 5, 0, || {
+            host0.cut();
+            cut_tx.send(()).unwrap();
+        })
+    });
+    written.expect("the last copy's writes fail although its host came back");
+    verify(&export, 0..32, 5);
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    let r = &d["members"][0]["remote"];
+    assert_eq!(r["connection"], "connected", "{d}");
+    assert!(r["reconnect_attempts"].as_u64().unwrap_or(0) >= 1, "{d}");
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+}
+
 /// raid5 over four hosts: one cut off mid-write is a failed member and the writer goes on
 /// without an error; all reads back. A second host cut off leaves the array without its
 /// data: reads and writes get EIO (a clear error), and no read returns wrong data.
@@ -262,7 +322,10 @@ fn raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two() {
         .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
         .args(["--assume-clean", "--run"])
         .args(&uris));
-    let srv = Served::start(&dir, &paths(&uris), SERVE);
+    // Degraded, the others hold the last copies: they retry a lost connection, for 1 s.
+    let mut args = SERVE.to_vec();
+    args.extend(["--nbd-retry", "1"]);
+    let srv = Served::start(&dir, &paths(&uris), &args);
     let export = srv.uri();
     let a0 = Path::new(&uris[0]);
 

@@ -64,6 +64,14 @@ pub trait Member: Send + Sync {
     fn reopen(&self) -> Option<io::Result<Arc<dyn Member>>> {
         None
     }
+    /// md's failfast, decided by the array: `true` while the array keeps its data without
+    /// this member, so an error that a retry might cure (a lost connection) fails the
+    /// request at once and the member with it; `false` while it holds the last copy of
+    /// some data, so such an error is retried (with back-off, for a bounded time) before
+    /// the request fails. Devices that have nothing to retry ignore it.
+    fn set_failfast(&self, failfast: bool) {
+        let _ = failfast;
+    }
     /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
     /// on `batch`; the engine runs the queued ones and waits for them before the batch
     /// returns (complete). The default does each op with [`Member::read_at`] or

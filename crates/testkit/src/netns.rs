@@ -25,10 +25,10 @@ const SUBNETS: u32 = 1 << 14;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// True when this machine can create hosts (root, `ip`, `nbdkit`); otherwise skips `test`
+/// True when this machine can create hosts (root, `ip` and `ss`, `nbdkit`); otherwise skips `test`
 /// (a failure in CI).
 pub fn need_netns(test: &str) -> bool {
-    if !crate::skip::need_tools(&["ip", "nbdkit"], test) {
+    if !crate::skip::need_tools(&["ip", "ss", "nbdkit"], test) {
         return false;
     }
     // SAFETY: geteuid has no preconditions.
@@ -166,6 +166,19 @@ impl Host {
     pub fn reachable(&self) -> bool {
         let a = SocketAddr::from((self.addr, PORT));
         TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok()
+    }
+
+    /// Whether a connection to the host's server is being attempted from the test's
+    /// namespace now (a SYN unanswered: `ss` lists it SYN-SENT), as a client that lost the
+    /// host and tries again does while the host is cut off.
+    pub fn being_dialled(&self) -> bool {
+        let out = Command::new("ss")
+            .args(["-Htn", "state", "syn-sent", "dst"])
+            .arg(format!("{}:{PORT}", self.addr))
+            .output()
+            .expect("run ss (iproute2)");
+        assert!(out.status.success(), "ss failed: {out:?}");
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
     }
 
     /// The host is lost: its end of the link goes down, so packets to it vanish (no reset,
