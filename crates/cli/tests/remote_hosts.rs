@@ -357,6 +357,70 @@ fn raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two() {
     assert_eq!(member_state(&d, 3), "active", "{d}");
 }
 
+/// `level` over `n` hosts: the hosts in `cut` are cut off one after the other while a
+/// writer runs (each at its own point of the write); no write fails, each lost member is
+/// faulty, the rest active, and every block reads back.
+fn hosts_lost_mid_write(test: &str, level: &str, n: usize, cut: &[usize]) {
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new(&format!("hosts-raid{level}"));
+    let hosts = start_hosts(&dir, n, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args([
+            "create",
+            "-l",
+            level,
+            "-n",
+            &n.to_string(),
+            "--chunk",
+            "64K",
+        ])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    let srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let kept = (0..n).find(|r| !cut.contains(r)).unwrap();
+    let a0 = Path::new(&uris[kept]);
+    let per = 32u64;
+    for (i, &h) in cut.iter().enumerate() {
+        let first = i as u64 * per;
+        write_while(&export, first..first + per, 6, per / 4, || hosts[h].cut())
+            .unwrap_or_else(|e| panic!("a write failed with host {h} lost: {e}"));
+        srv.wait_detail(a0, |d| member_state(d, h) == "faulty");
+    }
+    let d = srv.detail(a0);
+    for r in 0..n {
+        let want = if cut.contains(&r) { "faulty" } else { "active" };
+        assert_eq!(member_state(&d, r), want, "member {r}: {d}");
+    }
+    verify(&export, 0..cut.len() as u64 * per, 6);
+}
+
+/// raid6 over six hosts loses two, one after the other, mid-write.
+#[test]
+fn raid6_over_six_hosts_loses_two_mid_write_and_goes_on() {
+    hosts_lost_mid_write(
+        "raid6_over_six_hosts_loses_two_mid_write_and_goes_on",
+        "6",
+        6,
+        &[1, 4],
+    );
+}
+
+/// raid10 (near 2) over four hosts loses one of each mirror pair mid-write.
+#[test]
+fn raid10_over_four_hosts_loses_one_per_pair_mid_write_and_goes_on() {
+    hosts_lost_mid_write(
+        "raid10_over_four_hosts_loses_one_per_pair_mid_write_and_goes_on",
+        "10",
+        4,
+        &[0, 3],
+    );
+}
+
 /// raid5 over three hosts: one restarts with an empty disk (its server killed, the disk
 /// swapped). Its member fails on the next write; the re-add daemon leaves it alone (no
 /// superblock: not this array's member), and added by hand it is rebuilt whole: a region written before the loss (clean in the

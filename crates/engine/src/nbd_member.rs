@@ -10,7 +10,8 @@
 //! - **not failfast** (it holds the last copy of some data): the request reconnects with
 //!   back-off (100 ms doubling to 5 s) and is sent again, for at most
 //!   [`NbdMember::with_retry`]'s time, before it fails; once a retry ran out, later requests
-//!   fail at once until a reconnect succeeds. A block request is the same sent twice.
+//!   fail at once (each would wait as long again for a host that is gone). A block request
+//!   is the same sent twice.
 //!
 //! A failed member is not reconnected in place (the array has moved on without it);
 //! [`Member::reopen`] opens a new member on the same export, which the re-add daemon
@@ -47,7 +48,7 @@ pub struct NbdMember {
     /// How long requests of a member that is not failfast keep reconnecting.
     retry_for: Duration,
     /// A retry ran out: later requests fail at once (each would wait `retry_for` again
-    /// for a host that is gone) until a reconnect succeeds.
+    /// for a host that is gone).
     gave_up: AtomicBool,
 }
 
