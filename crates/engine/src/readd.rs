@@ -1,8 +1,9 @@
 //! Re-adding a lost host's member when the host is back (mdadm's incremental re-add of a
 //! device that reappears, its `POLICY action=re-add`, done by the re-add daemon).
 //!
-//! A member that failed and can be opened anew ([`Member::reopen`]: a remote member, by a
-//! new connection) is tried on each pass. Once it opens, it is re-added only if what it
+//! A member that failed with its connection lost and can be opened anew
+//! ([`Member::reopen`]: a remote member, by a new connection) is tried on each pass; one
+//! failed by request (`uraid fail`, its connection up) is left alone. Once it opens, it is re-added only if what it
 //! holds is this array's member in that same role (its superblock's set UUID and role):
 //! then the role's bitmap makes the recovery copy only what it missed. Anything else (a
 //! host back with an empty disk, or another array's disk) is left for the user to add, as
@@ -48,6 +49,11 @@ impl Array {
             let Some(old) = self.slot(role).device() else {
                 continue;
             };
+            // Only a member that failed with its connection: one failed by request
+            // (`uraid fail`, its connection up) is the administrator's to bring back.
+            if old.remote().is_none_or(|r| r.connected) {
+                continue;
+            }
             let Some(Ok(new)) = old.reopen() else {
                 continue;
             };
