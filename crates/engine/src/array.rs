@@ -901,6 +901,10 @@ impl SbHost for Array {
     fn now_secs(&self) -> u64 {
         Array::now_secs(self)
     }
+
+    fn members_failed(&self) {
+        self.refresh_failfast();
+    }
 }
 
 /// Member error handling, continued: md's bad block log.
