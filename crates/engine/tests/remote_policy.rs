@@ -232,3 +232,30 @@ fn a_member_lost_with_its_connection_is_readded_when_its_host_is_back() {
     h.disks[1].read_at(&mut kept, off + (5 << 20)).unwrap();
     assert!(kept == marker, "the recovery copied a clean chunk");
 }
+
+/// A member failed by request (`uraid fail`: its connection up) is the administrator's to
+/// bring back: the re-add daemon never reopens it, while it keeps trying a member lost with
+/// its connection (each pass visits the roles in order, so two tries of role 2 mean two
+/// passes went past role 1).
+#[test]
+fn a_member_failed_by_request_is_not_readded() {
+    let c = config(Level::Raid1, 3);
+    let h = hosts(&c, "byhand");
+    let a = Arc::new(create(&c, &h, true));
+    let d = a
+        .start_daemons(DaemonOptions {
+            readd_interval: Some(Duration::from_millis(20)),
+            ..DaemonOptions::default()
+        })
+        .unwrap();
+    a.fail_member(MemberIdx(1)).unwrap();
+    h.networks[2].store(false, Ordering::SeqCst);
+    a.write(0, &vec![1u8; 64 << 10]).unwrap();
+    assert_eq!(a.slot_state(MemberIdx(2)), SlotState::Faulty);
+    wait_for("two passes of the re-add daemon", || {
+        h.members[2].reopens.load(Ordering::SeqCst) >= 2
+    });
+    assert_eq!(h.members[1].reopens.load(Ordering::SeqCst), 0);
+    assert_eq!(a.slot_state(MemberIdx(1)), SlotState::Faulty);
+    d.stop();
+}
