@@ -138,6 +138,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             sync_limits: uraid_engine::SyncLimits::default(),
             tls: None,
             metrics: None,
+            readd_interval: None,
         },
     )
 }

@@ -58,6 +58,12 @@ struct Cli {
     /// host is a failed member, never a hang).
     #[arg(long, global = true, value_name = "SECS", default_value_t = 30.0)]
     nbd_timeout: f64,
+    /// Seconds an NBD member that holds the array's last copy of some data keeps
+    /// reconnecting, with back-off, when its connection is lost, before its request fails
+    /// (EIO). A member the array can do without fails at once instead (md's failfast). 0:
+    /// never retry.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 30.0)]
+    nbd_retry: f64,
     /// Connections per NBD member, where its server advertises multi-conn.
     #[arg(long, global = true, value_name = "N", default_value_t = 1)]
     nbd_connections: usize,
@@ -170,7 +176,9 @@ fn main() -> ExitCode {
         cli.nbd_timeout,
         cli.nbd_connections,
         cli.nbd_tls_ca.as_deref(),
-    ) {
+    )
+    .and_then(|()| open::configure_nbd_retry(cli.nbd_retry))
+    {
         eprintln!("uraid: {}", error_text(&e));
         return ExitCode::FAILURE;
     }

@@ -43,6 +43,19 @@ pub fn configure_nbd(timeout_secs: f64, connections: usize, tls_ca: Option<&Path
         .map_err(|_| anyhow::anyhow!("NBD members are configured already"))
 }
 
+/// `--nbd-retry`: how long a last copy's requests keep reconnecting.
+static NBD_RETRY: OnceLock<std::time::Duration> = OnceLock::new();
+
+/// Sets `--nbd-retry` (once, at start).
+pub fn configure_nbd_retry(secs: f64) -> Result<()> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        anyhow::bail!("--nbd-retry must be a number of seconds (0: never retry), not {secs}");
+    }
+    NBD_RETRY
+        .set(std::time::Duration::from_secs_f64(secs))
+        .map_err(|_| anyhow::anyhow!("--nbd-retry is configured already"))
+}
+
 fn is_remote(path: &Path) -> Option<&str> {
     path.to_str().filter(|s| uraid_engine::is_nbd_uri(s))
 }
@@ -58,7 +71,11 @@ fn open_remote(uri: &str) -> Result<Arc<dyn Member>> {
     let config = NBD.get().cloned().unwrap_or_default();
     let m =
         NbdMember::connect(uri, &config).map_err(|e| anyhow::anyhow!("cannot open member {e}"))?;
-    Ok(Arc::new(m))
+    let retry = NBD_RETRY
+        .get()
+        .copied()
+        .unwrap_or(uraid_engine::NBD_DEFAULT_RETRY);
+    Ok(Arc::new(m.with_retry(retry)))
 }
 
 /// `--overlay DIR`: every member this process opens is seen through the overlay (opened

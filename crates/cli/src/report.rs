@@ -735,7 +735,37 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
             device_row(&mut o, &n, "-", &state, &name);
         }
     }
+    remote_rows(&mut o, a);
     o
+}
+
+/// Members on other hosts, after mdadm's table: connection, latency and, while lost,
+/// the re-add daemon's attempts (`--nbd-readd`).
+fn remote_rows(o: &mut String, a: &Array) {
+    let rows: Vec<(usize, uraid_engine::RemoteStatus)> = (0..a.raid_disks())
+        .filter_map(|r| Some((r, a.slot(MemberIdx(r)).device()?.remote()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    o.push('\n');
+    for (r, m) in rows {
+        let mut v = if m.connected {
+            match m.latency_us {
+                Some(us) => format!("{} connected, latency {us} us", m.uri),
+                None => format!("{} connected", m.uri),
+            }
+        } else {
+            format!("{} lost ({})", m.uri, m.error.unwrap_or_default())
+        };
+        if m.reconnect_attempts > 0 {
+            v.push_str(&format!(", reconnect attempts {}", m.reconnect_attempts));
+            if let Some(e) = m.reconnect_error {
+                v.push_str(&format!(" (last: {e})"));
+            }
+        }
+        o.push_str(&format!("{:>18} : {v}\n", format!("Remote {r}")));
+    }
 }
 
 pub fn detail_json(a: &Array) -> Value {
@@ -770,6 +800,9 @@ pub fn detail_json(a: &Array) -> Value {
                     "latency_us": m.latency_us,
                     "connections": m.connections,
                     "tls": m.tls,
+                    // While lost: the re-add daemon's tries (--nbd-readd).
+                    "reconnect_attempts": m.reconnect_attempts,
+                    "reconnect_error": m.reconnect_error,
                 })),
                 "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,

@@ -84,6 +84,12 @@ pub struct ServeArgs {
     /// md's sync_speed_max in KiB/s.
     #[arg(long, value_name = "KIB", default_value_t = 200_000)]
     pub speed_max: u64,
+    /// Re-add a remote member lost with its host once the host answers again, trying
+    /// every SECS seconds: it must still hold this array's member in its role, and the
+    /// bitmap makes its recovery partial (mdadm's incremental re-add). 0: never (the
+    /// default; `uraid add` re-adds it).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub nbd_readd: f64,
     /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT or PORT; loopback only
     /// unless --metrics-allow-remote; port 0 picks a free one, printed at start).
     #[arg(long, value_name = "ADDR")]
@@ -154,6 +160,8 @@ pub struct ServeOptions {
     pub tls: Option<uraid_nbd::TlsServer>,
     /// Where Prometheus metrics are served (`--metrics`).
     pub metrics: Option<SocketAddr>,
+    /// `--nbd-readd`: how often lost remote members are tried again (`None`: never).
+    pub readd_interval: Option<std::time::Duration>,
 }
 
 /// `serve --scan`: the members of the one array the scan chooses.
@@ -238,8 +246,17 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
             },
             tls,
             metrics,
+            readd_interval: readd_interval(a.nbd_readd)?,
         },
     )
+}
+
+/// `--nbd-readd SECS`: 0 is never.
+fn readd_interval(secs: f64) -> Result<Option<std::time::Duration>> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        anyhow::bail!("--nbd-readd must be a number of seconds (0: never), not {secs}");
+    }
+    Ok((secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
 }
 
 /// Serves `array` until a signal or `uraid stop`, then stops it cleanly.
@@ -270,6 +287,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     let mut info = ServeInfo {
         pid: std::process::id(),
         sync_limits: opts.sync_limits,
+        readd_interval: opts.readd_interval,
         ..ServeInfo::default()
     };
     if let Some(addr) = &opts.nbd {

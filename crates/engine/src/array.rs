@@ -148,6 +148,7 @@ impl Array {
                 a.pers.max_degraded()
             )));
         }
+        a.refresh_failfast();
         Ok(a)
     }
 
@@ -354,6 +355,18 @@ impl Array {
         self.pers.survives(&missing)
     }
 
+    /// Tells each member whether it is failfast now ([`Member::set_failfast`]): only
+    /// while the array keeps its data without it, as md sets failfast on a request only
+    /// while other members hold the data. Called when redundancy changes: at start, after
+    /// a member fails, when a recovery finishes.
+    pub(crate) fn refresh_failfast(&self) {
+        for role in self.slots.roles() {
+            if let Some(dev) = self.slots[role].device() {
+                dev.set_failfast(self.survives_without(role));
+            }
+        }
+    }
+
     /// [`Array::member_error`]; with `keep_last`, only if the array survives without the
     /// member (decided under the superblock lock, so that two such failures at once cannot
     /// both pass). Returns whether this call failed the member.
@@ -384,6 +397,7 @@ impl Array {
         let _ = change.recorded(meta.write_all(self));
         drop(change);
         drop(meta);
+        self.refresh_failfast();
         self.events
             .emit(crate::events::Event::Fail { role, device: name });
         if promoted {
@@ -886,6 +900,10 @@ impl SbHost for Array {
 
     fn now_secs(&self) -> u64 {
         Array::now_secs(self)
+    }
+
+    fn members_failed(&self) {
+        self.refresh_failfast();
     }
 }
 

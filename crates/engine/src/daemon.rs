@@ -15,6 +15,10 @@
 //!   resync owed after an unclean stop is run (not degraded: there is nothing to compare);
 //!   one sync at a time, paced by md's sync_speed_min/max ([`crate::Throttle`]).
 //!
+//! - **the re-add daemon** (with [`DaemonOptions::readd_interval`]): a member lost with
+//!   its host is reopened on each pass and re-added once the host is back, so that the
+//!   bitmap resyncs what it missed (`readd.rs`; mdadm's incremental re-add).
+//!
 //! Every policy reads the array's clock ([`crate::clock`]); the threads only decide how
 //! often they look. [`Daemons::run_pass`] runs the periodic part once on the caller's
 //! thread, so a test on a [`crate::clock::ManualClock`] drives it step by step.
@@ -80,6 +84,22 @@ pub enum DaemonNote {
     SafeModeFailed(String),
     /// A bitmap daemon pass failed.
     BitmapDaemonFailed(String),
+    /// A member lost with its host answered again and was re-added in its role.
+    MemberReadded {
+        /// Its role.
+        role: MemberIdx,
+        /// Its device (URI).
+        device: String,
+    },
+    /// A lost member answered again but is not re-added (noted once per reason).
+    ReaddRefused {
+        /// Its role.
+        role: MemberIdx,
+        /// Its device (URI).
+        device: String,
+        /// Why, and what to do.
+        why: String,
+    },
 }
 
 impl fmt::Display for DaemonNote {
@@ -107,6 +127,14 @@ impl fmt::Display for DaemonNote {
             }
             DaemonNote::SafeModeFailed(e) => write!(f, "safe mode: {e}"),
             DaemonNote::BitmapDaemonFailed(e) => write!(f, "bitmap daemon: {e}"),
+            DaemonNote::MemberReadded { role, device } => write!(
+                f,
+                "member {role} ({device}) answers again: re-added, recovery started"
+            ),
+            DaemonNote::ReaddRefused { role, device, why } => write!(
+                f,
+                "member {role} ({device}) answers again but is not re-added: {why}"
+            ),
         }
     }
 }
@@ -129,6 +157,10 @@ pub struct DaemonOptions {
     pub start_sync: bool,
     /// Where notes go; by default `tracing` at info (errors at warn).
     pub notify: Option<DaemonNotify>,
+    /// Try to reopen failed members that can be ([`crate::Member::reopen`]: remote
+    /// ones) this often, and re-add each that is this array's member again; `None` (the
+    /// default): never, a lost member waits for `add`.
+    pub readd_interval: Option<Duration>,
 }
 
 impl Default for DaemonOptions {
@@ -139,6 +171,7 @@ impl Default for DaemonOptions {
             sync_limits: SyncLimits::default(),
             start_sync: true,
             notify: None,
+            readd_interval: None,
         }
     }
 }
@@ -151,6 +184,7 @@ impl fmt::Debug for DaemonOptions {
             .field("sync_limits", &self.sync_limits)
             .field("start_sync", &self.start_sync)
             .field("notify", &self.notify.is_some())
+            .field("readd_interval", &self.readd_interval)
             .finish()
     }
 }
@@ -184,6 +218,7 @@ pub fn activate_spares(array: &Array, notify: &dyn Fn(&DaemonNote)) {
 fn trace_note(n: &DaemonNote) {
     match n {
         DaemonNote::SpareActivationFailed(_)
+        | DaemonNote::ReaddRefused { .. }
         | DaemonNote::SyncStopped { .. }
         | DaemonNote::SafeModeFailed(_)
         | DaemonNote::BitmapDaemonFailed(_) => tracing::warn!("{n}"),
@@ -255,6 +290,10 @@ impl Daemons {
         spawn("md-daemon", Box::new(move || s.md_thread()))?;
         let s = shared.clone();
         spawn("md-events", Box::new(move || s.watch_failures(events)))?;
+        if let Some(every) = shared.opts.readd_interval {
+            let s = shared.clone();
+            spawn("md-readd", Box::new(move || s.readd_daemon(every)))?;
+        }
         if shared.opts.start_sync {
             activate_spares(&array, &*shared.notify);
             // As md does when it starts an array: finish an interrupted recovery, else
@@ -455,6 +494,38 @@ impl Shared {
                 self.start_sync(SyncKind::Recovery);
             }
         }
+    }
+
+    fn readd_daemon(self: &Arc<Self>, every: Duration) {
+        use crate::readd::Readd;
+        // A refusal is noted once for each (role, reason), not on every pass.
+        let mut refused = std::collections::HashSet::new();
+        crate::readd::readd_thread(
+            self.array.clone(),
+            every,
+            || self.stopping(),
+            |r| match r {
+                Readd::Readded { role, device } => {
+                    refused.retain(|(r, _)| *r != role);
+                    (self.notify)(&DaemonNote::MemberReadded { role, device });
+                    self.start_sync(SyncKind::Recovery);
+                }
+                Readd::Refused { role, device, why } => {
+                    if refused.insert((role, why.clone())) {
+                        (self.notify)(&DaemonNote::ReaddRefused { role, device, why });
+                    }
+                }
+                Readd::Failed {
+                    role,
+                    device,
+                    error,
+                } => (self.notify)(&DaemonNote::ReaddRefused {
+                    role,
+                    device,
+                    why: format!("the re-add failed: {error}"),
+                }),
+            },
+        );
     }
 
     fn start_sync(self: &Arc<Self>, kind: SyncKind) {

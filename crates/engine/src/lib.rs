@@ -110,6 +110,7 @@ mod raid1;
 mod raid10;
 mod raid5;
 mod read_balance;
+mod readd;
 mod recovery;
 mod replace;
 mod replacing;
@@ -189,7 +190,7 @@ pub use member::{
 };
 /// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
 #[cfg(feature = "nbd")]
-pub use nbd_member::NbdMember;
+pub use nbd_member::{NbdMember, DEFAULT_RETRY as NBD_DEFAULT_RETRY};
 /// Whether a member's name is an NBD URI (`nbd://`, `nbd+unix://`, and the TLS forms,
 /// which are refused when connecting) rather than a path.
 #[cfg(feature = "nbd")]

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::unix::io::RawFd;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// A member device: a byte-addressed store with a fixed size.
 ///
@@ -56,6 +56,21 @@ pub trait Member: Send + Sync {
     /// Local members have none.
     fn remote(&self) -> Option<RemoteStatus> {
         None
+    }
+    /// The same device opened anew, for a member that failed because its connection was
+    /// lost (a remote member: a new connection to the same export), so that it can be
+    /// re-added when its host is back. `None` for devices that cannot be reopened this way
+    /// (local ones: md re-adds those when they reappear, which is the user's call here).
+    fn reopen(&self) -> Option<io::Result<Arc<dyn Member>>> {
+        None
+    }
+    /// md's failfast, decided by the array: `true` while the array keeps its data without
+    /// this member, so an error that a retry might cure (a lost connection) fails the
+    /// request at once and the member with it; `false` while it holds the last copy of
+    /// some data, so such an error is retried (with back-off, for a bounded time) before
+    /// the request fails. Devices that have nothing to retry ignore it.
+    fn set_failfast(&self, failfast: bool) {
+        let _ = failfast;
     }
     /// Take a batch of ops (submit): complete each that is not complete yet, or queue it
     /// on `batch`; the engine runs the queued ones and waits for them before the batch
@@ -406,4 +421,9 @@ pub struct RemoteStatus {
     pub connections: usize,
     /// Over TLS.
     pub tls: bool,
+    /// Attempts to reconnect since the member failed ([`Member::reopen`]; the re-add
+    /// daemon's, with `--nbd-readd`).
+    pub reconnect_attempts: u64,
+    /// Why the last attempt failed.
+    pub reconnect_error: Option<String>,
 }

@@ -34,6 +34,9 @@ pub trait SbHost {
     fn promote_replacement(&self, role: MemberIdx, meta: &mut Meta) -> bool;
     /// Wall seconds of the array's clock (the superblocks' utime).
     fn now_secs(&self) -> u64;
+    /// Members were failed here (their superblock could not be written): what the host
+    /// derives from the members' states (md's failfast) must be looked at again.
+    fn members_failed(&self);
 }
 
 /// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
@@ -476,6 +479,9 @@ impl Meta {
                 a.promote_replacement(i, self);
                 newly_failed = true;
             }
+        }
+        if newly_failed {
+            a.members_failed();
         }
         if newly_failed && written > 0 && self.write_depth < 4 {
             // Record those failures on the members that still take superblocks.

@@ -2,13 +2,26 @@
 //! through `uraid-nbd`'s client (feature `nbd`).
 //!
 //! The lower layer's view of a remote disk: reads, writes, flushes, TRIM as discard and
-//! WRITE_ZEROES where the server offers them. A lost host is an IO error of this member
-//! (each request waits at most the client's timeout, a dropped connection fails every
-//! request at once), which the array turns into a failed member as md does; there is no
-//! reconnect.
+//! WRITE_ZEROES where the server offers them. Each request waits at most the client's
+//! timeout; a timeout or a dropped connection closes the connection. What then depends on
+//! md's failfast, which the array sets ([`Member::set_failfast`]):
+//! - **failfast** (the array keeps its data without this member): the request fails at
+//!   once, and the array fails the member; the bitmap records what it misses.
+//! - **not failfast** (it holds the last copy of some data): the request reconnects with
+//!   back-off (100 ms doubling to 5 s) and is sent again, for at most
+//!   [`NbdMember::with_retry`]'s time, before it fails; once a retry ran out, later requests
+//!   fail at once (each would wait as long again for a host that is gone). A block request
+//!   is the same sent twice.
+//!
+//! A failed member is not reconnected in place (the array has moved on without it);
+//! [`Member::reopen`] opens a new member on the same export, which the re-add daemon
+//! re-adds once the host answers.
 
 use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow};
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use uraid_nbd::client::{Client, ClientConfig};
 
 /// A member on an NBD export. Its name and its device identity are the URI, so that the
@@ -23,90 +36,227 @@ use uraid_nbd::client::{Client, ClientConfig};
 /// # }
 /// ```
 pub struct NbdMember {
-    client: Client,
+    /// The connection(s) now; replaced when a last copy reconnects.
+    client: RwLock<Arc<Client>>,
+    /// How it was opened, for [`Member::reopen`] and reconnects.
+    config: ClientConfig,
+    /// Attempts to connect anew finished (reopen or reconnect), and the last one's error.
+    reconnects: Mutex<(u64, Option<String>)>,
+    /// md's failfast, as the array sets it ([`Member::set_failfast`]): a lost connection
+    /// fails requests at once. Off (the array's last copy of some data): retry.
+    failfast: AtomicBool,
+    /// How long requests of a member that is not failfast keep reconnecting.
+    retry_for: Duration,
+    /// A retry ran out: later requests fail at once (each would wait `retry_for` again
+    /// for a host that is gone).
+    gave_up: AtomicBool,
 }
 
+/// The default of [`NbdMember::with_retry`].
+pub const DEFAULT_RETRY: Duration = Duration::from_secs(30);
+/// First pause between reconnects of a last copy; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
 impl NbdMember {
-    /// Connects to the export `uri` names. `nbds://` (TLS) is refused by name.
+    /// Connects to the export `uri` names (`nbds://` with the config's TLS CA).
     pub fn connect(uri: &str, config: &ClientConfig) -> io::Result<NbdMember> {
         let client = Client::open(uri, config).map_err(|e| e.into_io())?;
-        Ok(NbdMember { client })
+        Ok(NbdMember {
+            client: RwLock::new(Arc::new(client)),
+            config: config.clone(),
+            reconnects: Mutex::new((0, None)),
+            failfast: AtomicBool::new(true),
+            retry_for: DEFAULT_RETRY,
+            gave_up: AtomicBool::new(false),
+        })
     }
 
-    /// The client underneath (what the server offered, connections).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// How long a request keeps reconnecting, with back-off, when the connection is lost
+    /// while the member is not failfast (the array would lose data without it), before it
+    /// fails (default [`DEFAULT_RETRY`]; zero: never retry).
+    pub fn with_retry(mut self, retry_for: Duration) -> NbdMember {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// The client underneath now (what the server offered, connections).
+    pub fn client(&self) -> Arc<Client> {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn note_attempt<T>(&self, r: &io::Result<T>) {
+        let mut n = self.reconnects.lock().unwrap_or_else(|e| e.into_inner());
+        *n = (n.0 + 1, r.as_ref().err().map(|e| e.to_string()));
+    }
+
+    /// A connected client in place of `lost` (unless another request has put one there
+    /// already).
+    fn reconnect(&self, lost: &Arc<Client>) -> io::Result<Arc<Client>> {
+        let now = self.client();
+        if !Arc::ptr_eq(&now, lost) && now.status().connected {
+            return Ok(now);
+        }
+        let r = Client::open(lost.name(), &self.config).map_err(|e| e.into_io());
+        self.note_attempt(&r);
+        let c = Arc::new(r?);
+        if c.info().size_bytes != lost.info().size_bytes {
+            return Err(io::Error::other(format!(
+                "{}: the export came back with another size ({} bytes, was {})",
+                lost.name(),
+                c.info().size_bytes,
+                lost.info().size_bytes
+            )));
+        }
+        *self.client.write().unwrap_or_else(|e| e.into_inner()) = c.clone();
+        self.gave_up.store(false, Ordering::Relaxed);
+        tracing::info!("{}: reconnected", lost.name());
+        Ok(c)
+    }
+
+    /// Runs `f` on the client; when it fails because the connection is lost and the
+    /// member is not failfast, reconnects with back-off and runs it again, for at most
+    /// `retry_for` (a block request is the same when sent twice).
+    fn with_client<T>(&self, mut f: impl FnMut(&Client) -> io::Result<T>) -> io::Result<T> {
+        let mut c = self.client();
+        let mut err = match f(&c) {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let deadline = Instant::now() + self.retry_for;
+        let mut pause = FIRST_BACKOFF;
+        loop {
+            // A server's error reply leaves the connection up: that is the answer.
+            if c.status().connected
+                || self.failfast.load(Ordering::Relaxed)
+                || self.gave_up.load(Ordering::Relaxed)
+            {
+                return Err(err);
+            }
+            if Instant::now() >= deadline {
+                self.gave_up.store(true, Ordering::Relaxed);
+                return Err(io::Error::new(
+                    err.kind(),
+                    format!("{err}; no reconnect within {:?}", self.retry_for),
+                ));
+            }
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(MAX_BACKOFF);
+            if let Ok(new) = self.reconnect(&c) {
+                c = new;
+                match f(&c) {
+                    Ok(v) => return Ok(v),
+                    Err(e) => err = e,
+                }
+            }
+        }
     }
 }
 
 impl Member for NbdMember {
     fn size_bytes(&self) -> u64 {
-        self.client.info().size_bytes
+        self.client().info().size_bytes
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.client.read(buf, offset)
+        self.with_client(|c| c.read(&mut buf[..], offset))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.client.write(buf, offset, false)
+        self.with_client(|c| c.write(buf, offset, false))
     }
 
     fn flush(&self) -> io::Result<()> {
-        self.client.flush()
+        self.with_client(|c| c.flush())
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.client.trim(offset, len)
+        self.with_client(|c| c.trim(offset, len))
     }
 
     fn write_zeroes(&self, offset: u64, len: u64, how: ZeroHow) -> io::Result<()> {
-        if !self.client.info().can_write_zeroes() {
+        if !self.client().info().can_write_zeroes() {
             return write_zero_buffers(self, offset, len);
         }
-        self.client.write_zeroes(offset, len, !how.unmap, false)
+        self.with_client(|c| c.write_zeroes(offset, len, !how.unmap, false))
     }
 
     fn zeroes_fast(&self, _unmap: bool) -> bool {
-        self.client.info().can_write_zeroes()
+        self.client().info().can_write_zeroes()
     }
 
     fn name(&self) -> String {
-        self.client.name().to_string()
+        self.client().name().to_string()
     }
 
     fn remote(&self) -> Option<RemoteStatus> {
-        let st = self.client.status();
+        let client = self.client();
+        let st = client.status();
+        let reconnects = self
+            .reconnects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         Some(RemoteStatus {
-            uri: self.client.name().to_string(),
+            uri: client.name().to_string(),
             connected: st.connected,
             error: st.error,
             latency_us: st.latency_us,
             connections: st.connections,
             tls: st.tls,
+            reconnect_attempts: reconnects.0,
+            reconnect_error: reconnects.1,
         })
+    }
+
+    /// A new connection to the same export, counted (and its error kept) on this member,
+    /// whose `remote` status `uraid detail` shows while it is faulty.
+    fn reopen(&self) -> Option<io::Result<Arc<dyn Member>>> {
+        let r = NbdMember::connect(self.client().name(), &self.config)
+            .map(|m| m.with_retry(self.retry_for));
+        self.note_attempt(&r);
+        Some(r.map(|m| Arc::new(m) as Arc<dyn Member>))
+    }
+
+    fn set_failfast(&self, failfast: bool) {
+        self.failfast.store(failfast, Ordering::Relaxed);
     }
 
     /// Every op is sent at submit and completed after the batch's other members had theirs
     /// ([`Batch::complete_later`]), so a batch's ops on all its members are in flight
     /// together. IO the client must split or align runs at once.
+    /// A request that fails on a lost connection while the member is not failfast is run
+    /// again synchronously, through the retrying path.
     fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
+        let client = self.client();
         for op in ops.iter_mut().filter(|o| !o.is_complete()) {
-            if !self.client.fits_one_request(op.offset, op.len()) {
+            if !client.fits_one_request(op.offset, op.len()) {
                 op.run_sync(self);
                 continue;
             }
             let ticket = match op.buf() {
-                OpBuf::Read(b) => self.client.start_read(op.offset, b.len() as u32),
-                OpBuf::Write(b) => self.client.start_write(b, op.offset, false),
+                OpBuf::Read(b) => client.start_read(op.offset, b.len() as u32),
+                OpBuf::Write(b) => client.start_write(b, op.offset, false),
             };
+            let sent_on = client.clone();
             batch.complete_later(op, move |op: &mut MemberOp<'a>| {
                 let r = ticket.wait().map(|data| {
                     if let OpBuf::Read(b) = &mut op.buf {
                         b.copy_from_slice(&data);
                     }
                 });
-                op.complete(r);
+                let retry = r.is_err()
+                    && !sent_on.status().connected
+                    && !self.failfast.load(Ordering::Relaxed)
+                    && !self.gave_up.load(Ordering::Relaxed);
+                if retry {
+                    op.run_sync(self);
+                } else {
+                    op.complete(r);
+                }
             });
         }
     }

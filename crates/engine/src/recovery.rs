@@ -305,6 +305,7 @@ impl Array {
             self.slot(*r)
                 .transition(SlotState::Recovering, SlotState::InSync);
         }
+        self.refresh_failfast();
         let mut meta = self.meta();
         for r in &done {
             if let Some(sb) = meta.members[*r].as_mut() {

@@ -11,6 +11,8 @@
 //! - [`served`]: `uraid serve` as a child process over member files, always killed, with its
 //!   control socket, output and the host tools that talk to it (fio, nbdinfo).
 //! - [`loopdev`]: loop devices over image files, detached on drop.
+//! - [`netns`]: remote hosts in network namespaces, each with an NBD server, that a test
+//!   cuts off and brings back.
 //! - [`pki`]: a test CA and server certificates for TLS (the file names nbdkit, qemu and
 //!   libnbd look for).
 //! - [`prelude`]: all of the above that a command-line test uses, in one glob import.
@@ -25,6 +27,7 @@ pub mod data;
 pub mod engine;
 pub mod fuzz;
 pub mod loopdev;
+pub mod netns;
 pub mod pki;
 pub mod prelude;
 pub mod served;

@@ -106,6 +106,8 @@ pub struct ServeInfo {
     pub members: Vec<PathBuf>,
     /// md's sync_speed_min/max for the daemons' resync and recovery.
     pub sync_limits: uraid_engine::SyncLimits,
+    /// `--nbd-readd`: how often lost remote members are tried again.
+    pub readd_interval: Option<std::time::Duration>,
 }
 
 impl ServeInfo {
@@ -118,6 +120,7 @@ impl ServeInfo {
             "members": self.members,
             "sync_speed_min": self.sync_limits.min_kib_s,
             "sync_speed_max": self.sync_limits.max_kib_s,
+            "nbd_readd_secs": self.readd_interval.map(|d| d.as_secs_f64()),
             // Forced on every member (after a fallback, no io_uring here: sync), else
             // "auto": each member's own, in `detail`.
             "io_engine": uraid_engine::io::io_engine_forced().map_or("auto", |e| e.name()),
@@ -207,6 +210,7 @@ impl ControlServer {
         let daemons = array.start_daemons(DaemonOptions {
             notify: Some(notify),
             sync_limits: info.sync_limits,
+            readd_interval: info.readd_interval,
             ..DaemonOptions::default()
         })?;
         let ctx = Arc::new(Ctx {

@@ -1,0 +1,496 @@
+//! Members on other hosts (issue 16): each member is an NBD export (nbdkit's file plugin)
+//! on a host of its own, a network namespace that the test cuts off the network without a
+//! word to either side (`uraid_testkit::netns`). While a writer runs through `uraid serve`,
+//! a lost host is a failed member after one request timeout (`--nbd-timeout`): the writer
+//! sees no error, and everything reads back. A second host lost on raid5 gives EIO, never
+//! wrong data. A host that comes back is re-added and the bitmap makes its recovery copy only
+//! what it missed; a host back with an empty disk is rebuilt whole. Nothing here times
+//! anything: waits are for states, with a generous safety net.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use uraid_nbd::client::{Client, ClientConfig};
+use uraid_testkit::netns::{need_netns, Host};
+use uraid_testkit::prelude::*;
+
+/// Bytes per write of the writers here.
+const BLOCK: usize = 64 << 10;
+/// Each request waits at most this for a lost host: then the member fails.
+const SERVE: &[&str] = &["--nbd-timeout", "2"];
+
+fn start_hosts(dir: &TempDir, n: usize, mib: u64) -> Vec<Host> {
+    (0..n)
+        .map(|i| Host::start(dir, &format!("h{i}"), mib))
+        .collect()
+}
+
+fn uris_of(hosts: &[Host]) -> Vec<String> {
+    hosts.iter().map(|h| h.uri()).collect()
+}
+
+fn paths(uris: &[String]) -> Vec<PathBuf> {
+    uris.iter().map(PathBuf::from).collect()
+}
+
+/// Block `b`'s contents under `seed`.
+fn block(seed: u64, b: u64) -> Vec<u8> {
+    pattern(BLOCK, seed * 1_000_003 + b)
+}
+
+/// Writes blocks `blocks` (of [`BLOCK`] bytes, [`block`]`(seed, b)`) through `export` from a
+/// thread; once `at` of them are acknowledged the writer waits while `mid` runs here (cut a
+/// host off), so that the rest are written after it; gives the writer's outcome, its flush
+/// included.
+fn write_while(
+    export: &str,
+    blocks: std::ops::Range<u64>,
+    seed: u64,
+    at: u64,
+    mid: impl FnOnce(),
+) -> Result<(), String> {
+    let (paused_tx, paused) = mpsc::channel();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel();
+    let writer = {
+        let export = export.to_string();
+        std::thread::spawn(move || {
+            let c = Client::open(&export, &ClientConfig::default()).unwrap();
+            for (i, b) in blocks.enumerate() {
+                if i as u64 == at {
+                    let _ = paused_tx.send(());
+                    let _ = go.recv();
+                }
+                if let Err(e) = c.write(&block(seed, b), b * BLOCK as u64, false) {
+                    let _ = done_tx.send(Err(format!("block {b}: {e}")));
+                    return;
+                }
+            }
+            let _ = done_tx.send(c.flush().map_err(|e| format!("flush: {e}")));
+        })
+    };
+    paused
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the writer did not get to the pause");
+    mid();
+    go_tx.send(()).unwrap();
+    let r = done
+        .recv_timeout(Duration::from_secs(300))
+        .expect("writes hung after the host was lost");
+    writer.join().unwrap();
+    r
+}
+
+/// Reads blocks `blocks` back through `export`: every one must be [`block`]`(seed, b)`.
+fn verify(export: &str, blocks: std::ops::Range<u64>, seed: u64) {
+    let c = Client::open(export, &ClientConfig::default()).unwrap();
+    let mut back = vec![0u8; BLOCK];
+    for b in blocks {
+        c.read(&mut back, b * BLOCK as u64)
+            .unwrap_or_else(|e| panic!("block {b}: {e}"));
+        assert!(back == block(seed, b), "block {b} differs");
+    }
+}
+
+/// Byte offset of the data area in a member's image (its superblock read from the file
+/// behind the export, not over the network).
+fn data_offset(disk: &Path) -> u64 {
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(disk)));
+    v["data_offset_sectors"].as_u64().unwrap() * 512
+}
+
+fn read_file_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; len];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut b, offset)
+        .unwrap();
+    b
+}
+
+fn member_state(d: &serde_json::Value, role: usize) -> String {
+    d["members"][role]["state"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// raid1 over two hosts: host 1 is cut off a quarter into a write; the writer sees no
+/// error, the member is faulty with its connection lost, and every block reads back. The
+/// host comes back and is re-added (by `uraid add`, or with `auto` by the re-add daemon of
+/// `--nbd-readd`): its recovery copies the bitmap's dirty chunk (the blocks it missed are
+/// on its disk after) and nothing else (a marker left on its disk in a chunk nobody wrote
+/// survives the recovery, which a full rebuild would have overwritten).
+fn raid1_lost_host_comes_back(test: &str, auto: bool) {
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-raid1");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut args = SERVE.to_vec();
+    if auto {
+        args.extend(["--nbd-readd", "0.2"]);
+    }
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+
+    // 64 blocks: the first 4 MiB, bitmap chunk 0.
+    write_while(&export, 0..64, 1, 16, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    let d = srv.detail(a0);
+    assert_eq!(d["degraded"], true, "{d}");
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "lost", "{d}");
+    verify(&export, 0..64, 1);
+    if auto {
+        // The daemon tries the lost host, and detail says so, in JSON and in text.
+        srv.wait_detail(a0, |d| {
+            d["members"][1]["remote"]["reconnect_attempts"]
+                .as_u64()
+                .unwrap_or(0)
+                >= 1
+        });
+        let d = srv.detail(a0);
+        assert!(
+            d["members"][1]["remote"]["reconnect_error"].is_string(),
+            "{d}"
+        );
+        assert_eq!(member_state(&d, 1), "faulty", "re-added while cut off: {d}");
+        let t = stdout(&ok(srv.cmd().arg("detail").arg(&uris[0])));
+        let row = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("Remote 1 :"))
+            .unwrap_or_else(|| panic!("no remote row for member 1:\n{t}"));
+        assert!(
+            row.contains(" lost (") && row.contains("reconnect attempts"),
+            "{row}"
+        );
+    }
+
+    // Host 1 missed the last blocks; a marker goes into a chunk nobody wrote (chunk 5).
+    let off1 = data_offset(hosts[1].disk());
+    let on_host1 = |b: u64| read_file_at(hosts[1].disk(), off1 + b * BLOCK as u64, BLOCK);
+    assert!(
+        on_host1(15) == block(1, 15),
+        "host 1 lacks a block written before the cut"
+    );
+    for b in [16, 63] {
+        assert!(
+            on_host1(b) != block(1, b),
+            "host 1 got block {b} although cut off"
+        );
+    }
+    let marker = pattern(BLOCK, 99);
+    let clean_at = off1 + (20 << 20);
+    write_at(hosts[1].disk(), clean_at, &marker);
+
+    hosts[1].restore();
+    if !auto {
+        ok(srv.cmd().arg("remove").arg(&uris[1]));
+        ok(srv
+            .cmd()
+            .arg("add")
+            .arg("--array")
+            .arg(&uris[0])
+            .arg(&uris[1]));
+    }
+    srv.wait_detail(a0, |d| d["degraded"] == false);
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 1), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "connected", "{d}");
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    if auto {
+        let err = srv.stderr();
+        assert!(
+            err.contains("member 1 (") && err.contains("re-added, recovery started"),
+            "{err}"
+        );
+    }
+
+    for b in 0..64 {
+        assert!(
+            on_host1(b) == block(1, b),
+            "host 1's block {b} was not recovered"
+        );
+    }
+    assert!(
+        read_file_at(hosts[1].disk(), clean_at, BLOCK) == marker,
+        "the recovery copied a chunk the bitmap had clean: a full rebuild, not a re-add"
+    );
+}
+
+#[test]
+fn raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially() {
+    raid1_lost_host_comes_back(
+        "raid1_over_two_hosts_loses_one_mid_write_and_readds_it_partially",
+        false,
+    );
+}
+
+/// `--nbd-readd`: the host that comes back is re-added by the server itself.
+#[test]
+fn raid1_host_back_is_readded_by_itself_and_recovers_partially() {
+    raid1_lost_host_comes_back(
+        "raid1_host_back_is_readded_by_itself_and_recovers_partially",
+        true,
+    );
+}
+
+/// raid1 over two hosts, degraded (host 1 lost): host 0 now holds the only copy, so when
+/// it drops off the network its requests are not failed at the first timeout (as host 1's
+/// were: failfast) but retried, reconnecting with back-off (`--nbd-retry`). Host 0 comes
+/// back while a write waits: the write succeeds, member 0 stays active, and the data reads
+/// back; detail counts the reconnect.
+#[test]
+fn raid1_last_copy_reconnects_instead_of_eio() {
+    let test = "raid1_last_copy_reconnects_instead_of_eio";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-retry");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut args = SERVE.to_vec();
+    // Long enough never to run out here: the test waits for states, not for time.
+    args.extend(["--nbd-retry", "600"]);
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    write_while(&export, 0..16, 5, 8, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+
+    // Host 0 drops off before the writer goes on; once the member's client gave up on
+    // its connection and dials the host again, the host comes back.
+    let written = std::thread::scope(|s| {
+        let (cut_tx, cut) = mpsc::channel();
+        let host0 = &hosts[0];
+        s.spawn(move || {
+            cut.recv().unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while !host0.being_dialled() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no reconnect to host 0"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            host0.restore();
+        });
+        write_while(&export, 16..32, 5, 0, || {
+            host0.cut();
+            cut_tx.send(()).unwrap();
+        })
+    });
+    written.expect("the last copy's writes fail although its host came back");
+    verify(&export, 0..32, 5);
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    let r = &d["members"][0]["remote"];
+    assert_eq!(r["connection"], "connected", "{d}");
+    assert!(r["reconnect_attempts"].as_u64().unwrap_or(0) >= 1, "{d}");
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+}
+
+/// raid5 over four hosts: one cut off mid-write is a failed member and the writer goes on
+/// without an error; all reads back. A second host cut off leaves the array without its
+/// data: reads and writes get EIO (a clear error), and no read returns wrong data.
+#[test]
+fn raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two() {
+    let test = "raid5_over_four_hosts_survives_one_lost_and_gives_eio_for_two";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-raid5");
+    let hosts = start_hosts(&dir, 4, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "4", "--chunk", "64K"])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    // Degraded, the others hold the last copies: they retry a lost connection, for 1 s.
+    let mut args = SERVE.to_vec();
+    args.extend(["--nbd-retry", "1"]);
+    let srv = Served::start(&dir, &paths(&uris), &args);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+
+    write_while(&export, 0..96, 2, 24, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    assert_eq!(srv.detail(a0)["degraded"], true);
+    verify(&export, 0..96, 2);
+
+    hosts[2].cut();
+    let c = Client::open(&export, &ClientConfig::default()).unwrap();
+    let mut back = vec![0u8; BLOCK];
+    let mut failed = 0;
+    for b in 0..96 {
+        match c.read(&mut back, b * BLOCK as u64) {
+            Ok(()) => assert!(back == block(2, b), "block {b}: wrong data, not an error"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains("Input/output error"), "block {b}: {msg}");
+                failed += 1;
+            }
+        }
+    }
+    // Every 4-block stripe has data on host 1 or 2.
+    assert!(failed >= 48, "only {failed} of 96 blocks failed");
+    let w = c.write(&block(3, 0), 0, true);
+    assert!(w.is_err(), "a write to raid5 without two members succeeded");
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    assert_eq!(member_state(&d, 3), "active", "{d}");
+}
+
+/// `level` over `n` hosts: the hosts in `cut` are cut off one after the other while a
+/// writer runs (each at its own point of the write); no write fails, each lost member is
+/// faulty, the rest active, and every block reads back.
+fn hosts_lost_mid_write(test: &str, level: &str, n: usize, cut: &[usize]) {
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new(&format!("hosts-raid{level}"));
+    let hosts = start_hosts(&dir, n, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args([
+            "create",
+            "-l",
+            level,
+            "-n",
+            &n.to_string(),
+            "--chunk",
+            "64K",
+        ])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    let srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let kept = (0..n).find(|r| !cut.contains(r)).unwrap();
+    let a0 = Path::new(&uris[kept]);
+    let per = 32u64;
+    for (i, &h) in cut.iter().enumerate() {
+        let first = i as u64 * per;
+        write_while(&export, first..first + per, 6, per / 4, || hosts[h].cut())
+            .unwrap_or_else(|e| panic!("a write failed with host {h} lost: {e}"));
+        srv.wait_detail(a0, |d| member_state(d, h) == "faulty");
+    }
+    let d = srv.detail(a0);
+    for r in 0..n {
+        let want = if cut.contains(&r) { "faulty" } else { "active" };
+        assert_eq!(member_state(&d, r), want, "member {r}: {d}");
+    }
+    verify(&export, 0..cut.len() as u64 * per, 6);
+}
+
+/// raid6 over six hosts loses two, one after the other, mid-write.
+#[test]
+fn raid6_over_six_hosts_loses_two_mid_write_and_goes_on() {
+    hosts_lost_mid_write(
+        "raid6_over_six_hosts_loses_two_mid_write_and_goes_on",
+        "6",
+        6,
+        &[1, 4],
+    );
+}
+
+/// raid10 (near 2) over four hosts loses one of each mirror pair mid-write.
+#[test]
+fn raid10_over_four_hosts_loses_one_per_pair_mid_write_and_goes_on() {
+    hosts_lost_mid_write(
+        "raid10_over_four_hosts_loses_one_per_pair_mid_write_and_goes_on",
+        "10",
+        4,
+        &[0, 3],
+    );
+}
+
+/// raid5 over three hosts: one restarts with an empty disk (its server killed, the disk
+/// swapped). Its member fails on the next write; the re-add daemon leaves it alone (no
+/// superblock: not this array's member), and added by hand it is rebuilt whole: a region written before the loss (clean in the
+/// bitmap) is on it too, read back with another member left out.
+#[test]
+fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
+    let test = "raid5_host_back_with_an_empty_disk_is_rebuilt_fully";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-rebuild");
+    let mut hosts = start_hosts(&dir, 3, 48);
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "3", "--chunk", "64K"])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    // With the re-add daemon on: an empty disk is not its member any more, so it is left
+    // alone (a re-add would take it for the old member and copy only the dirty chunks).
+    let mut args = SERVE.to_vec();
+    args.extend(["--nbd-readd", "0.2"]);
+    let mut srv = Served::start(&dir, &paths(&uris), &args);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    // Array blocks 0..32 (member chunk 0) and 640..672 (40 MiB: member chunk 5).
+    write_while(&export, 0..32, 4, 0, || {}).unwrap();
+    write_while(&export, 640..672, 4, 0, || {}).unwrap();
+
+    hosts[2].restart(true);
+    // The next writes find host 2's connection reset: it fails, they succeed.
+    write_while(&export, 32..64, 4, 0, || {}).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 2) == "faulty");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !srv
+        .stderr()
+        .contains("is not re-added: it has no superblock")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", srv.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(member_state(&srv.detail(a0), 2), "faulty");
+
+    ok(srv.cmd().arg("remove").arg(&uris[2]));
+    ok(srv
+        .cmd()
+        .arg("add")
+        .arg("--array")
+        .arg(&uris[0])
+        .arg(&uris[2]));
+    srv.wait_detail(a0, |d| d["degraded"] == false);
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+
+    // Host 0 left out: its share comes from hosts 1 and 2, the rebuilt one.
+    for (first, count) in [(0u64, 64u64), (640, 32)] {
+        let out = dir.path(&format!("back{first}.bin"));
+        ok(uraid()
+            .args(["read", "--offset", &(first * BLOCK as u64).to_string()])
+            .args(["--length", &(count * BLOCK as u64).to_string(), "--output"])
+            .arg(&out)
+            .args(&uris[1..]));
+        let got = std::fs::read(&out).unwrap();
+        for b in 0..count {
+            let at = (b as usize) * BLOCK;
+            assert!(
+                got[at..at + BLOCK] == block(4, first + b)[..],
+                "block {} differs without host 0",
+                first + b
+            );
+        }
+    }
+}
