@@ -1,6 +1,7 @@
 //! uraid's NBD client against real servers: nbdkit (memory plugin, the blocksize-policy
-//! filter) on a Unix socket and on TCP loopback, qemu-nbd (structured replies, holes), and
-//! uraid's own server; and a server that dies or stalls, which must give errors, not hangs.
+//! filter) on a Unix socket and on TCP loopback, qemu-nbd (structured replies, holes),
+//! nbd-server (the reference server, simple replies, a named export) and uraid's own
+//! server; and a server that dies or stalls, which must give errors, not hangs.
 
 mod common;
 
@@ -294,6 +295,73 @@ fn qemu_nbd_structured_replies_with_holes() {
         back[at + data.len()..].iter().all(|&x| x == 0),
         "hole after"
     );
+}
+
+/// nbd-server, which daemonizes: found by its (unique) config path, killed on drop.
+struct NbdServer {
+    conf: PathBuf,
+}
+
+impl Drop for NbdServer {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .arg("-f")
+            .arg(format!("nbd-server -C {}", self.conf.display()))
+            .status();
+    }
+}
+
+#[test]
+fn nbd_server_with_a_named_export_and_simple_replies() {
+    const TEST: &str = "nbd_server_with_a_named_export_and_simple_replies";
+    if !need_tool("nbd-server", TEST) || !need_tool("pkill", TEST) {
+        return;
+    }
+    let dir = TempDir::new("client-nbd-server");
+    let img = dir.path("disk.raw");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let port = free_port();
+    let conf = dir.path("nbd-server.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[generic]\n    port = {port}\n    listenaddr = 127.0.0.1\n[disk]\n    exportname = {}\n",
+            img.display()
+        ),
+    )
+    .unwrap();
+    let st = Command::new("nbd-server")
+        .arg("-C")
+        .arg(&conf)
+        .status()
+        .unwrap();
+    assert!(st.success(), "nbd-server -C {}: {st}", conf.display());
+    let _server = NbdServer { conf };
+    let uri = format!("nbd://127.0.0.1:{port}/disk");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let c = loop {
+        match Client::open(&uri, &config(30)) {
+            Ok(c) => break Arc::new(c),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "{uri}: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    assert_eq!(c.info().size_bytes, 8 << 20);
+    concurrent_roundtrip(&c, 64);
+    // The bytes reached the export file, where nbd-server keeps them.
+    let on_disk = std::fs::read(&img).unwrap();
+    assert!(on_disk[64 << 10..128 << 10] == pattern(64 << 10, 2)[..]);
+    // An export it does not have is refused with its words, not a hang.
+    let e = match Client::open(&format!("nbd://127.0.0.1:{port}/nosuch"), &config(30)) {
+        Ok(_) => panic!("an export nbd-server does not have was opened"),
+        Err(e) => e,
+    };
+    assert!(e.to_string().contains("nosuch"), "{e}");
 }
 
 #[test]
