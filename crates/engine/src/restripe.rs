@@ -412,15 +412,7 @@ fn plan_start(
             d.size_bytes()
         )));
     }
-    let summary = format!(
-        "{level} {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
-        old.raid_disks,
-        new.raid_disks,
-        old.chunk_sectors / 2,
-        new.chunk_sectors / 2,
-        old.algorithm,
-        new.algorithm
-    );
+    let summary = shape_change(&old, &new);
     Ok(Start {
         new,
         old_disks: old.raid_disks,
@@ -429,6 +421,20 @@ fn plan_start(
         offset_move,
         summary,
     })
+}
+
+/// One line naming a reshape from `old` to `new` (reports and logs).
+fn shape_change(old: &ParityGeometry, new: &ParityGeometry) -> String {
+    format!(
+        "{} {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
+        old.level,
+        old.raid_disks,
+        new.raid_disks,
+        old.chunk_sectors / 2,
+        new.chunk_sectors / 2,
+        old.algorithm,
+        new.algorithm
+    )
 }
 
 /// Go on with the reshape the members' superblocks record (one uraid or Linux md left
@@ -466,18 +472,7 @@ pub fn continue_reshape(
         )));
     }
     let total = st.new_array_sectors().max(st.array_sectors());
-    let summary = |st: &ReshapeState| {
-        format!(
-            "{} {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
-            st.old.level,
-            st.old.raid_disks,
-            st.new.raid_disks,
-            st.old.chunk_sectors / 2,
-            st.new.chunk_sectors / 2,
-            st.old.algorithm,
-            st.new.algorithm
-        )
-    };
+    let summary = |st: &ReshapeState| shape_change(&st.old, &st.new);
     let mut safe = st.position_sectors;
     let (mut windows, mut checkpoints, mut events) = (0u64, 0u64, report.events);
     let began = Instant::now();
