@@ -111,7 +111,7 @@ pub fn grow(a: GrowArgs) -> Result<()> {
     }
     if a.continue_reshape {
         if found.is_some() {
-            bail!("the array is served: a reshape continues on the members of an array that is not running; stop it first (uraid stop)");
+            bail!("the array is served, and a served array goes on with its reshape by itself (uraid detail and uraid status show where it is); nothing to do");
         }
         let _locks = locks::guard(&paths)?;
         let devs = crate::open::open_all(&paths)?;

@@ -544,6 +544,25 @@ pub fn sync_json(p: &SyncProgress, mark: Option<SyncMark>, dev_sectors: u64) -> 
     })
 }
 
+/// A served reshape for a server's detail, in the form of [`sync_json`]: array sectors of
+/// the new shape done and in all, shown as KiB of one member as /proc/mdstat counts them.
+pub fn reshape_json(done: u64, total: u64, dev_sectors: u64) -> Value {
+    let total_kib = dev_sectors / 2;
+    let done_kib = (u128::from(done.min(total)) * u128::from(total_kib))
+        .checked_div(u128::from(total))
+        .unwrap_or(0) as u64;
+    json!({
+        "kind": "reshape",
+        "done_units": done,
+        "total_units": total,
+        "percent": (done.min(total) * 100).checked_div(total).unwrap_or(100),
+        "done_kib": done_kib,
+        "total_kib": total_kib,
+        "speed_kib_s": null,
+        "finish_secs": null,
+    })
+}
+
 /// `detail` as mdadm prints it; `sync` is the sync running in a server, if any.
 pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     let meta = a.meta();

@@ -100,6 +100,12 @@ pub enum DaemonNote {
         /// Why, and what to do.
         why: String,
     },
+    /// The served array's reshape goes on (md continues one when it starts an array).
+    ReshapeStarted(String),
+    /// The reshape finished; the superblocks record the new shape.
+    ReshapeFinished,
+    /// The reshape stopped on an error; the superblocks record where it got to.
+    ReshapeStopped(String),
 }
 
 impl fmt::Display for DaemonNote {
@@ -134,6 +140,16 @@ impl fmt::Display for DaemonNote {
             DaemonNote::ReaddRefused { role, device, why } => write!(
                 f,
                 "member {role} ({device}) answers again but is not re-added: {why}"
+            ),
+            DaemonNote::ReshapeStarted(what) => write!(f, "reshape going on: {what}"),
+            DaemonNote::ReshapeFinished => write!(
+                f,
+                "reshape finished; the new size is served from the next start of the array"
+            ),
+            DaemonNote::ReshapeStopped(e) => write!(
+                f,
+                "reshape stopped: {e}; it goes on from the recorded position when the array is \
+                 started again"
             ),
         }
     }
@@ -220,6 +236,7 @@ fn trace_note(n: &DaemonNote) {
         DaemonNote::SpareActivationFailed(_)
         | DaemonNote::ReaddRefused { .. }
         | DaemonNote::SyncStopped { .. }
+        | DaemonNote::ReshapeStopped(_)
         | DaemonNote::SafeModeFailed(_)
         | DaemonNote::BitmapDaemonFailed(_) => tracing::warn!("{n}"),
         _ => tracing::info!("{n}"),
@@ -299,7 +316,13 @@ impl Daemons {
             // As md does when it starts an array: finish an interrupted recovery, else
             // resync after an unclean stop (needs every member; degraded, the data is all
             // there is).
-            if !array.recovering_roles().is_empty() || !array.replacing_roles().is_empty() {
+            if array.is_reshaping() {
+                // md goes on with a reshape it finds; a resync owed waits for its end.
+                if !array.is_read_only() {
+                    let s = shared.clone();
+                    spawn("md-reshape", Box::new(move || s.reshape_thread()))?;
+                }
+            } else if !array.recovering_roles().is_empty() || !array.replacing_roles().is_empty() {
                 d.start_recovery();
             } else if array.meta().needs_resync() && !array.is_degraded() {
                 d.start_sync(SyncKind::Resync);
@@ -526,6 +549,27 @@ impl Shared {
                 }),
             },
         );
+    }
+
+    /// The served array's reshape, to its end or until the daemons stop.
+    fn reshape_thread(&self) {
+        let a = &self.array;
+        (self.notify)(&DaemonNote::ReshapeStarted(
+            a.reshaping().map(|p| p.reason()).unwrap_or_default(),
+        ));
+        a.events.emit(Event::RebuildStarted { role: None });
+        let limit = self.opts.sync_limits.max_kib_s;
+        let r = crate::restripe::run_served(a, &self.stop, limit, &mut |percent| {
+            a.events.emit(Event::Rebuild { percent })
+        });
+        match r {
+            Ok(true) => {
+                (self.notify)(&DaemonNote::ReshapeFinished);
+                a.events.emit(Event::RebuildFinished { role: None });
+            }
+            Ok(false) => {}
+            Err(e) => (self.notify)(&DaemonNote::ReshapeStopped(e.to_string())),
+        }
     }
 
     fn start_sync(self: &Arc<Self>, kind: SyncKind) {

@@ -30,7 +30,9 @@ pub(crate) fn new_array(
 }
 
 /// An array in the middle of a raid4/5/6 reshape: `geometry` is the new one (its roles
-/// are the slots), `state` has both; served read-only with the reason.
+/// are the slots), `state` has both. Served read-write (the restripe goes on while it is
+/// served), except with an internal bitmap, whose chunks uraid does not map across two
+/// geometries: then read-only, with the reason.
 pub(crate) fn new_reshaping_array(
     geometry: ArrayGeometry,
     state: uraid_core::geometry::ReshapeState,
@@ -42,9 +44,16 @@ pub(crate) fn new_reshaping_array(
     let map = Map::new(&geometry)?;
     let pers = crate::reshape::ReshapePers::new(state, new_data_offset_bytes);
     let (size, reason) = (pers.array_sectors(), pers.reason());
+    let bitmap = meta.bitmap.is_some();
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);
-    a.set_read_only_for(reason);
+    if bitmap {
+        a.set_read_only_for(format!(
+            "{reason}, and the array has an internal bitmap, which uraid does not keep \
+             across two geometries; uraid serves it read-only: run uraid grow --continue \
+             on its members (or assemble it with Linux md / mdadm) to finish the reshape"
+        ));
+    }
     Ok(a)
 }
 

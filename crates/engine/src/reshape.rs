@@ -6,8 +6,16 @@
 //! `use_new_offset`), straight from the data member, or, where that member is missing or
 //! its read fails, rebuilt from P and the rest of its stripe in the same geometry.
 //!
-//! The array is served read-only and says why ([`ReshapePers::reason`]); the restripe
-//! engine (`restripe.rs`) continues the reshape on the members of an array not served.
+//! Writes go the same way, each stripe written whole-rows with its parity in its side's
+//! geometry (reconstruct-write, under a per-stripe lock). A write to data the reshape has
+//! copied but whose position no superblock records yet (between the recorded and the
+//! in-memory position) goes to both geometries: after a power cut the reshape goes on from
+//! the recorded position and copies it again from the old one (md makes such writes wait
+//! for the superblock update instead).
+//!
+//! The position lives under a read-write lock that is also the window lock: a request holds
+//! it shared while it runs; the restripe of a served array (`restripe::run_served`) holds it
+//! exclusively while it moves one window, so no request sees a window half moved.
 
 use crate::array::{Array, Personality};
 use crate::array::{SyncCtx, ZeroKind};
@@ -15,64 +23,116 @@ use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::io::{execute, Op};
 use std::any::Any;
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use uraid_core::geometry::{ParityGeometry, ReshapeState, Side};
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
-/// The personality of an array mid-reshape (read-only for now).
+/// Where a reshape stands while the array runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Progress {
+    /// Both geometries and the in-memory position (data before it is in the new one).
+    pub st: ReshapeState,
+    /// The position the superblocks record (md's reshape_safe).
+    pub safe: u64,
+    /// The superblocks say the new shape (the reshape is over).
+    pub finished: bool,
+}
+
+/// Stripe locks (hashed by side and stripe): writes and degraded reads of one stripe take
+/// turns, so parity always matches the data on the members.
+const STRIPE_LOCKS: usize = 64;
+
+/// The personality of an array mid-reshape.
 pub(crate) struct ReshapePers {
-    state: ReshapeState,
+    live: RwLock<Progress>,
     /// Per role: where the new geometry's data area starts, in bytes (data_offset +
     /// new_offset of that member's superblock).
     new_data_offset_bytes: Vec<u64>,
+    locks: Vec<Mutex<()>>,
+    /// Members both geometries can lose (fixed; read without the lock, as member failure
+    /// handling asks it while a request holds the lock).
+    max_degraded: usize,
+    /// A new stripe's data bytes.
+    unit_bytes: u64,
 }
 
 impl ReshapePers {
     pub(crate) fn new(state: ReshapeState, new_data_offset_bytes: Vec<u64>) -> ReshapePers {
+        let max_degraded = state.old.parity_disks().min(state.new.parity_disks());
+        let unit_bytes = state.new.stripe_data_sectors() * SECTOR_BYTES;
         ReshapePers {
-            state,
+            max_degraded,
+            unit_bytes,
+            live: RwLock::new(Progress {
+                safe: state.position_sectors,
+                finished: false,
+                st: state,
+            }),
             new_data_offset_bytes,
+            locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
         }
     }
 
-    /// Why the array is served read-only.
+    /// The position, shared (requests hold it while they run).
+    pub(crate) fn progress(&self) -> RwLockReadGuard<'_, Progress> {
+        self.live.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The position, exclusive: the window lock of a served restripe.
+    pub(crate) fn progress_mut(&self) -> RwLockWriteGuard<'_, Progress> {
+        self.live.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stripe_lock(&self, side: Side, stripe: u64) -> std::sync::MutexGuard<'_, ()> {
+        let k = (stripe.wrapping_mul(2) + u64::from(side == Side::New)) as usize % STRIPE_LOCKS;
+        self.locks[k].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the array is doing, for messages.
     pub(crate) fn reason(&self) -> String {
-        let (o, n) = (&self.state.old, &self.state.new);
+        let p = self.progress();
+        let state = &p.st;
+        let (o, n) = (&state.old, &state.new);
         format!(
-            "a reshape is in progress (at array sector {} of {}, {} -> {} disks, chunk {} -> {} sectors, layout {} -> {}{}); uraid serves it read-only until the reshape is done: run uraid grow --continue on its members (or assemble it with Linux md / mdadm) to finish it",
-            self.state.position_sectors,
-            self.state.new_array_sectors(),
+            "a reshape is in progress (at array sector {} of {}, {} -> {} disks, chunk {} -> {} sectors, layout {} -> {}{})",
+            state.position_sectors,
+            state.new_array_sectors(),
             o.raid_disks,
             n.raid_disks,
             o.chunk_sectors,
             n.chunk_sectors,
             o.algorithm,
             n.algorithm,
-            if self.state.backwards { ", backwards" } else { "" }
+            if state.backwards { ", backwards" } else { "" }
         )
     }
 
-    /// The reshape as the superblocks record it.
-    pub(crate) fn state(&self) -> &ReshapeState {
-        &self.state
+    /// The reshape as it stands in memory (its position may be ahead of the superblocks').
+    pub(crate) fn state(&self) -> ReshapeState {
+        self.progress().st.clone()
     }
 
     /// Read array sectors from `sector` through the old geometry (the restripe's source).
     pub(crate) fn read_old(
         &self,
         a: &Array,
+        st: &ReshapeState,
         sector: u64,
         buf: &mut [u8],
     ) -> Result<(), ArrayError> {
-        self.read_side(a, Side::Old, sector, buf)
+        self.read_side(a, st, Side::Old, sector, buf, false)
     }
 
     /// The array size while the reshape runs.
     pub(crate) fn array_sectors(&self) -> u64 {
-        self.state.array_sectors()
+        self.progress().st.array_sectors()
     }
 
     fn refuse(&self, what: &str) -> ArrayError {
-        ArrayError::ReadOnly(format!("{what} refused: {}", self.reason()))
+        ArrayError::Refused(format!(
+            "{what} refused: {}; it can run once the reshape is done",
+            self.reason()
+        ))
     }
 
     /// Byte offset on role `role`'s device of member sector `ms` of `side`'s data area.
@@ -204,14 +264,19 @@ impl ReshapePers {
         Ok(())
     }
 
+    /// Read array sectors of one side; a piece on a missing or failing member is rebuilt
+    /// from its stripe, under that stripe's lock when `lock` (a caller writing the stripe
+    /// holds it already).
     fn read_side(
         &self,
         a: &Array,
+        st: &ReshapeState,
         side: Side,
         sector: u64,
         buf: &mut [u8],
+        lock: bool,
     ) -> Result<(), ArrayError> {
-        let g = self.state.geometry(side);
+        let g = st.geometry(side);
         let chunk_bytes = (g.chunk_sectors * SECTOR_BYTES) as usize;
         let mut s = sector;
         let mut rest = buf;
@@ -226,6 +291,7 @@ impl ReshapePers {
                 a.stats
                     .degraded_reads
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _held = lock.then(|| self.stripe_lock(side, loc.stripe));
                 self.rebuild(a, g, side, loc.stripe, role, ms, head)?;
             }
             rest = tail;
@@ -233,31 +299,165 @@ impl ReshapePers {
         }
         Ok(())
     }
+
+    /// Write array sectors of one side, stripe by stripe: the touched rows of every data
+    /// chunk (read where the request does not cover them), then their parity, to every
+    /// member present. A member whose write fails is failed; the write goes on while the
+    /// array keeps its data.
+    fn write_side(
+        &self,
+        a: &Array,
+        st: &ReshapeState,
+        side: Side,
+        sector: u64,
+        data: &[u8],
+    ) -> Result<(), ArrayError> {
+        let g = st.geometry(side);
+        let sds = g.stripe_data_sectors();
+        let chunk = g.chunk_sectors;
+        let end = sector + data.len() as u64 / SECTOR_BYTES;
+        let mut s = sector;
+        while s < end {
+            let stripe = s / sds;
+            let base = stripe * sds;
+            let e = end.min(base + sds);
+            // The rows (sectors inside the chunk) the request touches in this stripe.
+            let (c0, c1) = ((s - base) / chunk, (e - 1 - base) / chunk);
+            let (r0, r1) = if c0 == c1 {
+                ((s - base) % chunk, (e - 1 - base) % chunk + 1)
+            } else {
+                (0, chunk)
+            };
+            let rows = ((r1 - r0) * SECTOR_BYTES) as usize;
+            let map = g.stripe_map(stripe);
+            let _held = self.stripe_lock(side, stripe);
+            let mut chunks: Vec<AlignedBuf> = Vec::with_capacity(map.data.len());
+            for i in 0..map.data.len() as u64 {
+                let (lo, hi) = (base + i * chunk + r0, base + i * chunk + r1);
+                let mut b = AlignedBuf::new(rows);
+                // The part the request gives; the rest is read.
+                let (wlo, whi) = (lo.max(s), hi.min(e));
+                if wlo >= whi || wlo > lo || whi < hi {
+                    self.read_side(a, st, side, lo, &mut b, false)?;
+                }
+                if wlo < whi {
+                    let from = ((wlo - sector) * SECTOR_BYTES) as usize;
+                    let to = ((wlo - lo) * SECTOR_BYTES) as usize;
+                    let n = ((whi - wlo) * SECTOR_BYTES) as usize;
+                    b[to..to + n].copy_from_slice(&data[from..from + n]);
+                }
+                chunks.push(b);
+            }
+            let mut p = AlignedBuf::new(rows);
+            let mut q = map.q.map(|_| AlignedBuf::new(rows));
+            {
+                let srcs: Vec<&[u8]> = chunks.iter().map(|b| &b[..]).collect();
+                crate::raid5::gen_parity(&map, &srcs, &mut p, q.as_deref_mut());
+            }
+            let ms = g.member_sector(stripe, r0);
+            let mut targets: Vec<(MemberIdx, &[u8])> = Vec::new();
+            for (i, &role) in map.data.iter().enumerate() {
+                let (lo, hi) = (base + i as u64 * chunk + r0, base + i as u64 * chunk + r1);
+                if lo.max(s) < hi.min(e) {
+                    targets.push((role, &chunks[i]));
+                }
+            }
+            targets.push((map.p, &p));
+            if let (Some(qr), Some(qb)) = (map.q, q.as_ref()) {
+                targets.push((qr, qb));
+            }
+            let devs: Vec<(MemberIdx, std::sync::Arc<dyn crate::member::Member>, &[u8])> = targets
+                .into_iter()
+                .filter_map(|(r, b)| a.live(r).map(|d| (r, d, b)))
+                .collect();
+            let mut ops: Vec<Op> = devs
+                .iter()
+                .map(|(r, d, b)| Op::write(d.as_ref(), self.member_byte(a, side, *r, ms), b))
+                .collect();
+            let results = execute(&mut ops);
+            drop(ops);
+            for ((r, _, _), res) in devs.iter().zip(results) {
+                if let Err(e) = res {
+                    tracing::warn!(
+                        "member {r}: write error mid-reshape at member sector {ms}: {e}"
+                    );
+                    a.member_error(*r, &e);
+                }
+            }
+            if !self.survives(&a.missing_roles()) {
+                return Err(ArrayError::Failed(format!(
+                    "write at array sector {s} mid-reshape failed: too many members lost"
+                )));
+            }
+            s = e;
+        }
+        Ok(())
+    }
+}
+
+/// The part of `[s, e)` (already in the new geometry) that the superblocks still place
+/// in the old one: between the recorded and the in-memory position.
+fn unrecorded(p: &Progress, s: u64, e: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = if p.st.backwards {
+        (p.st.position_sectors, p.safe)
+    } else {
+        (p.safe, p.st.position_sectors)
+    };
+    let (a, b) = (s.max(lo), e.min(hi));
+    (a < b).then_some((a, b))
 }
 
 impl Personality for ReshapePers {
     fn read(&self, a: &Array, sector: Sector, buf: &mut [u8]) -> Result<(), ArrayError> {
+        let p = self.progress();
         let mut off = 0usize;
-        for (start, n, side) in self.state.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
+        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
             let len = (n * SECTOR_BYTES) as usize;
-            self.read_side(a, side, start, &mut buf[off..off + len])?;
+            self.read_side(a, &p.st, side, start, &mut buf[off..off + len], true)?;
             off += len;
         }
         Ok(())
     }
 
-    fn write(&self, _a: &Array, _sector: Sector, _buf: &[u8]) -> Result<(), ArrayError> {
-        Err(self.refuse("write"))
+    fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
+        let p = self.progress();
+        let mut off = 0usize;
+        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
+            let len = (n * SECTOR_BYTES) as usize;
+            let piece = &buf[off..off + len];
+            if side == Side::New {
+                // Copied but not recorded: the old geometry gets it too (see the module doc).
+                if let Some((lo, hi)) = unrecorded(&p, start, start + n) {
+                    let from = ((lo - start) * SECTOR_BYTES) as usize;
+                    let to = ((hi - start) * SECTOR_BYTES) as usize;
+                    self.write_side(a, &p.st, Side::Old, lo, &piece[from..to])?;
+                }
+            }
+            self.write_side(a, &p.st, side, start, piece)?;
+            off += len;
+        }
+        Ok(())
     }
 
+    /// Discard and write-zeroes write zeros (a discard may leave anything; zeros keep the
+    /// parity of both geometries right without a special path).
     fn zero(
         &self,
-        _a: &Array,
-        _sector: Sector,
-        _sectors: u64,
+        a: &Array,
+        sector: Sector,
+        sectors: u64,
         _kind: ZeroKind,
     ) -> Result<(), ArrayError> {
-        Err(self.refuse("discard"))
+        const PIECE: u64 = 2048;
+        let zeros = AlignedBuf::new((PIECE.min(sectors) * SECTOR_BYTES) as usize);
+        let mut s = sector.0;
+        let end = sector.0 + sectors;
+        while s < end {
+            let n = PIECE.min(end - s);
+            self.write(a, Sector(s), &zeros[..(n * SECTOR_BYTES) as usize])?;
+            s += n;
+        }
+        Ok(())
     }
 
     fn sync_range(
@@ -275,7 +475,7 @@ impl Personality for ReshapePers {
     }
 
     fn unit_bytes(&self) -> u64 {
-        self.state.new.stripe_data_sectors() * SECTOR_BYTES
+        self.unit_bytes
     }
 
     fn recovery_offset_sectors(&self, _cursor: u64) -> u64 {
@@ -291,8 +491,9 @@ impl Personality for ReshapePers {
     }
 
     fn locate(&self, sector: Sector) -> Vec<(MemberIdx, Sector)> {
-        let side = self.state.side_of(sector.0);
-        let g = self.state.geometry(side);
+        let p = self.progress();
+        let side = p.st.side_of(sector.0);
+        let g = p.st.geometry(side);
         let loc = g.locate(sector.0);
         vec![(
             g.stripe_map(loc.stripe).data[loc.data_index],
@@ -306,10 +507,7 @@ impl Personality for ReshapePers {
     }
 
     fn max_degraded(&self) -> usize {
-        self.state
-            .old
-            .parity_disks()
-            .min(self.state.new.parity_disks())
+        self.max_degraded
     }
 
     fn rebuilds(&self) -> bool {

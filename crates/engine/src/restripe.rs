@@ -110,9 +110,10 @@ impl Array {
     /// that is not served in this build: refused, before anything is written.
     pub fn start_reshape(&self, req: &ReshapeRequest) -> Result<(), ArrayError> {
         Err(refused(format!(
-            "restriping a served {} ({req:?}) is not in this build of uraid; stop it \
-             (uraid stop) and run uraid grow on its members, which restripes them, then \
-             serve it again",
+            "a served {} ({req:?}) cannot start a restripe in this build of uraid (it goes \
+             on with one it was started in); stop it (uraid stop), start the reshape on its \
+             members with uraid grow ... --stop-at 0, and serve it again: the reshape then \
+             runs while it is served (or leave out --stop-at to run it all offline)",
             self.level()
         )))
     }
@@ -452,8 +453,9 @@ pub fn continue_reshape(
             report.uuid
         )));
     };
+    // Only this function writes (stripes and superblocks); the array, read-only, reads.
+    array.set_read_only(true);
     let targets = targets(&devs, &report);
-    // The array reads through read-only wrappers; the new stripes go to the devices.
     let mut by_role: Vec<Option<Arc<dyn Member>>> = vec![None; pers.state().new.raid_disks];
     for (d, m) in devs.iter().zip(&report.members) {
         if let MemberOutcome::Active(r) = m.outcome {
@@ -462,7 +464,7 @@ pub fn continue_reshape(
             }
         }
     }
-    let mut st = pers.state().clone();
+    let mut st = pers.state();
     if let Err(e) = st.can_finish() {
         let _ = array.stop();
         return Err(ArrayError::Refused(format!(
@@ -534,7 +536,9 @@ pub fn continue_reshape(
                         sc.spawn(move || write_window(array, pers, by_role, new, *ps, *pn, pd))
                     });
                     let read = read_window(&array, pers, &st, start, sectors);
-                    let written = writer.map_or(Ok(()), |w| w.join().expect("window writer"));
+                    let written = writer
+                        .map_or(Ok(()), |w| w.join().expect("window writer"))
+                        .map_err(ArrayError::from);
                     (read, written)
                 });
                 written?;
@@ -622,7 +626,7 @@ fn read_window(
         let out = &mut data[..(readable * SECTOR_BYTES) as usize];
         if !read_old_rows(a, pers, st, start, out) {
             // A member missing or a read failing: chunk by chunk, rebuilt from P.
-            pers.read_old(a, start, out)?;
+            pers.read_old(a, st, start, out)?;
         }
     }
     Ok(data)
@@ -638,7 +642,7 @@ fn write_window(
     start: u64,
     sectors: u64,
     data: &[u8],
-) -> Result<(), ArrayError> {
+) -> Result<(), WindowFailed> {
     let chunk = (g.chunk_sectors * SECTOR_BYTES) as usize;
     let first = start / g.stripe_data_sectors();
     let stripes = (sectors / g.stripe_data_sectors()) as usize;
@@ -674,15 +678,33 @@ fn write_window(
             roles.push(r);
         }
     }
-    for (res, r) in execute(&mut ops).into_iter().zip(roles) {
-        res.map_err(|e| {
-            ArrayError::Failed(format!(
-                "reshape: writing the new stripes at member sector {row0} of member {r} failed: \
-                 {e}; the reshape stops at the recorded position and continues from there"
-            ))
-        })?;
+    let failed: Vec<(MemberIdx, std::io::Error)> = execute(&mut ops)
+        .into_iter()
+        .zip(roles)
+        .filter_map(|(res, r)| res.err().map(|e| (MemberIdx(r), e)))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(WindowFailed { row0, failed })
     }
-    Ok(())
+}
+
+/// Members whose write of a window's new stripes failed.
+struct WindowFailed {
+    row0: u64,
+    failed: Vec<(MemberIdx, std::io::Error)>,
+}
+
+impl From<WindowFailed> for ArrayError {
+    fn from(w: WindowFailed) -> ArrayError {
+        let (r, e) = &w.failed[0];
+        ArrayError::Failed(format!(
+            "reshape: writing the new stripes at member sector {} of member {r} failed: {e}; \
+             the reshape stops at the recorded position and continues from there",
+            w.row0
+        ))
+    }
 }
 
 /// Read array sectors from `start` through the old geometry the fast way: each member's
@@ -740,4 +762,191 @@ fn read_old_rows(
         s += n as u64 / SECTOR_BYTES;
     }
     true
+}
+
+/// Windows of a served reshape: small, as requests wait while one moves.
+const SERVED_WINDOW_SECTORS: u64 = 2048;
+
+impl Array {
+    /// The reshape this array is in the middle of, if any.
+    pub(crate) fn reshaping(&self) -> Option<&ReshapePers> {
+        self.pers().as_any().downcast_ref::<ReshapePers>()
+    }
+
+    /// A reshape's progress in array sectors of the new shape: (done, in all); None when
+    /// the array is not reshaping.
+    pub fn reshape_progress(&self) -> Option<(u64, u64)> {
+        let pers = self.reshaping()?;
+        let p = pers.progress();
+        if p.finished {
+            return None;
+        }
+        let total = p.st.new_array_sectors();
+        let done = if p.st.backwards {
+            p.st.array_sectors().saturating_sub(p.st.position_sectors)
+        } else {
+            p.st.position_sectors
+        };
+        Some((done, total))
+    }
+
+    /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
+    /// while it is served).
+    pub fn is_reshaping(&self) -> bool {
+        self.reshaping().is_some_and(|p| !p.progress().finished)
+    }
+}
+
+/// Run the reshape of a served array (md's reshape in raid5d/md_do_sync) until it is
+/// done, `stop` is set, or it fails: each window is moved under the window lock (requests
+/// wait for it, and it waits for those running), positions are recorded through the
+/// array's superblocks after the new stripes are flushed, at most `max_kib_s` KiB/s
+/// (0: no limit). `percent` hears each 20% step (mdadm's RebuildNN). Returns whether the
+/// reshape finished.
+pub(crate) fn run_served(
+    a: &Array,
+    stop: &std::sync::atomic::AtomicBool,
+    max_kib_s: u64,
+    percent: &mut dyn FnMut(u32),
+) -> Result<bool, ArrayError> {
+    use std::sync::atomic::Ordering;
+    let pers = a
+        .reshaping()
+        .ok_or_else(|| ArrayError::Refused("the array is not in the middle of a reshape".into()))?;
+    a.check_writable("a reshape")?;
+    let began = Instant::now();
+    let mut copied = 0u64;
+    let mut last_checkpoint = Instant::now();
+    let mut last_percent = 0;
+    loop {
+        let (st, safe) = {
+            let p = pers.progress();
+            (p.st.clone(), p.safe)
+        };
+        let stopping = stop.load(Ordering::SeqCst) || a.sync_intr.load(Ordering::SeqCst);
+        let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY || stopping || st.is_done();
+        if due && safe != st.position_sectors {
+            record_position(a, pers, st.position_sectors)?;
+            last_checkpoint = Instant::now();
+            continue;
+        }
+        if stopping && !st.is_done() {
+            return Ok(false);
+        }
+        let unit = st.window_unit();
+        let max = SERVED_WINDOW_SECTORS.div_ceil(unit) * unit;
+        let step = st.next_step(safe, max)?;
+        match step {
+            ReshapeStep::Done => {
+                finish_served(a, pers, &st)?;
+                return Ok(true);
+            }
+            ReshapeStep::Checkpoint => {
+                record_position(a, pers, st.position_sectors)?;
+                last_checkpoint = Instant::now();
+            }
+            ReshapeStep::Copy { start, sectors } => {
+                let result = {
+                    let mut p = pers.progress_mut();
+                    let data = read_window(a, pers, &p.st, start, sectors)?;
+                    let devs: Vec<Option<Arc<dyn Member>>> = (0..p.st.new.raid_disks)
+                        .map(|r| a.live(MemberIdx(r)))
+                        .collect();
+                    let r = write_window(a, pers, &devs, &p.st.new, start, sectors, &data);
+                    if r.is_ok() {
+                        p.st.advance(step);
+                    }
+                    r
+                };
+                if let Err(w) = result {
+                    // Failed outside the window lock (the failure is written to the
+                    // superblocks); the window is moved again without them.
+                    for (r, e) in &w.failed {
+                        a.member_error(*r, e);
+                    }
+                    if !a.is_running() {
+                        return Err(w.into());
+                    }
+                    continue;
+                }
+                copied += sectors;
+                let total = st.new_array_sectors().max(1);
+                let done = if st.backwards {
+                    st.array_sectors() - start
+                } else {
+                    start + sectors
+                };
+                let pct = (done.min(total) * 100 / total) as u32 / 20 * 20;
+                if pct > last_percent && pct < 100 {
+                    last_percent = pct;
+                    percent(pct);
+                }
+                if max_kib_s > 0 {
+                    let due = Duration::from_secs_f64(
+                        (copied * SECTOR_BYTES) as f64 / (max_kib_s * 1024) as f64,
+                    );
+                    while let Some(wait) = due.checked_sub(began.elapsed()) {
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(wait.min(Duration::from_millis(50)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Flush what the windows wrote, then record `at` as the reshape position in every
+/// superblock; from then on writes below it go to the new geometry only.
+fn record_position(a: &Array, pers: &ReshapePers, at: u64) -> Result<(), ArrayError> {
+    flush_live(a);
+    {
+        let mut m = a.meta();
+        m.template.reshape_position = at;
+        m.write_all(a)?;
+    }
+    pers.progress_mut().safe = at;
+    Ok(())
+}
+
+/// Flush every member in sync; one that fails is failed.
+fn flush_live(a: &Array) {
+    for r in 0..a.geometry().raid_disks {
+        if let Some(d) = a.live(MemberIdx(r)) {
+            if let Err(e) = d.flush() {
+                a.member_error(MemberIdx(r), &e);
+            }
+        }
+    }
+}
+
+/// The end of a served reshape: the new stripes durable, then every superblock says the
+/// new shape (md's raid5_finish_reshape). The array keeps serving through the new
+/// geometry; its larger size (a grow) is exported from the next start.
+fn finish_served(a: &Array, pers: &ReshapePers, st: &ReshapeState) -> Result<(), ArrayError> {
+    use uraid_core::geometry::reshape::finish_superblock;
+    flush_live(a);
+    let (new, dev_sectors, move_by) = (st.new.clone(), st.dev_sectors(), st.new_offset_sectors);
+    {
+        let mut m = a.meta();
+        finish_superblock(&mut m.template, &new, dev_sectors, move_by);
+        for (_, own) in m.members.iter_mut() {
+            if let Some(own) = own {
+                finish_superblock(own, &new, dev_sectors, move_by);
+            }
+        }
+        for (_, own) in m.spares.iter_mut() {
+            finish_superblock(own, &new, dev_sectors, move_by);
+        }
+        if m.needs_resync {
+            // Stripes written when the power went were in either geometry: all of it.
+            m.template.resync_offset = 0;
+        }
+        m.write_all(a)?;
+    }
+    let mut p = pers.progress_mut();
+    p.safe = p.st.position_sectors;
+    p.finished = true;
+    Ok(())
 }

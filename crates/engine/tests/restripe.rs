@@ -258,7 +258,7 @@ fn a_reshape_stopped_mid_way_reads_the_same_and_continues() {
         assert_ne!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
         assert_eq!(sb.reshape_position, r.position_sectors);
         let a = open(&all);
-        assert!(a.is_read_only());
+        assert!(a.is_reshaping());
         same(
             &read_all(&a, data.len()),
             &data,
@@ -541,7 +541,7 @@ fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
                 &data,
                 &format!("case {n}: cut after {ops} writes"),
             );
-            let mid = a.read_only_reason().is_some();
+            let mid = a.is_reshaping();
             saw_mid |= mid;
             a.stop().unwrap();
             if mid {
@@ -639,7 +639,7 @@ fn a_backwards_shrink_from_md_reads_and_continues() {
     a.stop().unwrap();
     start_like_md_backwards(&devs, 3, 128, 256);
     let a = open(&devs);
-    assert!(a.is_read_only());
+    assert!(a.is_reshaping());
     same(&read_all(&a, keep), &data, "at the start of the shrink");
     a.stop().unwrap();
     let r = continue_reshape(

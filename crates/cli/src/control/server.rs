@@ -383,6 +383,8 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
         if let Some(p) = ctx.daemons.sync_progress() {
             let mark = ctx.daemons.sync_mark();
             d["sync"] = crate::report::sync_json(&p, mark, a.geometry().dev_sectors);
+        } else if let Some((done, total)) = a.reshape_progress() {
+            d["sync"] = crate::report::reshape_json(done, total, a.geometry().dev_sectors);
         }
         d
     };
