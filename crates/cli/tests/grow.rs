@@ -117,7 +117,7 @@ fn a_served_array_routes_restripes_to_the_reshape_engine() {
     let d = TempDir::new("grow-served");
     let imgs = create_array(&d, "5", 3, 16, &[]);
     let srv = Served::start(&d, &imgs, &[]);
-    // A restripe reaches start_reshape (this build's placeholder answers).
+    // A restripe reaches start_reshape, which names the way to reshape it served.
     let out = run(srv
         .cmd()
         .args(["grow", "--raid-devices", "4", "--array"])
@@ -125,7 +125,7 @@ fn a_served_array_routes_restripes_to_the_reshape_engine() {
     let err = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("raid_disks: Some(4)") && err.contains("not in this build"),
+        err.contains("raid_disks: Some(4)") && err.contains("--stop-at 0"),
         "{err}"
     );
     // So does a layout change, named in the level's words.
