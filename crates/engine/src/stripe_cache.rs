@@ -25,6 +25,13 @@
 //! cache when stripes run short); when a partition goes idle (no head active) it drops back
 //! to its share, freeing the extra heads (md shrinks back to min_nr_stripes).
 //!
+//! Row heads: a head may hold only some rows of its stripe ([`StripeCache::get_rows`], byte
+//! ranges inside the chunk, the same on every member); heads of one stripe whose rows do not
+//! overlap are owned at once, and a head of the whole stripe ([`WHOLE`], what
+//! [`StripeCache::get`] takes) excludes every other. A small raid4/5/6 write without a
+//! journal or PPL takes its rows only, so writes to other rows of the stripe do not sleep on
+//! it; everything else takes whole stripes.
+//!
 //! ## Head states
 //!
 //! A head is *free* (on its partition's free list, with buffers, no stripe), *active*
