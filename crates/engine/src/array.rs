@@ -868,11 +868,14 @@ impl MemberHost for Array {
         &self.slots[role]
     }
 
-    fn note_member_io(&self, read: bool) {
-        if read {
-            self.stats.member_reads.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.stats.member_writes.fetch_add(1, Ordering::Relaxed);
+    fn note_member_ios(&self, reads: u64, writes: u64) {
+        if reads > 0 {
+            self.stats.member_reads.fetch_add(reads, Ordering::Relaxed);
+        }
+        if writes > 0 {
+            self.stats
+                .member_writes
+                .fetch_add(writes, Ordering::Relaxed);
         }
     }
 

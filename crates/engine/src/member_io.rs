@@ -18,8 +18,9 @@ use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 pub(crate) trait MemberHost {
     /// The slot of `role`.
     fn slot(&self, role: MemberIdx) -> &Slot;
-    /// Count one member read (or write), for `detail` and tests.
-    fn note_member_io(&self, read: bool);
+    /// Count member reads and writes, for `detail` and tests: once per batch, so that a
+    /// request pays one call and at most two shared counter updates, not one per member IO.
+    fn note_member_ios(&self, reads: u64, writes: u64);
     /// A member IO failed for good: fail the member (md's md_error).
     fn member_error(&self, role: MemberIdx, err: &io::Error);
 }
@@ -52,6 +53,7 @@ pub(crate) fn run_ops(a: &dyn MemberHost, ops: &mut [Op<'_>], roles: &[MemberIdx
     debug_assert_eq!(ops.len(), roles.len());
     let results = execute(ops);
     let mut f = Failures::default();
+    let (mut reads, mut writes) = (0u64, 0u64);
     for (i, ((op, mut r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
         let is_read = matches!(op.buf, OpBuf::Read(_));
         // md's bad block log: a recorded range reads as an error (answered from
@@ -69,7 +71,11 @@ pub(crate) fn run_ops(a: &dyn MemberHost, ops: &mut [Op<'_>], roles: &[MemberIdx
                 slot.clear_bad(first, sectors);
             }
         }
-        a.note_member_io(is_read);
+        if is_read {
+            reads += 1;
+        } else {
+            writes += 1;
+        }
         if let Err(e) = r {
             if is_read {
                 tracing::debug!("member {role}: read error at {}: {e}", op.offset);
@@ -85,6 +91,7 @@ pub(crate) fn run_ops(a: &dyn MemberHost, ops: &mut [Op<'_>], roles: &[MemberIdx
             }
         }
     }
+    a.note_member_ios(reads, writes);
     f
 }
 

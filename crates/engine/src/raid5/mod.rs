@@ -1,6 +1,7 @@
 //! raid4/5/6 IO over chunk-high stripes. The recovery unit is the stripe.
 //!
-//! Per stripe, holding the stripe's head in the stripe cache ([`crate::stripe_cache`]):
+//! Per stripe, holding the stripe's head in the stripe cache ([`crate::stripe_cache`]; a
+//! write without journal or PPL holds only the rows it writes):
 //! - reads go straight to the data members (waiting first for a write in progress on the
 //!   stripe, without holding the head); a piece on a missing member is rebuilt from the
 //!   rest of its rows (XOR for one loss, P and Q for two); a piece whose read fails is

@@ -233,7 +233,7 @@ impl PplGuard<'_> {
         let r = dev
             .write_at(&buf, area.start_bytes + at * SECTOR_BYTES)
             .and_then(|_| dev.flush());
-        a.note_member_io(false);
+        a.note_member_ios(0, 1);
         match r {
             Ok(()) => {
                 self.log.next_at = area.area.next_at(at, pp.len() as u64);

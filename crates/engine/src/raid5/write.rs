@@ -9,10 +9,10 @@ use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::member_io::OpList;
-use crate::stripe_cache::{Get, HeadBufs};
+use crate::stripe_cache::{Get, HeadBufs, WHOLE};
 use crate::stripe_plan::{self, Cover, Plan, Summary};
 use std::sync::atomic::Ordering;
-use uraid_core::geometry::{ParityGeometry, StripeMap};
+use uraid_core::geometry::{ParityGeometry, StripeLocation, StripeMap};
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 pub(crate) fn write(
@@ -60,10 +60,19 @@ pub(crate) fn write(
         let data = &buf[off..off + n];
         {
             let map = g.stripe_map(loc.stripe);
+            // Without a journal or PPL (both log per stripe) a write owns only the rows it
+            // writes: the rows [lo, hi) of its data chunks and of parity are all it reads
+            // and writes, so writes to other rows of the stripe go on meanwhile. A PPL
+            // switch quiesces the array first, so it cannot start under such a head.
+            let rows = if a.journal().is_none() && a.ppl().is_none() {
+                write_rows(g, &loc, n)
+            } else {
+                WHOLE
+            };
             let mut head = a
                 .r5()
                 .stripe_cache
-                .get(loc.stripe, Get::Wait)
+                .get_rows(loc.stripe, rows, Get::Wait)
                 .expect("waited");
             let bufs = head.bufs();
             a.r5().run_stripe(|| {
@@ -76,6 +85,19 @@ pub(crate) fn write(
         s += sectors(n);
     }
     Ok(())
+}
+
+/// The rows (byte offsets inside the chunk) that a write of `len` bytes from `loc` covers
+/// in its stripe: its own within one chunk, every row once it crosses into the next chunk
+/// (as [`analyse`]'s `[lo, hi)`, which is never wider).
+fn write_rows(g: &ParityGeometry, loc: &StripeLocation, len: usize) -> std::ops::Range<usize> {
+    let start = (loc.offset_sectors * SECTOR_BYTES) as usize;
+    let cb = chunk_bytes(g);
+    if start + len <= cb {
+        start..start + len
+    } else {
+        0..cb
+    }
 }
 
 /// The member writes of a stripe write, for the byte rows `rows` (within `[lo, hi)`):
