@@ -42,16 +42,21 @@ fn open(devs: &[Arc<dyn Member>]) -> Array {
         .0
 }
 
-/// A raid5 of `disks` filled with seeded bytes, with a reshape to `disks + 1` started
-/// (recorded at position 0) and nothing moved yet: the members (the new one last) and
-/// the bytes.
-fn started(disks: usize, seed: u64, tag: &str) -> (Vec<Arc<dyn Member>>, Vec<u8>) {
-    let devs = members(disks + 1, 6 * MB, tag);
+/// A raid5 on the first `disks` of `devs` (chunk and data offset in sectors) filled with
+/// seeded bytes, with a reshape to `disks + 1` started (recorded at position 0, the next
+/// device taking the new role) and nothing moved yet: the bytes.
+fn start_grow(
+    devs: &[Arc<dyn Member>],
+    disks: usize,
+    chunk: u64,
+    offset: u64,
+    seed: u64,
+) -> Vec<u8> {
     let mut o = CreateOptions::new(Level::Raid5);
     o.layout = Some(ALGORITHM_LEFT_SYMMETRIC);
-    o.chunk_sectors = Some(128);
+    o.chunk_sectors = Some(chunk);
     o.assume_clean = true;
-    o.data_offset_sectors = Some(2048);
+    o.data_offset_sectors = Some(offset);
     let a = create(devs[..disks].iter().cloned().map(Some).collect(), &o).unwrap();
     let mut data = vec![0u8; a.size_bytes() as usize];
     rng(seed).fill(&mut data[..]);
@@ -72,13 +77,29 @@ fn started(disks: usize, seed: u64, tag: &str) -> (Vec<Arc<dyn Member>>, Vec<u8>
     )
     .unwrap();
     assert!(!r.finished && r.position_sectors == 0, "{r:?}");
+    data
+}
+
+/// [`start_grow`] on memory members of 6 MiB: the members (the new one last) and the bytes.
+fn started(disks: usize, seed: u64, tag: &str) -> (Vec<Arc<dyn Member>>, Vec<u8>) {
+    let devs = members(disks + 1, 6 * MB, tag);
+    let data = start_grow(&devs, disks, 128, 2048, seed);
     (devs, data)
 }
 
-fn serve(devs: &[Arc<dyn Member>], max_kib_s: u64) -> (Arc<Array>, uraid_engine::Daemons) {
+/// Served mid-reshape: the array, its daemons, and its events from before they started.
+fn serve(
+    devs: &[Arc<dyn Member>],
+    max_kib_s: u64,
+) -> (
+    Arc<Array>,
+    uraid_engine::Daemons,
+    std::sync::mpsc::Receiver<Event>,
+) {
     let a = Arc::new(open(devs));
     assert!(a.is_reshaping());
     assert!(!a.is_read_only(), "{:?}", a.read_only_reason());
+    let events = a.subscribe();
     let d = a
         .start_daemons(DaemonOptions {
             sync_limits: SyncLimits {
@@ -88,7 +109,7 @@ fn serve(devs: &[Arc<dyn Member>], max_kib_s: u64) -> (Arc<Array>, uraid_engine:
             ..Default::default()
         })
         .unwrap();
-    (a, d)
+    (a, d, events)
 }
 
 /// Writers, each on its own blocks (one in four), writing seeded pieces and reading each
@@ -182,8 +203,7 @@ fn verify_finished(devs: &[Arc<dyn Member>], model: &[u8], disks: usize, failed:
 #[test]
 fn writes_go_on_through_a_served_reshape() {
     let (devs, data) = started(4, 11, "served");
-    let (a, d) = serve(&devs, 4096);
-    let events = a.subscribe();
+    let (a, d, events) = serve(&devs, 4096);
     let model = Arc::new(Mutex::new(data));
     let done = AtomicBool::new(false);
     let seen_midway = AtomicBool::new(false);
@@ -228,7 +248,7 @@ fn writes_go_on_through_a_served_reshape() {
 #[test]
 fn a_served_reshape_stopped_midway_goes_on_from_its_recorded_position() {
     let (devs, data) = started(3, 12, "stopped");
-    let (a, d) = serve(&devs, 2048);
+    let (a, d, _) = serve(&devs, 2048);
     let model = Arc::new(Mutex::new(data));
     let t = Instant::now();
     let a2 = a.clone();
@@ -249,7 +269,7 @@ fn a_served_reshape_stopped_midway_goes_on_from_its_recorded_position() {
         "no progress was recorded at the stop"
     );
     // Assembled again mid-reshape: every byte, then served to the end.
-    let (a, d) = serve(&devs, 0);
+    let (a, d, _) = serve(&devs, 0);
     same(&read_all(&a, model.len()), &model, "the bytes mid-reshape");
     assert!(wait_done(&a, Duration::from_secs(120)));
     d.stop();
@@ -260,7 +280,7 @@ fn a_served_reshape_stopped_midway_goes_on_from_its_recorded_position() {
 #[test]
 fn a_member_failing_mid_reshape_leaves_every_byte() {
     let (devs, data) = started(4, 13, "failing");
-    let (a, d) = serve(&devs, 4096);
+    let (a, d, _) = serve(&devs, 4096);
     let model = Arc::new(Mutex::new(data));
     let t = Instant::now();
     let failed = AtomicBool::new(false);
@@ -300,29 +320,7 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
         .map(|i| Arc::new(SimDisk::new(format!("cut{i}"), 2 * MB, world.clone())))
         .collect();
     let devs: Vec<Arc<dyn Member>> = sim.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-    let mut o = CreateOptions::new(Level::Raid5);
-    o.layout = Some(ALGORITHM_LEFT_SYMMETRIC);
-    o.chunk_sectors = Some(32);
-    o.assume_clean = true;
-    o.data_offset_sectors = Some(256);
-    let a = create(devs[..disks].iter().cloned().map(Some).collect(), &o).unwrap();
-    let mut data = vec![0u8; a.size_bytes() as usize];
-    rng(seed).fill(&mut data[..]);
-    a.write(0, &data).unwrap();
-    a.stop().unwrap();
-    reshape_members(
-        devs[..disks].to_vec(),
-        &ReshapeRequest {
-            raid_disks: Some(disks + 1),
-            ..Default::default()
-        },
-        ReshapeOptions {
-            add: vec![devs[disks].clone()],
-            stop_at: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let data = start_grow(&devs, disks, 32, 256, seed);
     let images: Vec<Vec<u8>> = sim.iter().map(|d| d.durable_image()).collect();
     let mut r = rng(seed ^ 0x5eed);
     let (mut saw_mid, mut saw_end) = (false, false);
@@ -333,18 +331,7 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
         let ops = budget + r.gen_range(0..=budget / 2);
         let what = format!("seed {seed} (URAID_SEED), round {round}, cut after {ops} IOs");
         let power = Power::new(ops);
-        let cut: Vec<Arc<SimDisk>> = images
-            .iter()
-            .enumerate()
-            .map(|(i, img)| {
-                Arc::new(SimDisk::crash_disk(
-                    &format!("cut{i}"),
-                    power.clone(),
-                    img.clone(),
-                    4096,
-                ))
-            })
-            .collect();
+        let cut = SimDisk::crash_set("cut", &power, &images);
         let cut_devs: Vec<Arc<dyn Member>> =
             cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
         let mut model = data.clone();
@@ -369,17 +356,7 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
             d.stop();
         }
         let finished = power.on();
-        let after: Vec<Arc<dyn Member>> = cut
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                Arc::new(SimDisk::from_image(
-                    format!("cut{i}"),
-                    d.durable_image(),
-                    SimWorld::new(),
-                )) as Arc<dyn Member>
-            })
-            .collect();
+        let after = SimDisk::after_cut(&cut);
         let check = |a: &Array, when: &str| {
             let mut got = read_all(a, model.len());
             for &(s, e) in &unsure {

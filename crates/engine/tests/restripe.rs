@@ -476,18 +476,7 @@ fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
         let mut ops = 0i64;
         loop {
             let power = Power::new(ops);
-            let cut: Vec<Arc<SimDisk>> = images
-                .iter()
-                .enumerate()
-                .map(|(i, img)| {
-                    Arc::new(SimDisk::crash_disk(
-                        &format!("pc{n}-{i}"),
-                        power.clone(),
-                        img.clone(),
-                        4096,
-                    ))
-                })
-                .collect();
+            let cut = SimDisk::crash_set(&format!("pc{n}-"), &power, &images);
             let cut_devs: Vec<Arc<dyn Member>> =
                 cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
             let _ = reshape_members(
@@ -499,17 +488,7 @@ fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
                 },
             );
             let finished = power.on();
-            let after: Vec<Arc<dyn Member>> = cut
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    Arc::new(SimDisk::from_image(
-                        format!("pc{n}-{i}"),
-                        d.durable_image(),
-                        SimWorld::new(),
-                    )) as Arc<dyn Member>
-                })
-                .collect();
+            let after = SimDisk::after_cut(&cut);
             // Only the devices that joined before the cut: an added disk without a
             // superblock is not offered.
             let joined: Vec<Arc<dyn Member>> = after

@@ -450,6 +450,38 @@ impl SimDisk {
             .atomic_below(atomic_below)
     }
 
+    /// A crash test's members, `prefix0`, `prefix1`, ...: one [`SimDisk::crash_disk`] per
+    /// image, all on `power`, writes below 4 KiB never torn.
+    pub fn crash_set(prefix: &str, power: &Arc<Power>, images: &[Vec<u8>]) -> Vec<Arc<SimDisk>> {
+        images
+            .iter()
+            .enumerate()
+            .map(|(i, img)| {
+                Arc::new(SimDisk::crash_disk(
+                    &format!("{prefix}{i}"),
+                    power.clone(),
+                    img.clone(),
+                    4096,
+                ))
+            })
+            .collect()
+    }
+
+    /// What survives the cut of a [`SimDisk::crash_set`]: each disk's durable image as a
+    /// fresh disk of the same name, powered.
+    pub fn after_cut(disks: &[Arc<SimDisk>]) -> Vec<Arc<dyn Member>> {
+        disks
+            .iter()
+            .map(|d| {
+                Arc::new(SimDisk::from_image(
+                    d.name.clone(),
+                    d.durable_image(),
+                    SimWorld::new(),
+                )) as Arc<dyn Member>
+            })
+            .collect()
+    }
+
     /// Writes and flushes spend `power`; once it is out they are lost silently.
     pub fn with_power(mut self, power: Arc<Power>) -> SimDisk {
         self.power = Some(power);
