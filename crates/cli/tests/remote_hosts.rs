@@ -313,6 +313,42 @@ fn raid1_last_copy_reconnects_instead_of_eio() {
     assert!(srv.wait().success(), "{}", srv.stderr());
 }
 
+/// A member's own `?timeout=1` stands in for the server's `--nbd-timeout` (an hour here):
+/// its host cut off mid-write, the member fails after one second, the writer goes on (it
+/// would wait out the hour, and the test's safety net fail, without it), and the member's
+/// error names the 1 s wait. The other member keeps the hour.
+#[test]
+fn a_members_own_timeout_fails_it_without_waiting_for_the_servers() {
+    let test = "a_members_own_timeout_fails_it_without_waiting_for_the_servers";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-timeout");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = vec![hosts[0].uri(), format!("{}?timeout=1", hosts[1].uri())];
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), &["--nbd-timeout", "3600"]);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    write_while(&export, 0..32, 7, 8, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    let d = srv.detail(a0);
+    let r = &d["members"][1]["remote"];
+    assert_eq!(r["uri"], uris[1].as_str(), "{d}");
+    assert_eq!(r["connection"], "lost", "{d}");
+    assert!(
+        r["error"].as_str().unwrap_or("").contains("within 1s"),
+        "{d}"
+    );
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    verify(&export, 0..32, 7);
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+}
+
 /// raid5 over four hosts: one cut off mid-write is a failed member and the writer goes on
 /// without an error; all reads back. A second host cut off leaves the array without its
 /// data: reads and writes get EIO (a clear error), and no read returns wrong data.

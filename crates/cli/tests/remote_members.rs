@@ -403,3 +403,36 @@ fn status_monitor_and_metrics_show_a_remote_member_lost() {
         0.0
     );
 }
+
+/// `?timeout=` that is not a number of seconds above zero is refused by name, before any
+/// connection is tried; a good one opens the member as without it.
+#[test]
+fn a_members_own_timeout_is_checked() {
+    let test = "a_members_own_timeout_is_checked";
+    if !need_tool("nbdkit", test) {
+        return;
+    }
+    let dir = TempDir::new("remote-timeout");
+    let host = Nbdkit::start(&dir, "a", &["memory", "32M"]);
+    let other = Nbdkit::start(&dir, "b", &["memory", "32M"]);
+    for bad in ["0", "soon", "-3"] {
+        let uri = format!("{}&timeout={bad}", host.uri());
+        let out = uraid().args(["examine", uri.as_str()]).output().unwrap();
+        assert!(!out.status.success(), "{uri} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "?timeout={bad}: the request timeout must be a number of seconds above zero"
+            )),
+            "{uri}: {err}"
+        );
+    }
+    let uri = format!("{}&timeout=2.5", host.uri());
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .arg(&uri)
+        .arg(other.uri()));
+    let v = json(&ok(uraid().args(["examine", "--json", uri.as_str()])));
+    assert_eq!(v["device"], uri.as_str());
+    assert_eq!(v["level"], "raid1");
+}
