@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use uraid_nbd::client::{Client, ClientConfig};
-use uraid_testkit::netns::{need_netns, Host};
+use uraid_testkit::netns::{need_netns, Host, ServerKind};
 use uraid_testkit::prelude::*;
 
 /// Bytes per write of the writers here.
@@ -537,4 +537,96 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
             );
         }
     }
+}
+
+/// fio's own verify through `uraid serve`: raid1 over a host running nbdkit and one running
+/// qemu-nbd. fio (nbd engine) writes crc32c-verified blocks; once it is under way the
+/// qemu-nbd host is cut off, and fio goes on without an error (the member fails after its
+/// timeout; that it failed shows the writes went on after the cut). A second fio then
+/// verifies every block it wrote, read from the host that stayed.
+#[test]
+fn fio_verify_through_raid1_over_nbdkit_and_qemu_nbd_with_a_host_cut_mid_write() {
+    let test = "fio_verify_through_raid1_over_nbdkit_and_qemu_nbd_with_a_host_cut_mid_write";
+    if !need_netns(test) || !need_tools(&["fio", "qemu-nbd"], test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-fio");
+    let hosts = [
+        Host::start_with(&dir, "kit", 96, ServerKind::Nbdkit),
+        Host::start_with(&dir, "qemu", 96, ServerKind::QemuNbd),
+    ];
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    let job = |verify_only: bool| {
+        let mut c = std::process::Command::new("fio");
+        c.args([
+            "--name=remote",
+            "--ioengine=nbd",
+            &format!("--uri={export}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=64m",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--randseed=16",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ]);
+        c.arg(if verify_only {
+            "--verify_only=1"
+        } else {
+            "--do_verify=0"
+        });
+        c.current_dir(dir.path("."));
+        c
+    };
+    let writer = job(false)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Under way: 8 MiB landed on the nbdkit host's disk (a sparse file that fills as
+    // written).
+    use std::os::unix::fs::MetadataExt;
+    let allocated = || std::fs::metadata(hosts[0].disk()).unwrap().blocks() * 512;
+    let start = allocated();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while allocated() < start + (8 << 20) {
+        assert!(std::time::Instant::now() < deadline, "fio wrote nothing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    hosts[1].cut();
+    let out = writer.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed with a host cut: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["jobs"][0]["error"], 0, "{text}");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    assert_eq!(member_state(&srv.detail(a0), 0), "active");
+
+    let out = job(true).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio verify failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["jobs"][0]["error"], 0, "{text}");
+    assert!(
+        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= 64 << 20,
+        "the verify pass read less than was written: {text}"
+    );
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
 }
