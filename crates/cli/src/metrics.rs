@@ -6,7 +6,10 @@
 //! per op a count, bytes, errors, and a latency histogram that times one request in
 //! [`LATENCY_SAMPLE`] (two clock reads for that one), so the request path pays one atomic
 //! add per counter. The array's state (degraded, members, sync, stripe cache, journal) is
-//! read from the engine when a scrape comes, never kept up to date in between.
+//! read from the engine when a scrape comes, never kept up to date in between; so are the
+//! members on other hosts ([`RemoteCollector`]): per member, labelled by role and URI, its
+//! connection state, the moving average of its reply latency and a histogram of every
+//! reply's latency, which the member's NBD client keeps (it times each reply anyway).
 
 use anyhow::{bail, Context, Result};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -267,6 +270,7 @@ impl Metrics {
             "Bytes in the write-back cache not yet on the members",
             s.journal_cached_bytes.clone(),
         );
+        r.register_collector(Box::new(RemoteCollector(array.clone())));
         Metrics {
             array,
             sync: Mutex::new(None),
@@ -355,6 +359,114 @@ impl Metrics {
             s.journal_cached_stripes.set(wb.cached_stripes as i64);
             s.journal_cached_bytes.set(wb.cached_pages as i64 * 4096);
         }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemoteLabel {
+    role: u64,
+    uri: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RemoteStateLabel {
+    role: u64,
+    uri: String,
+    state: &'static str,
+}
+
+/// The members on other hosts, read from their [`Member::remote`](uraid_engine::Member)
+/// at each scrape (the same source as `detail`'s `remote` objects).
+struct RemoteCollector(Arc<Array>);
+
+impl std::fmt::Debug for RemoteCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemoteCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for RemoteCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        use uraid_engine::RemoteConnection;
+        let a = &self.0;
+        let remotes: Vec<(u64, uraid_engine::RemoteStatus)> = (0..a.raid_disks())
+            .filter_map(|r| Some((r as u64, a.slot(MemberIdx(r)).device()?.remote()?)))
+            .collect();
+        if remotes.is_empty() {
+            return Ok(());
+        }
+        let label = |role: u64, m: &uraid_engine::RemoteStatus| RemoteLabel {
+            role,
+            uri: m.uri.clone(),
+        };
+        let mut e = encoder.encode_descriptor(
+            "remote_connection",
+            "1 for the state of a remote member's connection (up, reconnecting, lost)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (role, m) in &remotes {
+            for c in [
+                RemoteConnection::Up,
+                RemoteConnection::Reconnecting,
+                RemoteConnection::Lost,
+            ] {
+                let l = RemoteStateLabel {
+                    role: *role,
+                    uri: m.uri.clone(),
+                    state: c.name(),
+                };
+                e.encode_family(&l)?
+                    .encode_gauge(&i64::from(m.connection == c))?;
+            }
+        }
+        let mut e = encoder.encode_descriptor(
+            "remote_latency_average_seconds",
+            "Moving average (weight 1/8) of a remote member's reply latency",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (role, m) in &remotes {
+            if let Some(us) = m.latency_us {
+                e.encode_family(&label(*role, m))?
+                    .encode_gauge(&(us as f64 / 1e6))?;
+            }
+        }
+        let mut e = encoder.encode_descriptor(
+            "remote_reply_latency_seconds",
+            "Time a remote member's server took to answer, every reply of its connection",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (role, m) in &remotes {
+            let buckets: Vec<(f64, u64)> = m
+                .latency_buckets
+                .iter()
+                .map(|&(upper, n)| (upper.map_or(f64::MAX, |us| us as f64 / 1e6), n))
+                .collect();
+            let count = buckets.iter().map(|b| b.1).sum();
+            e.encode_family(&label(*role, m))?.encode_histogram::<()>(
+                m.latency_sum_us as f64 / 1e6,
+                count,
+                &buckets,
+                None,
+            )?;
+        }
+        let mut e = encoder.encode_descriptor(
+            "remote_reconnect_attempts",
+            "Attempts to connect a remote member anew (reconnects and re-add tries)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (role, m) in &remotes {
+            e.encode_family(&label(*role, m))?
+                .encode_counter::<(), _, f64>(&m.reconnect_attempts, None)?;
+        }
+        Ok(())
     }
 }
 

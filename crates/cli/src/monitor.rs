@@ -9,6 +9,12 @@
 //! DeviceDisappeared, NewArray) are printed as lines or JSON, and optionally passed to a
 //! program as `PROGRAM EVENT ARRAY [DEVICE]`. A raid0 has no degraded mode: no
 //! DegradedArray for it, as md.
+//!
+//! Members on other hosts add events of their own (md has none), with the member's URI as
+//! the device: RemoteReconnecting, RemoteLost and RemoteUp when its connection (detail's
+//! `remote.connection`) changes between two polls, and on the first poll for one that is
+//! not up. A connection is a state the server does not log, so these come from diffing
+//! every poll: a blip shorter than the delay may go unseen.
 
 use crate::control;
 use anyhow::{bail, Result};
@@ -55,13 +61,23 @@ pub struct State {
     /// role -> (state word, device, recovery percent)
     pub roles: BTreeMap<u64, (String, String, Option<f64>)>,
     pub spares: Vec<String>,
+    /// role -> (URI, connection word) of the members on other hosts.
+    pub remotes: BTreeMap<u64, (String, String)>,
 }
 
 impl State {
     /// From `detail --json` (served arrays).
     pub fn from_detail(v: &Value) -> State {
         let mut roles = BTreeMap::new();
+        let mut remotes = BTreeMap::new();
         for m in v["members"].as_array().into_iter().flatten() {
+            let r = &m["remote"];
+            if let (Some(uri), Some(c)) = (r["uri"].as_str(), r["connection"].as_str()) {
+                remotes.insert(
+                    m["role"].as_u64().unwrap_or(0),
+                    (uri.to_string(), c.to_string()),
+                );
+            }
             roles.insert(
                 m["role"].as_u64().unwrap_or(0),
                 (
@@ -82,6 +98,7 @@ impl State {
                 .flatten()
                 .filter_map(|s| s.as_str().map(str::to_string))
                 .collect(),
+            remotes,
         }
     }
 
@@ -136,6 +153,7 @@ impl State {
             degraded,
             roles,
             spares,
+            remotes: BTreeMap::new(),
         })
     }
 }
@@ -196,6 +214,30 @@ pub fn diff(old: Option<&State>, new: &State) -> Events {
     ev
 }
 
+/// Events of the remote members' connections that turn `old` (None: the first poll) into
+/// `new`: one when a role's connection word changes (or its URI: another member), and for
+/// one seen the first time, unless it is up.
+pub fn remote_events(old: Option<&State>, new: &State) -> Events {
+    let mut ev = Vec::new();
+    for (role, (uri, conn)) in &new.remotes {
+        let before = old.and_then(|o| o.remotes.get(role));
+        let changed = match before {
+            Some((ouri, oconn)) => ouri != uri || oconn != conn,
+            None => conn != "up",
+        };
+        if !changed {
+            continue;
+        }
+        let event = match conn.as_str() {
+            "up" => "RemoteUp",
+            "reconnecting" => "RemoteReconnecting",
+            _ => "RemoteLost",
+        };
+        ev.push((event.to_string(), Some(uri.clone())));
+    }
+    ev
+}
+
 /// One poll: the state now and the events since the last poll. `cursor` is the number of
 /// the next event the served array will report (None: not reading a server's events).
 fn poll(
@@ -221,7 +263,7 @@ fn poll(
         if let Ok(r) = control::request(&c, &json!({"cmd": "events", "since": since})) {
             if r["lost"] != true {
                 *cursor = r["next"].as_u64().or(seq);
-                let ev = r["events"]
+                let mut ev: Events = r["events"]
                     .as_array()
                     .into_iter()
                     .flatten()
@@ -232,12 +274,14 @@ fn poll(
                         )
                     })
                     .collect();
+                ev.extend(remote_events(last, &st));
                 return Ok((st, ev));
             }
         }
     }
     *cursor = seq;
-    let ev = diff(last, &st);
+    let mut ev = diff(last, &st);
+    ev.extend(remote_events(last, &st));
     Ok((st, ev))
 }
 
@@ -314,6 +358,7 @@ mod tests {
                 .map(|r| (r.0, (r.1.into(), r.2.into(), r.3)))
                 .collect(),
             spares: spares.iter().map(|s| s.to_string()).collect(),
+            remotes: BTreeMap::new(),
         }
     }
 
@@ -350,6 +395,35 @@ mod tests {
         assert_eq!(
             names(diff(Some(&d), &e)),
             ["RebuildFinished", "SpareActive", "SpareAdded"]
+        );
+    }
+
+    #[test]
+    fn a_remote_members_connection_changes_are_events() {
+        let with = |conns: &[(u64, &str, &str)]| {
+            let mut s = st(&[(0, "active", "a", None), (1, "active", "b", None)], &[]);
+            s.remotes = conns
+                .iter()
+                .map(|c| (c.0, (c.1.to_string(), c.2.to_string())))
+                .collect();
+            s
+        };
+        let up = with(&[(0, "nbd://a/", "up"), (1, "nbd://b/", "up")]);
+        assert!(remote_events(None, &up).is_empty());
+        let lost = with(&[(0, "nbd://a/", "up"), (1, "nbd://b/", "lost")]);
+        assert_eq!(
+            remote_events(None, &lost),
+            [("RemoteLost".to_string(), Some("nbd://b/".to_string()))]
+        );
+        assert!(remote_events(Some(&lost), &lost).is_empty());
+        let retrying = with(&[(0, "nbd://a/", "reconnecting"), (1, "nbd://b/", "lost")]);
+        assert_eq!(
+            names(remote_events(Some(&lost), &retrying)),
+            ["RemoteReconnecting"]
+        );
+        assert_eq!(
+            names(remote_events(Some(&retrying), &up)),
+            ["RemoteUp", "RemoteUp"]
         );
     }
 

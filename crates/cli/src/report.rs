@@ -761,30 +761,60 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
 /// Members on other hosts, after mdadm's table: connection, latency and, while lost,
 /// the re-add daemon's attempts (`--nbd-readd`).
 fn remote_rows(o: &mut String, a: &Array) {
-    let rows: Vec<(usize, uraid_engine::RemoteStatus)> = (0..a.raid_disks())
-        .filter_map(|r| Some((r, a.slot(MemberIdx(r)).device()?.remote()?)))
+    let rows: Vec<(usize, Value)> = (0..a.raid_disks())
+        .filter_map(|r| Some((r, remote_json(&a.slot(MemberIdx(r)).device()?.remote()?))))
         .collect();
     if rows.is_empty() {
         return;
     }
     o.push('\n');
     for (r, m) in rows {
-        let mut v = if m.connected {
-            match m.latency_us {
-                Some(us) => format!("{} connected, latency {us} us", m.uri),
-                None => format!("{} connected", m.uri),
-            }
-        } else {
-            format!("{} lost ({})", m.uri, m.error.unwrap_or_default())
-        };
-        if m.reconnect_attempts > 0 {
-            v.push_str(&format!(", reconnect attempts {}", m.reconnect_attempts));
-            if let Some(e) = m.reconnect_error {
-                v.push_str(&format!(" (last: {e})"));
-            }
-        }
-        o.push_str(&format!("{:>18} : {v}\n", format!("Remote {r}")));
+        o.push_str(&format!(
+            "{:>18} : {}\n",
+            format!("Remote {r}"),
+            remote_summary(&m)
+        ));
     }
+}
+
+/// A remote member's `remote` object of `detail --json`, which `status` and the monitor
+/// read as well.
+fn remote_json(m: &uraid_engine::RemoteStatus) -> Value {
+    json!({
+        "uri": m.uri,
+        "connection": m.connection.name(),
+        "error": m.error,
+        "latency_us": m.latency_us,
+        "replies": m.latency_buckets.iter().map(|b| b.1).sum::<u64>(),
+        "connections": m.connections,
+        "tls": m.tls,
+        // While lost: the re-add daemon's tries (--nbd-readd).
+        "reconnect_attempts": m.reconnect_attempts,
+        "reconnect_error": m.reconnect_error,
+    })
+}
+
+/// One line for a remote member (its `remote` object): URI, connection, latency, and
+/// while it is not up why, and the reconnect attempts.
+pub fn remote_summary(m: &Value) -> String {
+    let uri = m["uri"].as_str().unwrap_or("?");
+    let connection = m["connection"].as_str().unwrap_or("?");
+    let mut v = format!("{uri} {connection}");
+    if connection == "up" {
+        if let Some(us) = m["latency_us"].as_u64() {
+            v.push_str(&format!(", latency {us} us"));
+        }
+    } else {
+        v.push_str(&format!(" ({})", m["error"].as_str().unwrap_or("")));
+    }
+    let attempts = m["reconnect_attempts"].as_u64().unwrap_or(0);
+    if attempts > 0 {
+        v.push_str(&format!(", reconnect attempts {attempts}"));
+        if let Some(e) = m["reconnect_error"].as_str() {
+            v.push_str(&format!(" (last: {e})"));
+        }
+    }
+    v
 }
 
 pub fn detail_json(a: &Array) -> Value {
@@ -812,17 +842,7 @@ pub fn detail_json(a: &Array) -> Value {
                 "device": a.slot(MemberIdx(r)).device_name(),
                 "io_engine": a.slot(MemberIdx(r)).io_engine().map(|e| e.name()),
                 // A member on another host: its connection and reply latency.
-                "remote": a.slot(MemberIdx(r)).device().and_then(|d| d.remote()).map(|m| json!({
-                    "uri": m.uri,
-                    "connection": if m.connected { "connected" } else { "lost" },
-                    "error": m.error,
-                    "latency_us": m.latency_us,
-                    "connections": m.connections,
-                    "tls": m.tls,
-                    // While lost: the re-add daemon's tries (--nbd-readd).
-                    "reconnect_attempts": m.reconnect_attempts,
-                    "reconnect_error": m.reconnect_error,
-                })),
+                "remote": a.slot(MemberIdx(r)).device().and_then(|d| d.remote()).map(|m| remote_json(&m)),
                 "write_mostly": a.slot(MemberIdx(r)).member_flags().write_mostly,
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
                 // md's desc_nr, which /proc/mdstat prints as sda1[N].

@@ -286,10 +286,29 @@ pub fn mdstat(details: &[Value], names: &[String]) -> String {
                 b["chunk_kib"].as_u64().unwrap_or(0)
             ));
         }
+        // Not in md's format (md has no remote members): one line per member on another
+        // host, after md's lines.
+        for (role, r) in remotes(d) {
+            o.push_str(&format!(
+                "      remote {role}: {}\n",
+                crate::report::remote_summary(r)
+            ));
+        }
         o.push('\n');
     }
     o.push_str("unused devices: <none>\n");
     o
+}
+
+/// The members on other hosts: role and the `remote` object of `detail --json`.
+fn remotes(d: &Value) -> Vec<(u64, &Value)> {
+    d["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["remote"].is_object())
+        .map(|m| (m["role"].as_u64().unwrap_or(0), &m["remote"]))
+        .collect()
 }
 
 /// The same as JSON objects: per array its md name and the server's detail.
@@ -313,6 +332,15 @@ pub fn status_json(details: &[Value], names: &[String]) -> Value {
                 })).collect::<Vec<_>>(),
                 "sync": d["sync"],
                 "bitmap": d["bitmap_pages"],
+                "remote": remotes(d).into_iter().map(|(role, r)| json!({
+                    "role": role,
+                    "uri": r["uri"],
+                    "connection": r["connection"],
+                    "error": r["error"],
+                    "latency_us": r["latency_us"],
+                    "replies": r["replies"],
+                    "reconnect_attempts": r["reconnect_attempts"],
+                })).collect::<Vec<_>>(),
                 "control": d["serve"]["control"],
                 "pid": d["serve"]["pid"],
             })
@@ -435,6 +463,34 @@ mod tests {
         assert_eq!(j["arrays"][0]["roles"], "[2/1] [U_]");
         assert_eq!(j["arrays"][0]["devices"][0]["flags"], "(S)");
         assert_eq!(j["arrays"][2]["blocks"], 8192);
+    }
+
+    /// A member on another host gets a line after md's, and an entry in the JSON.
+    #[test]
+    fn remote_members_have_their_own_lines() {
+        let mut d = raid5_rebuilding();
+        d["members"][1]["device"] = json!("nbd://h1/e");
+        d["members"][1]["remote"] = json!({"uri": "nbd://h1/e", "connection": "up",
+            "latency_us": 180, "replies": 9, "reconnect_attempts": 0});
+        d["members"][3]["device"] = json!("nbd://h3/e");
+        d["members"][3]["state"] = json!("faulty");
+        d["members"][3]["remote"] = json!({"uri": "nbd://h3/e", "connection": "lost",
+            "error": "no reply", "latency_us": 200, "reconnect_attempts": 2,
+            "reconnect_error": "timed out"});
+        let d = vec![d];
+        let t = mdstat(&d, &md_names(&d));
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[5], "      remote 1: nbd://h1/e up, latency 180 us");
+        assert_eq!(
+            lines[6],
+            "      remote 3: nbd://h3/e lost (no reply), reconnect attempts 2 (last: timed out)"
+        );
+        let j = status_json(&d, &md_names(&d));
+        let r = &j["arrays"][0]["remote"];
+        assert_eq!(r.as_array().unwrap().len(), 2, "{j}");
+        assert_eq!(r[1]["role"], 3);
+        assert_eq!(r[1]["connection"], "lost");
+        assert_eq!(r[0]["latency_us"], 180);
     }
 
     #[test]

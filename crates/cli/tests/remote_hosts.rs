@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use uraid_nbd::client::{Client, ClientConfig};
-use uraid_testkit::netns::{need_netns, Host};
+use uraid_testkit::netns::{need_netns, Host, ServerKind};
 use uraid_testkit::prelude::*;
 
 /// Bytes per write of the writers here.
@@ -205,7 +205,7 @@ fn raid1_lost_host_comes_back(test: &str, auto: bool) {
     srv.wait_detail(a0, |d| d["degraded"] == false);
     let d = srv.detail(a0);
     assert_eq!(member_state(&d, 1), "active", "{d}");
-    assert_eq!(d["members"][1]["remote"]["connection"], "connected", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "up", "{d}");
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
     if auto {
@@ -277,6 +277,8 @@ fn raid1_last_copy_reconnects_instead_of_eio() {
     let written = std::thread::scope(|s| {
         let (cut_tx, cut) = mpsc::channel();
         let host0 = &hosts[0];
+        let mut detail = srv.cmd();
+        detail.args(["detail", "--json"]).arg(a0);
         s.spawn(move || {
             cut.recv().unwrap();
             let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -287,7 +289,13 @@ fn raid1_last_copy_reconnects_instead_of_eio() {
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
+            // While it dials, detail (and so status, the monitor, the metrics) says so.
+            let d = json(&ok(&mut detail));
             host0.restore();
+            assert_eq!(
+                d["members"][0]["remote"]["connection"], "reconnecting",
+                "{d}"
+            );
         });
         write_while(&export, 16..32, 5, 0, || {
             host0.cut();
@@ -299,8 +307,44 @@ fn raid1_last_copy_reconnects_instead_of_eio() {
     let d = srv.detail(a0);
     assert_eq!(member_state(&d, 0), "active", "{d}");
     let r = &d["members"][0]["remote"];
-    assert_eq!(r["connection"], "connected", "{d}");
+    assert_eq!(r["connection"], "up", "{d}");
     assert!(r["reconnect_attempts"].as_u64().unwrap_or(0) >= 1, "{d}");
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+}
+
+/// A member's own `?timeout=1` stands in for the server's `--nbd-timeout` (an hour here):
+/// its host cut off mid-write, the member fails after one second, the writer goes on (it
+/// would wait out the hour, and the test's safety net fail, without it), and the member's
+/// error names the 1 s wait. The other member keeps the hour.
+#[test]
+fn a_members_own_timeout_fails_it_without_waiting_for_the_servers() {
+    let test = "a_members_own_timeout_fails_it_without_waiting_for_the_servers";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-timeout");
+    let hosts = start_hosts(&dir, 2, 48);
+    let uris = vec![hosts[0].uri(), format!("{}?timeout=1", hosts[1].uri())];
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), &["--nbd-timeout", "3600"]);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    write_while(&export, 0..32, 7, 8, || hosts[1].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    let d = srv.detail(a0);
+    let r = &d["members"][1]["remote"];
+    assert_eq!(r["uri"], uris[1].as_str(), "{d}");
+    assert_eq!(r["connection"], "lost", "{d}");
+    assert!(
+        r["error"].as_str().unwrap_or("").contains("within 1s"),
+        "{d}"
+    );
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    verify(&export, 0..32, 7);
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
 }
@@ -493,4 +537,96 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
             );
         }
     }
+}
+
+/// fio's own verify through `uraid serve`: raid1 over a host running nbdkit and one running
+/// qemu-nbd. fio (nbd engine) writes crc32c-verified blocks; once it is under way the
+/// qemu-nbd host is cut off, and fio goes on without an error (the member fails after its
+/// timeout; that it failed shows the writes went on after the cut). A second fio then
+/// verifies every block it wrote, read from the host that stayed.
+#[test]
+fn fio_verify_through_raid1_over_nbdkit_and_qemu_nbd_with_a_host_cut_mid_write() {
+    let test = "fio_verify_through_raid1_over_nbdkit_and_qemu_nbd_with_a_host_cut_mid_write";
+    if !need_netns(test) || !need_tools(&["fio", "qemu-nbd"], test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-fio");
+    let hosts = [
+        Host::start_with(&dir, "kit", 96, ServerKind::Nbdkit),
+        Host::start_with(&dir, "qemu", 96, ServerKind::QemuNbd),
+    ];
+    let uris = uris_of(&hosts);
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&uris));
+    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    let job = |verify_only: bool| {
+        let mut c = std::process::Command::new("fio");
+        c.args([
+            "--name=remote",
+            "--ioengine=nbd",
+            &format!("--uri={export}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=64m",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--randseed=16",
+            "--verify_state_save=0",
+            "--output-format=json",
+        ]);
+        c.arg(if verify_only {
+            "--verify_only=1"
+        } else {
+            "--do_verify=0"
+        });
+        c.current_dir(dir.path("."));
+        c
+    };
+    let writer = job(false)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Under way: 8 MiB landed on the nbdkit host's disk (a sparse file that fills as
+    // written).
+    use std::os::unix::fs::MetadataExt;
+    let allocated = || std::fs::metadata(hosts[0].disk()).unwrap().blocks() * 512;
+    let start = allocated();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while allocated() < start + (8 << 20) {
+        assert!(std::time::Instant::now() < deadline, "fio wrote nothing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    hosts[1].cut();
+    let out = writer.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed with a host cut: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["jobs"][0]["error"], 0, "{text}");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    assert_eq!(member_state(&srv.detail(a0), 0), "active");
+
+    let out = job(true).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio verify failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    assert_eq!(v["jobs"][0]["error"], 0, "{text}");
+    assert!(
+        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= 64 << 20,
+        "the verify pass read less than was written: {text}"
+    );
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
 }

@@ -223,7 +223,7 @@ fn detail_shows_a_remote_members_connection_and_latency() {
     for (r, uri) in uris.iter().enumerate() {
         let m = &d["members"][r]["remote"];
         assert_eq!(m["uri"], uri.as_str(), "{d}");
-        assert_eq!(m["connection"], "connected", "{d}");
+        assert_eq!(m["connection"], "up", "{d}");
         assert!(m["latency_us"].as_u64().unwrap_or(0) > 0, "{d}");
         assert_eq!(m["tls"], false, "{d}");
     }
@@ -235,5 +235,204 @@ fn detail_shows_a_remote_members_connection_and_latency() {
     });
     let d = srv.detail(Path::new(&uris[0]));
     assert!(d["members"][1]["remote"]["error"].is_string(), "{d}");
-    assert_eq!(d["members"][0]["remote"]["connection"], "connected", "{d}");
+    assert_eq!(d["members"][0]["remote"]["connection"], "up", "{d}");
+}
+
+/// Where the server serves its metrics (its `metrics: http://ADDR/metrics` line).
+fn metrics_addr(srv: &Served) -> String {
+    loop {
+        let line = srv
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("serve printed no metrics: line");
+        if let Some(rest) = line.strip_prefix("metrics: http://") {
+            return rest
+                .strip_suffix("/metrics")
+                .expect("…/metrics")
+                .to_string();
+        }
+    }
+}
+
+/// GET http://ADDR/metrics, by a plain socket.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.contains(" 200 "), "{head}");
+    body.to_string()
+}
+
+/// The value of the sample `name{...}` whose labels include every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{text}"))
+}
+
+/// Host b of a raid1 dies: `uraid status` (text and JSON) shows member 1's connection
+/// lost and member 0's up with its latency; a monitor running since before prints
+/// RemoteLost for b's URI; the metrics carry each member's connection state and a latency
+/// histogram of the replies.
+#[test]
+fn status_monitor_and_metrics_show_a_remote_member_lost() {
+    let test = "status_monitor_and_metrics_show_a_remote_member_lost";
+    if !need_tool("nbdkit", test) {
+        return;
+    }
+    let dir = TempDir::new("remote-status");
+    let mut hosts: Vec<Nbdkit> = ["a", "b"]
+        .iter()
+        .map(|n| Nbdkit::start(&dir, n, &["memory", "32M"]))
+        .collect();
+    let uris: Vec<String> = hosts.iter().map(|h| h.uri()).collect();
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .args(&uris));
+    let args = ["--nbd-timeout", "10", "--metrics", "127.0.0.1:0"];
+    let srv = Served::start(&dir, &paths(&uris), &args);
+    let c = Client::open(&srv.uri(), &ClientConfig::default()).unwrap();
+    c.write(&pattern(256 << 10, 5), 0, true).unwrap();
+
+    let addr = metrics_addr(&srv);
+    let up = scrape(&addr);
+    for (r, uri) in uris.iter().enumerate() {
+        let role = r.to_string();
+        let l = [("role", role.as_str()), ("uri", uri.as_str())];
+        let with = |state| [l[0], l[1], ("state", state)];
+        assert_eq!(sample(&up, "uraid_remote_connection", &with("up")), 1.0);
+        assert_eq!(sample(&up, "uraid_remote_connection", &with("lost")), 0.0);
+        let replies = sample(&up, "uraid_remote_reply_latency_seconds_count", &l);
+        assert!(replies > 0.0, "{up}");
+        let all = [l[0], l[1], ("le", "+Inf")];
+        let inf = sample(&up, "uraid_remote_reply_latency_seconds_bucket", &all);
+        assert_eq!(inf, replies, "{up}");
+        assert!(sample(&up, "uraid_remote_latency_average_seconds", &l) > 0.0);
+    }
+
+    // A monitor that watches from before the loss.
+    let mut mon = srv
+        .cmd()
+        .args(["monitor", "--json", "--delay", "0.1", "--control"])
+        .arg(&srv.control)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (line_tx, lines) = mpsc::channel();
+    let out = mon.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = line_tx.send(l);
+        }
+    });
+    let next_event = || {
+        let l = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the monitor printed nothing");
+        serde_json::from_str::<serde_json::Value>(&l).unwrap()
+    };
+    assert_eq!(next_event()["event"], "NewArray");
+
+    hosts[1].kill();
+    c.write(&pattern(64 << 10, 6), 1 << 20, true).unwrap();
+    srv.wait_detail(Path::new(&uris[0]), |d| {
+        d["members"][1]["remote"]["connection"] == "lost"
+    });
+    let mut seen = Vec::new();
+    let lost = loop {
+        let e = next_event();
+        if e["event"] == "RemoteLost" {
+            break e;
+        }
+        seen.push(e);
+    };
+    let _ = mon.kill();
+    let _ = mon.wait();
+    assert_eq!(lost["device"], uris[1].as_str(), "{lost}");
+    assert!(
+        seen.iter().all(|e| e["device"] != uris[0].as_str()),
+        "{seen:?}"
+    );
+
+    let t = stdout(&ok(srv.cmd().arg("status")));
+    let row = |r: usize| {
+        t.lines()
+            .find(|l| l.trim_start().starts_with(&format!("remote {r}:")))
+            .unwrap_or_else(|| panic!("no remote {r} line:\n{t}"))
+            .to_string()
+    };
+    assert!(row(1).contains(&format!("{} lost (", uris[1])), "{t}");
+    assert!(row(0).contains(&format!("{} up, latency ", uris[0])), "{t}");
+    let j = json(&ok(srv.cmd().args(["status", "--json"])));
+    let r = &j["arrays"][0]["remote"];
+    assert_eq!(r[1]["role"], 1, "{j}");
+    assert_eq!(r[1]["uri"], uris[1].as_str(), "{j}");
+    assert_eq!(r[1]["connection"], "lost", "{j}");
+    assert!(r[1]["error"].is_string(), "{j}");
+    assert_eq!(r[0]["connection"], "up", "{j}");
+    assert!(r[0]["latency_us"].as_u64().unwrap_or(0) > 0, "{j}");
+
+    let after = scrape(&addr);
+    let l1 = [("role", "1"), ("uri", uris[1].as_str())];
+    assert_eq!(
+        sample(
+            &after,
+            "uraid_remote_connection",
+            &[l1[0], l1[1], ("state", "lost")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "uraid_remote_connection",
+            &[l1[0], l1[1], ("state", "up")]
+        ),
+        0.0
+    );
+}
+
+/// `?timeout=` that is not a number of seconds above zero is refused by name, before any
+/// connection is tried; a good one opens the member as without it.
+#[test]
+fn a_members_own_timeout_is_checked() {
+    let test = "a_members_own_timeout_is_checked";
+    if !need_tool("nbdkit", test) {
+        return;
+    }
+    let dir = TempDir::new("remote-timeout");
+    let host = Nbdkit::start(&dir, "a", &["memory", "32M"]);
+    let other = Nbdkit::start(&dir, "b", &["memory", "32M"]);
+    for bad in ["0", "soon", "-3"] {
+        let uri = format!("{}&timeout={bad}", host.uri());
+        let out = uraid().args(["examine", uri.as_str()]).output().unwrap();
+        assert!(!out.status.success(), "{uri} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "?timeout={bad}: the request timeout must be a number of seconds above zero"
+            )),
+            "{uri}: {err}"
+        );
+    }
+    let uri = format!("{}&timeout=2.5", host.uri());
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .arg(&uri)
+        .arg(other.uri()));
+    let v = json(&ok(uraid().args(["examine", "--json", uri.as_str()])));
+    assert_eq!(v["device"], uri.as_str());
+    assert_eq!(v["level"], "raid1");
 }

@@ -186,7 +186,8 @@ pub use buf::AlignedBuf;
 pub use file::{set_devices_handle_discard_safely, DirectMode, FileMember, DIRECT_ALIGN};
 pub use io::{io_engine, io_engine_forced, set_io_engine, set_io_engine_per_member, IoEngine};
 pub use member::{
-    write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow,
+    write_zero_buffers, Batch, MemMember, Member, MemberOp, OpBuf, RemoteConnection, RemoteStatus,
+    ZeroHow,
 };
 /// A member on an NBD export (feature `nbd`): a remote disk through `uraid-nbd`'s client.
 #[cfg(feature = "nbd")]

@@ -406,17 +406,47 @@ impl Member for ReadOnlyMember {
     }
 }
 
+/// The connection of a member on another host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteConnection {
+    /// Every connection is open.
+    Up,
+    /// A connection was lost and a request is reconnecting, with back-off (the member
+    /// holds the last copy of some data, so it is not failfast).
+    Reconnecting,
+    /// A connection was lost and nothing is reconnecting it (a failed member: it is
+    /// re-added, not reconnected; or a retry that ran out).
+    Lost,
+}
+
+impl RemoteConnection {
+    /// The word `detail`, `status`, the monitor and the metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            RemoteConnection::Up => "up",
+            RemoteConnection::Reconnecting => "reconnecting",
+            RemoteConnection::Lost => "lost",
+        }
+    }
+}
+
 /// How a member on another host stands ([`Member::remote`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteStatus {
     /// Its URI.
     pub uri: String,
-    /// Every connection is open.
-    pub connected: bool,
+    /// Up, reconnecting or lost.
+    pub connection: RemoteConnection,
     /// Why a connection closed, once one has.
     pub error: Option<String>,
     /// Moving average of reply latency in microseconds (none before the first reply).
     pub latency_us: Option<u64>,
+    /// Every reply's latency since the connection opened: per bucket its upper bound in
+    /// microseconds (none: the last bucket, without bound) and the replies in it (not
+    /// cumulative).
+    pub latency_buckets: Vec<(Option<u64>, u64)>,
+    /// Sum of those latencies, in microseconds.
+    pub latency_sum_us: u64,
     /// Connections opened.
     pub connections: usize,
     /// Over TLS.

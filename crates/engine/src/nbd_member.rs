@@ -17,9 +17,11 @@
 //! [`Member::reopen`] opens a new member on the same export, which the re-add daemon
 //! re-adds once the host answers.
 
-use crate::member::{write_zero_buffers, Batch, Member, MemberOp, OpBuf, RemoteStatus, ZeroHow};
+use crate::member::{
+    write_zero_buffers, Batch, Member, MemberOp, OpBuf, RemoteConnection, RemoteStatus, ZeroHow,
+};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use uraid_nbd::client::{Client, ClientConfig};
@@ -50,6 +52,24 @@ pub struct NbdMember {
     /// A retry ran out: later requests fail at once (each would wait `retry_for` again
     /// for a host that is gone).
     gave_up: AtomicBool,
+    /// Requests waiting to reconnect now (the `reconnecting` state of [`Member::remote`]).
+    retrying: AtomicUsize,
+}
+
+/// Counts a request among those reconnecting while it lives.
+struct Retrying<'a>(&'a AtomicUsize);
+
+impl<'a> Retrying<'a> {
+    fn new(n: &'a AtomicUsize) -> Retrying<'a> {
+        n.fetch_add(1, Ordering::Relaxed);
+        Retrying(n)
+    }
+}
+
+impl Drop for Retrying<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The default of [`NbdMember::with_retry`].
@@ -69,6 +89,7 @@ impl NbdMember {
             failfast: AtomicBool::new(true),
             retry_for: DEFAULT_RETRY,
             gave_up: AtomicBool::new(false),
+            retrying: AtomicUsize::new(0),
         })
     }
 
@@ -128,6 +149,7 @@ impl NbdMember {
         };
         let deadline = Instant::now() + self.retry_for;
         let mut pause = FIRST_BACKOFF;
+        let mut _retrying = None;
         loop {
             // A server's error reply leaves the connection up: that is the answer.
             if c.status().connected
@@ -143,6 +165,7 @@ impl NbdMember {
                     format!("{err}; no reconnect within {:?}", self.retry_for),
                 ));
             }
+            _retrying.get_or_insert_with(|| Retrying::new(&self.retrying));
             std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
             pause = (pause * 2).min(MAX_BACKOFF);
             if let Ok(new) = self.reconnect(&c) {
@@ -200,11 +223,23 @@ impl Member for NbdMember {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let connection = if st.connected {
+            RemoteConnection::Up
+        } else if self.retrying.load(Ordering::Relaxed) > 0 {
+            RemoteConnection::Reconnecting
+        } else {
+            RemoteConnection::Lost
+        };
+        let bounds = (0..st.latency.counts.len()).map(|i| {
+            (i < uraid_nbd::latency::BUCKETS).then(|| uraid_nbd::latency::bucket_upper_us(i))
+        });
         Some(RemoteStatus {
             uri: client.name().to_string(),
-            connected: st.connected,
+            connection,
             error: st.error,
             latency_us: st.latency_us,
+            latency_buckets: bounds.zip(st.latency.counts.iter().copied()).collect(),
+            latency_sum_us: st.latency.sum_us,
             connections: st.connections,
             tls: st.tls,
             reconnect_attempts: reconnects.0,

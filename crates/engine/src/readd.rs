@@ -10,7 +10,7 @@
 //! mdadm's re-add policy leaves a blank device alone: adding it rebuilds it whole.
 
 use crate::array::Array;
-use crate::member::Member;
+use crate::member::{Member, RemoteConnection};
 use crate::recovery::AddOutcome;
 use crate::slot::SlotState;
 use std::sync::Arc;
@@ -51,7 +51,10 @@ impl Array {
             };
             // Only a member that failed with its connection: one failed by request
             // (`uraid fail`, its connection up) is the administrator's to bring back.
-            if old.remote().is_none_or(|r| r.connected) {
+            if old
+                .remote()
+                .is_none_or(|r| r.connection == RemoteConnection::Up)
+            {
                 continue;
             }
             let Some(Ok(new)) = old.reopen() else {

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{
-    read_superblock, Array, DaemonNote, DaemonOptions, MemMember, Member, RemoteStatus, SlotState,
+    read_superblock, Array, DaemonNote, DaemonOptions, MemMember, Member, RemoteConnection,
+    RemoteStatus, SlotState,
 };
 use uraid_testkit::engine::*;
 
@@ -75,9 +76,15 @@ impl Member for FakeRemote {
     fn remote(&self) -> Option<RemoteStatus> {
         Some(RemoteStatus {
             uri: self.name(),
-            connected: !self.dead.load(Ordering::SeqCst),
+            connection: if self.dead.load(Ordering::SeqCst) {
+                RemoteConnection::Lost
+            } else {
+                RemoteConnection::Up
+            },
             error: None,
             latency_us: None,
+            latency_buckets: Vec::new(),
+            latency_sum_us: 0,
             connections: 1,
             tls: false,
             reconnect_attempts: self.reopens.load(Ordering::SeqCst),

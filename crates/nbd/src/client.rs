@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+pub use crate::latency::{Latency, LatencyHistogram};
 use crate::proto::*;
 use crate::socket::Stream;
 
@@ -122,6 +123,9 @@ pub struct NbdUri {
     /// The name the server's certificate must carry (`?tls-hostname=`; else the host, or
     /// `localhost` on a Unix socket).
     pub tls_hostname: Option<String>,
+    /// This export's request timeout (`?timeout=SECS`), in place of
+    /// [`ClientConfig::timeout`].
+    pub timeout: Option<Duration>,
 }
 
 /// Whether `s` is spelt as an NBD URI (of any scheme, TLS included), rather than a path.
@@ -164,6 +168,7 @@ impl NbdUri {
             _ => return Err(bad("the scheme must be nbd, nbd+unix, nbds or nbds+unix")),
         };
         let mut tls_hostname = None;
+        let mut timeout = None;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -182,6 +187,7 @@ impl NbdUri {
                 Some(("tls-hostname", v)) if tls => {
                     tls_hostname = Some(percent_decode(v).ok_or_else(|| bad("bad %-escape"))?);
                 }
+                Some(("timeout", v)) => timeout = Some(parse_timeout(v).map_err(|w| bad(&w))?),
                 Some(("tls-psk-file", _)) => {
                     return Err(ClientError::TlsUnsupported { uri: s.to_string() })
                 }
@@ -225,8 +231,23 @@ impl NbdUri {
             export,
             tls,
             tls_hostname,
+            timeout,
         })
     }
+}
+
+/// `?timeout=SECS`: seconds, a fraction allowed, more than zero.
+fn parse_timeout(v: &str) -> Result<Duration, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| {
+            format!(
+                "?timeout={v}: the request timeout must be a number of seconds above zero \
+                 (as ?timeout=5 or ?timeout=0.5)"
+            )
+        })
 }
 
 /// How the client connects and waits.
@@ -329,18 +350,8 @@ struct Conn {
     state: Mutex<State>,
     name: Arc<str>,
     reader: Mutex<Option<JoinHandle<()>>>,
-    /// Moving average of reply latency in microseconds (0: no reply yet), weight 1/8.
-    latency_us: std::sync::atomic::AtomicU64,
-}
-
-impl Conn {
-    fn record_latency(&self, took: Duration) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let us = (took.as_micros() as u64).max(1);
-        let old = self.latency_us.load(Relaxed);
-        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
-        self.latency_us.store(new.max(1), Relaxed);
-    }
+    /// Reply latency: moving average and histogram.
+    latency: Latency,
 }
 
 /// How a client's connections stand ([`Client::status`]), for `uraid detail`.
@@ -353,6 +364,8 @@ pub struct ConnStatus {
     /// Moving average of reply latency over the connections, in microseconds (none
     /// before the first reply).
     pub latency_us: Option<u64>,
+    /// Every reply's latency, over the connections.
+    pub latency: LatencyHistogram,
     /// Connections opened.
     pub connections: usize,
     /// The connections are TLS (`nbds://`).
@@ -401,7 +414,7 @@ impl Ticket {
     pub fn wait(self) -> Reply {
         match self.rx.recv_timeout(self.timeout) {
             Ok(r) => {
-                self.conn.record_latency(self.sent.elapsed());
+                self.conn.latency.record(self.sent.elapsed());
                 r
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -666,6 +679,17 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// Connects and negotiates (see the module's notes).
     pub fn connect(uri: &NbdUri, config: &ClientConfig) -> Result<Client, ClientError> {
+        let with_timeout;
+        let config = match uri.timeout {
+            Some(timeout) => {
+                with_timeout = ClientConfig {
+                    timeout,
+                    ..config.clone()
+                };
+                &with_timeout
+            }
+            None => config,
+        };
         if uri.tls && config.tls.is_none() {
             // Before connecting: the missing option is the error, not an unreachable host.
             return Err(ClientError::TlsNoCa {
@@ -718,18 +742,21 @@ impl Client {
 
     /// Whether the connections are open, why one closed, and the reply latency.
     pub fn status(&self) -> ConnStatus {
-        use std::sync::atomic::Ordering::Relaxed;
         let error = self.conns.iter().find_map(|c| lock(&c.state).dead.clone());
         let seen: Vec<u64> = self
             .conns
             .iter()
-            .map(|c| c.latency_us.load(Relaxed))
-            .filter(|&l| l > 0)
+            .filter_map(|c| c.latency.average_us())
             .collect();
+        let mut latency = LatencyHistogram::default();
+        for c in &self.conns {
+            latency.add(&c.latency.histogram());
+        }
         ConnStatus {
             connected: error.is_none(),
             error,
             latency_us: (!seen.is_empty()).then(|| seen.iter().sum::<u64>() / seen.len() as u64),
+            latency,
             connections: self.conns.len(),
             tls: self.name.starts_with("nbds"),
         }
@@ -1233,7 +1260,7 @@ fn negotiate(
         }),
         name: uri.text.as_str().into(),
         reader: Mutex::new(None),
-        latency_us: std::sync::atomic::AtomicU64::new(0),
+        latency: Latency::default(),
     });
     let c = conn.clone();
     let handle = std::thread::Builder::new()
@@ -1256,6 +1283,7 @@ pub(crate) fn exercise(stream: Stream) {
         export: "fuzz".into(),
         tls: false,
         tls_hostname: None,
+        timeout: None,
     };
     let config = ClientConfig {
         timeout: Duration::from_secs(10),
@@ -1340,6 +1368,24 @@ mod tests {
             );
         }
         assert!(is_nbd_uri("nbds://h/e") && is_nbd_uri("nbd+unix:///e?socket=/s"));
+    }
+
+    #[test]
+    fn a_uri_may_give_its_own_timeout_and_a_bad_one_is_named() {
+        assert_eq!(NbdUri::parse("nbd://h/e").unwrap().timeout, None);
+        let u = NbdUri::parse("nbd+unix:///e?socket=/s&timeout=2.5").unwrap();
+        assert_eq!(u.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(u.address, Address::Unix("/s".into()));
+        let u = NbdUri::parse("nbd://h:1/e?timeout=7").unwrap();
+        assert_eq!(u.timeout, Some(Duration::from_secs(7)));
+        for bad in ["0", "-1", "abc", "", "inf", "NaN", "1e30"] {
+            let uri = format!("nbd://h/e?timeout={bad}");
+            let e = NbdUri::parse(&uri).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("?timeout={bad}:")) && e.contains("seconds above zero"),
+                "{uri}: {e}"
+            );
+        }
         assert!(!is_nbd_uri("/dev/sda") && !is_nbd_uri("nbd.img"));
     }
 }

@@ -67,6 +67,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+pub mod latency;
 pub mod proto;
 mod server;
 mod socket;

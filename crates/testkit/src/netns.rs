@@ -1,6 +1,7 @@
 //! Remote "hosts" for the tests of members on other machines: each host is a network
 //! namespace joined to the test's namespace by a veth pair, with an NBD server (nbdkit's
-//! file plugin over a sparse file in the test's folder) listening on its own address. A host
+//! file plugin, or qemu-nbd: [`ServerKind`], over a sparse file in the test's folder)
+//! listening on its own address. A host
 //! can be cut off (its end of the link set down: packets vanish, the server sees nothing, the client's
 //! requests go unanswered, as when a machine or its switch dies), brought back, and
 //! restarted with its disk kept or emptied.
@@ -24,6 +25,15 @@ pub const PORT: u16 = 10809;
 const SUBNETS: u32 = 1 << 14;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// The NBD server a [`Host`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// `nbdkit file DISK`.
+    Nbdkit,
+    /// `qemu-nbd -f raw DISK` (persistent, several clients).
+    QemuNbd,
+}
 
 /// True when this machine can create hosts (root, `ip` and `ss`, `nbdkit`); otherwise skips `test`
 /// (a failure in CI).
@@ -69,6 +79,8 @@ pub struct Host {
     pub addr: Ipv4Addr,
     /// The file behind the host's export.
     pub disk: PathBuf,
+    /// The server it runs.
+    pub kind: ServerKind,
     server: Option<Child>,
 }
 
@@ -77,6 +89,12 @@ impl Host {
     /// the failing `ip` command when the namespace cannot be made (call [`need_netns`]
     /// first).
     pub fn start(dir: &TempDir, name: &str, mib: u64) -> Host {
+        Host::start_with(dir, name, mib, ServerKind::Nbdkit)
+    }
+
+    /// [`Host::start`] with the server `kind` (for qemu-nbd, check for it first:
+    /// [`crate::skip::need_tools`]).
+    pub fn start_with(dir: &TempDir, name: &str, mib: u64, kind: ServerKind) -> Host {
         let disk = dir.path(&format!("{name}.disk"));
         std::fs::File::create(&disk)
             .and_then(|f| f.set_len(mib * MIB))
@@ -85,7 +103,7 @@ impl Host {
         let mut last = String::new();
         for _ in 0..64 {
             let n = base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SUBNETS;
-            match Host::make(n, disk.clone()) {
+            match Host::make(n, disk.clone(), kind) {
                 Ok(mut h) => {
                     h.serve();
                     return h;
@@ -97,7 +115,7 @@ impl Host {
         panic!("cannot create a network namespace for host {name}: {last}");
     }
 
-    fn make(n: u32, disk: PathBuf) -> Result<Host, String> {
+    fn make(n: u32, disk: PathBuf, kind: ServerKind) -> Result<Host, String> {
         let ns = format!("uraid-h{n}");
         ip(&["netns", "add", &ns])?;
         // From here on, drop deletes what was made.
@@ -107,6 +125,7 @@ impl Host {
             peer: format!("urn{n}"),
             addr: Ipv4Addr::new(10, 231, (n >> 6) as u8, ((n & 63) << 2) as u8 + 2),
             disk,
+            kind,
             server: None,
         };
         let peer = h.peer.clone();
@@ -137,25 +156,41 @@ impl Host {
     }
 
     fn serve(&mut self) {
-        let child = self
-            .command("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i"])
-            .arg(self.addr.to_string())
-            .args(["-p", &PORT.to_string(), "file"])
-            .arg(&self.disk)
+        let mut c = match self.kind {
+            ServerKind::Nbdkit => {
+                let mut c = self.command("nbdkit");
+                c.args(["-f", "--exit-with-parent", "-i"])
+                    .arg(self.addr.to_string())
+                    .args(["-p", &PORT.to_string(), "file"])
+                    .arg(&self.disk);
+                c
+            }
+            ServerKind::QemuNbd => {
+                let mut c = self.command("qemu-nbd");
+                // --persistent: it serves on after a client leaves; --shared: the member's
+                // connection and the tests' own.
+                c.args(["-f", "raw", "--persistent", "--shared=16", "-b"])
+                    .arg(self.addr.to_string())
+                    .args(["-p", &PORT.to_string()])
+                    .arg(&self.disk);
+                c
+            }
+        };
+        let child = c
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .expect("spawn nbdkit in the host's namespace");
+            .expect("spawn the NBD server in the host's namespace");
         self.server = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.reachable() {
             if let Some(Ok(Some(st))) = self.server.as_mut().map(|c| c.try_wait()) {
-                panic!("nbdkit on host {} exited: {st}", self.ns);
+                panic!("{:?} on host {} exited: {st}", self.kind, self.ns);
             }
             assert!(
                 Instant::now() < deadline,
-                "nbdkit on host {} did not come up",
+                "{:?} on host {} did not come up",
+                self.kind,
                 self.ns
             );
             std::thread::sleep(Duration::from_millis(20));

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Remote members (issue 16's benchmark; not a test): fio's nbd engine against `uraid serve`
+# of a raid1 over 2 and a raid5 over 4 nbdkit memory members on loopback TCP, and against one
+# such nbdkit member directly, in the same run: 4k randrw QD64 (70% reads) and 1M sequential
+# read and write, each for SECS seconds. Prints one line per measurement, with the ratio to
+# the single member.
+#
+#   scripts/bench-remote.sh [SECS]     (default 20; URAID_BIN=path, default target/release/uraid)
+#
+# Needs nbdkit and fio (nbd engine). Uses ports 10901-10906 on 127.0.0.1 and memory only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${URAID_BIN:-target/release/uraid}
+SECS=${1:-20}
+[ -x "$BIN" ] || { echo "bench-remote: build first: cargo build --release -p uraid" >&2; exit 1; }
+for t in nbdkit fio python3; do
+    command -v "$t" >/dev/null || { echo "bench-remote: needs $t" >&2; exit 1; }
+done
+B=$(realpath "$BIN")
+DIR=$(mktemp -d "${TMPDIR:-/var/tmp}/uraid-bench-remote.XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+cd "$DIR"
+export URAID_RUN_DIR=$DIR/run
+mkdir -p "$URAID_RUN_DIR"
+
+host() { # PORT: an nbdkit memory member on 127.0.0.1:PORT
+    nbdkit -f -i 127.0.0.1 -p "$1" memory 2G &
+    pids+=($!)
+    until python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; do
+        sleep 0.05
+    done
+}
+uri() { echo "nbd://127.0.0.1:$1/"; }
+
+cpu=$(grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //')
+echo "cpu: $cpu ($(nproc) cpus); uraid: $B; fio: $(fio --version); nbdkit: $(nbdkit --version | head -1)"
+
+# fio JOB URI -> "read_MBps write_MBps read_iops write_iops"
+run_fio() {
+    local job=$1 u=$2 args
+    case $job in
+        randrw) args=(--rw=randrw --rwmixread=70 --bs=4k --iodepth=64) ;;
+        seqread) args=(--rw=read --bs=1M --iodepth=8) ;;
+        seqwrite) args=(--rw=write --bs=1M --iodepth=8) ;;
+    esac
+    fio --name=bench --ioengine=nbd --uri="$u" "${args[@]}" --size=1g --time_based \
+        --runtime="$SECS" --ramp_time=2 --output-format=json >fio.json
+    # fio's nbd engine prints a line before the JSON.
+    python3 -c 'import json; t=open("fio.json").read(); j=json.loads(t[t.index("{"):])["jobs"][0]
+print("%.1f %.1f %.0f %.0f" % (j["read"]["bw_bytes"]/1e6, j["write"]["bw_bytes"]/1e6, j["read"]["iops"], j["write"]["iops"]))'
+}
+
+declare -A base
+report() { # NAME JOB FIGURES
+    read -r rmb wmb riops wiops <<<"$3"
+    if [ "$1" = single ]; then base[$2]="$3"; fi
+    read -r brmb bwmb _ _ <<<"${base[$2]}"
+    ratio() { python3 -c "print('%.2fx' % ($1 / $2) if $2 > 0 else '-')"; }
+    echo "$1 $2: read $rmb MB/s ($riops IOPS, $(ratio "$rmb" "$brmb")), write $wmb MB/s ($wiops IOPS, $(ratio "$wmb" "$bwmb"))"
+}
+
+host 10906
+for job in randrw seqread seqwrite; do
+    # Something to read on the raw member first.
+    [ "$job" = seqread ] && fio --name=fill --ioengine=nbd --uri="$(uri 10906)" --rw=write --bs=1M --size=1g --output-format=json >/dev/null
+    report single "$job" "$(run_fio "$job" "$(uri 10906)")"
+done
+
+serve_level() { # LEVEL N PORT...
+    local level=$1 n=$2; shift 2
+    local members=() p
+    for p in "$@"; do host "$p"; members+=("$(uri "$p")"); done
+    "$B" create -l "$level" -n "$n" --assume-clean --run "${members[@]}" >/dev/null 2>&1
+    "$B" serve --name md0 --nbd "unix:$DIR/$level.sock" --control "$DIR/$level.ctl" "${members[@]}" \
+        >"serve-$level.log" 2>&1 &
+    pids+=($!)
+    until [ -S "$DIR/$level.ctl" ]; do sleep 0.05; done
+    local u="nbd+unix:///md0?socket=$DIR/$level.sock"
+    for job in randrw seqread seqwrite; do
+        [ "$job" = seqread ] && fio --name=fill --ioengine=nbd --uri="$u" --rw=write --bs=1M --size=1g --output-format=json >/dev/null
+        report "raid$level" "$job" "$(run_fio "$job" "$u")"
+    done
+}
+serve_level 1 2 10901 10902
+serve_level 5 4 10903 10904 10905 10907
