@@ -41,7 +41,7 @@ fio_iops() {
     fio --name=rs --ioengine=nbd --uri="nbd+unix:///md0?socket=$DIR/nbd.sock" --rw=randrw \
         --rwmixread=70 --bs=4k --iodepth=16 --size="$bytes" --time_based --runtime="$RUNTIME" \
         --output-format=json 2>/dev/null |
-        python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
+        python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(round(j["read"]["iops"]+j["write"]["iops"]))'
 }
 [ "$(reshaping)" = yes ] || { echo "the reshape is not running"; cat serve.log; exit 1; }
 t0=$(date +%s.%N)
@@ -51,9 +51,18 @@ still=$(reshaping)
 while [ "$(reshaping)" = yes ]; do sleep 0.2; done
 t1=$(date +%s.%N)
 idle=$(fio_iops)
-echo "fio 4k randrw 70/30 QD16 over NBD during the reshape: $during IOPS"
-echo "the same on the idle array after it:                 $idle IOPS"
-echo "during / idle = $(python3 -c "print(round($during / $idle, 2))")"
+"$B" stop --control "$DIR/ctl.sock" >/dev/null 2>&1 || kill "$SRV"
+wait "$SRV" 2>/dev/null || true
+# Started again: the finished array in its own raid5 personality.
+"$B" serve --nbd "unix:$DIR/nbd.sock" --control "$DIR/ctl.sock" --name md0 m0 m1 m2 m3 m4 \
+    >serve2.log 2>&1 &
+SRV=$!
+for _ in $(seq 100); do [ -S "$DIR/ctl.sock" ] && break; sleep 0.1; done
+native=$(fio_iops)
+echo "fio 4k randrw 70/30 QD16 over NBD during the reshape:        $during IOPS"
+echo "the same right after it (same process, reshape personality): $idle IOPS"
+echo "the same after a restart (raid5, 5 devices):                 $native IOPS"
+echo "during / after a restart = $(python3 -c "print(round($during / $native, 2))"); right after / after a restart = $(python3 -c "print(round($idle / $native, 2))")"
 echo "reshape (with fio running part of the time): $(python3 -c "print(round($t1 - $t0, 1))") s for $bytes bytes"
 "$B" stop --control "$DIR/ctl.sock" >/dev/null 2>&1 || kill "$SRV"
 wait "$SRV" 2>/dev/null || true
