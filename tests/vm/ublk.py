@@ -122,11 +122,16 @@ if [ "$MODE" = full ]; then
 fi
 
 mark "ublk: read-only"
-if serve ro --readonly; then
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
+if serve ro --readonly --metrics 127.0.0.1:9100; then
     R=$(grep '^ublk: ' /tmp/serve.ro.out | cut -d' ' -f2)
     check ro-kernel-read-only grep -qx 1 /sys/block/${R#/dev/}/ro
     check ro-write-refused sh -c "! dd if=/dev/zero of=$R bs=4k count=1 conv=fsync 2>$O/ro.dd"
-    check ro-read-served dd if=$R of=/dev/null bs=64k count=16
+    check ro-read-served dd if=$R of=/dev/null bs=64k count=16 iflag=direct
+    # The ublk export's requests are in the metrics (uraid_ublk_*), reads counted.
+    wget -qO $O/ro.metrics http://127.0.0.1:9100/metrics
+    check ro-metrics-ublk-reads sh -c \
+        "grep '^uraid_ublk_requests_total{.*op=\"read\"' $O/ro.metrics | awk '{ if (\$2 > 0) ok=1 } END { exit !ok }'"
     check ro-stop stop_served
 else
     check ro-serve false

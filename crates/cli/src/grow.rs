@@ -134,13 +134,17 @@ pub fn grow(a: GrowArgs) -> Result<()> {
     }
 }
 
-/// Through the control socket: the grow, then each `--add`.
+/// Through the control socket: each `--add` first (as mdadm does: the new devices wait as
+/// spares, and the grow gives them their roles), then the grow, which the server applies
+/// while it serves (the array is built again in its new shape; a restripe then runs in
+/// the background).
 fn served(a: &GrowArgs, control: &std::path::Path, values: Map<String, Value>) -> Result<()> {
-    let v = crate::control::request(control, &json!({"cmd": "grow", "values": values}))?;
-    eprintln!(
-        "uraid: {}",
-        v["grow"]["summary"].as_str().unwrap_or("grown")
-    );
+    if a.stop_at.is_some() {
+        bail!(
+            "--stop-at is for an array that is not served (the served array's reshape runs \
+             to its end; uraid stop leaves it at the recorded position): nothing was changed"
+        );
+    }
     for dev in &a.add {
         let dev = locks::canonical(dev);
         let v = crate::control::request(
@@ -149,6 +153,11 @@ fn served(a: &GrowArgs, control: &std::path::Path, values: Map<String, Value>) -
         )?;
         eprintln!("uraid: {} added: {}", dev.display(), v["added"]);
     }
+    let v = crate::control::request(control, &json!({"cmd": "grow", "values": values}))?;
+    eprintln!(
+        "uraid: {}",
+        v["grow"]["summary"].as_str().unwrap_or("grown")
+    );
     if a.json {
         let v = crate::control::request(control, &json!({"cmd": "detail"}))?;
         println!("{}", serde_json::to_string_pretty(&v["detail"])?);

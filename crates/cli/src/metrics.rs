@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uraid_core::superblock::uuid_string;
 use uraid_engine::nbd::{RequestObserver, RequestOp};
-use uraid_engine::{Array, Level, MemberIdx, SlotState, SyncProgress};
+use uraid_engine::{ArrayCell, Level, MemberIdx, SlotState, SyncProgress};
 
 /// One request in this many is timed for the latency histograms.
 pub const LATENCY_SAMPLE: u64 = 8;
@@ -89,6 +89,54 @@ impl RequestObserver for RequestMetrics {
     }
 }
 
+impl RequestMetrics {
+    /// The request families of one export (`PREFIX_requests`, `_bytes`, `_errors`,
+    /// `_request_latency_seconds`), every op at zero from the start.
+    fn register(registry: &mut Registry, prefix: &str, who: &str) -> Arc<RequestMetrics> {
+        let requests: Family<OpLabel, Counter> = Family::default();
+        let bytes: Family<OpLabel, Counter> = Family::default();
+        let errors: Family<OpLabel, Counter> = Family::default();
+        let latency: Family<OpLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let ops = OPS
+            .iter()
+            .map(|&op| {
+                let l = OpLabel { op };
+                OpMetrics {
+                    requests: requests.get_or_create(&l).clone(),
+                    bytes: bytes.get_or_create(&l).clone(),
+                    errors: errors.get_or_create(&l).clone(),
+                    latency: latency.get_or_create(&l).clone(),
+                }
+            })
+            .collect();
+        registry.register(
+            format!("{prefix}_requests"),
+            format!("{who} requests served, by op"),
+            requests,
+        );
+        registry.register(
+            format!("{prefix}_bytes"),
+            format!("Bytes moved by {who} requests, by op"),
+            bytes,
+        );
+        registry.register(
+            format!("{prefix}_errors"),
+            format!("{who} requests that failed, by op"),
+            errors,
+        );
+        registry.register(
+            format!("{prefix}_request_latency_seconds"),
+            format!("Time the array took for a {who} request, by op (one request in 8 is timed)"),
+            latency,
+        );
+        Arc::new(RequestMetrics {
+            ops,
+            seq: AtomicU64::new(0),
+        })
+    }
+}
+
 /// Where `op` sits in [`OPS`].
 fn op_index(op: RequestOp) -> usize {
     match op {
@@ -125,9 +173,12 @@ pub type SyncSource = Box<dyn Fn() -> Option<SyncProgress> + Send + Sync>;
 
 /// The registry of one served array.
 pub struct Metrics {
-    array: Arc<Array>,
+    /// The array served (replaced by a grow; read at each scrape).
+    cell: Arc<ArrayCell>,
     sync: Mutex<Option<SyncSource>>,
     requests: Arc<RequestMetrics>,
+    /// The ublk export's requests (`uraid_ublk_*`).
+    ublk: Arc<RequestMetrics>,
     state: StateMetrics,
     registry: Registry,
     /// One scrape at a time: the state gauges are set, then encoded.
@@ -135,41 +186,14 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics of `array`.
-    pub fn new(array: Arc<Array>) -> Metrics {
+    /// Metrics of the array in `cell`.
+    pub fn new(cell: Arc<ArrayCell>) -> Metrics {
+        let array = cell.current();
         let uuid = uuid_string(&array.meta().template().set_uuid);
         let mut registry =
             Registry::with_prefix_and_labels("uraid", [("array".into(), uuid.into())].into_iter());
-        let requests: Family<OpLabel, Counter> = Family::default();
-        let bytes: Family<OpLabel, Counter> = Family::default();
-        let errors: Family<OpLabel, Counter> = Family::default();
-        let latency: Family<OpLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(latency_histogram);
-        // Every op shows from the start, at zero.
-        let ops = OPS
-            .iter()
-            .map(|&op| {
-                let l = OpLabel { op };
-                OpMetrics {
-                    requests: requests.get_or_create(&l).clone(),
-                    bytes: bytes.get_or_create(&l).clone(),
-                    errors: errors.get_or_create(&l).clone(),
-                    latency: latency.get_or_create(&l).clone(),
-                }
-            })
-            .collect();
-        registry.register("nbd_requests", "NBD requests served, by op", requests);
-        registry.register("nbd_bytes", "Bytes moved by NBD requests, by op", bytes);
-        registry.register("nbd_errors", "NBD requests that failed, by op", errors);
-        registry.register(
-            "nbd_request_latency_seconds",
-            "Time the array took for a request, by op (one request in 8 is timed)",
-            latency,
-        );
-        let requests = Arc::new(RequestMetrics {
-            ops,
-            seq: AtomicU64::new(0),
-        });
+        let requests = RequestMetrics::register(&mut registry, "nbd", "NBD");
+        let ublk = RequestMetrics::register(&mut registry, "ublk", "ublk");
         let state = StateMetrics {
             degraded: Gauge::default(),
             raid_disks: Gauge::default(),
@@ -270,11 +294,12 @@ impl Metrics {
             "Bytes in the write-back cache not yet on the members",
             s.journal_cached_bytes.clone(),
         );
-        r.register_collector(Box::new(RemoteCollector(array.clone())));
+        r.register_collector(Box::new(RemoteCollector(cell.clone())));
         Metrics {
-            array,
+            cell,
             sync: Mutex::new(None),
             requests,
+            ublk,
             state,
             registry,
             scrape: Mutex::new(()),
@@ -292,6 +317,11 @@ impl Metrics {
         self.requests.clone()
     }
 
+    /// The same for the ublk export's requests (`uraid_ublk_*`).
+    pub fn ublk_observer(&self) -> Arc<dyn RequestObserver> {
+        self.ublk.clone()
+    }
+
     /// The text format, with the array's state as it is now.
     pub fn render(&self) -> String {
         let _one = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
@@ -303,7 +333,7 @@ impl Metrics {
     }
 
     fn refresh(&self) {
-        let a = &self.array;
+        let a = &self.cell.current();
         let s = &self.state;
         s.degraded.set(i64::from(a.is_degraded()));
         s.raid_disks.set(a.raid_disks() as i64);
@@ -377,7 +407,7 @@ struct RemoteStateLabel {
 
 /// The members on other hosts, read from their [`Member::remote`](uraid_engine::Member)
 /// at each scrape (the same source as `detail`'s `remote` objects).
-struct RemoteCollector(Arc<Array>);
+struct RemoteCollector(Arc<ArrayCell>);
 
 impl std::fmt::Debug for RemoteCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -392,7 +422,7 @@ impl prometheus_client::collector::Collector for RemoteCollector {
     ) -> Result<(), std::fmt::Error> {
         use prometheus_client::metrics::MetricType;
         use uraid_engine::RemoteConnection;
-        let a = &self.0;
+        let a = &self.0.current();
         let remotes: Vec<(u64, uraid_engine::RemoteStatus)> = (0..a.raid_disks())
             .filter_map(|r| Some((r as u64, a.slot(MemberIdx(r)).device()?.remote()?)))
             .collect();

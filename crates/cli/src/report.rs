@@ -221,11 +221,7 @@ fn reshape_detail(sb: &Superblock) -> Option<String> {
     // md counts a reshape's progress in array sectors of the new shape, from where it began.
     if let Ok(Some(r)) = uraid_core::geometry::ReshapeState::from_superblock(sb) {
         let total = r.new_array_sectors().max(1);
-        let done = if r.backwards {
-            r.array_sectors().saturating_sub(r.position_sectors)
-        } else {
-            r.position_sectors
-        };
+        let done = r.done_sectors();
         o.push_str(&format!(
             "{:>18} : {}% complete\n",
             "Reshape Status",

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use uraid_core::superblock::uuid_string;
 use uraid_engine::nbd::ArrayBackend;
-use uraid_engine::{Array, ForcedStop};
+use uraid_engine::{Array, ArrayCell, ForcedStop};
 use uraid_nbd::{Backend, Listener, Server, ServerConfig};
 
 /// NBD's registered port.
@@ -261,16 +261,18 @@ fn readd_interval(secs: f64) -> Result<Option<std::time::Duration>> {
 
 /// Serves `array` until a signal or `uraid stop`, then stops it cleanly.
 pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptions) -> Result<()> {
-    let array = Arc::new(array);
+    // Everything below reaches the array through its cell: a grow replaces it.
+    let cell = ArrayCell::new(Arc::new(array));
+    let array = cell.current();
     let uuid = uuid_string(&array.meta().template().set_uuid);
     let (tx, rx) = mpsc::channel::<Event>();
     let phase = Arc::new(AtomicU8::new(RUNNING));
-    let signals = watch_signals(tx.clone(), array.clone(), phase.clone())?;
+    let signals = watch_signals(tx.clone(), cell.clone(), phase.clone())?;
 
     // Metrics, before the exports so that their first request is counted.
     let metrics = opts
         .metrics
-        .map(|_| Arc::new(crate::metrics::Metrics::new(array.clone())));
+        .map(|_| Arc::new(crate::metrics::Metrics::new(cell.clone())));
     let mut metrics_server = None;
     if let (Some(addr), Some(m)) = (opts.metrics, &metrics) {
         match crate::metrics::MetricsServer::start(addr, m.clone()) {
@@ -303,8 +305,8 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             ..ServerConfig::default()
         })?;
         let backend: Arc<dyn Backend> = Arc::new(match &metrics {
-            Some(m) => ArrayBackend::with_observer(array.clone(), m.observer()),
-            None => ArrayBackend::new(array.clone()),
+            Some(m) => ArrayBackend::with_observer(cell.clone(), m.observer()),
+            None => ArrayBackend::of_cell(cell.clone()),
         });
         nbd_running = Some(server.spawn(listener, backend)?);
         info.nbd_uri = Some(uri);
@@ -313,7 +315,11 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     // ublk.
     let mut ublk = None;
     if opts.ublk {
-        match crate::ublk::UblkExport::start(array.clone(), opts.ublk_opts.clone()) {
+        match crate::ublk::UblkExport::start(
+            cell.clone(),
+            opts.ublk_opts.clone(),
+            metrics.as_ref().map(|m| m.ublk_observer()),
+        ) {
             Ok(u) => {
                 info.ublk_dev = Some(u.bdev_path());
                 ublk = Some(u);
@@ -336,7 +342,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         .unwrap_or_else(|| locks::run_dir().join(format!("{uuid}.sock")));
     info.control = control_path.clone();
     let ctl =
-        match ControlServer::start(&uuid, control_path, array.clone(), info.clone(), tx.clone()) {
+        match ControlServer::start(&uuid, control_path, cell.clone(), info.clone(), tx.clone()) {
             Ok(c) => c,
             Err(e) => {
                 if let Some(n) = nbd_running.take() {
@@ -362,6 +368,8 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     // Every export listens and the control socket answers: a unit ordered after this one
     // can use the array.
     crate::systemd::ready(&ready_status(&array, &info));
+    // Not held while serving: a grow replaces the array, and the old one goes.
+    drop(array);
 
     // Wait.
     let event = rx.recv();
@@ -396,8 +404,9 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     }
     // md stops its sync thread before the array: a rebuild is interrupted at its next
     // step, and the stop below records where it got to.
-    ctl.stop_daemons();
-    let stopped = array.stop();
+    // The daemons, then the array served now (a grow may have replaced the one we started
+    // with), after any replacement under way.
+    let (array, stopped) = cell.stop();
     match &stopped {
         Ok(()) => phase.store(STOPPED, Ordering::SeqCst),
         Err(e) => errors.push(format!("stopping the array: {e}")),
@@ -545,7 +554,7 @@ fn print_banner(array: &Array, info: &ServeInfo, name: &str) {
 /// stopped cleanly is ignored (the process is about to exit 0).
 fn watch_signals(
     tx: mpsc::Sender<Event>,
-    array: Arc<Array>,
+    cell: Arc<ArrayCell>,
     phase: Arc<AtomicU8>,
 ) -> Result<signal_hook::iterator::Handle> {
     use signal_hook::consts::{SIGINT, SIGTERM};
@@ -560,7 +569,7 @@ fn watch_signals(
                 {
                     Ok(_) => {}
                     Err(STOPPED) => continue,
-                    Err(_) => force_exit(&array, sig),
+                    Err(_) => force_exit(&cell.current(), sig),
                 }
                 // The main thread has gone; nothing is left to stop.
                 if tx.send(Event::Signal(sig)).is_err() {

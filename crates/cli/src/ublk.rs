@@ -37,7 +37,8 @@
 use anyhow::Result;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use uraid_engine::Array;
+use uraid_engine::nbd::{RequestObserver, RequestOp};
+use uraid_engine::{Array, ArrayCell};
 
 /// What to tell the user when the kernel has no ublk.
 pub const NO_UBLK_DRIVER: &str =
@@ -229,7 +230,13 @@ mod imp {
     }
 
     impl UblkExport {
-        pub fn start(array: Arc<Array>, opts: UblkOptions) -> Result<UblkExport> {
+        /// Serve the array in `cell` as a ublk device; `observer` (metrics) hears every
+        /// request as the NBD export's does.
+        pub fn start(
+            cell: Arc<ArrayCell>,
+            opts: UblkOptions,
+            observer: Option<Arc<dyn RequestObserver>>,
+        ) -> Result<UblkExport> {
             if !std::path::Path::new("/dev/ublk-control").exists() {
                 bail!("{NO_UBLK_DRIVER}");
             }
@@ -238,7 +245,7 @@ mod imp {
             let thread = std::thread::Builder::new()
                 .name("ublk".into())
                 .spawn(move || {
-                    if let Err(e) = run(array, opts, tx_started) {
+                    if let Err(e) = run(cell, opts, observer, tx_started) {
                         let _ = tx.send(Err(format!("{e:#}")));
                     }
                 })
@@ -339,10 +346,14 @@ mod imp {
     }
 
     fn run(
-        array: Arc<Array>,
+        cell: Arc<ArrayCell>,
         opts: UblkOptions,
+        observer: Option<Arc<dyn RequestObserver>>,
         started: mpsc::Sender<Result<u32, String>>,
     ) -> Result<()> {
+        // The device's size is the array's when it is added; a grow later does not change
+        // it (the kernel here has no ublk command for that).
+        let array = cell.current();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let (nr_queues, depth, workers) = sizing(cpus);
         // For measuring only (docs/PERFORMANCE.md): the pool's size.
@@ -421,10 +432,12 @@ mod imp {
             dev.set_target_json(serde_json::json!({ UUID_KEY: uuid }));
             Ok(())
         };
-        let pool_array = array.clone();
+        drop(array);
         let pool = Arc::new(
             Pool::new(workers, move |req: &Req, buf: &mut Buf| {
-                handle(req, buf.as_mut_slice(), &pool_array, readonly)
+                observed(observer.as_deref(), req, || {
+                    handle(req, buf.as_mut_slice(), &cell, readonly)
+                })
             })
             .context("starting the ublk workers")?,
         );
@@ -505,8 +518,32 @@ mod imp {
         });
     }
 
+    /// Runs `f`, one request, told to the observer if there is one (metrics).
+    fn observed(obs: Option<&dyn RequestObserver>, req: &Req, f: impl FnOnce() -> i32) -> i32 {
+        let Some(obs) = obs else {
+            return f();
+        };
+        let op = match req.op {
+            sys::UBLK_IO_OP_READ => RequestOp::Read,
+            sys::UBLK_IO_OP_WRITE => RequestOp::Write,
+            sys::UBLK_IO_OP_FLUSH => RequestOp::Flush,
+            sys::UBLK_IO_OP_DISCARD => RequestOp::Trim,
+            sys::UBLK_IO_OP_WRITE_ZEROES => RequestOp::WriteZeroes,
+            _ => return f(),
+        };
+        let start = obs.wants_timing(op).then(std::time::Instant::now);
+        let r = f();
+        let bytes = if op == RequestOp::Flush {
+            0
+        } else {
+            req.len as u64
+        };
+        obs.done(op, bytes, r >= 0, start.map(|s| s.elapsed()));
+        r
+    }
+
     /// Runs one request; the byte count or `-errno`.
-    fn handle(req: &Req, buf: &mut [u8], array: &Array, readonly: bool) -> i32 {
+    fn handle(req: &Req, buf: &mut [u8], cell: &ArrayCell, readonly: bool) -> i32 {
         let Req {
             op,
             flags,
@@ -524,21 +561,31 @@ mod imp {
         if readonly && writes {
             return -libc::EROFS;
         }
-        let r = match op {
+        if !matches!(
+            op,
+            sys::UBLK_IO_OP_READ
+                | sys::UBLK_IO_OP_WRITE
+                | sys::UBLK_IO_OP_FLUSH
+                | sys::UBLK_IO_OP_DISCARD
+                | sys::UBLK_IO_OP_WRITE_ZEROES
+        ) {
+            return -libc::EOPNOTSUPP;
+        }
+        // On the array served now, again on its replacement if a grow replaced it.
+        let r = cell.run(|array| match op {
             sys::UBLK_IO_OP_READ => array.read(offset, &mut buf[..len]),
             sys::UBLK_IO_OP_WRITE => array.write(offset, &buf[..len]),
             sys::UBLK_IO_OP_FLUSH => array.flush(),
             sys::UBLK_IO_OP_DISCARD => array.discard(offset, len as u64),
-            sys::UBLK_IO_OP_WRITE_ZEROES => {
-                // REQ_NOUNMAP: the blocks stay allocated.
+            _ => {
+                // WRITE_ZEROES; REQ_NOUNMAP: the blocks stay allocated.
                 let unmap = flags & sys::UBLK_IO_F_NOUNMAP == 0;
                 array.write_zeroes_with(offset, len as u64, ZeroHow { unmap }, false)
             }
-            _ => return -libc::EOPNOTSUPP,
-        };
+        });
         let r = r.and_then(|()| {
             if fua && op != sys::UBLK_IO_OP_FLUSH && op != sys::UBLK_IO_OP_READ {
-                array.flush()
+                cell.run(|a| a.flush())
             } else {
                 Ok(())
             }
@@ -562,7 +609,11 @@ mod imp {
     pub struct UblkExport;
 
     impl UblkExport {
-        pub fn start(_array: Arc<Array>, _opts: UblkOptions) -> Result<UblkExport> {
+        pub fn start(
+            _cell: Arc<ArrayCell>,
+            _opts: UblkOptions,
+            _observer: Option<Arc<dyn RequestObserver>>,
+        ) -> Result<UblkExport> {
             if !std::path::Path::new("/dev/ublk-control").exists() {
                 anyhow::bail!("{NO_UBLK_DRIVER}");
             }

@@ -1,6 +1,6 @@
 //! `uraid grow` (mdadm --grow): offline on members (raid1 more mirrors with --add, a
 //! raid5 -> raid6 takeover with --add, refusals that write nothing) and on a served array
-//! through its control socket (restripes routed to the reshape engine, refusals).
+//! through its control socket (grown while served, refusals).
 
 use std::path::PathBuf;
 use uraid_testkit::prelude::*;
@@ -112,35 +112,72 @@ fn refusals_name_the_reason_and_write_nothing() {
     assert!(err.contains("nothing to change"), "{err}");
 }
 
+/// md grows a running array: `mdadm --grow -n 3 --add DEV` on a served raid1 gives the
+/// new device the new role and rebuilds it while the array stays served; the served raid5
+/// takes a layout restripe and finishes it; a level change that needs a restripe is
+/// refused with the two steps that do it, before anything is written.
 #[test]
-fn a_served_array_routes_restripes_to_the_reshape_engine() {
+fn a_served_array_grows_while_served() {
     let d = TempDir::new("grow-served");
-    let imgs = create_array(&d, "5", 3, 16, &[]);
+    let imgs = d.images(2, 8, "m");
+    ok(uraid()
+        .args(["create", "-l", "1", "--assume-clean"])
+        .args(&imgs));
+    let data = fill(&d, &imgs);
+    let new = d.image("m2.img", 8);
     let srv = Served::start(&d, &imgs, &[]);
-    // A restripe reaches start_reshape, which names the way to reshape it served.
+    let out = ok(srv
+        .cmd()
+        .args(["grow", "--raid-devices", "3", "--add"])
+        .arg(&new)
+        .arg("--array")
+        .arg(&imgs[0]));
+    let err = text(&out.stderr);
+    assert!(err.contains("raid1 raid-devices 2 -> 3"), "{err}");
+    srv.wait_detail(&imgs[0], |d| {
+        d["raid_disks"] == 3 && d["degraded"] == false && d["sync"].is_null()
+    });
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    drop(srv);
+    assert_eq!(
+        read_back(std::slice::from_ref(&new), data.len()),
+        data,
+        "the new mirror alone, rebuilt while served"
+    );
+
+    let imgs = create_array(&d, "5", 3, 16, &[]);
+    let mut srv = Served::start(&d, &imgs, &[]);
+    // A takeover with a restripe is two steps on a served array; nothing is written.
     let out = run(srv
         .cmd()
-        .args(["grow", "--raid-devices", "4", "--array"])
+        .args(["grow", "-l", "6", "--layout", "left-symmetric", "--array"])
         .arg(&imgs[0]));
     let err = text(&out.stderr);
     assert!(!out.status.success());
-    assert!(
-        err.contains("raid_disks: Some(4)") && err.contains("--stop-at 0"),
-        "{err}"
-    );
-    // So does a layout change, named in the level's words.
-    let out = run(srv
+    assert!(err.contains("two steps"), "{err}");
+    let det = srv.detail(&imgs[0]);
+    assert_eq!(det["level"], "raid5");
+    // A layout restripe runs while served and ends in the new layout.
+    let out = ok(srv
         .cmd()
         .args(["grow", "--layout", "right-asymmetric", "--control"])
         .arg(&srv.control));
-    let err = text(&out.stderr);
-    assert!(err.contains("layout: Some(1)"), "{err}");
-    // A takeover on the running array is refused before anything is written.
-    let out = run(srv.cmd().args(["grow", "-l", "6", "--array"]).arg(&imgs[0]));
-    let err = text(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("on a served array"), "{err}");
-    let det = srv.detail(&imgs[0]);
-    assert_eq!(det["level"], "raid5");
-    assert_eq!(det["raid_disks"], 3);
+    assert!(
+        text(&out.stderr).contains("reshape started"),
+        "{}",
+        text(&out.stderr)
+    );
+    srv.wait_detail(&imgs[0], |d| {
+        d["sync"].is_null() && d["layout"] == "right-asymmetric"
+    });
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    let det = detail(&imgs);
+    assert_eq!(det["layout"], "right-asymmetric", "{det}");
+    let out = ok(uraid().args(["check", "-q"]).args(&imgs));
+    assert!(
+        text(&out.stdout).contains("mismatch_cnt: 0"),
+        "{}",
+        text(&out.stdout)
+    );
 }

@@ -83,6 +83,9 @@ pub struct Array {
     read_only: AtomicBool,
     /// Why it is read-only when the user did not ask for it (a reshape in progress).
     read_only_reason: std::sync::OnceLock<String>,
+    /// Replaced by a new shape ([`crate::ArrayCell::replace`]): requests get
+    /// [`ArrayError::Replaced`] and run again on the new array.
+    pub(crate) retired: AtomicBool,
 }
 
 /// A source of wall seconds, for [`Array::set_clock`].
@@ -135,6 +138,7 @@ impl Array {
             shape,
             read_only: AtomicBool::new(false),
             read_only_reason: std::sync::OnceLock::new(),
+            retired: AtomicBool::new(false),
         };
         let missing = a.missing_roles();
         if !a.pers.survives(&missing) {
@@ -533,7 +537,7 @@ impl Array {
     /// Read `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
         // The reference first: the shape cannot change while a request holds one.
-        let _active = self.quiesce.enter();
+        let _active = self.enter()?;
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
@@ -552,7 +556,7 @@ impl Array {
 
     /// Write `buf` at `offset`.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ArrayError> {
-        let _active = self.quiesce.enter();
+        let _active = self.enter()?;
         self.check_range(offset, buf.len() as u64)?;
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         if buf.is_empty() {
@@ -737,6 +741,10 @@ impl Array {
     /// Make every completed write durable: the journal first (write-back acknowledges a
     /// write once it is in the journal), then every live member.
     pub fn flush(&self) -> Result<(), ArrayError> {
+        if self.retired.load(Ordering::SeqCst) {
+            // Its writes were made durable when it was replaced; the new array has the rest.
+            return Err(ArrayError::Replaced);
+        }
         self.pers.flush(self)?;
         self.flush_members()?;
         // Writes this flush makes durable may have skipped a member whose failure is not
@@ -768,6 +776,70 @@ impl Array {
         Ok(())
     }
 
+    /// A request's reference (see [`crate::quiesce`]), or [`ArrayError::Replaced`] once
+    /// the array was replaced by a new shape.
+    pub(crate) fn enter(&self) -> Result<crate::quiesce::Active<'_>, ArrayError> {
+        let active = self.quiesce.enter();
+        if self.retired.load(Ordering::SeqCst) {
+            return Err(ArrayError::Replaced);
+        }
+        Ok(active)
+    }
+
+    /// Every device of the array, to assemble it again: the members in role order, then
+    /// the spares, then the journal.
+    pub(crate) fn devices(&self) -> Vec<Arc<dyn Member>> {
+        let mut devs: Vec<Arc<dyn Member>> = Vec::new();
+        for (_, s) in self.slots.iter() {
+            if matches!(s.state(), SlotState::InSync | SlotState::Recovering) {
+                if let Some(d) = s.device() {
+                    devs.push(d);
+                }
+            }
+        }
+        let meta = self.meta();
+        devs.extend(meta.spares.iter().map(|(d, _)| d.clone()));
+        if let Some((j, _)) = &meta.journal {
+            devs.push(j.clone());
+        }
+        devs
+    }
+
+    /// Take over what the users of `old` see, when this array replaces it: its event
+    /// subscribers, its counters and the run-time knobs this level has too.
+    pub(crate) fn adopt(&self, old: &Array) {
+        self.events.adopt(&old.events);
+        let (n, o) = (&self.stats, &old.stats);
+        for (a, b) in [
+            (&n.requests, &o.requests),
+            (&n.member_reads, &o.member_reads),
+            (&n.member_writes, &o.member_writes),
+            (&n.degraded_reads, &o.degraded_reads),
+            (&n.corrected_reads, &o.corrected_reads),
+        ] {
+            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let mine: Vec<&str> = self.tunables().into_iter().map(|(k, _)| k).collect();
+        for (k, v) in old.tunables() {
+            if mine.contains(&k) {
+                if let Err(e) = self.set_tunable(k, &v) {
+                    tracing::warn!("{k}={v} not kept in the new shape: {e}");
+                }
+            }
+        }
+        if let Some(w) = old
+            .wall_override
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            *self
+                .wall_override
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = Some(w);
+        }
+    }
+
     /// Hold new requests (and sync steps) and wait until none is inside; they resume when
     /// the guard drops (md's mddev_suspend). Used by stop and member changes; must not be
     /// called from inside a request (it panics rather than wait for itself).
@@ -780,6 +852,11 @@ impl Array {
     /// first; requests that arrive meanwhile wait and then mark the array dirty again.
     pub fn stop(&self) -> Result<(), ArrayError> {
         let _quiet = self.quiesce();
+        self.stop_quiesced()
+    }
+
+    /// [`Array::stop`] for a caller that holds the quiesce guard.
+    pub(crate) fn stop_quiesced(&self) -> Result<(), ArrayError> {
         self.pers.stop(self)?;
         self.flush()?;
         let degraded = self.is_degraded() || self.any_recovering();

@@ -231,7 +231,7 @@ pub fn activate_spares(array: &Array, notify: &dyn Fn(&DaemonNote)) {
 }
 
 /// The default [`DaemonNotify`]: `tracing`.
-fn trace_note(n: &DaemonNote) {
+pub(crate) fn trace_note(n: &DaemonNote) {
     match n {
         DaemonNote::SpareActivationFailed(_)
         | DaemonNote::ReaddRefused { .. }

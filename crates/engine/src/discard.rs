@@ -93,7 +93,7 @@ fn inner_sectors(a: &Array, offset: u64, len: u64) -> (u64, u64) {
 }
 
 pub(crate) fn discard(a: &Array, offset: u64, len: u64) -> Result<(), ArrayError> {
-    let _active = a.quiesce.enter();
+    let _active = a.enter()?;
     a.check_range(offset, len)?;
     a.stats.requests.fetch_add(1, Ordering::Relaxed);
     let (start, end) = inner_sectors(a, offset, len);
@@ -145,7 +145,7 @@ pub(crate) fn write_zeroes(
     // request's own quiesce reference (each write takes one).
     write_zero_data(a, offset, start - offset)?;
     {
-        let _active = a.quiesce.enter();
+        let _active = a.enter()?;
         a.check_range(start, end - start)?;
         a.stats.requests.fetch_add(1, Ordering::Relaxed);
         change(

@@ -68,6 +68,11 @@ pub enum ArrayError {
     /// cannot do, with md's reason: nothing was written.
     #[error("{0}")]
     Refused(String),
+    /// The array was replaced by one in a new shape while the request waited
+    /// ([`ArrayCell`](crate::ArrayCell)); [`ArrayCell::run`](crate::ArrayCell::run) runs
+    /// it again on the new one, so a user of the cell never sees this.
+    #[error("the array was replaced by its new shape; run the request again on it")]
+    Replaced,
 }
 
 impl ArrayError {
@@ -78,6 +83,7 @@ impl ArrayError {
             ArrayError::OutOfRange { .. } | ArrayError::Refused(_) => libc::EINVAL,
             ArrayError::ReadOnly(_) | ArrayError::JournalFailed(_) => libc::EROFS,
             ArrayError::NotFast(_) => libc::EOPNOTSUPP,
+            ArrayError::Replaced => libc::EAGAIN,
             _ => libc::EIO,
         }
     }

@@ -103,6 +103,12 @@ impl EventBus {
         rx
     }
 
+    /// Take `old`'s subscribers (an array replaced by its new shape keeps its monitors).
+    pub fn adopt(&self, old: &EventBus) {
+        let moved = std::mem::take(&mut *old.subs.lock().unwrap());
+        self.subs.lock().unwrap().extend(moved);
+    }
+
     pub fn emit(&self, e: Event) {
         tracing::info!("event {}", e.name());
         self.subs

@@ -718,40 +718,6 @@ impl Array {
             journal: meta.journal.is_some(),
         }
     }
-
-    /// `mdadm --grow` on a running array: a restripe goes to [`Array::start_reshape`];
-    /// a change of superblocks only is refused here (the new shape serves IO from the next
-    /// assembly in this build: stop the array and use [`grow_members`]). Refusals come
-    /// before anything is written.
-    pub fn grow(&self, req: &GrowRequest) -> Result<GrowReport, ArrayError> {
-        self.check_writable("grow")?;
-        let events = self.meta().events();
-        match plan(&self.grow_state(), req)? {
-            Plan::Nothing(why) => Ok(GrowReport {
-                summary: format!("nothing to change: {why}"),
-                events,
-                missing_roles: Vec::new(),
-                restripe: false,
-                reshape: None,
-            }),
-            Plan::Restripe(r) => {
-                self.start_reshape(&r)?;
-                Ok(GrowReport {
-                    summary: format!("restripe started: {r:?}"),
-                    events,
-                    missing_roles: Vec::new(),
-                    restripe: true,
-                    reshape: None,
-                })
-            }
-            Plan::Superblocks(c) => Err(refuse(format!(
-                "{} on a served array is not in this build of uraid (the running array keeps \
-                 its shape): nothing was written; stop it (uraid stop), run uraid grow on its \
-                 members, and serve it again",
-                c.summary
-            ))),
-        }
-    }
 }
 
 /// `mdadm --grow` on the members of an array that is not running: assemble it, plan the
@@ -897,7 +863,11 @@ fn takeover_then_restripe(
 /// A raid6 in a rotating layout asked to become a raid5 (and nothing else): md's way is a
 /// restripe within raid6 to the matching `-6` layout (Q on the last device), then the
 /// takeover.
-fn raid6_needs_restripe_to_become_raid5(level: Level, st: &GrowState, req: &GrowRequest) -> bool {
+pub(crate) fn raid6_needs_restripe_to_become_raid5(
+    level: Level,
+    st: &GrowState,
+    req: &GrowRequest,
+) -> bool {
     level == Level::Raid6
         && req.level == Some(Level::Raid5)
         && req.raid_disks.is_none()

@@ -84,6 +84,7 @@ mod badblocks;
 mod barrier;
 mod bitmap;
 mod buf;
+mod cell;
 mod clock;
 mod create;
 mod daemon;
@@ -140,6 +141,7 @@ pub mod overlay;
 pub use allocation::AllocExtent;
 pub use array::{Array, ForcedStop, Stats, WallSecs, MAX_CORRECTED_READ_ERRORS};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
+pub use cell::ArrayCell;
 pub use create::{
     create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
 };

@@ -5,7 +5,7 @@
 //! a plain NBD server over any block backend, and rather than in the CLI, so that any
 //! embedder serves an array the way `uraid serve` does.
 
-use crate::{Array, ArrayError, ZeroHow};
+use crate::{Array, ArrayCell, ArrayError, ZeroHow};
 use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,26 +29,32 @@ use uraid_nbd::{Backend, DirtyExtent, Extent, ZeroFlags};
 /// # }
 /// ```
 pub struct ArrayBackend {
-    /// The array served.
-    pub array: Arc<Array>,
+    /// The array served; replaced when its shape changes ([`ArrayCell`]).
+    pub cell: Arc<ArrayCell>,
     observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl ArrayBackend {
     /// An export of `array`.
     pub fn new(array: Arc<Array>) -> ArrayBackend {
+        ArrayBackend::of_cell(ArrayCell::new(array))
+    }
+
+    /// An export of the array in `cell`, which follows it when it is replaced (a grow
+    /// while served).
+    pub fn of_cell(cell: Arc<ArrayCell>) -> ArrayBackend {
         ArrayBackend {
-            array,
+            cell,
             observer: None,
         }
     }
 
-    /// An export of `array` that tells `observer` about every data request it runs
-    /// (metrics: `uraid serve --metrics`). Everything else the export does (block status,
-    /// the dirty bitmap, sizes) is the same as [`ArrayBackend::new`]'s.
-    pub fn with_observer(array: Arc<Array>, observer: Arc<dyn RequestObserver>) -> ArrayBackend {
+    /// An export of the array in `cell` that tells `observer` about every data request it
+    /// runs (metrics: `uraid serve --metrics`). Everything else the export does (block
+    /// status, the dirty bitmap, sizes) is the same as [`ArrayBackend::of_cell`]'s.
+    pub fn with_observer(cell: Arc<ArrayCell>, observer: Arc<dyn RequestObserver>) -> ArrayBackend {
         ArrayBackend {
-            array,
+            cell,
             observer: Some(observer),
         }
     }
@@ -70,14 +76,19 @@ impl ArrayBackend {
     }
 
     fn flush_array(&self) -> io::Result<()> {
-        self.array.flush().map_err(|e| client_error(e, "flush", 0))
+        self.cell
+            .run(|a| a.flush())
+            .map_err(|e| client_error(e, "flush", 0))
     }
 
     fn write_zeroes_array(&self, offset: u64, len: u64, how: ZeroFlags) -> io::Result<()> {
         let zero = ZeroHow {
             unmap: !how.no_hole,
         };
-        match self.array.write_zeroes_with(offset, len, zero, how.fast) {
+        match self
+            .cell
+            .run(|a| a.write_zeroes_with(offset, len, zero, how.fast))
+        {
             Ok(()) => {}
             // A client that asked for fast zeroing writes zeros itself when refused: no
             // warning for that.
@@ -130,23 +141,24 @@ fn client_error(e: ArrayError, what: &str, offset: u64) -> io::Error {
 }
 
 impl Backend for ArrayBackend {
+    /// Asked once per connection: a client that connects after a grow sees the new size.
     fn size_bytes(&self) -> u64 {
-        self.array.size_bytes()
+        self.cell.get().size_bytes()
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let n = buf.len() as u64;
         self.observed(RequestOp::Read, n, || {
-            self.array
-                .read(offset, buf)
+            self.cell
+                .run(|a| a.read(offset, buf))
                 .map_err(|e| client_error(e, "read", offset))
         })
     }
 
     fn write(&self, offset: u64, buf: &[u8], fua: bool) -> io::Result<()> {
         self.observed(RequestOp::Write, buf.len() as u64, || {
-            self.array
-                .write(offset, buf)
+            self.cell
+                .run(|a| a.write(offset, buf))
                 .map_err(|e| client_error(e, "write", offset))?;
             if fua {
                 self.flush_array()?;
@@ -161,8 +173,8 @@ impl Backend for ArrayBackend {
 
     fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
         self.observed(RequestOp::Trim, len, || {
-            self.array
-                .discard(offset, len)
+            self.cell
+                .run(|a| a.discard(offset, len))
                 .map_err(|e| client_error(e, "trim", offset))
         })
     }
@@ -174,13 +186,14 @@ impl Backend for ArrayBackend {
     }
 
     fn can_fast_zero(&self) -> bool {
-        self.array.can_fast_zero(true)
+        self.cell.get().can_fast_zero(true)
     }
 
     /// `base:allocation` from the members' holes ([`Array::allocation`]).
     fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
         Ok(self
-            .array
+            .cell
+            .get()
             .allocation(offset, len)
             .into_iter()
             .map(|e| Extent {
@@ -194,19 +207,24 @@ impl Backend for ArrayBackend {
     /// The write-intent bitmap as `qemu:dirty-bitmap:uraid` ([`DIRTY_BITMAP_NAME`]), when
     /// the array has one.
     fn dirty_bitmap(&self) -> Option<String> {
-        self.array
+        self.cell
+            .get()
             .has_bitmap()
             .then(|| DIRTY_BITMAP_NAME.to_string())
     }
 
     /// The bitmap's dirty chunks ([`Array::dirty_extents`]).
     fn dirty_status(&self, offset: u64, len: u64) -> io::Result<Vec<DirtyExtent>> {
-        let extents = self.array.dirty_extents(offset, len).unwrap_or_else(|| {
-            vec![crate::DirtyExtent {
-                len_bytes: len,
-                dirty: true,
-            }]
-        });
+        let extents = self
+            .cell
+            .get()
+            .dirty_extents(offset, len)
+            .unwrap_or_else(|| {
+                vec![crate::DirtyExtent {
+                    len_bytes: len,
+                    dirty: true,
+                }]
+            });
         Ok(extents
             .into_iter()
             .map(|e| DirtyExtent {
@@ -221,6 +239,6 @@ impl Backend for ArrayBackend {
     }
 
     fn read_only(&self) -> bool {
-        self.array.is_read_only()
+        self.cell.get().is_read_only()
     }
 }

@@ -116,7 +116,7 @@ impl Array {
         max: u64,
     ) -> Result<(u64, u64), ArrayError> {
         // A sync step counts as a request for quiesce.
-        let _active = self.quiesce.enter();
+        let _active = self.enter()?;
         let targets = if kind == SyncKind::Recovery {
             self.recovering_roles()
         } else {

@@ -105,20 +105,6 @@ fn refused(what: impl std::fmt::Display) -> ArrayError {
     ArrayError::Refused(format!("{what}: nothing was written"))
 }
 
-impl Array {
-    /// Start a restripe of this served array. A reshape runs on the members of an array
-    /// that is not served in this build: refused, before anything is written.
-    pub fn start_reshape(&self, req: &ReshapeRequest) -> Result<(), ArrayError> {
-        Err(refused(format!(
-            "a served {} ({req:?}) cannot start a restripe in this build of uraid (it goes \
-             on with one it was started in); stop it (uraid stop), start the reshape on its \
-             members with uraid grow ... --stop-at 0, and serve it again: the reshape then \
-             runs while it is served (or leave out --stop-at to run it all offline)",
-            self.level()
-        )))
-    }
-}
-
 /// The devices with a superblock to keep in step: active members and spares.
 fn targets(devs: &[Arc<dyn Member>], report: &AssembleReport) -> Vec<Arc<dyn Member>> {
     devs.iter()
@@ -547,12 +533,7 @@ pub fn continue_reshape(
                 windows += 1;
                 copied += sectors;
                 if let Some(p) = opts.progress.as_mut() {
-                    let done = if st.backwards {
-                        st.array_sectors() - st.position_sectors
-                    } else {
-                        st.position_sectors
-                    };
-                    p(done, total);
+                    p(st.done_sectors(), total);
                 }
                 if let Some(rate) = opts.max_bytes_per_sec.filter(|&r| r > 0) {
                     let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
@@ -782,12 +763,7 @@ impl Array {
             return None;
         }
         let total = p.st.new_array_sectors();
-        let done = if p.st.backwards {
-            p.st.array_sectors().saturating_sub(p.st.position_sectors)
-        } else {
-            p.st.position_sectors
-        };
-        Some((done, total))
+        Some((p.st.done_sectors(), total))
     }
 
     /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
@@ -871,11 +847,7 @@ pub(crate) fn run_served(
                 }
                 copied += sectors;
                 let total = st.new_array_sectors().max(1);
-                let done = if st.backwards {
-                    st.array_sectors() - start
-                } else {
-                    start + sectors
-                };
+                let done = pers.progress().st.done_sectors();
                 let pct = (done.min(total) * 100 / total) as u32 / 20 * 20;
                 if pct > last_percent && pct < 100 {
                     last_percent = pct;

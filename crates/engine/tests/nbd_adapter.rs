@@ -33,7 +33,7 @@ fn zero(fast: bool, no_hole: bool) -> ZeroFlags {
 #[test]
 fn requests_reach_the_array() {
     let (_m, b) = raid5();
-    assert_eq!(b.size_bytes(), b.array.size_bytes());
+    assert_eq!(b.size_bytes(), b.cell.get().size_bytes());
     assert!(!b.read_only());
     assert_eq!(b.block_size(), 4096);
     let data = pattern(96 << 10, 5);
@@ -42,7 +42,7 @@ fn requests_reach_the_array() {
     let mut back = vec![0u8; data.len()];
     b.read(12288, &mut back).unwrap();
     assert_eq!(back, data);
-    b.array.read(12288, &mut back).unwrap();
+    b.cell.get().read(12288, &mut back).unwrap();
     assert_eq!(back, data, "the array itself holds what the client wrote");
 
     // Memory members zero without writing: fast zeroing is advertised and honoured on
@@ -102,7 +102,7 @@ fn a_read_only_array_is_a_read_only_export() {
     let (mems, b) = raid5();
     let data = pattern(8192, 3);
     b.write(0, &data, false).unwrap();
-    b.array.stop().unwrap();
+    b.cell.get().stop().unwrap();
     drop(b);
     let devs: Vec<Arc<dyn Member>> = mems.iter().map(|m| m.clone() as Arc<dyn Member>).collect();
     let (a, _) = assemble(

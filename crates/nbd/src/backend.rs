@@ -12,7 +12,8 @@ use crate::proto::{Errno, ZeroFlags};
 /// [`Backend::min_block_size`] before calling in, so implementations see only
 /// in-range, aligned requests. Calls come from several threads at once.
 pub trait Backend: Send + Sync + 'static {
-    /// Size of the export; fixed while it is served.
+    /// Size of the export, read when a client connects; a client keeps the size it was
+    /// told for its connection.
     fn size_bytes(&self) -> u64;
     /// Fills `buf` with the bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;

@@ -179,7 +179,7 @@ impl Server {
         listener: Listener,
         backend: Arc<dyn Backend>,
     ) -> Result<ServeStats, NbdError> {
-        let export = Arc::new(self.export_info(&*backend));
+        let export = self.export_info(&*backend);
         let budget = Arc::new(BufferBudget::new(self.config.buffer_budget_bytes));
         let live = Arc::new(Mutex::new(Live {
             streams: HashMap::new(),
@@ -238,7 +238,9 @@ impl Server {
                 id,
                 stream,
                 backend: backend.clone(),
-                export: export.clone(),
+                // Read per connection: a backend whose size or state changed while served
+                // (an array grown) is seen as it is now by a client that connects now.
+                export: Arc::new(self.export_info(&*backend)),
                 budget: budget.clone(),
                 live: live.clone(),
                 signal: self.signal.clone(),

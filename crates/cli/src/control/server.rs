@@ -32,7 +32,9 @@ use std::time::Duration;
 use uraid_core::MemberIdx;
 use uraid_engine::JournalMode;
 use uraid_engine::Place;
-use uraid_engine::{AddOutcome, Array, DaemonNote, DaemonOptions, Daemons, MemberFlags, SlotState};
+use uraid_engine::{
+    AddOutcome, Array, ArrayCell, DaemonNote, DaemonOptions, MemberFlags, SlotState,
+};
 use uraid_nbd::WakePipe;
 
 /// Longest request line accepted on the control socket.
@@ -142,14 +144,14 @@ pub struct ControlServer {
 }
 
 struct Ctx {
-    array: Arc<Array>,
+    /// The array served, replaced when a grow changes its shape; md's daemons for it
+    /// (the engine's) run in the cell, and requests forward to them.
+    cell: Arc<ArrayCell>,
     info: Mutex<ServeInfo>,
     events: Mutex<mpsc::Sender<Event>>,
     active: AtomicUsize,
     /// Locks on devices added while serving.
     extra_locks: Mutex<Vec<File>>,
-    /// md's daemons for the array (the engine's); requests forward to them.
-    daemons: Daemons,
     events_log: Mutex<EventLog>,
 }
 
@@ -157,7 +159,7 @@ impl ControlServer {
     pub fn start(
         uuid: &str,
         path: PathBuf,
-        array: Arc<Array>,
+        cell: Arc<ArrayCell>,
         info: ServeInfo,
         events: mpsc::Sender<Event>,
     ) -> Result<ControlServer> {
@@ -205,21 +207,20 @@ impl ControlServer {
         let stop = Arc::new(AtomicBool::new(false));
         // Subscribed before the daemons start, so that the log has what they do at once
         // (a spare taking a missing role).
-        let log_events = array.subscribe();
+        let log_events = cell.get().subscribe();
         let notify: uraid_engine::DaemonNotify = Arc::new(|n: &DaemonNote| eprintln!("uraid: {n}"));
-        let daemons = array.start_daemons(DaemonOptions {
+        cell.start_daemons(DaemonOptions {
             notify: Some(notify),
             sync_limits: info.sync_limits,
             readd_interval: info.readd_interval,
             ..DaemonOptions::default()
         })?;
         let ctx = Arc::new(Ctx {
-            array,
+            cell,
             info: Mutex::new(info),
             events: Mutex::new(events),
             active: AtomicUsize::new(0),
             extra_locks: Mutex::new(Vec::new()),
-            daemons,
             events_log: Mutex::new(EventLog::default()),
         });
         record_events(&ctx, log_events)?;
@@ -246,19 +247,13 @@ impl ControlServer {
     /// (`--metrics`).
     pub fn sync_source(&self) -> crate::metrics::SyncSource {
         let ctx = self.ctx.clone();
-        Box::new(move || ctx.daemons.sync_progress())
-    }
-
-    /// Stops md's daemons (a running sync is interrupted at its next step): before
-    /// [`Array::stop`], as md stops its sync thread before the array.
-    pub fn stop_daemons(&self) {
-        self.ctx.daemons.stop();
+        Box::new(move || ctx.cell.with_daemons(|d| d.sync_progress()).flatten())
     }
 
     /// Stops the daemons and accepting, and removes the socket, its link and the index
     /// file. Never depends on the socket's path still existing.
     pub fn shutdown(mut self) {
-        self.ctx.daemons.stop();
+        self.ctx.cell.stop_daemons();
         self.stop.store(true, Ordering::SeqCst);
         self.wake.wake();
         if let Some(t) = self.thread.take() {
@@ -282,7 +277,7 @@ fn record_events(ctx: &Arc<Ctx>, events: mpsc::Receiver<uraid_engine::Event>) ->
                 ctx.events_log
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .record(ctx.array.level(), &e);
+                    .record(ctx.cell.get().level(), &e);
             }
         })?;
     Ok(())
@@ -375,13 +370,13 @@ fn handle_conn(conn: UnixStream, ctx: &Ctx) {
 
 /// One request; for `stop`, also the channel that tells the main thread the reply is out.
 fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>) {
-    let a = &ctx.array;
+    let a = &ctx.cell.current();
     let detail = || {
         let info = ctx.info.lock().unwrap_or_else(|e| e.into_inner());
         let mut d = crate::report::detail_json(a);
         d["serve"] = info.to_json();
-        if let Some(p) = ctx.daemons.sync_progress() {
-            let mark = ctx.daemons.sync_mark();
+        if let Some(p) = ctx.cell.with_daemons(|d| d.sync_progress()).flatten() {
+            let mark = ctx.cell.with_daemons(|d| d.sync_mark()).flatten();
             d["sync"] = crate::report::sync_json(&p, mark, a.geometry().dev_sectors);
         } else if let Some((done, total)) = a.reshape_progress() {
             d["sync"] = crate::report::reshape_json(done, total, a.geometry().dev_sectors);
@@ -398,7 +393,7 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .next_seq();
-            let sync = ctx.daemons.sync_progress();
+            let sync = ctx.cell.with_daemons(|d| d.sync_progress()).flatten();
             let human = crate::report::detail_human(a, sync.as_ref());
             (
                 json!({"ok": true, "detail": detail(), "human": human, "event_seq": seq}),
@@ -524,9 +519,18 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
             (json!({"ok": true, "tunables": t}), None)
         }
         Request::Grow { values } => {
-            match crate::grow_request::request_of(values, a.level()).and_then(|r| Ok(a.grow(&r)?)) {
+            let grown = crate::grow_request::request_of(values, a.level())
+                .and_then(|r| Ok(ctx.cell.grow(&r)?));
+            match grown {
                 Ok(r) => {
                     eprintln!("uraid: grow: {}", r.summary);
+                    // The detail of the array now served (the grown one).
+                    let a = &ctx.cell.current();
+                    let detail = || {
+                        let mut d = crate::report::detail_json(a);
+                        d["serve"] = ctx.info.lock().unwrap_or_else(|e| e.into_inner()).to_json();
+                        d
+                    };
                     (
                         json!({"ok": true, "grow": {"summary": r.summary, "events": r.events,
                             "restripe": r.restripe}, "detail": detail()}),
@@ -648,8 +652,9 @@ fn remove_roleless(a: &Array, s: &str) -> Option<Result<String>> {
 
 /// `mdadm --remove`: take a faulty member out of its role.
 fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
-    let name = device_name(&ctx.array, role);
-    ctx.array.remove_member(role)?;
+    let a = ctx.cell.current();
+    let name = device_name(&a, role);
+    a.remove_member(role)?;
     eprintln!("uraid: member {role} ({name}) removed");
     Ok(())
 }
@@ -660,7 +665,8 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
     // What the device is, before its lock (a member under another name collides with our
     // own lock on it): the engine checks again under its reconfig lock.
     let dev = crate::open::open_member(path)?;
-    match ctx.array.locate_device(dev.as_ref()) {
+    let a = ctx.cell.current();
+    match a.locate_device(dev.as_ref()) {
         Some(place @ Place::Member(_, SlotState::Faulty)) => bail!(
             "{} is still in the array as {place}: remove it first",
             path.display()
@@ -688,7 +694,7 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
                 .ok_or_else(|| anyhow::anyhow!("{}", locks::in_use_message(path)))?,
         )
     };
-    let outcome = ctx.array.add_member_with(dev, flags)?;
+    let outcome = a.add_member_with(dev, flags)?;
     if let Some(lock) = lock {
         ctx.extra_locks
             .lock()
@@ -701,7 +707,7 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
                 "uraid: {} added as member {role}; recovery started",
                 path.display()
             );
-            ctx.daemons.start_recovery();
+            ctx.cell.with_daemons(|d| d.start_recovery());
             json!({"role": role.0, "state": "recovering"})
         }
         AddOutcome::Spare => {
@@ -714,7 +720,7 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
 /// `mdadm --replace`: a spare (the one named, added first if it is not one yet, or any)
 /// is rebuilt beside the member, which stays active until the replacement takes over.
 fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Value> {
-    let a = &ctx.array;
+    let a = &ctx.cell.current();
     let spare = match with {
         None => None,
         Some(w) => {
@@ -747,6 +753,6 @@ fn engine_replace(ctx: &Ctx, role: MemberIdx, with: Option<&str>) -> Result<Valu
     let old = device_name(a, role);
     let new = a.replace(role, spare.as_deref())?;
     eprintln!("uraid: member {role} ({old}) is being replaced by {new}");
-    ctx.daemons.start_recovery();
+    ctx.cell.with_daemons(|d| d.start_recovery());
     Ok(json!({"role": role.0, "old": old, "replacement": new}))
 }

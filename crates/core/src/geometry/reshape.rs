@@ -368,6 +368,16 @@ impl ReshapeState {
         self.dev_sectors() * dd
     }
 
+    /// How far the reshape has got, in array sectors from where it began (md's
+    /// reshape progress): the position going forwards, what lies past it going backwards.
+    pub fn done_sectors(&self) -> u64 {
+        if self.backwards {
+            self.array_sectors().saturating_sub(self.position_sectors)
+        } else {
+            self.position_sectors
+        }
+    }
+
     /// The array size once the reshape is done.
     pub fn new_array_sectors(&self) -> u64 {
         self.dev_sectors() * self.new.data_disks() as u64
