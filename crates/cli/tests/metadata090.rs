@@ -376,11 +376,23 @@ fn a_090_superblock_and_a_12_one_on_one_device_go_by_creation_time() {
 /// device in the table.
 #[test]
 fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
-    let md = tool_path("mdadm", "examine_of_a_0_91_member_prints_mdadm_s_reshape_lines");
+    let md = tool_path(
+        "mdadm",
+        "examine_of_a_0_91_member_prints_mdadm_s_reshape_lines",
+    );
     let d = TempDir::new("v091-examine");
     let imgs = d.images(4, 12, "m");
     ok(uraid()
-        .args(["create", "-e", "0.90", "-l", "5", "-c", "64K", "--assume-clean"])
+        .args([
+            "create",
+            "-e",
+            "0.90",
+            "-l",
+            "5",
+            "-c",
+            "64K",
+            "--assume-clean",
+        ])
         .args(&imgs));
     // (what, delta_disks, new_level, new_layout, new_chunk bytes, position sectors)
     let cases: [(&str, i32, i32, u32, u32, u64); 3] = [
@@ -431,7 +443,11 @@ fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
                 .unwrap();
             let theirs = text(&out.stdout);
             assert!(out.status.success(), "{what}: mdadm --examine failed");
-            assert_eq!(block, reshape_block(&theirs), "{what}\nuraid:\n{ours}\nmdadm:\n{theirs}");
+            assert_eq!(
+                block,
+                reshape_block(&theirs),
+                "{what}\nuraid:\n{ours}\nmdadm:\n{theirs}"
+            );
             agrees_with_mdadm(md, &imgs[0], what);
         }
     }
