@@ -301,4 +301,102 @@ verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a resha
 verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
 verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1
 verdict "uraid chunk-64to32 finished by linux" md2 "$sum_d" 4 32768 D 1
+# A 0.90 raid5 Linux md left mid-grow (issue 15, md's 0.91 record): in a third boot mdadm
+# creates a 0.90 raid5 on 3 members, fills it and records its sha256, grows it to 4 with a
+# backup file (0.90 cannot move its data offset, so md grows it in place) at a low speed, and
+# stops it past the critical section. On the host, uraid examine shows mdadm's reshape
+# position, uraid read gives the sha256, uraid grow --continue finishes it (4 devices, 0.90
+# records again, parity consistent); in a fourth boot Linux md assembles the result,
+# `echo check` finds 0 mismatches and the sha256 reads back. Its own block: merge-friendly.
+scenario_091() {
+    truncate -s 16M f0 f1 f2 f3
+    cat > job3.sh <<'JOB'
+set -e
+echo 200 > /proc/sys/dev/raid/speed_limit_min
+echo 200 > /proc/sys/dev/raid/speed_limit_max
+mdadm --create --run /dev/md0 --metadata=0.90 --level=5 --layout=left-symmetric --chunk=64 \
+    --raid-devices=3 --assume-clean /dev/disk/1 /dev/disk/2 /dev/disk/3 2>&1
+n=$(cat /sys/block/md0/size)
+dd if=/dev/disk/0 of=/dev/md0 bs=512 count=$n conv=fsync 2>/dev/null
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "SUM-F $(sha256sum /dev/md0 | cut -d' ' -f1) $n"
+mdadm /dev/md0 --add /dev/disk/4 2>&1
+mdadm --grow /dev/md0 --raid-devices=4 --backup-file=/root/md0-091.bk 2>&1
+echo 200 > /sys/block/md0/md/sync_speed_min
+echo 200 > /sys/block/md0/md/sync_speed_max
+# Past the critical section (mdadm's backup file no longer holds live stripes) and short of
+# the end: reshape_position well in, sync_completed below its total.
+i=0
+while :; do
+    pos="$(cat /sys/block/md0/md/reshape_position)"
+    sc="$(cat /sys/block/md0/md/sync_completed)"
+    case "$pos:$sc" in
+    none:*|*:none) ;;
+    *) [ "$pos" -ge 8192 ] && [ "${sc%% /*}" -lt "${sc##*/ }" ] && break ;;
+    esac
+    i=$((i + 1)); [ $i -lt 900 ] || { echo "NO-PROGRESS-091 $pos $sc"; cat /proc/mdstat; exit 1; }
+    sleep 0.2
+done
+echo "md0 (0.90) at reshape_position $pos sync_completed $sc"
+mdadm --stop /dev/md0 2>&1
+mdadm --examine /dev/disk/1 | grep -E "Version|Reshape|Delta|Raid Devices" || true
+echo GUEST-OK
+JOB
+    local rc=0 out3 out4
+    out3="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job3.sh --boot-timeout 900 \
+        --disk f0 --disk f1 --disk f2 --disk f3 2>&1)" || rc=$?
+    if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out3"; then
+        echo "FAIL reshape 0.91 grow (guest, rc $rc):"; tail -40 <<<"$out3"; return 1
+    fi
+    local sum sectors md_pos u_pos got
+    sum="$(grep -m1 "^SUM-F " <<<"$out3" | cut -d' ' -f2)"
+    sectors="$(grep -m1 "^SUM-F " <<<"$out3" | cut -d' ' -f3)"
+    if ! mdadm --examine f0 2>/dev/null | grep -q "Version : 0.91.00"; then
+        echo "FAIL reshape 0.91 grow: the stopped members are not 0.91"; mdadm --examine f0; return 1
+    fi
+    md_pos="$(mdadm --examine f0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+    u_pos="$("$URAID" examine f0 2>&1 | grep "Reshape pos'n" | sed 's/.*: *//')" || true
+    if [ -z "$md_pos" ] || [ "$md_pos" != "$u_pos" ]; then
+        echo "FAIL reshape 0.91 grow: mdadm --examine says '$md_pos', uraid examine '$u_pos'"; return 1
+    fi
+    got="$("$URAID" read --length $((sectors * 512)) f0 f1 f2 f3 2>f.err | sha256sum | cut -d' ' -f1)"
+    if [ "$got" != "$sum" ]; then
+        echo "FAIL reshape 0.91 grow: uraid read $got mid-grow, Linux recorded $sum"; cat f.err; return 1
+    fi
+    if ! "$URAID" grow -q --continue f0 f1 f2 f3 >cont-f.log 2>&1; then
+        echo "FAIL reshape 0.91 continue: uraid grow --continue failed"; cat cont-f.log; return 1
+    fi
+    if ! mdadm --examine f0 2>/dev/null | grep -q "Version : 0.90.00" ||
+        ! mdadm --examine f3 2>/dev/null | grep -q "Raid Devices : 4" ||
+        [ "$(prefix_sum $((sectors * 512)) f0 f1 f2 f3)" != "$sum" ] || ! parity_ok f0 f1 f2 f3; then
+        echo "FAIL reshape 0.91 continue: after uraid finished the grow: records, bytes or parity differ"
+        mdadm --examine f0; cat cont-f.log; return 1
+    fi
+    echo "PASS reshape 0.91 continue: uraid read Linux md's 0.90 grow at $md_pos and finished it (0.90, 4 devices, the sha256, parity consistent)"
+    cat > job4.sh <<JOB
+set -e
+mdadm --assemble --run /dev/md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 2>&1
+echo "at-assembly reshape_position=\$(cat /sys/block/md0/md/reshape_position) disks=\$(cat /sys/block/md0/md/raid_disks)"
+echo check > /sys/block/md0/md/sync_action; sleep 0.5
+mdadm --wait /dev/md0 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md0/md/sync_action)" != idle ]; do sleep 0.2; done
+echo "MISMATCH \$(cat /sys/block/md0/md/mismatch_cnt)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "F \$(head -c $((sectors * 512)) /dev/md0 | sha256sum | cut -d' ' -f1)"
+mdadm --stop /dev/md0
+echo GUEST-OK
+JOB
+    rc=0
+    out4="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job4.sh --boot-timeout 900 \
+        --disk f0 --disk f1 --disk f2 --disk f3 2>&1)" || rc=$?
+    if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out4"; then
+        echo "FAIL reshape 0.91 read by linux (guest, rc $rc):"; tail -40 <<<"$out4"; return 1
+    fi
+    if ! grep -q "^at-assembly reshape_position=none disks=4" <<<"$out4" ||
+        ! grep -q "^MISMATCH 0$" <<<"$out4" || [ "$(grep -m1 "^F " <<<"$out4" | cut -d' ' -f2)" != "$sum" ]; then
+        echo "FAIL reshape 0.91 read by linux:"; tail -30 <<<"$out4"; return 1
+    fi
+    echo "PASS reshape 0.91 finished by uraid, read by linux (4 devices, no reshape left, check 0 mismatches, the sha256)"
+}
+scenario_091 || fail=1
 exit $fail

@@ -92,6 +92,61 @@ pub fn examine_human(path: &str, rec: &Superblock090, computed_csum: u32) -> Str
     line("Total Devices", rec.nr_disks.to_string());
     line("Preferred Minor", rec.md_minor.to_string());
     o.push('\n');
+    // A reshape (0.91), as mdadm prints it for 0.90: the new shape only where it differs.
+    let reshaping = rec.minor_version > 90 && rec.reshape_position != u64::MAX;
+    let mut delta_extra = 0;
+    if reshaping {
+        let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
+        line(
+            "Reshape pos'n",
+            format!(
+                "{}{}",
+                rec.reshape_position / 2,
+                human_size(rec.reshape_position << 9)
+            ),
+        );
+        if rec.delta_disks != 0 {
+            line(
+                "Delta Devices",
+                format!(
+                    "{} ({}->{})",
+                    rec.delta_disks,
+                    i64::from(rec.raid_disks) - i64::from(rec.delta_disks),
+                    rec.raid_disks
+                ),
+            );
+            // A shrink lists the leaving devices too.
+            delta_extra = rec.delta_disks.min(0).unsigned_abs();
+        }
+        if rec.new_level != rec.level {
+            line("New Level", level_name(rec.new_level));
+        }
+        if rec.new_layout != rec.layout {
+            match Level::from_md(rec.level) {
+                Some(l @ (Level::Raid5 | Level::Raid6)) => {
+                    line("New Layout", layout_name(l, rec.new_layout))
+                }
+                Some(Level::Raid10) => line(
+                    "New Layout",
+                    format!(
+                        "near={}, {}={}",
+                        rec.new_layout & 0xff,
+                        if rec.new_layout & 0x10000 != 0 {
+                            "offset"
+                        } else {
+                            "far"
+                        },
+                        (rec.new_layout >> 8) & 0xff
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        if rec.new_chunk != rec.chunk_size {
+            line("New Chunksize", rec.new_chunk.to_string());
+        }
+        o.push('\n');
+    }
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
     line("Update Time", ctime(u64::from(rec.utime)));
     line(
@@ -127,7 +182,10 @@ pub fn examine_human(path: &str, rec: &Superblock090, computed_csum: u32) -> Str
     o.push_str("      Number   Major   Minor   RaidDevice State\n");
     disk_row(&mut o, "this", &rec.this_disk);
     o.push('\n');
-    let listed = rec.raid_disks.saturating_add(rec.spare_disks) as usize;
+    let listed = rec
+        .raid_disks
+        .saturating_add(delta_extra)
+        .saturating_add(rec.spare_disks) as usize;
     for (i, d) in rec.disks.iter().enumerate().take(listed) {
         disk_row(&mut o, &i.to_string(), d);
     }
@@ -169,6 +227,13 @@ pub fn examine_json(path: &str, rec: &Superblock090, computed_csum: u32) -> Valu
         "events": rec.events,
         "checksum": format!("{:x}", rec.sb_csum),
         "checksum_ok": rec.sb_csum == computed_csum,
+        "reshape": (rec.minor_version > 90 && rec.reshape_position != u64::MAX).then(|| json!({
+            "position_sectors": rec.reshape_position,
+            "delta_disks": rec.delta_disks,
+            "new_level": level_name(rec.new_level),
+            "new_layout_number": rec.new_layout,
+            "new_chunk_bytes": rec.new_chunk,
+        })),
         "this_disk": disk(&rec.this_disk),
         "disks": rec.disks.iter().take(rec.raid_disks.saturating_add(rec.spare_disks) as usize).map(disk).collect::<Vec<_>>(),
     })

@@ -369,3 +369,86 @@ fn a_090_superblock_and_a_12_one_on_one_device_go_by_creation_time() {
         }
     }
 }
+
+/// A 0.91 member (md's record mid-reshape) examines as `mdadm --examine` prints it: the
+/// reshape lines ("Reshape pos'n", "Delta Devices", "New Level", "New Layout", "New
+/// Chunksize") where mdadm prints them, word for word, and for a shrink the leaving
+/// device in the table.
+#[test]
+fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
+    let md = tool_path(
+        "mdadm",
+        "examine_of_a_0_91_member_prints_mdadm_s_reshape_lines",
+    );
+    let d = TempDir::new("v091-examine");
+    let imgs = d.images(4, 12, "m");
+    ok(uraid()
+        .args([
+            "create",
+            "-e",
+            "0.90",
+            "-l",
+            "5",
+            "-c",
+            "64K",
+            "--assume-clean",
+        ])
+        .args(&imgs));
+    // (what, delta_disks, new_level, new_layout, new_chunk bytes, position sectors)
+    let cases: [(&str, i32, i32, u32, u32, u64); 3] = [
+        ("grow", 1, 5, 2, 65_536, 24_576),
+        ("shrink", -1, 5, 2, 65_536, 1_000_000),
+        ("restripe", 0, 6, 0, 131_072, 8),
+    ];
+    let reshape_block = |t: &str| -> Vec<String> {
+        t.lines()
+            .skip_while(|l| !l.contains("Reshape pos'n"))
+            .take_while(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    for (what, delta, new_level, new_layout, new_chunk, position) in cases {
+        for img in &imgs {
+            let mut rec = record(img);
+            rec.minor_version = 91;
+            rec.delta_disks = delta;
+            rec.new_level = new_level;
+            rec.new_layout = new_layout;
+            rec.new_chunk = new_chunk;
+            rec.reshape_position = position;
+            let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+            let at = sb090_offset_sectors(f.metadata().unwrap().len() / 512).unwrap() * 512;
+            f.write_all_at(&rec.encode(), at).unwrap();
+        }
+        let ours = stdout(&ok(uraid().arg("examine").arg(&imgs[0])));
+        let block = reshape_block(&ours);
+        assert!(
+            block[0].contains(&format!("Reshape pos'n : {}", position / 2)),
+            "{what}:\n{ours}"
+        );
+        assert_eq!(
+            mdadm_field(&ours, "Version").as_deref(),
+            Some("0.91.00"),
+            "{what}"
+        );
+        let ex = json_exact(&ok(uraid().args(["examine", "--json"]).arg(&imgs[0])));
+        assert_eq!(ex["reshape"]["position_sectors"], position, "{what}");
+        assert_eq!(ex["reshape"]["delta_disks"], delta, "{what}");
+        if let Some(md) = &md {
+            let out = Command::new(md)
+                .arg("--examine")
+                .arg(&imgs[0])
+                .env("TZ", "UTC")
+                .output()
+                .unwrap();
+            let theirs = text(&out.stdout);
+            assert!(out.status.success(), "{what}: mdadm --examine failed");
+            assert_eq!(
+                block,
+                reshape_block(&theirs),
+                "{what}\nuraid:\n{ours}\nmdadm:\n{theirs}"
+            );
+            agrees_with_mdadm(md, &imgs[0], what);
+        }
+    }
+}

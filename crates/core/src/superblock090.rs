@@ -6,13 +6,15 @@
 //! The engine keeps every superblock in the v1 model ([`Superblock`]); a 0.90 member is
 //! converted at the edge: [`Superblock090::to_v1`] when read, [`Superblock090::from_v1`]
 //! (with what the v1 model does not hold, [`Sb090Context`]) before it is written. What the
-//! v1 model can say and 0.90 cannot (a bad block log, a journal, a reshape, a recovery
-//! offset...) is refused by name in `from_v1`, never dropped.
+//! v1 model can say and 0.90 cannot (a bad block log, a journal, a reshape that moves the
+//! data offset, a recovery offset...) is refused by name in `from_v1`, never dropped. A
+//! reshape in place (md's 0.91: minor_version 91 with reshape_position, new_level,
+//! delta_disks, new_layout and new_chunk) is carried both ways.
 
 use crate::superblock::{
-    Superblock, DEVFLAG_FAILFAST, DEVFLAG_WRITE_MOSTLY, FEATURE_BITMAP_OFFSET,
+    Superblock, DEVFLAG_FAILFAST, DEVFLAG_WRITE_MOSTLY, FEATURE_BITMAP_OFFSET, FEATURE_NEW_OFFSET,
     FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, FEATURE_RESHAPE_ACTIVE,
-    MAX_SECTOR, ROLE_FAULTY, ROLE_MAX, ROLE_SPARE,
+    FEATURE_RESHAPE_BACKWARDS, MAX_SECTOR, ROLE_FAULTY, ROLE_MAX, ROLE_SPARE,
 };
 use thiserror::Error;
 
@@ -411,8 +413,12 @@ impl Superblock090 {
     /// - no device uuid in 0.90: [`device_uuid_for`] folds the number into the set uuid;
     /// - clean (MD_SB_CLEAN) is resync_offset MaxSector; a dirty record whose cp_events
     ///   match events keeps recovery_cp, otherwise resync from 0 (md's super_90_validate);
-    /// - a bitmap (MD_SB_BITMAP_PRESENT) at 8 sectors after the superblock; minor 91 (a
-    ///   reshape) is FEATURE_RESHAPE_ACTIVE, which assembly refuses;
+    /// - a bitmap (MD_SB_BITMAP_PRESENT) at 8 sectors after the superblock;
+    /// - minor 91 (a reshape) is FEATURE_RESHAPE_ACTIVE with reshape_position, new_level,
+    ///   delta_disks, new_layout and new_chunk (bytes in 0.90, sectors in the model), and
+    ///   no new_offset (0.90 cannot move its data); a reshape that removes devices runs
+    ///   backwards (md's super_90_validate: delta_disks < 0), FEATURE_RESHAPE_BACKWARDS;
+    ///   minor 90 leaves the reshape fields 0 (md zeroes them);
     /// - raid0's layout counts as set (md reads it from 0.90 unconditionally).
     pub fn to_v1(&self, device_sectors: u64) -> Result<Superblock, Sb090Error> {
         let invalid = |field, why: String| Sb090Error::Invalid { field, why };
@@ -443,9 +449,16 @@ impl Superblock090 {
         if self.state & SB090_STATE_BITMAP_PRESENT != 0 {
             feature_map |= FEATURE_BITMAP_OFFSET;
         }
-        if self.minor_version >= 91 {
+        // md's and mdadm's test: minor 91 with a position (MaxSector stands for none).
+        let reshaping = self.minor_version >= 91 && self.reshape_position != u64::MAX;
+        if reshaping {
             feature_map |= FEATURE_RESHAPE_ACTIVE;
+            if self.delta_disks < 0 {
+                feature_map |= FEATURE_RESHAPE_BACKWARDS;
+            }
         }
+        // md reads the reshape fields of a 0.91 record only.
+        let when = |v| if reshaping { v } else { 0 };
         if self.level == 0 && self.layout != 0 {
             feature_map |= FEATURE_RAID0_LAYOUT;
         }
@@ -479,11 +492,11 @@ impl Superblock090 {
             } else {
                 0
             },
-            new_level: self.new_level,
-            reshape_position: self.reshape_position,
-            delta_disks: self.delta_disks,
-            new_layout: self.new_layout,
-            new_chunk: self.new_chunk / 512,
+            new_level: if reshaping { self.new_level } else { 0 },
+            reshape_position: if reshaping { self.reshape_position } else { 0 },
+            delta_disks: if reshaping { self.delta_disks } else { 0 },
+            new_layout: when(self.new_layout),
+            new_chunk: when(self.new_chunk / 512),
             new_offset: 0,
             data_offset: 0,
             data_size: super_offset,
@@ -517,23 +530,57 @@ impl Superblock090 {
     /// (state 0, raid_disk = its entry), a faulty one `faulty`; a role no device holds is
     /// `removed faulty` in its own entry. Counts as md computes them.
     ///
+    /// A reshape (FEATURE_RESHAPE_ACTIVE) is minor 91 with its fields (new_chunk in bytes),
+    /// as md's super_90_sync writes it; without one, minor 90 with those fields 0.
+    ///
     /// Refused, by name: anything 0.90 cannot record (a bad block log, a journal, a
-    /// reshape, more than 27 devices, a size above 4 TiB or a time past 2106).
+    /// reshape that moves the data offset (FEATURE_NEW_OFFSET) or runs backwards without
+    /// removing devices, more than 27 devices, a size above 4 TiB or a time past 2106).
     pub fn from_v1(sb: &Superblock, cx: &Sb090Context) -> Result<Superblock090, Sb090Error> {
         let invalid = |field, why: String| Sb090Error::Invalid { field, why };
         let representable = FEATURE_BITMAP_OFFSET
             | FEATURE_RECOVERY_OFFSET
             | FEATURE_REPLACEMENT
-            | FEATURE_RAID0_LAYOUT;
+            | FEATURE_RAID0_LAYOUT
+            | FEATURE_RESHAPE_ACTIVE
+            | FEATURE_RESHAPE_BACKWARDS;
         let other = sb.feature_map & !representable;
+        if other & FEATURE_NEW_OFFSET != 0 {
+            return Err(invalid(
+                "new_offset",
+                format!(
+                    "a reshape that moves the data by new_offset {} sectors has no place in a \
+                     0.90 superblock (0.90 data always starts at sector 0)",
+                    sb.new_offset
+                ),
+            ));
+        }
         if other != 0 {
             return Err(invalid(
                 "feature_map",
                 format!(
-                    "feature bit(s) {other:#x} (bad block log, journal, reshape, ...) have no place in a 0.90 superblock"
+                    "feature bit(s) {other:#x} (bad block log, journal, ...) have no place in a 0.90 superblock"
                 ),
             ));
         }
+        let reshaping = sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0;
+        // md derives a 0.90 reshape's direction from delta_disks (super_90_validate).
+        let backwards = sb.feature_map & FEATURE_RESHAPE_BACKWARDS != 0;
+        if backwards != (reshaping && sb.delta_disks < 0) {
+            return Err(invalid(
+                "feature_map",
+                format!(
+                    "a reshape {} with delta_disks {}: 0.90 runs a reshape backwards exactly \
+                     when it removes devices",
+                    if backwards { "backwards" } else { "forwards" },
+                    sb.delta_disks
+                ),
+            ));
+        }
+        let new_chunk = sb
+            .new_chunk
+            .checked_mul(512)
+            .ok_or_else(|| invalid("new_chunk", format!("{} sectors", sb.new_chunk)))?;
         if sb.feature_map & FEATURE_BITMAP_OFFSET != 0
             && sb.bitmap_offset != SB090_BITMAP_OFFSET_SECTORS
         {
@@ -699,7 +746,7 @@ impl Superblock090 {
         let rec = Superblock090 {
             byte_order: ByteOrder::Little,
             major_version: 0,
-            minor_version: 90,
+            minor_version: if reshaping { 91 } else { 90 },
             patch_version: 0,
             set_uuid: uuid,
             ctime: secs("ctime", sb.ctime)?,
@@ -719,11 +766,11 @@ impl Superblock090 {
             events: sb.events,
             cp_events,
             recovery_cp,
-            reshape_position: 0,
-            new_level: 0,
-            delta_disks: 0,
-            new_layout: 0,
-            new_chunk: 0,
+            reshape_position: if reshaping { sb.reshape_position } else { 0 },
+            new_level: if reshaping { sb.new_level } else { 0 },
+            delta_disks: if reshaping { sb.delta_disks } else { 0 },
+            new_layout: if reshaping { sb.new_layout } else { 0 },
+            new_chunk: if reshaping { new_chunk } else { 0 },
             layout: sb.layout,
             chunk_size,
             disks,

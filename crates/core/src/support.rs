@@ -226,7 +226,7 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
 }
 
 /// Checks a 0.90 record for what its v1 model cannot say and uraid does not do; [`check`]
-/// then runs on the model (a reshape, minor 91, is refused there as FEATURE_RESHAPE_ACTIVE).
+/// then runs on the model (a reshape, minor 91, is FEATURE_RESHAPE_ACTIVE there).
 pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsupported> {
     use crate::superblock090::ByteOrder;
     let refuse = |feature, detail: String, advice| {
@@ -249,18 +249,9 @@ pub fn check090(rec: &crate::superblock090::Superblock090) -> Result<(), Unsuppo
              --update=byteorder",
         );
     }
-    // uraid reads v1 reshapes (tested against md's rules); a 0.90 one (no new_offset, so
-    // mdadm kept a backup file) is not read until it is tested the same way.
-    if rec.minor_version == 91 {
-        return refuse(
-            "FEATURE_RESHAPE_ACTIVE",
-            format!(
-                "a 0.91 superblock: a reshape is in progress at sector {}",
-                rec.reshape_position
-            ),
-            ADVICE_RESHAPE,
-        );
-    }
+    // A 0.91 record (a reshape in place) is checked on the model, as a v1 reshape without
+    // FEATURE_NEW_OFFSET: a grow past its critical section is read, the rest refused with
+    // the backup-file reason.
     if rec.not_persistent != 0 {
         return refuse(
             "not_persistent",

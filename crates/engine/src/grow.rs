@@ -160,6 +160,16 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
             "nothing to change: give --raid-devices, --size, --level, --layout, --chunk or --bitmap",
         ));
     }
+    let restripe = req.raid_disks.is_some_and(|d| d != n)
+        || req.level.is_some()
+        || req.layout.is_some()
+        || req.chunk_sectors.is_some();
+    if st.is_090 && restripe {
+        return Err(refuse(format!(
+            "{}: nothing was written",
+            crate::restripe::RESHAPE_090_REFUSAL
+        )));
+    }
     if st.is_090 {
         return Err(refuse(
             "uraid grow rewrites 1.x superblocks only; this array has 0.90 metadata: use mdadm --grow",

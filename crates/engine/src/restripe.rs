@@ -101,6 +101,16 @@ pub struct ReshapeReport {
     pub added: usize,
 }
 
+/// Why uraid does not start a reshape of a 0.90 array. md restripes one in place (0.90 data
+/// always starts at sector 0, so there is no new_offset to move it to), and mdadm keeps the
+/// stripes of the critical section in a backup file, which uraid does not write.
+pub(crate) const RESHAPE_090_REFUSAL: &str =
+    "a reshape of a 0.90 array cannot move its data offset (0.90 data always starts at \
+     sector 0), so md reshapes it in place and mdadm must keep the critical section in a \
+     backup file, which uraid does not write: start it with mdadm --grow --backup-file=FILE \
+     (uraid continues a 0.90 grow past its critical section, with uraid grow --continue or \
+     while served)";
+
 fn refused(what: impl std::fmt::Display) -> ArrayError {
     ArrayError::Refused(format!("{what}: nothing was written"))
 }
@@ -131,8 +141,11 @@ fn rewrite(
     change: &dyn Fn(&mut Superblock),
 ) -> Result<u64, ArrayError> {
     let mut sbs = Vec::with_capacity(targets.len());
+    let mut recs = Vec::with_capacity(targets.len());
     for d in targets {
-        sbs.push(read_superblock(d.as_ref())?);
+        let (sb, rec) = crate::meta::read_member_superblock(d.as_ref())?;
+        sbs.push(sb);
+        recs.push(rec);
     }
     // The array-wide fields come from the newest superblock (one a power cut left behind
     // missed the last rewrite); each device keeps its own.
@@ -142,13 +155,23 @@ fn rewrite(
         .cloned()
         .ok_or_else(|| ArrayError::Failed("a reshape without members".into()))?;
     let events = newest.events + 1;
+    // 0.90 members (a 0.91 reshape, continued): written as 0.90 records, the device table
+    // listing every target.
+    let cx090 = recs.iter().flatten().max_by_key(|r| r.events).map(|r| {
+        let mut cx = uraid_core::superblock090::Sb090Context::from_record(r);
+        cx.present = sbs.iter().map(|s| s.dev_number).collect();
+        cx
+    });
     for (d, own) in targets.iter().zip(sbs) {
         let mut sb = newest.clone();
         sb.dev_number = own.dev_number;
         let mut sb = crate::meta::Meta::merge_into(sb, &own);
         change(&mut sb);
         sb.events = events;
-        write_superblock(d.as_ref(), &sb)?;
+        match &cx090 {
+            Some(cx) => crate::meta::write_superblock_090(d.as_ref(), &sb, cx)?,
+            None => write_superblock(d.as_ref(), &sb)?,
+        }
     }
     Ok(events)
 }
@@ -293,9 +316,7 @@ fn plan_start(
     let meta = a.meta();
     let tmpl = meta.template().clone();
     if meta.is_090() {
-        return Err(refused(
-            "a reshape of a 0.90 array (md's 0.91 format) is not in this build of uraid",
-        ));
+        return Err(refused(RESHAPE_090_REFUSAL));
     }
     if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
         return Err(refused(
