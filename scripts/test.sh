@@ -30,7 +30,7 @@ trap report_skips EXIT
 # variable info): less to generate and link in ~80 test binaries, and less disk. Not set
 # outside CI, where it would rebuild what a plain `cargo test` built.
 if [ -n "${CI:-}" ]; then
-    export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+    export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 fi
 
 echo "== cargo fmt --check"
