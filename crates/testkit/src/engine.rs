@@ -143,6 +143,42 @@ pub fn all_configs() -> Vec<Config> {
     v
 }
 
+/// Whether `URAID_FULL` is set (`scripts/test.sh --full`): tests that sample a matrix in
+/// quick mode (CI) run all of it.
+pub fn full_mode() -> bool {
+    std::env::var_os("URAID_FULL").is_some_and(|v| v != "0")
+}
+
+/// [`all_configs`] under `URAID_FULL=1`; in quick mode (CI) a sample of it that still has
+/// every level and every kind of layout: raid0 striped and multi-zone, raid1, raid10 near
+/// (odd disks), far, offset and near+far, raid4, raid5 with 2, 3 and 5 disks and a second
+/// layout, raid6 with 4 and 6 disks and a second layout, and both larger-chunk arrays.
+/// For tests whose code path does not branch on the layout (the layout's mapping is
+/// checked on every config by `levels_model`).
+pub fn sampled_configs() -> Vec<Config> {
+    let all = all_configs();
+    if full_mode() {
+        return all;
+    }
+    let (r5a, r5b) = (RAID5_LAYOUTS[0], RAID5_LAYOUTS[RAID5_LAYOUTS.len() - 1]);
+    let (r6a, r6b) = (RAID6_LAYOUTS[0], RAID6_LAYOUTS[RAID6_LAYOUTS.len() - 1]);
+    all.into_iter()
+        .filter(|c| match (c.level, c.layout, c.disks) {
+            (Level::Raid0, None, 3) | (Level::Raid0, Some(2), _) => true,
+            (Level::Raid1, _, 3) => true,
+            (Level::Raid10, Some(0x102), 3) | (Level::Raid10, Some(0x202), _) => true,
+            (Level::Raid10, Some(0x201), 3) | (Level::Raid10, Some(0x10201), 3) => true,
+            (Level::Raid4, _, 3) => true,
+            (Level::Raid5, None, _) | (Level::Raid6, None, _) => true,
+            (Level::Raid5, Some(l), _) if l == r5a => true,
+            (Level::Raid5, Some(l), 3) if l == r5b => true,
+            (Level::Raid6, Some(l), _) if l == r6a => true,
+            (Level::Raid6, Some(l), 6) if l == r6b => true,
+            _ => false,
+        })
+        .collect()
+}
+
 /// Zeroed memory members of the config's sizes, named `{tag}-mem{i}`.
 pub fn mem_members(cfg: &Config, tag: &str) -> Vec<Arc<MemMember>> {
     cfg.member_bytes
