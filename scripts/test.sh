@@ -56,7 +56,9 @@ fi
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== Linux md interoperability (VM)"
-cargo build -p uraid
+# `cargo test --workspace` built target/debug/uraid already (the integration tests run it);
+# `cargo build -p uraid` would build it again with other dependency features (minutes).
+[ -x target/debug/uraid ] || cargo build -p uraid
 if [ $full = 1 ]; then
     tests/vm/run.sh --full
 else

@@ -17,7 +17,8 @@
 //! - **multi-conn**: with [`ClientConfig::connections`] > 1 and a server that advertises
 //!   `NBD_FLAG_CAN_MULTI_CONN`, requests are spread over that many connections; a flush on
 //!   one covers writes completed on all of them, as the flag promises.
-//! - TLS (`nbds://`) is refused by name: not implemented yet.
+//! - TLS (`nbds://`, `nbds+unix://`): STARTTLS with rustls, the server verified against the
+//!   CA file given (`--nbd-tls-ca`); TLS-PSK is refused by name (rustls has none).
 
 use std::collections::HashMap;
 use std::io::{self, Read};
