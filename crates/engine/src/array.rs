@@ -164,6 +164,7 @@ impl Array {
 
     /// Serve the array read-only for `reason` (not the user's --readonly): a reshape in
     /// progress that uraid reads but does not yet write.
+    #[allow(dead_code)] // no such reshape in this build: each kind read is also written
     pub(crate) fn set_read_only_for(&self, reason: String) {
         let _ = self.read_only_reason.set(reason);
         self.set_read_only(true);
@@ -667,10 +668,14 @@ impl Array {
         let degraded = self.is_degraded() || self.any_recovering();
         let mut meta = self.meta();
         let events = meta.events();
+        // Bits a resync still owes (loaded after an unclean stop, or set while it runs)
+        // stay until it has passed them, as md keeps its NEEDED bits: cleared as idle, the
+        // resync would skip chunks that may differ between members.
+        let keep = degraded || meta.needs_resync();
         let changed = meta
             .bitmap
             .as_mut()
-            .is_some_and(|b| b.daemon_pass(degraded, events));
+            .is_some_and(|b| b.daemon_pass(keep, events));
         if changed {
             meta.write_bitmap(self)?;
         }
@@ -717,12 +722,14 @@ impl Array {
             return f();
         }
         let (bstart, blen) = self.bitmap_range(sector, sectors);
+        let prev = self.pers.bitmap_range_previous(Sector(sector), sectors);
         {
             let mut meta = self.meta();
-            let newly = meta
-                .bitmap
-                .as_mut()
-                .is_some_and(|b| b.start_write(bstart, blen));
+            let newly = meta.bitmap.as_mut().is_some_and(|b| {
+                let a = b.start_write(bstart, blen);
+                let p = prev.is_some_and(|(s, n)| b.start_write(s, n));
+                a || p
+            });
             if newly {
                 meta.write_bitmap(self)?;
             }
@@ -730,8 +737,27 @@ impl Array {
         let r = f();
         if let Some(b) = self.meta().bitmap.as_mut() {
             b.end_write(bstart, blen);
+            if let Some((s, n)) = prev {
+                b.end_write(s, n);
+            }
         }
         r
+    }
+
+    /// Whether the bitmap has a bit set that a write of array sectors [sector,
+    /// sector+sectors) would set (in either geometry of a reshape).
+    pub(crate) fn bitmap_dirty_for(
+        &self,
+        bitmap: &crate::bitmap::BitmapState,
+        sector: u64,
+        sectors: u64,
+    ) -> bool {
+        let (start, n) = self.bitmap_range(sector, sectors);
+        bitmap.is_dirty(start, n)
+            || self
+                .pers
+                .bitmap_range_previous(Sector(sector), sectors)
+                .is_some_and(|(s, n)| bitmap.is_dirty(s, n))
     }
 
     fn write_mapped(&self, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {

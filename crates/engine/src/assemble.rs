@@ -154,17 +154,7 @@ pub fn assemble(
         recs090.push(rec);
     }
     fold_lagging_reshapes(&mut sbs);
-    // An array mid-reshape is read, not written, until uraid continues reshapes: nothing
-    // reaches its members, as with --readonly.
-    let reshaping = sbs
-        .iter()
-        .any(|sb| sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0);
-    // A reshape is served read-write (the restripe goes on), except with an internal
-    // bitmap (see `levels::new_reshaping_array`): then nothing may write, assembly included.
-    let bitmap = sbs
-        .iter()
-        .any(|sb| sb.feature_map & uraid_core::superblock::FEATURE_BITMAP_OFFSET != 0);
-    let readonly = opts.readonly || (reshaping && bitmap);
+    let readonly = opts.readonly;
     let devs: Vec<Arc<dyn Member>> = if readonly {
         devs.into_iter()
             .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)

@@ -190,10 +190,10 @@ impl BitmapState {
     }
 
     /// One daemon pass (the members must have been flushed first): clear bits of chunks that
-    /// were idle for the whole previous pass; never while degraded. Returns whether any bit
-    /// was cleared.
-    pub fn daemon_pass(&mut self, degraded: bool, events: u64) -> bool {
-        if degraded {
+    /// were idle for the whole previous pass; never with `keep` (degraded, or a resync
+    /// owed). Returns whether any bit was cleared.
+    pub fn daemon_pass(&mut self, keep: bool, events: u64) -> bool {
+        if keep {
             return false;
         }
         let mut cleared = false;

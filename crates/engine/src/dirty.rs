@@ -51,8 +51,7 @@ impl Array {
             let next = ((u + 1) * unit).min(end);
             let first = at / SECTOR_BYTES;
             let last = (next - 1) / SECTOR_BYTES;
-            let (start, sectors) = self.bitmap_range(first, last - first + 1);
-            let dirty = bitmap.is_dirty(start, sectors);
+            let dirty = self.bitmap_dirty_for(bitmap, first, last - first + 1);
             match out.last_mut() {
                 Some(e) if e.dirty == dirty => e.len_bytes += next - at,
                 _ => out.push(DirtyExtent {

@@ -43,17 +43,9 @@ pub(crate) fn new_reshaping_array(
 ) -> Result<Array, ArrayError> {
     let map = Map::new(&geometry)?;
     let pers = crate::reshape::ReshapePers::new(state, new_data_offset_bytes);
-    let (size, reason) = (pers.array_sectors(), pers.reason());
-    let bitmap = meta.bitmap.is_some();
+    let size = pers.array_sectors();
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);
-    if bitmap {
-        a.set_read_only_for(format!(
-            "{reason}, and the array has an internal bitmap, which uraid does not keep \
-             across two geometries; uraid serves it read-only: run uraid grow --continue \
-             on its members (or assemble it with Linux md / mdadm) to finish the reshape"
-        ));
-    }
     Ok(a)
 }
 

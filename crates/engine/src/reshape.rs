@@ -54,6 +54,18 @@ pub(crate) struct ReshapePers {
     max_degraded: usize,
     /// A new stripe's data bytes.
     unit_bytes: u64,
+    /// The old and the new geometry (fixed for the whole reshape), for the bitmap.
+    old: ParityGeometry,
+    new: ParityGeometry,
+}
+
+/// The bitmap positions (member sectors from the side's own data offset, as md's
+/// `sh->sector`) of the whole chunk rows that array sectors [sector, sector+sectors)
+/// touch in geometry `g`.
+fn chunk_rows(g: &ParityGeometry, sector: u64, sectors: u64) -> (u64, u64) {
+    let sds = g.stripe_data_sectors();
+    let (a, b) = (sector / sds, (sector + sectors.max(1) - 1) / sds);
+    (a * g.chunk_sectors, (b - a + 1) * g.chunk_sectors)
 }
 
 impl ReshapePers {
@@ -63,6 +75,8 @@ impl ReshapePers {
         ReshapePers {
             max_degraded,
             unit_bytes,
+            old: state.old.clone(),
+            new: state.new.clone(),
             live: RwLock::new(Progress {
                 safe: state.position_sectors,
                 finished: false,
@@ -488,6 +502,20 @@ impl Personality for ReshapePers {
 
     fn member_units(&self, _start: u64, _end: u64) -> Option<(u64, u64)> {
         None
+    }
+
+    /// The write's rows in the new geometry; [`Self::bitmap_range_previous`] adds the old
+    /// one's. Both are counted whatever side of the position the write is on, so a window
+    /// moving under it between the bits and the data leaves nothing uncounted. After a
+    /// crash the bits stay (a resync is owed) until the reshape has ended and the resync of
+    /// the new shape has passed them; rows of the old geometry are rewritten with fresh
+    /// parity by the reshape itself.
+    fn bitmap_range(&self, sector: Sector, sectors: u64) -> (u64, u64) {
+        chunk_rows(&self.new, sector.0, sectors)
+    }
+
+    fn bitmap_range_previous(&self, sector: Sector, sectors: u64) -> Option<(u64, u64)> {
+        Some(chunk_rows(&self.old, sector.0, sectors))
     }
 
     fn locate(&self, sector: Sector) -> Vec<(MemberIdx, Sector)> {

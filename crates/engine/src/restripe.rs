@@ -124,14 +124,29 @@ fn targets(devs: &[Arc<dyn Member>], report: &AssembleReport) -> Vec<Arc<dyn Mem
         .collect()
 }
 
-/// The lowest sector the data area may start at: past the superblock and its bad block
-/// log (1.1/1.2; the caller refuses bitmaps and PPL).
-fn metadata_end(sb: &Superblock) -> u64 {
+/// The lowest sector the data area may start at: past the superblock, its internal
+/// bitmap (`bitmap_bytes`, the whole area md writes) and its bad block log (1.1/1.2; the
+/// caller refuses PPL).
+fn metadata_end(sb: &Superblock, bitmap_bytes: u64) -> u64 {
     let mut end = sb.super_offset + 8;
+    if sb.feature_map & FEATURE_BITMAP_OFFSET != 0 && sb.bitmap_offset > 0 {
+        let at = sb.super_offset + sb.bitmap_offset as u64;
+        end = end.max(at + bitmap_bytes.div_ceil(SECTOR_BYTES));
+    }
     if sb.bblog_size != 0 && sb.bblog_offset > 0 {
         end = end.max(sb.super_offset + sb.bblog_offset as u64 + u64::from(sb.bblog_size));
     }
     end
+}
+
+/// Keep a member's internal bitmap in step with its superblock's new events (md writes the
+/// bitmap's superblock with the array's events before the superblock: a bitmap behind
+/// is stale, and stale means a full resync). The bits stay as they are.
+fn rewrite_bitmap(d: &dyn Member, old: &Superblock, new: &Superblock) -> Result<(), ArrayError> {
+    if let Some(bm) = crate::bitmap::BitmapState::load(d, old)? {
+        bm.write(d, new, new.events)?;
+    }
+    Ok(())
 }
 
 /// Rewrite every target's superblock with `change`, events one above the newest, each
@@ -168,6 +183,7 @@ fn rewrite(
         let mut sb = crate::meta::Meta::merge_into(sb, &own);
         change(&mut sb);
         sb.events = events;
+        rewrite_bitmap(d.as_ref(), &own, &sb)?;
         match &cx090 {
             Some(cx) => crate::meta::write_superblock_090(d.as_ref(), &sb, cx)?,
             None => write_superblock(d.as_ref(), &sb)?,
@@ -219,7 +235,9 @@ pub fn reshape_members(
     let mut takers: Vec<(u32, u16)> = Vec::new();
     for (k, dev) in spares.iter().take(start.roles_wanted).enumerate() {
         let sb = read_superblock(dev.as_ref())?;
-        let room = sb.data_offset.saturating_sub(metadata_end(&sb));
+        let room = sb
+            .data_offset
+            .saturating_sub(metadata_end(&sb, start.bitmap_bytes));
         if room < start.offset_move {
             return Err(refused(format!(
                 "{}: only {room} sectors before its data, the reshape moves the data offset by {}",
@@ -272,6 +290,8 @@ struct Start {
     /// Spares the array already has.
     spares_ready: usize,
     offset_move: u64,
+    /// The internal bitmap's area (0 without one): the data offset stays past it.
+    bitmap_bytes: u64,
     summary: String,
 }
 
@@ -318,12 +338,9 @@ fn plan_start(
     if meta.is_090() {
         return Err(refused(RESHAPE_090_REFUSAL));
     }
-    if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
-        return Err(refused(
-            "the array has an internal bitmap, which uraid does not resize during a reshape: \
-             drop it first (uraid grow --bitmap none), reshape, then add it back",
-        ));
-    }
+    // md keeps an internal bitmap through a raid4/5/6 reshape: it counts member sectors,
+    // which a restripe does not change, so it needs no resize.
+    let bitmap_bytes = meta.bitmap.as_ref().map_or(0, |b| b.sb.space_bytes());
     if meta.journal.is_some() {
         return Err(refused(
             "the array has a write journal, and md does not reshape an array with one",
@@ -381,7 +398,7 @@ fn plan_start(
     }
     let room = devs_sbs
         .iter()
-        .map(|s| s.data_offset.saturating_sub(metadata_end(s)))
+        .map(|s| s.data_offset.saturating_sub(metadata_end(s, bitmap_bytes)))
         .min()
         .unwrap_or(0);
     let unit = old.chunk_sectors.max(new.chunk_sectors);
@@ -427,6 +444,7 @@ fn plan_start(
         roles_wanted,
         spares_ready,
         offset_move,
+        bitmap_bytes,
         summary,
     })
 }

@@ -396,13 +396,6 @@ fn refusals_write_nothing_and_say_why() {
         vec![],
         "backup file",
     );
-    // A bitmap.
-    let devs = members(3, 6 * MB, "bm");
-    let mut o = opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64);
-    o.data_offset_sectors = None;
-    o.bitmap = true;
-    made(&devs, &o, 3);
-    check(&devs, &grow, members(1, 6 * MB, "bm-add"), "bitmap");
 }
 
 /// An array with a spare uses it for the new role (mdadm --add, then --grow).

@@ -114,6 +114,14 @@ pub(crate) trait Personality: Send + Sync {
         (sector.0, sectors)
     }
 
+    /// A second range the same write is counted in: while a reshape has the array in two
+    /// geometries, the rows of md's previous geometry (the first range holds the new
+    /// one's). A request may move from one side of the reshape to the other between the
+    /// bits being set and the data being written, so both are counted.
+    fn bitmap_range_previous(&self, _sector: Sector, _sectors: u64) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Where array sector `sector`'s data lives: (member, member sector) of every copy
     /// (one for raid0 and raid4/5/6, where it is the data chunk, not parity). Reshape
     /// will map through this between the old and the new geometry.
