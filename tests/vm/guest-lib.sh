@@ -19,6 +19,8 @@ begin() {
     : >"$D/log"
     : >"$D/result"
     FAILED=
+    # A step that failed leaves SIZE unset; later steps still expand it (then return).
+    SIZE=0
     mark "begin $NAME"
 }
 

@@ -246,7 +246,10 @@ def _full_direction(mk, direction: str) -> list[Spec]:
     # (u2l) member; raid0 has neither bitmap nor redundancy.
     redundant = ((1, 2, None), (5, 4, None), (6, 5, None), (10, 4, "n2"))
     for md in ("0.90", "1.0", "1.1"):
-        out.append(mk(0, 3, metadata=md))
+        # mdadm 4.2 gives every new raid0 a layout, and 0.90 has no field for one ("0.90
+        # metadata does not support layouts for RAID0"): Linux cannot make that array here.
+        if not (md == "0.90" and direction == "l2u"):
+            out.append(mk(0, 3, metadata=md))
         for (level, n, lay), bm, fail in itertools.product(
                 redundant, ("none", "internal"), ((), (1,))):
             out.append(mk(level, n, layout=lay, metadata=md, bitmap=bm, fail=fail))

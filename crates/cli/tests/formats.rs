@@ -337,3 +337,72 @@ fn a_10_member_whose_device_grew_is_named() {
         &["no longer at the end"],
     );
 }
+
+/// `uraid grow --bitmap internal` on a 1.0 array (a boot mirror, a QNAP data array) puts
+/// the bitmap where mdadm's --grow does: between the data and the bad block log under the
+/// superblock. mdadm --examine and --examine-bitmap read it: in step (the same events),
+/// clean, its size the component's; and the data is what it was.
+#[test]
+fn a_bitmap_is_added_to_a_1_0_array_where_mdadm_adds_it() {
+    let d = TempDir::new("v10-grow-bitmap");
+    let imgs = d.images(2, 64, "m");
+    ok(uraid()
+        .args(["create", "-e", "1.0", "-l", "1", "-b", "none"])
+        .args(&imgs));
+    let data = byte_pattern(8 << 20, 7);
+    let input = d.0.join("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid().args(["write", "--input"]).arg(&input).args(&imgs));
+    ok(uraid().args(["grow", "--bitmap", "internal"]).args(&imgs));
+    let out = ok(uraid()
+        .args(["read", "--length"])
+        .arg(data.len().to_string())
+        .args(&imgs));
+    assert!(out.stdout == data, "the data changed");
+    for img in &imgs {
+        let sb = read_sb(img);
+        let at = sb.bitmap_sector().expect("no bitmap in the superblock");
+        // Below the log and the superblock, above the data.
+        assert!(sb.bitmap_offset < sb.bblog_offset, "{}", img.display());
+        assert!(at >= sb.data_offset + sb.data_size, "{}", img.display());
+        let Some(md) = mdadm() else { continue };
+        let ex = Command::new(&md)
+            .arg("--examine")
+            .arg(img)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&ex.stdout);
+        assert_eq!(
+            mdadm_field(&text, "Internal Bitmap"),
+            Some(format!("{} sectors from superblock", sb.bitmap_offset)),
+            "{text}"
+        );
+        // mdadm --examine-bitmap finds an internal bitmap only on a block device.
+        let test = "a_bitmap_is_added_to_a_1_0_array_where_mdadm_adds_it";
+        let Some(lo) = uraid_testkit::loopdev::Loop::attach_or_skip(img, test) else {
+            continue;
+        };
+        let x = Command::new(&md).arg("-X").arg(&lo.0).output().unwrap();
+        drop(lo);
+        let xt = String::from_utf8_lossy(&x.stdout);
+        assert!(x.status.success(), "mdadm -X failed:\n{xt}");
+        assert_eq!(
+            mdadm_field(&xt, "Events"),
+            mdadm_field(&text, "Events"),
+            "bitmap and superblock events differ:\n{xt}\n{text}"
+        );
+        let bits = mdadm_field(&xt, "Bitmap").unwrap_or_default();
+        assert!(bits.contains(" bits (chunks), 0 dirty"), "{xt}");
+        assert!(
+            mdadm_field(&xt, "Sync Size")
+                .unwrap_or_default()
+                .starts_with(&format!("{} ", sb.size / 2)),
+            "{xt}"
+        );
+    }
+    let chk = ok(uraid().args(["check", "-q"]).args(&imgs));
+    assert_eq!(
+        String::from_utf8_lossy(&chk.stdout).trim(),
+        "mismatch_cnt: 0"
+    );
+}

@@ -34,7 +34,8 @@ use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
 use uraid_core::geometry::raid5::ALGORITHM_PARITY_N;
 use uraid_core::geometry::takeover;
 use uraid_core::superblock::{
-    MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT, ROLE_MAX, ROLE_SPARE,
+    v10_grow_bitmap_offset, v10_grow_bitmap_room, MetadataVersion, Superblock, BBLOG_SECTORS,
+    FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT, ROLE_MAX, ROLE_SPARE,
 };
 use uraid_core::{Level, MemberIdx};
 
@@ -112,9 +113,14 @@ pub(crate) struct GrowState {
     pub is_090: bool,
     /// A write journal.
     pub journal: bool,
-    /// Sectors every present 1.1/1.2 member has between the end of its superblock (8
-    /// sectors) and its bad block log or data; 0 for 1.0.
+    /// Sectors every present member has for a bitmap: 1.1/1.2 between the end of its
+    /// superblock (8 sectors) and its bad block log or data; 1.0 between the data's end
+    /// and the bad block log below the superblock (mdadm's room, [`v10_grow_bitmap_room`]).
     pub bitmap_room_sectors: u64,
+    /// 1.0: the bad block log's sectors below the superblock (the bitmap ends there), or
+    /// `None` when a member has under 6 sectors there (mdadm's bitmap after the
+    /// superblock, which uraid does not write).
+    pub v10_bitmap_log: Option<Option<u64>>,
     /// The array's size in sectors (what a raid10 bitmap covers).
     pub array_sectors: u64,
 }
@@ -132,8 +138,9 @@ pub(crate) struct Change {
     /// Set resync_offset (a grown region to resync).
     resync_from: Option<u64>,
     drop_bitmap: bool,
-    /// A new internal bitmap, 8 sectors after the superblock.
-    add_bitmap: Option<BitmapSuper>,
+    /// A new internal bitmap and its `bitmap_offset` (8 sectors after a 1.1/1.2
+    /// superblock, before a 1.0 one).
+    add_bitmap: Option<(BitmapSuper, i32)>,
     summary: String,
 }
 
@@ -227,7 +234,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
             )),
             BitmapChange::Internal => plan_add_bitmap(st, level).map(|b| {
                 Plan::Superblocks(Change {
-                    summary: format!("internal bitmap added (chunk {}K)", b.chunksize / 1024),
+                    summary: format!("internal bitmap added (chunk {}K)", b.0.chunksize / 1024),
                     add_bitmap: Some(b),
                     ..same(identity)
                 })
@@ -303,19 +310,24 @@ fn plan_raid1_disks(
     }))
 }
 
-fn plan_add_bitmap(st: &GrowState, level: Level) -> Result<BitmapSuper, ArrayError> {
+fn plan_add_bitmap(st: &GrowState, level: Level) -> Result<(BitmapSuper, i32), ArrayError> {
     let t = &st.template;
     if level == Level::Raid0 {
         return Err(refuse(
             "raid0 has no redundancy, so it cannot have a bitmap",
         ));
     }
-    if t.version() == MetadataVersion::V1_0 {
-        return Err(refuse(
-            "adding a bitmap to metadata 1.0 (superblock at the end) is not in this build of \
-             uraid: nothing was written; use mdadm --grow --bitmap=internal",
-        ));
-    }
+    let v10_log = match st.v10_bitmap_log {
+        Some(None) => {
+            return Err(refuse(
+                "a member has under 6 sectors between its data and its 1.0 superblock, so \
+                 mdadm would put the bitmap in the 3 KiB after the superblock, which uraid \
+                 does not write: nothing was written; use mdadm --grow --bitmap=internal",
+            ))
+        }
+        Some(Some(log)) => Some(log),
+        None => None,
+    };
     // md's bitmap covers member sectors, except for raid10 where it covers the array.
     let sync_size = if level == Level::Raid10 {
         st.array_sectors
@@ -330,10 +342,24 @@ fn plan_add_bitmap(st: &GrowState, level: Level) -> Result<BitmapSuper, ArrayErr
     })?;
     let b = BitmapSuper::new(t.set_uuid, sync_size, chunk, bm::DEFAULT_DAEMON_SLEEP_SECS)
         .map_err(|e| refuse(format!("bitmap: {e}")))?;
-    if b.space_bytes() / 512 > st.bitmap_room_sectors {
-        return Err(refuse("the bitmap does not fit before the data"));
+    let Some(log) = v10_log else {
+        if b.space_bytes() / 512 > st.bitmap_room_sectors {
+            return Err(refuse("the bitmap does not fit before the data"));
+        }
+        return Ok((b, BITMAP_OFFSET_SECTORS as i32));
+    };
+    // 1.0: below the superblock and its bad block log, above the data.
+    let offset = v10_grow_bitmap_offset(sync_size, chunk, log)
+        .ok_or_else(|| refuse("bitmap: offset out of range"))?;
+    let area = u64::from(offset.unsigned_abs()) - log;
+    if area > st.bitmap_room_sectors || b.space_bytes() / 512 > area {
+        return Err(refuse(format!(
+            "the bitmap ({area} sectors) does not fit between the data and the 1.0 \
+             superblock's bad block log ({} sectors)",
+            st.bitmap_room_sectors
+        )));
     }
-    Ok(b)
+    Ok((b, offset))
 }
 
 fn plan_size(
@@ -647,9 +673,9 @@ impl Change {
             n.feature_map &= !FEATURE_BITMAP_OFFSET;
             n.bitmap_offset = 0;
         }
-        if self.add_bitmap.is_some() {
+        if let Some((_, offset)) = self.add_bitmap {
             n.feature_map |= FEATURE_BITMAP_OFFSET;
-            n.bitmap_offset = BITMAP_OFFSET_SECTORS as i32;
+            n.bitmap_offset = offset;
         }
         if let Some(from) = self.resync_from {
             n.resync_offset = from;
@@ -700,12 +726,24 @@ impl Array {
             })
             .min()
             .unwrap_or(0);
-        let bitmap_room_sectors = present
+        let sbs: Vec<&Superblock> = present
             .iter()
             .filter_map(|&r| meta.member_sb(MemberIdx(r)))
+            .collect();
+        let v10_bitmap_log = (meta.template().version() == MetadataVersion::V1_0).then(|| {
+            sbs.iter()
+                .map(|sb| v10_grow_bitmap_room(sb).map(|(_, log)| log))
+                .collect::<Option<Vec<u64>>>()
+                .map(|logs| logs.into_iter().max().unwrap_or(u64::from(BBLOG_SECTORS)))
+        });
+        let bitmap_room_sectors = sbs
+            .iter()
             .map(|sb| {
                 if sb.version() == MetadataVersion::V1_0 {
-                    return 0;
+                    // Every member's bitmap ends where the longest log begins.
+                    let longest = v10_bitmap_log.flatten().unwrap_or(0);
+                    return v10_grow_bitmap_room(sb)
+                        .map_or(0, |(room, log)| (room + log).saturating_sub(longest));
                 }
                 let end = if sb.bblog_size != 0 && sb.bblog_offset > 0 {
                     sb.super_offset + sb.bblog_offset as u64
@@ -718,6 +756,7 @@ impl Array {
             .unwrap_or(0);
         GrowState {
             bitmap_room_sectors,
+            v10_bitmap_log,
             array_sectors: self.personality().array_sectors(),
             template: meta.template().clone(),
             present,
@@ -997,7 +1036,7 @@ fn rewrite_superblocks(
     }
     // A new bitmap's area first, all clean and in step with the new events: no old
     // superblock looks there, and every new one finds it written.
-    if let Some(b) = &c.add_bitmap {
+    if let Some((b, _)) = &c.add_bitmap {
         let mut b = b.clone();
         b.events = events;
         b.events_cleared = events;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use uraid_core::geometry::raid5::{
     ALGORITHM_LEFT_SYMMETRIC, ALGORITHM_LEFT_SYMMETRIC_6, ALGORITHM_PARITY_N,
 };
+use uraid_core::superblock::MetadataVersion;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{
     assemble, create, grow_members, AddOutcome, Array, ArrayError, AssembleOptions, BitmapChange,
@@ -577,9 +578,42 @@ fn a_far_raid10_is_not_resized_as_md_refuses() {
 
 #[test]
 fn bitmap_internal_is_added_clean_and_tracks_writes() {
-    let devs = members(2, 8 * MB, "bma-");
+    for v in [
+        MetadataVersion::V1_2,
+        MetadataVersion::V1_1,
+        MetadataVersion::V1_0,
+    ] {
+        bitmap_added(v);
+    }
+}
+
+/// A 1.0 member (superblock at the end) gets its bitmap where mdadm's `--grow
+/// --bitmap=internal` puts it: below the bad block log under the superblock, above the data.
+#[test]
+fn a_bitmap_added_to_1_0_sits_between_the_data_and_the_bad_block_log() {
+    let devs = bitmap_added(MetadataVersion::V1_0);
+    for d in &devs {
+        let sb = uraid_engine::read_superblock(d.as_ref()).unwrap();
+        // mdadm on an 8 MiB 1.0 member made without a bitmap: 16 sectors below the
+        // superblock (its 4 KiB default reserve and the 8-sector log); room 16 - 8, so
+        // the smallest chunk is 4 KiB and the default 64 MiB; 1 bit + 1 spare after the
+        // 256-byte bitmap superblock round to one 4 KiB block: 8 sectors, then the log's 8.
+        assert_eq!(
+            sb.super_offset - (sb.data_offset + sb.data_size),
+            16,
+            "{}",
+            d.name()
+        );
+        assert_eq!(sb.bitmap_offset, -16, "{}", d.name());
+        assert_eq!(sb.bblog_offset, -8, "{}", d.name());
+    }
+}
+
+fn bitmap_added(v: MetadataVersion) -> Vec<Arc<dyn Member>> {
+    let devs = members(2, 8 * MB, &format!("bma{v:?}-"));
     let mut o = opts(Level::Raid1, None);
     o.data_offset_sectors = None; // md's default offset leaves room for a bitmap
+    o.metadata = v;
     let data = made(&devs, &o, 17);
     assert!(!open(&devs).has_bitmap());
     let r = grow_members(
@@ -590,9 +624,13 @@ fn bitmap_internal_is_added_clean_and_tracks_writes() {
         },
     )
     .unwrap();
-    assert!(r.summary.contains("internal bitmap added"), "{}", r.summary);
+    assert!(
+        r.summary.contains("internal bitmap added"),
+        "{v:?}: {}",
+        r.summary
+    );
     let a = open(&devs);
-    assert!(a.has_bitmap());
+    assert!(a.has_bitmap(), "{v:?}");
     assert_eq!(
         a.bitmap_dirty_chunks().map(|(d, _)| d),
         Some(0),
@@ -607,6 +645,15 @@ fn bitmap_internal_is_added_clean_and_tracks_writes() {
     a.stop().unwrap();
     drop(a);
     let a = open(&devs);
-    assert!(a.has_bitmap());
-    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    assert!(a.has_bitmap(), "{v:?}");
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0, "{v:?}");
+    // The data around the bitmap area is what it was (the area lies outside it).
+    let mut got = vec![0u8; data.len()];
+    a.read(4096, &mut got[4096..]).unwrap();
+    assert!(
+        got[4096..] == data[4096..],
+        "{v:?}: data changed by the bitmap"
+    );
+    a.stop().unwrap();
+    devs
 }
