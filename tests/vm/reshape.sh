@@ -15,6 +15,14 @@
 # check 0 mismatches, the new shape).
 # Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
 # mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
+# Served (issue 15, sv_* below): two more arrays in the first boot, Linux's 3 -> 4 grow
+# stopped mid-way, plain and with --bitmap=internal (mdadm 4.2 on 6.12 allows that grow);
+# on the host uraid serves each over NBD read-write while the reshape goes on, fio writes and
+# verifies through it across the reshape position and again after the reshape ended while
+# served; uraid read keeps Linux's bytes outside fio's region, parity is consistent, and in
+# the second boot Linux md assembles it (no reshape left), check finds 0 mismatches and reads
+# what uraid read. uraid serves the bitmap one read-only while its reshape is in progress
+# (it does not keep a bitmap across two geometries), so that array FAILs until it does.
 #
 #   tests/vm/reshape.sh            (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -27,6 +35,209 @@ W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-reshape-vm.XXXXXX")"
 if [ -n "${RESHAPE_KEEP:-}" ]; then echo "images in $W"; else trap 'rm -rf "$W"' EXIT; fi
 cd "$W"
 truncate -s 32M a0 a1 a2 a3 b0 b1 b2
+# Served (issue 15): Linux md's grow stopped mid-way, served read-write by uraid while the
+# reshape goes on, with fio writing and verifying through NBD. Two arrays: SV (plain 1.2
+# raid5) and SVB (the same with --bitmap=internal, 1M bitmap chunks). In the first boot
+# Linux creates each on 3 members of 16M, fills it, records its sha256 and those of the bytes
+# before SV_OFF and from SV_END on, adds a spare, grows to 4 (default new data offset, no
+# backup file) and stops it mid-way. On the host `uraid serve` takes it; once the reshape is
+# past SV_WAIT (and short of SV_END) fio writes [SV_OFF, SV_END) at random with crc32c verify
+# headers and reads it back (the reshape crosses the region meanwhile); after the reshape has
+# ended while served, fio --verify_only reads the region again through a new connection;
+# uraid stop, and then uraid read must give Linux's bytes outside the region, 4 devices, no
+# reshape, 0 parity mismatches. In the second boot Linux md assembles it (no reshape left),
+# `check` finds 0 mismatches and its sha256 of the whole array is what uraid read. Its own
+# block: merge-friendly.
+SV_OFF=$((4 << 20)) SV_WAIT=$((8 << 20)) SV_END=$((20 << 20)) SV_SPEED=2000
+SV_PASSED=""
+sv_label() { # TAG
+    case $1 in SV) echo grow-3to4 ;; SVB) echo "grow-3to4 --bitmap=internal" ;; esac
+}
+sv_disks() { # TAG: the member images
+    echo "${1,,}0 ${1,,}1 ${1,,}2 ${1,,}3"
+}
+truncate -s 16M $(sv_disks SV) $(sv_disks SVB)
+sv_guest_job() { # FIRST-DISK-NUMBER: guest commands for the first boot's job (after fill etc.)
+    cat <<'JOB'
+# sv_grow TAG MD BITMAP(-|internal) DEV DEV DEV SPARE. The bitmap's chunk is 1M (mdadm's
+# default, 64M, would give the 16M members a single bit) so that it maps many stripes.
+sv_grow() {
+    tag=$1 md=$2 bm=$3; shift 3
+    if [ "$bm" = - ]; then bmopt=; else bmopt="--bitmap=$bm --bitmap-chunk=1M"; fi
+    mdadm --create --run /dev/$md --metadata=1.2 --level=5 --layout=left-symmetric --chunk=64 \
+        --raid-devices=3 $bmopt --assume-clean $1 $2 $3 2>&1
+    fill $md
+    n=$(cat /sys/block/$md/size)
+    echo "$tag-SUM $(sum_of $md) $n"
+    echo "$tag-HEAD $(dd if=/dev/$md bs=1M count=$SV_OFF_MIB 2>/dev/null | sha256sum | cut -d' ' -f1)"
+    echo "$tag-TAIL $(dd if=/dev/$md bs=1M skip=$SV_END_MIB 2>/dev/null | sha256sum | cut -d' ' -f1)"
+    mdadm --detail /dev/$md | grep -E "Intent Bitmap|Raid Devices" || true
+    mdadm /dev/$md --add $4 2>&1
+    if msg="$(mdadm --grow /dev/$md --raid-devices=4 2>&1)"; then
+        echo "$msg"
+        stop_mid $md freeze
+        mdadm --examine $1 | grep -E "Reshape|Delta|Offset|Bitmap" || true
+        echo "$tag-STOPPED"
+    else
+        echo "$tag-GROW-REFUSED $(echo "$msg" | tr '\n' ' ')"
+        mdadm --stop /dev/$md 2>&1
+    fi
+}
+JOB
+    local d=$1
+    echo "SV_OFF_MIB=$((SV_OFF >> 20)) SV_END_MIB=$((SV_END >> 20))"
+    echo "sv_grow SV md3 - /dev/disk/$d /dev/disk/$((d + 1)) /dev/disk/$((d + 2)) /dev/disk/$((d + 3))"
+    d=$((d + 4))
+    echo "sv_grow SVB md4 internal /dev/disk/$d /dev/disk/$((d + 1)) /dev/disk/$((d + 2)) /dev/disk/$((d + 3))"
+}
+sv_disk_args() { # TAG...: harness --disk arguments
+    local t m
+    for t in "$@"; do for m in $(sv_disks "$t"); do printf -- '--disk %s ' "$m"; done; done
+}
+sv_pos() { # CTL: the reshape's position in array bytes, "none" when no reshape runs
+    "$URAID" detail --json --control "$1" 2>/dev/null | python3 -c 'import json,sys
+s = json.load(sys.stdin).get("sync")
+print(s["done_units"] * 512 if s and s.get("kind") == "reshape" else "none")' 2>/dev/null || echo gone
+}
+sv_fio() { # SOCK JSON EXTRA...: fio over [SV_OFF, SV_END) through uraid's NBD export
+    local sock=$1 json=$2; shift 2
+    timeout 300 fio --name=served --ioengine=nbd --uri="nbd+unix:///md0?socket=$sock" --rw=randwrite \
+        --bs=4k --iodepth=8 --offset=$SV_OFF --size=$((SV_END - SV_OFF)) --verify=crc32c \
+        --verify_fatal=1 --randseed=1515 --output-format=json --output="$json" "$@" \
+        >/dev/null 2>"$json.err" || true
+}
+sv_io() { # JSON: "ERROR WRITE-BYTES READ-BYTES" of fio's job
+    python3 -c 'import json,sys
+t = open(sys.argv[1]).read(); j = json.loads(t[t.index("{"):])["jobs"][0]
+print(j["error"], j["write"]["io_bytes"], j["read"]["io_bytes"])' "$1" 2>/dev/null || echo "no-json 0 0"
+}
+sv_mib() { # BYTES (or a word): in MiB
+    case $1 in *[!0-9]*|"") echo "$1" ;; *) awk -v b="$1" 'BEGIN { printf "%.1f MiB\n", b / 1048576 }' ;; esac
+}
+sv_range() { # OFFSET LENGTH MEMBERS...: sha256 of that range of the array, read by uraid
+    local o=$1 n=$2; shift 2
+    "$URAID" read --offset "$o" --length "$n" "$@" | sha256sum | cut -d' ' -f1
+}
+sv_host() { # TAG: serve Linux's stopped grow, fio through it while the reshape runs
+    local tag=$1 label srv pos pos0 pos1 io want i=0
+    label="$(sv_label "$tag")"
+    local members=($(sv_disks "$tag")) sock="$W/$tag.sock" ctl="$W/$tag.ctl"
+    sv_fail() { echo "FAIL reshape served $label: $*"; }
+    local refused; refused="$(grep -m1 "^$tag-GROW-REFUSED" <<<"$out" || true)"
+    if [ -n "$refused" ]; then sv_fail "mdadm refused the grow: ${refused#* }"; return 1; fi
+    if ! grep -q "^$tag-STOPPED" <<<"$out"; then sv_fail "the guest did not stop the grow mid-way"; return 1; fi
+    local sectors head_sum tail_sum
+    sectors="$(grep -m1 "^$tag-SUM " <<<"$out" | cut -d' ' -f3)"
+    head_sum="$(grep -m1 "^$tag-HEAD " <<<"$out" | cut -d' ' -f2)"
+    tail_sum="$(grep -m1 "^$tag-TAIL " <<<"$out" | cut -d' ' -f2)"
+    local md_pos; md_pos="$(mdadm --examine "${members[0]}" 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+    mkdir -p "$W/run"
+    URAID_RUN_DIR="$W/run" "$URAID" serve --nbd "unix:$sock" --control "$ctl" --name md0 \
+        --speed-max "$SV_SPEED" "${members[@]}" >"$tag-serve.log" 2>&1 &
+    srv=$!
+    sv_end() { # stop the server (cleanly if it can); its exit status in sv_rc
+        "$URAID" stop --control "$ctl" >/dev/null 2>&1 || kill "$srv" 2>/dev/null || true
+        sv_rc=0; wait "$srv" 2>/dev/null || sv_rc=$?
+    }
+    while [ ! -S "$ctl" ] || [ ! -S "$sock" ]; do
+        i=$((i + 1)); kill -0 "$srv" 2>/dev/null && [ $i -lt 300 ] ||
+            { sv_fail "uraid serve did not start"; cat "$tag-serve.log"; sv_end; return 1; }
+        sleep 0.1
+    done
+    local ro; ro="$(grep -m1 "served read-only" "$tag-serve.log" || true)"
+    if [ -n "$ro" ]; then
+        sv_fio "$sock" "$tag-f1.json" --do_verify=1
+        io="$(sv_io "$tag-f1.json")"
+        sv_fail "md stopped it at $md_pos; uraid serves it read-only, so fio's writes fail (fio error ${io%% *} ($(python3 -c 'import os,sys; print(os.strerror(int(sys.argv[1])))' "${io%% *}" 2>/dev/null)), $(cut -d' ' -f2 <<<"$io") bytes written); uraid said: ${ro#uraid: }"
+        sv_end; return 1
+    fi
+    # Wait until the reshape is past SV_WAIT: fio's region then lies on both sides of it.
+    i=0
+    while pos="$(sv_pos "$ctl")"; [ "$pos" != none ] && [ "$pos" != gone ] && [ "$pos" -lt $SV_WAIT ]; do
+        i=$((i + 1)); [ $i -lt 1200 ] || break; sleep 0.1
+    done
+    if [ "$pos" = none ] || [ "$pos" = gone ] || [ "$pos" -lt $SV_WAIT ] || [ "$pos" -ge $SV_END ]; then
+        sv_fail "the reshape is at '$pos' bytes before fio, not within [$SV_WAIT, $SV_END)"
+        cat "$tag-serve.log"; sv_end; return 1
+    fi
+    pos0=$pos
+    sv_fio "$sock" "$tag-f1.json" --do_verify=1
+    pos1="$(sv_pos "$ctl")"
+    io="$(sv_io "$tag-f1.json")"; want="0 $((SV_END - SV_OFF)) $((SV_END - SV_OFF))"
+    if [ "$io" != "$want" ]; then
+        sv_fail "fio write+verify during the reshape: error/written/read '$io', want '$want'"
+        head -5 "$tag-f1.json.err"; tail -5 "$tag-serve.log"; sv_end; return 1
+    fi
+    # The reshape ends while served.
+    i=0
+    while pos="$(sv_pos "$ctl")"; [ "$pos" != none ] && [ "$pos" != gone ]; do
+        i=$((i + 1)); [ $i -lt 3000 ] || break; sleep 0.2
+    done
+    if [ "$pos" != none ]; then
+        sv_fail "the served reshape did not end (at '$pos')"; tail -20 "$tag-serve.log"; sv_end; return 1
+    fi
+    sv_fio "$sock" "$tag-f2.json" --verify_only
+    io="$(sv_io "$tag-f2.json")"
+    if [ "${io%% *}" != 0 ] || [ "${io##* }" != $((SV_END - SV_OFF)) ]; then
+        sv_fail "fio --verify_only after the reshape: error/written/read '$io'"
+        head -5 "$tag-f2.json.err"; sv_end; return 1
+    fi
+    sv_end
+    if [ "$sv_rc" != 0 ] || ! grep -q "stopped cleanly" "$tag-serve.log"; then
+        sv_fail "uraid serve exited $sv_rc"; tail -20 "$tag-serve.log"; return 1
+    fi
+    local disks bytes full
+    disks="$("$URAID" detail --json "${members[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])')"
+    bytes="$("$URAID" detail --json "${members[@]}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])')"
+    if [ "$disks" != 4 ] || "$URAID" examine "${members[0]}" | grep -q "Reshape pos'n" ||
+        ! "$URAID" check -q "${members[@]}" | grep -q "mismatch_cnt: 0"; then
+        sv_fail "after the served reshape: $disks devices, a reshape left or parity mismatches"
+        "$URAID" examine "${members[0]}"; return 1
+    fi
+    if [ "$(sv_range 0 $SV_OFF "${members[@]}")" != "$head_sum" ] ||
+        [ "$(sv_range $SV_END $((sectors * 512 - SV_END)) "${members[@]}")" != "$tail_sum" ]; then
+        sv_fail "uraid reads other bytes than Linux recorded outside fio's region [$SV_OFF, $SV_END)"
+        return 1
+    fi
+    full="$("$URAID" read "${members[@]}" | sha256sum | cut -d' ' -f1)"
+    echo "$tag-URAID $full $bytes" >>sv-sums
+    echo "PASS reshape served $label (host): md stopped it at $md_pos; served read-write, fio wrote and verified [$(sv_mib $SV_OFF), $(sv_mib $SV_END)) while the reshape went on from $(sv_mib "$pos0") (at $(sv_mib "$pos1") after fio), verified it again after the reshape ended; 4 devices, parity 0 mismatches, Linux's bytes outside the region"
+    SV_PASSED="$SV_PASSED $tag"
+}
+sv_job2() { # FIRST-DISK-NUMBER: guest commands for the second boot, for the arrays that passed
+    local d=$1 t n=3
+    for t in $SV_PASSED; do
+        echo "finish md$n /dev/disk/$d /dev/disk/$((d + 1)) /dev/disk/$((d + 2)) /dev/disk/$((d + 3))"
+        echo "echo \"$t-LINUX \$(sync; echo 3 > /proc/sys/vm/drop_caches; sha256sum /dev/md$n | cut -d' ' -f1) \$(cat /sys/block/md$n/size)\""
+        echo "echo \"$t-BITMAP \$(cat /sys/block/md$n/md/bitmap/location 2>/dev/null)\""
+        echo "mdadm --stop /dev/md$n"
+        d=$((d + 4)); n=$((n + 1))
+    done
+}
+sv_verdict() { # after the second boot: Linux's read of the arrays uraid served
+    local t n=3 rc=0 line at want got bm bm_ok
+    for t in $SV_PASSED; do
+        line="$(grep -m1 "^md$n disks=" <<<"$out2" || true)"
+        at="$(grep -m1 "^md$n at-assembly " <<<"$out2" | sed 's/.*=//')"
+        want="$(grep -m1 "^$t-URAID " sv-sums)"
+        got="$(grep -m1 "^$t-LINUX " <<<"$out2" || true)"
+        bm="$(grep -m1 "^$t-BITMAP" <<<"$out2" | cut -s -d' ' -f2)"
+        # md's bitmap/location: the internal bitmap's offset ("+8"), none (or absent) without one.
+        case $t in
+        SVB) [ -n "$bm" ] && [ "$bm" != none ] && bm_ok=1 || bm_ok=0 ;;
+        *) [ -z "$bm" ] || [ "$bm" = none ] && bm_ok=1 || bm_ok=0 ;;
+        esac
+        if [ "$at" != none ] || [ "$line" != "md$n disks=4 chunk=65536 mismatch_cnt=0" ] || [ $bm_ok != 1 ] ||
+            [ "${got#* }" != "$(cut -d' ' -f2 <<<"$want") $(($(cut -d' ' -f3 <<<"$want") / 512))" ]; then
+            echo "FAIL reshape served $(sv_label $t) read by linux: at assembly reshape_position '$at', '$line', bitmap '$bm', Linux '$got', uraid '$want'"
+            tail -30 <<<"$out2"; rc=1
+        else
+            echo "PASS reshape served $(sv_label $t) read by linux ($line, no reshape at assembly, bitmap ${bm:-none}, the sha256 uraid read)"
+        fi
+        n=$((n + 1))
+    done
+    return $rc
+}
 cat > job.sh <<'JOB'
 set -e
 echo 200 > /proc/sys/dev/raid/speed_limit_min
@@ -114,13 +325,14 @@ mdadm --examine /dev/disk/8 | grep -E "Reshape|Delta|Offset|Raid Devices" || tru
 if mdadm --examine /dev/disk/8 | grep -q "New Offset"; then
     linux_reads RO-E md2 /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11
 fi
-echo GUEST-OK
 JOB
+sv_guest_job 12 >>job.sh
+echo "echo GUEST-OK" >>job.sh
 rc=0
 truncate -s 32M e0 e1 e2 e3
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 \
-    --disk e0 --disk e1 --disk e2 --disk e3 2>&1)" || rc=$?
+    --disk e0 --disk e1 --disk e2 --disk e3 $(sv_disk_args SV SVB) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
     echo "FAIL reshape (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
 fi
@@ -227,6 +439,9 @@ else
     echo "PASS reshape continue shrink-4to3: uraid read and finished Linux md's shrink (3 devices, the bytes Linux read, parity consistent)"
 fi
 
+# Linux -> uraid, served: uraid serves Linux's stopped grows read-write under fio.
+for t in SV SVB; do sv_host $t || fail=1; done
+
 # uraid -> Linux: uraid starts two reshapes and stops them mid-way; Linux md finishes them.
 truncate -s 32M c0 c1 c2 c3 d0 d1 d2 d3
 "$URAID" create -l 5 -c 64K --assume-clean c0 c1 c2 >/dev/null 2>&1
@@ -274,12 +489,13 @@ mdadm --stop /dev/md1
 finish md2 /dev/disk/9 /dev/disk/10 /dev/disk/11 /dev/disk/12
 echo "D \$(prefix md2 $sd)"
 mdadm --stop /dev/md2
-echo GUEST-OK
 JOB
+sv_job2 13 >>job2.sh
+echo "echo GUEST-OK" >>job2.sh
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk c0 --disk c1 --disk c2 --disk c3 \
-    --disk d0 --disk d1 --disk d2 --disk d3 2>&1)" || rc=$?
+    --disk d0 --disk d1 --disk d2 --disk d3 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -301,6 +517,7 @@ verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a resha
 verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
 verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1
 verdict "uraid chunk-64to32 finished by linux" md2 "$sum_d" 4 32768 D 1
+sv_verdict || fail=1
 # A 0.90 raid5 Linux md left mid-grow (issue 15, md's 0.91 record): in a third boot mdadm
 # creates a 0.90 raid5 on 3 members, fills it and records its sha256, grows it to 4 with a
 # backup file (0.90 cannot move its data offset, so md grows it in place) at a low speed, and
