@@ -523,13 +523,8 @@ mod imp {
         let Some(obs) = obs else {
             return f();
         };
-        let op = match req.op {
-            sys::UBLK_IO_OP_READ => RequestOp::Read,
-            sys::UBLK_IO_OP_WRITE => RequestOp::Write,
-            sys::UBLK_IO_OP_FLUSH => RequestOp::Flush,
-            sys::UBLK_IO_OP_DISCARD => RequestOp::Trim,
-            sys::UBLK_IO_OP_WRITE_ZEROES => RequestOp::WriteZeroes,
-            _ => return f(),
+        let Some(op) = request_op(req.op) else {
+            return f();
         };
         let start = obs.wants_timing(op).then(std::time::Instant::now);
         let r = f();
@@ -545,46 +540,36 @@ mod imp {
     /// Runs one request; the byte count or `-errno`.
     fn handle(req: &Req, buf: &mut [u8], cell: &ArrayCell, readonly: bool) -> i32 {
         let Req {
-            op,
+            op: raw,
             flags,
             offset,
             len,
         } = *req;
+        let Some(op) = request_op(raw) else {
+            return -libc::EOPNOTSUPP;
+        };
         let fua = flags & sys::UBLK_IO_F_FUA != 0;
-        if len > buf.len() && (op == sys::UBLK_IO_OP_READ || op == sys::UBLK_IO_OP_WRITE) {
+        let moves_data = matches!(op, RequestOp::Read | RequestOp::Write);
+        if len > buf.len() && moves_data {
             return -libc::EINVAL;
         }
-        let writes = matches!(
-            op,
-            sys::UBLK_IO_OP_WRITE | sys::UBLK_IO_OP_DISCARD | sys::UBLK_IO_OP_WRITE_ZEROES
-        );
-        if readonly && writes {
+        if readonly && !matches!(op, RequestOp::Read | RequestOp::Flush) {
             return -libc::EROFS;
-        }
-        if !matches!(
-            op,
-            sys::UBLK_IO_OP_READ
-                | sys::UBLK_IO_OP_WRITE
-                | sys::UBLK_IO_OP_FLUSH
-                | sys::UBLK_IO_OP_DISCARD
-                | sys::UBLK_IO_OP_WRITE_ZEROES
-        ) {
-            return -libc::EOPNOTSUPP;
         }
         // On the array served now, again on its replacement if a grow replaced it.
         let r = cell.run(|array| match op {
-            sys::UBLK_IO_OP_READ => array.read(offset, &mut buf[..len]),
-            sys::UBLK_IO_OP_WRITE => array.write(offset, &buf[..len]),
-            sys::UBLK_IO_OP_FLUSH => array.flush(),
-            sys::UBLK_IO_OP_DISCARD => array.discard(offset, len as u64),
-            _ => {
-                // WRITE_ZEROES; REQ_NOUNMAP: the blocks stay allocated.
+            RequestOp::Read => array.read(offset, &mut buf[..len]),
+            RequestOp::Write => array.write(offset, &buf[..len]),
+            RequestOp::Flush => array.flush(),
+            RequestOp::Trim => array.discard(offset, len as u64),
+            RequestOp::WriteZeroes => {
+                // REQ_NOUNMAP: the blocks stay allocated.
                 let unmap = flags & sys::UBLK_IO_F_NOUNMAP == 0;
                 array.write_zeroes_with(offset, len as u64, ZeroHow { unmap }, false)
             }
         });
         let r = r.and_then(|()| {
-            if fua && op != sys::UBLK_IO_OP_FLUSH && op != sys::UBLK_IO_OP_READ {
+            if fua && !matches!(op, RequestOp::Flush | RequestOp::Read) {
                 cell.run(|a| a.flush())
             } else {
                 Ok(())
@@ -592,13 +577,25 @@ mod imp {
         });
         match r {
             // Reads and writes report their byte count; the kernel ignores it for the rest.
-            Ok(()) if op == sys::UBLK_IO_OP_READ || op == sys::UBLK_IO_OP_WRITE => len as i32,
+            Ok(()) if moves_data => len as i32,
             Ok(()) => 0,
             Err(e) => {
-                tracing::warn!("ublk: op {op} at byte {offset} failed: {e}");
+                tracing::warn!("ublk: op {raw} at byte {offset} failed: {e}");
                 -e.errno()
             }
         }
+    }
+
+    /// The request kind of a ublk op (`UBLK_IO_OP_*`), `None` for one uraid does not serve.
+    fn request_op(op: u32) -> Option<RequestOp> {
+        Some(match op {
+            sys::UBLK_IO_OP_READ => RequestOp::Read,
+            sys::UBLK_IO_OP_WRITE => RequestOp::Write,
+            sys::UBLK_IO_OP_FLUSH => RequestOp::Flush,
+            sys::UBLK_IO_OP_DISCARD => RequestOp::Trim,
+            sys::UBLK_IO_OP_WRITE_ZEROES => RequestOp::WriteZeroes,
+            _ => return None,
+        })
     }
 }
 

@@ -36,6 +36,29 @@ pub struct Stats {
     pub corrected_reads: AtomicU64,
 }
 
+impl Stats {
+    /// Add `other`'s counts to these (an array built again in a new shape carries on the
+    /// counts of the one it replaces: no counter goes backwards).
+    pub fn add_from(&self, other: &Stats) {
+        let Stats {
+            requests,
+            member_reads,
+            member_writes,
+            degraded_reads,
+            corrected_reads,
+        } = other;
+        for (mine, theirs) in [
+            (&self.requests, requests),
+            (&self.member_reads, member_reads),
+            (&self.member_writes, member_writes),
+            (&self.degraded_reads, degraded_reads),
+            (&self.corrected_reads, corrected_reads),
+        ] {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
 /// md fails a member after this many corrected read errors (max_corr_read_errors).
 pub const MAX_CORRECTED_READ_ERRORS: u32 = 20;
 
@@ -835,16 +858,7 @@ impl Array {
     /// subscribers, its counters and the run-time knobs this level has too.
     pub(crate) fn adopt(&self, old: &Array) {
         self.events.adopt(&old.events);
-        let (n, o) = (&self.stats, &old.stats);
-        for (a, b) in [
-            (&n.requests, &o.requests),
-            (&n.member_reads, &o.member_reads),
-            (&n.member_writes, &o.member_writes),
-            (&n.degraded_reads, &o.degraded_reads),
-            (&n.corrected_reads, &o.corrected_reads),
-        ] {
-            a.fetch_add(b.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
+        self.stats.add_from(&old.stats);
         let mine: Vec<&str> = self.tunables().into_iter().map(|(k, _)| k).collect();
         for (k, v) in old.tunables() {
             if mine.contains(&k) {

@@ -220,8 +220,10 @@ impl ArrayCell {
         };
         new.adopt(&old);
         let new = Arc::new(new);
-        old.retired.store(true, Ordering::SeqCst);
+        // The new array first: a request that finds the old one retired and loads again
+        // gets the new one, never the old one a second time.
         self.cur.store(new);
+        old.retired.store(true, Ordering::SeqCst);
         drop(quiet);
         tracing::info!("array replaced (events {})", report.events);
         changed.map(|t| (t, report))
