@@ -136,7 +136,7 @@ fn metadata_end(sb: &Superblock) -> u64 {
 
 /// Rewrite every target's superblock with `change`, events one above the newest, each
 /// written and flushed in turn. Returns the events written.
-fn rewrite(
+pub(crate) fn rewrite(
     targets: &[Arc<dyn Member>],
     change: &dyn Fn(&mut Superblock),
 ) -> Result<u64, ArrayError> {
@@ -452,6 +452,10 @@ pub fn continue_reshape(
     mut opts: ReshapeOptions,
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    if array.reshaping10().is_some() {
+        let targets = targets(&devs, &report);
+        return crate::restripe10::continue_reshape10(array, report, &devs, &targets, opts);
+    }
     let Some(pers) = array.pers().as_any().downcast_ref::<ReshapePers>() else {
         let events = report.events;
         array.stop()?;
@@ -778,6 +782,10 @@ impl Array {
     /// A reshape's progress in array sectors of the new shape: (done, in all); None when
     /// the array is not reshaping.
     pub fn reshape_progress(&self) -> Option<(u64, u64)> {
+        if let Some(r10) = self.reshaping10() {
+            let st = r10.state();
+            return Some((st.done_sectors(), st.new_array_sectors()));
+        }
         let pers = self.reshaping()?;
         let p = pers.progress();
         if p.finished {
@@ -790,7 +798,14 @@ impl Array {
     /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
     /// while it is served).
     pub fn is_reshaping(&self) -> bool {
-        self.reshaping().is_some_and(|p| !p.progress().finished)
+        self.reshaping10().is_some() || self.reshaping().is_some_and(|p| !p.progress().finished)
+    }
+
+    /// The raid10 reshape this array is in the middle of, if any.
+    pub(crate) fn reshaping10(&self) -> Option<&crate::reshape10::Reshape10Pers> {
+        self.pers()
+            .as_any()
+            .downcast_ref::<crate::reshape10::Reshape10Pers>()
     }
 }
 
