@@ -7,7 +7,9 @@
 # examine must show mdadm's reshape position, uraid read must give the sha256 Linux
 # recorded, uraid grow --continue must finish it (5 devices, the same bytes, every copy
 # equal); in a second boot Linux md assembles the result with no reshape left, `echo check`
-# finds 0 mismatches and the sha256 reads back.
+# finds 0 mismatches and the sha256 reads back. The other way, in the same second boot:
+# uraid grows a raid10 of its own 4 -> 5 and stops mid-way (--stop-at); Linux md assembles
+# it, finishes the reshape, and finds 0 mismatches and the sha256 uraid wrote.
 #
 #   tests/vm/reshape10.sh          (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -94,8 +96,35 @@ if [ "$disks" != 5 ] || [ "$(prefix_sum $((sectors * 512)) r0 r1 r2 r3 r4)" != "
     cat cont.log; exit 1
 fi
 echo "PASS reshape10 continue: uraid finished Linux md's raid10 grow (5 devices, the sha256, every copy equal)"
+# uraid -> Linux: uraid starts a raid10 grow 4 -> 5 of its own and stops it mid-way; Linux md
+# goes on with it in the second boot.
+truncate -s 32M x0 x1 x2 x3 x4
+"$URAID" create -l 10 -p n2 -c 64K -n 4 --assume-clean x0 x1 x2 x3 >/dev/null 2>&1
+sx="$("$URAID" detail --json x0 x1 x2 x3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])')"
+head -c "$sx" /dev/urandom > pat-x
+"$URAID" write --input pat-x x0 x1 x2 x3 >/dev/null
+sum_x="$(sha256sum < pat-x | cut -d' ' -f1)"
+"$URAID" grow -q -n 5 --add x4 --stop-at 30000 -- x0 x1 x2 x3 >grow-x.log 2>&1 ||
+    { echo "FAIL reshape10 uraid grow-4to5: uraid grow failed"; cat grow-x.log; exit 1; }
+x_pos="$(mdadm --examine x0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+if [ -z "$x_pos" ] || [ "$(prefix_sum "$sx" x0 x1 x2 x3 x4)" != "$sum_x" ]; then
+    echo "FAIL reshape10 uraid grow-4to5: mdadm --examine shows no reshape ('$x_pos') or uraid reads other bytes"
+    mdadm --examine x0; cat grow-x.log; exit 1
+fi
 cat > job2.sh <<JOB
 set -e
+mdadm --assemble --run /dev/md1 /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 /dev/disk/10 2>&1
+echo "md1 at-assembly reshape_position=\$(cat /sys/block/md1/md/reshape_position)"
+mdadm --wait /dev/md1 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ] ||
+      [ "\$(cat /sys/block/md1/md/reshape_position)" != none ]; do sleep 0.5; done
+echo check > /sys/block/md1/md/sync_action; sleep 0.5
+mdadm --wait /dev/md1 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ]; do sleep 0.2; done
+echo "X disks=\$(cat /sys/block/md1/md/raid_disks) mismatch_cnt=\$(cat /sys/block/md1/md/mismatch_cnt)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "XSUM \$(head -c $sx /dev/md1 | sha256sum | cut -d' ' -f1)"
+mdadm --stop /dev/md1
 mdadm --assemble --run /dev/md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 /dev/disk/5 2>&1
 echo "at-assembly reshape_position=\$(cat /sys/block/md0/md/reshape_position) disks=\$(cat /sys/block/md0/md/raid_disks)"
 echo check > /sys/block/md0/md/sync_action; sleep 0.5
@@ -109,7 +138,8 @@ echo GUEST-OK
 JOB
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
-    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 2>&1)" || rc=$?
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 \
+    --disk x0 --disk x1 --disk x2 --disk x3 --disk x4 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape10 read by linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -118,3 +148,9 @@ if ! grep -q "^at-assembly reshape_position=none disks=5" <<<"$out2" ||
     echo "FAIL reshape10 read by linux:"; tail -30 <<<"$out2"; exit 1
 fi
 echo "PASS reshape10 finished by uraid, read by linux (5 devices, no reshape left, check 0 mismatches, the sha256)"
+x_at="$(grep -m1 "^md1 at-assembly " <<<"$out2" | sed 's/.*=//')"
+if [ -z "$x_at" ] || [ "$x_at" = none ] || ! grep -q "^X disks=5 mismatch_cnt=0$" <<<"$out2" ||
+    [ "$(grep -m1 "^XSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_x" ]; then
+    echo "FAIL reshape10 uraid grow-4to5 finished by linux (md found the reshape at '$x_at'):"; tail -30 <<<"$out2"; exit 1
+fi
+echo "PASS reshape10 uraid grow-4to5 finished by linux (uraid stopped at $x_pos, md assembled it at reshape_position $x_at and finished: 5 devices, check 0 mismatches, the sha256)"

@@ -111,7 +111,7 @@ pub(crate) const RESHAPE_090_REFUSAL: &str =
      (uraid continues a 0.90 grow past its critical section, with uraid grow --continue or \
      while served)";
 
-fn refused(what: impl std::fmt::Display) -> ArrayError {
+pub(crate) fn refused(what: impl std::fmt::Display) -> ArrayError {
     ArrayError::Refused(format!("{what}: nothing was written"))
 }
 
@@ -126,7 +126,7 @@ fn targets(devs: &[Arc<dyn Member>], report: &AssembleReport) -> Vec<Arc<dyn Mem
 
 /// The lowest sector the data area may start at: past the superblock and its bad block
 /// log (1.1/1.2; the caller refuses bitmaps and PPL).
-fn metadata_end(sb: &Superblock) -> u64 {
+pub(crate) fn metadata_end(sb: &Superblock) -> u64 {
     let mut end = sb.super_offset + 8;
     if sb.bblog_size != 0 && sb.bblog_offset > 0 {
         end = end.max(sb.super_offset + sb.bblog_offset as u64 + u64::from(sb.bblog_size));
@@ -185,7 +185,11 @@ pub fn reshape_members(
     mut opts: ReshapeOptions,
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
-    let planned = plan_start(&array, &report, req, &opts.add, None);
+    let planned = if array.level() == Level::Raid10 {
+        crate::restripe10::plan_start10(&array, &report, req, &opts.add)
+    } else {
+        plan_start(&array, &report, req, &opts.add, None)
+    };
     let stopped = array.stop();
     drop(array);
     let start = planned?;
@@ -238,7 +242,7 @@ pub fn reshape_members(
             takers.len()
         )));
     }
-    let new = start.new.clone();
+    let new = &start.new;
     let delta = new.raid_disks as i64 - start.old_disks as i64;
     let move_by = start.offset_move;
     let events = rewrite(&targets(&all, &report), &|sb| {
@@ -246,7 +250,7 @@ pub fn reshape_members(
         sb.feature_map &= !FEATURE_RESHAPE_BACKWARDS;
         sb.reshape_position = 0;
         sb.new_level = new.level.md_level();
-        sb.new_layout = new.algorithm;
+        sb.new_layout = new.layout;
         sb.new_chunk = new.chunk_sectors as u32;
         sb.delta_disks = delta as i32;
         sb.raid_disks = new.raid_disks as u32;
@@ -263,16 +267,24 @@ pub fn reshape_members(
     Ok(r)
 }
 
+/// The shape a reshape goes to, as the superblock's `new_*` fields and `raid_disks` say it.
+pub(crate) struct NewShape {
+    pub(crate) level: Level,
+    pub(crate) layout: u32,
+    pub(crate) chunk_sectors: u64,
+    pub(crate) raid_disks: usize,
+}
+
 /// What starting a reshape needs, checked against the running array.
-struct Start {
-    new: ParityGeometry,
-    old_disks: usize,
+pub(crate) struct Start {
+    pub(crate) new: NewShape,
+    pub(crate) old_disks: usize,
     /// New roles to fill.
-    roles_wanted: usize,
+    pub(crate) roles_wanted: usize,
     /// Spares the array already has.
-    spares_ready: usize,
-    offset_move: u64,
-    summary: String,
+    pub(crate) spares_ready: usize,
+    pub(crate) offset_move: u64,
+    pub(crate) summary: String,
 }
 
 /// The checks a restripe after a takeover will make, made before the takeover is written:
@@ -422,7 +434,12 @@ fn plan_start(
     }
     let summary = shape_change(&old, &new);
     Ok(Start {
-        new,
+        new: NewShape {
+            level: new.level,
+            layout: new.algorithm,
+            chunk_sectors: new.chunk_sectors,
+            raid_disks: new.raid_disks,
+        },
         old_disks: old.raid_disks,
         roles_wanted,
         spares_ready,

@@ -219,3 +219,166 @@ fn write_window(
     }
     Ok(())
 }
+
+/// md's checks for starting a raid10 reshape (raid10_check_reshape, raid10_start_reshape)
+/// against the array, before anything is written: near or offset copies only (never to
+/// or from far), the same number of copies, the array size a whole number of new chunks,
+/// the whole array present, and room before the data for the data offset to move down by at
+/// least a chunk times the far copies (md's offset_diff). Shrinks (md's backwards raid10
+/// reshape after --array-size) are not in this build.
+pub(crate) fn plan_start10(
+    a: &Array,
+    report: &AssembleReport,
+    req: &crate::restripe::ReshapeRequest,
+    add: &[Arc<dyn Member>],
+) -> Result<crate::restripe::Start, ArrayError> {
+    use crate::restripe::{metadata_end, refused, NewShape, Start, MAX_OFFSET_MOVE_SECTORS};
+    use uraid_core::geometry::{ArrayGeometry, Raid10};
+    use uraid_core::superblock::{MetadataVersion, FEATURE_BITMAP_OFFSET};
+    use uraid_core::Level;
+    a.check_writable("a reshape")?;
+    if let Some(to) = req.level.filter(|&l| l != Level::Raid10) {
+        return Err(refused(format!(
+            "md reshapes a raid10 only to raid10 (a raid10 -> {to} with the data moving is not \
+             something md does)"
+        )));
+    }
+    let meta = a.meta();
+    let tmpl = meta.template().clone();
+    if meta.is_090() {
+        return Err(refused(crate::restripe::RESHAPE_090_REFUSAL));
+    }
+    if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+        return Err(refused(
+            "the array has an internal bitmap, which uraid does not resize during a reshape: \
+             drop it first (uraid grow --bitmap none), reshape, then add it back",
+        ));
+    }
+    if meta.needs_resync() {
+        return Err(refused(
+            "the array was not shut down cleanly and owes a resync: let it finish (uraid check --repair or serve it) first",
+        ));
+    }
+    drop(meta);
+    if !a.missing_roles().is_empty() || !a.recovering_roles().is_empty() {
+        return Err(refused(
+            "the array is degraded or recovering: uraid reshapes only a whole array; recover it first",
+        ));
+    }
+    let g: ArrayGeometry = a.geometry().clone();
+    let old = Raid10::new(&g)?;
+    let far = |r: &Raid10| r.far_copies > 1 && !r.far_offset;
+    if far(&old) {
+        return Err(refused(
+            "md does not reshape a raid10 with the far layout (raid10_check_reshape: near and \
+             offset layouts only)",
+        ));
+    }
+    let mut ng = g.clone();
+    ng.raid_disks = req.raid_disks.unwrap_or(g.raid_disks);
+    ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
+    ng.layout = req.layout.unwrap_or(g.layout);
+    if ng.raid_disks < g.raid_disks {
+        return Err(refused(format!(
+            "shrinking a raid10 from {} to {} devices (md's backwards reshape after \
+             --array-size) is not in this build of uraid",
+            g.raid_disks, ng.raid_disks
+        )));
+    }
+    let new = Raid10::new(&ng)?;
+    if far(&new) {
+        return Err(refused(
+            "md cannot switch a raid10 to the far layout (raid10_check_reshape)",
+        ));
+    }
+    if new.copies() != old.copies() {
+        return Err(refused(format!(
+            "md never changes the number of raid10 copies ({} -> {}; raid10_check_reshape)",
+            old.copies(),
+            new.copies()
+        )));
+    }
+    if new.raid_disks == old.raid_disks
+        && new.chunk_sectors == old.chunk_sectors
+        && new.layout == old.layout
+    {
+        return Err(refused("the new shape is the shape the array has"));
+    }
+    if !a
+        .size_bytes()
+        .is_multiple_of(new.chunk_sectors * SECTOR_BYTES)
+    {
+        return Err(refused(format!(
+            "the array size ({} sectors) is not a whole number of new chunks ({} sectors; md: \
+             \"not factor of array size\")",
+            a.size_bytes() / SECTOR_BYTES,
+            new.chunk_sectors
+        )));
+    }
+    let sbs: Vec<_> = (0..g.raid_disks)
+        .filter_map(|r| a.meta().member_sb(MemberIdx(r)).cloned())
+        .collect();
+    if sbs.iter().any(|s| s.version() == MetadataVersion::V1_0) {
+        return Err(refused(
+            "a 1.0 array keeps its data at sector 0 with no room before it, so the data \
+             offset cannot move down, and md reshapes a raid10 only by moving it",
+        ));
+    }
+    let room = sbs
+        .iter()
+        .map(|s| s.data_offset.saturating_sub(metadata_end(s)))
+        .min()
+        .unwrap_or(0);
+    let unit = old.chunk_sectors.max(new.chunk_sectors);
+    let offset_move = room.min(MAX_OFFSET_MOVE_SECTORS) / unit * unit;
+    let st = Raid10Reshape {
+        old: old.clone(),
+        new: new.clone(),
+        position_sectors: 0,
+        backwards: false,
+        offset_diff_sectors: offset_move,
+        new_offset_sectors: -(offset_move as i64),
+    };
+    st.check().and_then(|()| st.can_finish()).map_err(|e| {
+        refused(format!(
+            "{e}: the members have {room} sectors between their metadata and their data, \
+             and md moves a raid10's data offset by at least {} sectors to reshape it",
+            st.min_offset_diff()
+        ))
+    })?;
+    let spares_ready = report
+        .members
+        .iter()
+        .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
+        .count();
+    let roles_wanted = new.raid_disks - old.raid_disks;
+    if spares_ready + add.len() < roles_wanted {
+        return Err(refused(format!(
+            "growing to {} devices needs {roles_wanted} device(s) for the new roles; the \
+             array has {spares_ready} spare(s) and {} were given with --add",
+            new.raid_disks,
+            add.len()
+        )));
+    }
+    let need = (g.dev_sectors + sbs[0].data_offset) * SECTOR_BYTES;
+    if let Some(d) = add.iter().find(|d| d.size_bytes() < need) {
+        return Err(refused(format!(
+            "{} is {} bytes, a member of this array needs at least {need}",
+            d.name(),
+            d.size_bytes()
+        )));
+    }
+    Ok(Start {
+        new: NewShape {
+            level: Level::Raid10,
+            layout: new.layout,
+            chunk_sectors: new.chunk_sectors,
+            raid_disks: new.raid_disks,
+        },
+        old_disks: old.raid_disks,
+        roles_wanted,
+        spares_ready,
+        offset_move,
+        summary: shape_change(&st),
+    })
+}

@@ -485,3 +485,181 @@ fn a_power_cut_anywhere_in_a_raid10_continue_loses_nothing() {
         assert!(saw_mid && ops > 10, "case {n}: {ops} cuts");
     }
 }
+
+/// `uraid grow` starts a raid10 reshape in md's format (near 4 -> 5 with a spare added, a
+/// near -> offset switch, a chunk change): stopped part-way, the members record a reshape md
+/// runs (FEATURE_NEW_OFFSET, the data offset moving down, forwards) and read the same bytes;
+/// continued, it ends in the new shape with the same bytes and every copy equal.
+#[test]
+fn grow_starts_a_raid10_reshape_in_mds_format() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    for (n, (req, add)) in [
+        (
+            ReshapeRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            1,
+        ),
+        (
+            ReshapeRequest {
+                layout: Some(O2),
+                ..Default::default()
+            },
+            0,
+        ),
+        (
+            ReshapeRequest {
+                chunk_sectors: Some(64),
+                ..Default::default()
+            },
+            0,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let devs: Vec<Arc<MemMember>> = (0..4 + add)
+            .map(|i| Arc::new(MemMember::new(format!("g{n}-{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(N2);
+        opts.chunk_sectors = Some(128);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
+        let data = pattern(a.size_bytes() as usize, 77 + n as u64);
+        a.write(0, &data).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let r = reshape_members(
+            members(&devs[..4], None),
+            &req,
+            ReshapeOptions {
+                add: members(&devs[4..], None),
+                stop_at: Some(4096),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert!(!r.finished, "{n}: {r:?}");
+        for d in &devs {
+            let sb = read_superblock(d.as_ref()).unwrap();
+            assert_eq!(
+                sb.feature_map
+                    & (FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS),
+                FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET,
+                "{n}"
+            );
+            assert!(sb.new_offset < 0, "{n}: the data offset moves down");
+            assert_eq!(sb.reshape_position, r.position_sectors);
+            assert_eq!(sb.raid_disks, 4 + add as u32);
+        }
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(a.is_reshaping());
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "{n}: mid-reshape");
+        a.stop().unwrap();
+        drop(a);
+        let r = continue_reshape(members(&devs, None), ReshapeOptions::default()).unwrap();
+        assert!(r.finished);
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping());
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        assert_eq!(sb.raid_disks, 4 + add as u32);
+        assert_eq!(sb.layout, req.layout.unwrap_or(N2));
+        assert_eq!(u64::from(sb.chunksize), req.chunk_sectors.unwrap_or(128));
+        let mut got = vec![0u8; a.size_bytes() as usize];
+        a.read(0, &mut got).unwrap();
+        assert!(got[..data.len()] == data[..], "{n}: after the reshape");
+        assert!(got[data.len()..].iter().all(|&b| b == 0));
+        assert_eq!(a.check().unwrap(), 0, "{n}");
+        a.stop().unwrap();
+    }
+}
+
+/// What md refuses to start is refused by name before anything is written: far copies,
+/// a change of copies, a switch to far, a shrink (not in this build), no room before the
+/// data.
+#[test]
+fn grow_refuses_what_md_refuses_for_raid10() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    let far = 0x201u32;
+    for (layout, data_offset, req, want) in [
+        (
+            far,
+            DATA_OFFSET,
+            ReshapeRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            "far layout",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                layout: Some(N3),
+                ..Default::default()
+            },
+            "copies",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                layout: Some(far),
+                ..Default::default()
+            },
+            "far layout",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                raid_disks: Some(3),
+                layout: Some(0x102),
+                ..Default::default()
+            },
+            "shrinking",
+        ),
+        (
+            N2,
+            24,
+            ReshapeRequest {
+                chunk_sectors: Some(64),
+                ..Default::default()
+            },
+            "sectors between their metadata",
+        ),
+    ] {
+        let devs: Vec<Arc<MemMember>> = (0..5)
+            .map(|i| Arc::new(MemMember::new(format!("f{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(layout);
+        opts.chunk_sectors = Some(128);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(data_offset);
+        let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+        let err = reshape_members(
+            members(&devs[..4], None),
+            &req,
+            ReshapeOptions {
+                add: members(&devs[4..], None),
+                ..Default::default()
+            },
+        )
+        .map(|r| r.summary)
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(want), "{want}: {err}");
+        for (d, b) in devs.iter().zip(&before) {
+            assert!(d.snapshot() == *b, "{want}: {} changed", d.name());
+        }
+    }
+}
