@@ -66,8 +66,15 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Write array sectors `[s, e)` of `data` (zeros past its end) to every copy of `g` with
-/// the data area at `base` sectors.
-fn write_geometry(devs: &[Arc<MemMember>], g: &Raid10, base: u64, data: &[u8], s: u64, e: u64) {
+/// member `i`'s data area at `base(i)` sectors.
+fn write_geometry(
+    devs: &[Arc<MemMember>],
+    g: &Raid10,
+    base: &dyn Fn(usize) -> u64,
+    data: &[u8],
+    s: u64,
+    e: u64,
+) {
     let mut at = s;
     while at < e {
         let m = g.map(at);
@@ -81,7 +88,7 @@ fn write_geometry(devs: &[Arc<MemMember>], g: &Raid10, base: u64, data: &[u8], s
         }
         for &(role, ms) in &m.copies {
             devs[role.0]
-                .write_at(&piece, (base + ms) * SECTOR_BYTES)
+                .write_at(&piece, (base(role.0) + ms) * SECTOR_BYTES)
                 .unwrap();
         }
         at += n;
@@ -114,7 +121,9 @@ fn mid_reshape_on(c: &Case, member_bytes: u64, data_offset: u64) -> (Vec<Arc<Mem
     let (old, new) = (r10(c.old, sb0.size), r10(c.new, sb0.size));
     assert_eq!(old.array_sectors() * SECTOR_BYTES, data.len() as u64);
     // The reshaped part, in the new geometry at the new offset.
-    let new_base = (data_offset as i64 + i64::from(c.new_offset)) as u64;
+    // md keeps a new data offset per member (mdadm may give members different ones): odd
+    // members move 128 sectors further.
+    let new_base = |i: usize| (data_offset as i64 + i64::from(member_new_offset(c, i))) as u64;
     let min_disks = c.old.disks.min(c.new.disks);
     let running = new.used_dev_sectors / new.chunk_sectors / new.far_copies as u64
         * min_disks as u64
@@ -128,8 +137,8 @@ fn mid_reshape_on(c: &Case, member_bytes: u64, data_offset: u64) -> (Vec<Arc<Mem
     // md reads the reshaped part only from the new geometry: its old copies are spoiled
     // here, so a reader that takes the wrong side fails.
     let junk = pattern(data.len(), !c.position);
-    write_geometry(&devs, &old, data_offset, &junk, s, e);
-    write_geometry(&devs, &new, new_base, &data, s, e);
+    write_geometry(&devs, &old, &|_| data_offset, &junk, s, e);
+    write_geometry(&devs, &new, &new_base, &data, s, e);
     let mut roles = sb0.dev_roles.clone();
     while roles.len() < c.new.disks.max(c.old.disks) {
         roles.push(ROLE_SPARE);
@@ -156,12 +165,22 @@ fn mid_reshape_on(c: &Case, member_bytes: u64, data_offset: u64) -> (Vec<Arc<Mem
         sb.new_layout = c.new.layout;
         sb.new_chunk = c.new.chunk as u32;
         sb.delta_disks = c.new.disks as i32 - c.old.disks as i32;
-        sb.new_offset = c.new_offset;
+        sb.new_offset = member_new_offset(c, r);
         sb.events += 1;
         write_superblock(d.as_ref(), &sb).unwrap();
     }
     let keep = (running * SECTOR_BYTES) as usize;
     (devs, data[..keep.min(data.len())].to_vec())
+}
+
+/// Member `i`'s new_offset: the case's, odd members 128 sectors further the same way.
+fn member_new_offset(c: &Case, i: usize) -> i32 {
+    let extra = if i % 2 == 1 { 128 } else { 0 };
+    if c.backwards() {
+        c.new_offset + extra
+    } else {
+        c.new_offset - extra
+    }
 }
 
 fn members(devs: &[Arc<MemMember>], skip: Option<usize>) -> Vec<Arc<dyn Member>> {
@@ -333,8 +352,8 @@ fn grow_continue_finishes_a_raid10_reshape() {
             assert_eq!(sb.delta_disks, 0);
             assert_eq!(
                 sb.data_offset as i64,
-                DATA_OFFSET as i64 + i64::from(c.new_offset),
-                "{c:?}"
+                DATA_OFFSET as i64 + i64::from(member_new_offset(&c, i)),
+                "{c:?} member {i}"
             );
         }
         let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
