@@ -76,6 +76,8 @@ echo "== the raid5 write journal with Linux md, both ways (VM)"
 tests/vm/journal.sh
 echo "== a raid5 Linux md left mid-reshape, read by uraid (VM)"
 tests/vm/reshape.sh
+echo "== a raid10 Linux md left mid-grow, read and finished by uraid, checked by Linux (VM)"
+tests/vm/reshape10.sh
 echo "== raid5 with PPL, both ways and crashed mid-write (VM)"
 tests/vm/ppl.sh
 echo "== all tests passed"

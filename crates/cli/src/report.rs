@@ -219,9 +219,19 @@ fn reshape_detail(sb: &Superblock) -> Option<String> {
     }
     let mut o = String::new();
     // md counts a reshape's progress in array sectors of the new shape, from where it began.
-    if let Ok(Some(r)) = uraid_core::geometry::ReshapeState::from_superblock(sb) {
-        let total = r.new_array_sectors().max(1);
-        let done = r.done_sectors();
+    let progress = if sb.level == 10 {
+        uraid_core::geometry::Raid10Reshape::from_superblock(sb)
+            .ok()
+            .flatten()
+            .map(|r| (r.done_sectors(), r.new_array_sectors()))
+    } else {
+        uraid_core::geometry::ReshapeState::from_superblock(sb)
+            .ok()
+            .flatten()
+            .map(|r| (r.done_sectors(), r.new_array_sectors()))
+    };
+    if let Some((done, total)) = progress {
+        let total = total.max(1);
         o.push_str(&format!(
             "{:>18} : {}% complete\n",
             "Reshape Status",

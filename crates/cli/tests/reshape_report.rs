@@ -177,3 +177,71 @@ fn serve_goes_on_with_a_reshape_to_its_end() {
         text(&out.stdout)
     );
 }
+
+/// A 4-member raid10 near=2 stopped at the start of a switch to offset=2 with its data area
+/// moving down (md's raid10 reshape): `examine` and `detail` show the reshape lines,
+/// `read` gives the data, a write is refused with the way out, and `grow --continue`
+/// finishes it: the new layout and data offset in every superblock, the same data, every
+/// copy equal.
+#[test]
+fn a_raid10_mid_reshape_is_shown_read_and_continued() {
+    let d = TempDir::new("reshape10-report");
+    let imgs: Vec<PathBuf> = d.images(4, 8, "t");
+    ok(uraid()
+        .args([
+            "create", "-l", "10", "-n", "4", "-p", "n2", "-c", "16K", "-N", "r10",
+        ])
+        .args(&imgs));
+    let input = d.0.join("p.bin");
+    let pattern: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    std::fs::write(&input, &pattern).unwrap();
+    ok(uraid()
+        .args(["write", "--offset", "0", "--input"])
+        .arg(&input)
+        .args(&imgs));
+    let data_offset = sb_at(&imgs[0]).data_offset;
+    for img in &imgs {
+        let mut sb = sb_at(img);
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+        sb.reshape_position = 0;
+        sb.new_level = sb.level;
+        sb.new_layout = 0x10201;
+        sb.new_chunk = sb.chunksize;
+        sb.new_offset = -(data_offset as i32 / 2);
+        put_sb(img, &sb);
+    }
+    let before = ok(uraid().arg("read").args(&imgs)).stdout;
+    assert!(before[..pattern.len()] == pattern[..], "read mid-reshape");
+    let ex = stdout(uraid().arg("examine").arg(&imgs[0]));
+    assert_eq!(field(&ex, "Reshape pos'n").as_deref(), Some("0"), "{ex}");
+    assert_eq!(
+        field(&ex, "New Layout").as_deref(),
+        Some("offset=2"),
+        "{ex}"
+    );
+    let det = stdout(uraid().arg("detail").args(&imgs));
+    assert_eq!(
+        field(&det, "Reshape Status").as_deref(),
+        Some("0% complete"),
+        "{det}"
+    );
+    let out = uraid()
+        .args(["write", "--offset", "0", "--input"])
+        .arg(&input)
+        .args(&imgs)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("grow --continue"), "{err}");
+    ok(uraid().args(["grow", "--continue"]).args(&imgs));
+    let sb = sb_at(&imgs[0]);
+    assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
+    assert_eq!(sb.layout, 0x10201);
+    assert_eq!(sb.data_offset, data_offset - data_offset / 2);
+    let after = ok(uraid().arg("read").args(&imgs)).stdout;
+    assert!(after == before, "the data after the reshape");
+    let chk = ok(uraid().args(["check", "-q"]).args(&imgs));
+    let chk = String::from_utf8_lossy(&chk.stdout);
+    assert!(chk.contains("mismatch_cnt: 0"), "{chk}");
+}

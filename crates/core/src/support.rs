@@ -79,10 +79,15 @@ pub fn check(sb: &Superblock) -> Result<(), Unsupported> {
             "assemble it with mdadm on the cluster's nodes: uraid has no cluster locking",
         );
     }
-    // A raid4/5/6 restripe is read through both geometries (the engine serves it
-    // read-only); any other reshape is refused with what it is.
+    // A raid4/5/6 restripe and a raid10 near/offset reshape are read through both
+    // geometries; any other reshape is refused with what it is.
     if fm & FEATURE_RESHAPE_ACTIVE != 0 {
-        if let Err(e) = crate::geometry::ReshapeState::from_superblock(sb) {
+        let read = if sb.level == 10 {
+            crate::geometry::Raid10Reshape::from_superblock(sb).map(|_| ())
+        } else {
+            crate::geometry::ReshapeState::from_superblock(sb).map(|_| ())
+        };
+        if let Err(e) = read {
             return refuse(
                 "FEATURE_RESHAPE_ACTIVE",
                 format!(

@@ -187,7 +187,6 @@ impl Array {
 
     /// Serve the array read-only for `reason` (not the user's --readonly): a reshape in
     /// progress that uraid reads but does not yet write.
-    #[allow(dead_code)] // no such reshape in this build: each kind read is also written
     pub(crate) fn set_read_only_for(&self, reason: String) {
         let _ = self.read_only_reason.set(reason);
         self.set_read_only(true);

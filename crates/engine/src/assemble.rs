@@ -93,6 +93,12 @@ fn fold_lagging_reshapes(sbs: &mut [Superblock]) {
         if !finished_newer {
             continue;
         }
+        if sbs[i].level == 10 {
+            if let Ok(Some(st)) = uraid_core::geometry::Raid10Reshape::from_superblock(&sbs[i]) {
+                uraid_core::geometry::reshape10::finish_superblock10(&mut sbs[i], &st.new);
+            }
+            continue;
+        }
         if let Ok(Some(st)) = uraid_core::geometry::ReshapeState::from_superblock(&sbs[i]) {
             let new = st.new.clone();
             uraid_core::geometry::reshape::finish_superblock(
@@ -154,7 +160,14 @@ pub fn assemble(
         recs090.push(rec);
     }
     fold_lagging_reshapes(&mut sbs);
-    let readonly = opts.readonly;
+    // A raid10 reshape is read, not written, until uraid grow --continue finishes it
+    // (raid4/5/6 reshapes are served read-write, the restripe going on): nothing reaches
+    // its members, assembly included, as with --readonly.
+    let reshaping = sbs
+        .iter()
+        .any(|sb| sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0);
+    let raid10 = sbs.iter().any(|sb| sb.level == 10);
+    let readonly = opts.readonly || (reshaping && raid10);
     let devs: Vec<Arc<dyn Member>> = if readonly {
         devs.into_iter()
             .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
@@ -390,7 +403,13 @@ pub fn assemble(
     }
     let rebuilding = recovering_or_replacing(&slots, &sbs, &replacements);
     let journal = template.feature_map & FEATURE_JOURNAL != 0;
-    let reshape = reshape_of(&template, &slots, &sbs, &devs, rebuilding, journal)?;
+    let (reshape, reshape10) = if level == Level::Raid10 {
+        let r = reshape10_of(&template, &slots, &sbs, &devs, rebuilding)?;
+        (None, r)
+    } else {
+        let r = reshape_of(&template, &slots, &sbs, &devs, rebuilding, journal)?;
+        (r, None)
+    };
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
     let mut array_slots: Vec<Slot> = Vec::with_capacity(raid_disks);
     let mut recovering: Vec<(usize, u64)> = Vec::new(); // (role, recovery_offset)
@@ -529,8 +548,9 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let mut array = match reshape {
-        Some((state, new_offsets)) => crate::levels::new_reshaping_array(
+    let reshape_read_only = reshape10.is_some();
+    let mut array = match (reshape, reshape10) {
+        (Some((state, new_offsets)), _) => crate::levels::new_reshaping_array(
             geometry,
             state,
             new_offsets,
@@ -538,9 +558,22 @@ pub fn assemble(
             meta,
             opts.clock.clone(),
         )?,
-        None => crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?,
+        (None, Some((state, new_offsets))) => crate::levels::new_reshaping10_array(
+            geometry,
+            state,
+            new_offsets,
+            array_slots.into(),
+            meta,
+            opts.clock.clone(),
+        )?,
+        (None, None) => {
+            crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?
+        }
     };
-    array.set_read_only(readonly);
+    // The raid10 reshape's reason stays (levels::new_reshaping10_array set it).
+    if !reshape_read_only {
+        array.set_read_only(readonly);
+    }
     for (r, off) in recovering {
         let cursor = array.cursor_for_offset(off);
         array
@@ -769,5 +802,73 @@ fn reshape_of(
         }
         new_offsets[r] = at * SECTOR_BYTES;
     }
+    Ok(Some((state, new_offsets)))
+}
+
+/// The raid10 reshape a mid-reshape array's superblocks record, with each role's new data
+/// offset in bytes and md's offset_diff lowered to the smallest of the members'; None when
+/// no reshape runs.
+fn reshape10_of(
+    template: &Superblock,
+    slots: &[Option<(usize, bool)>],
+    sbs: &[Superblock],
+    devs: &[Arc<dyn Member>],
+    rebuilding: bool,
+) -> Result<Option<(uraid_core::geometry::Raid10Reshape, Vec<u64>)>, ArrayError> {
+    use uraid_core::geometry::Raid10Reshape;
+    let Some(mut state) = Raid10Reshape::from_superblock(template)? else {
+        return Ok(None);
+    };
+    let refuse = |what: String| {
+        Err(ArrayError::Assemble(format!(
+            "{} is in the middle of a raid10 reshape and {what}; uraid does not read that \
+             yet: assemble it with Linux md / mdadm to finish the reshape",
+            uuid_string(&template.set_uuid)
+        )))
+    };
+    if rebuilding {
+        return refuse("a member is being rebuilt or replaced".into());
+    }
+    let mut new_offsets = vec![0u64; slots.len()];
+    for (r, s) in slots.iter().enumerate() {
+        let Some((i, _)) = *s else { continue };
+        let sb = &sbs[i];
+        // A member one event behind missed the last superblock rewrite; its own new_offset
+        // still says where its new data area is (md flushes the members first).
+        let lagging = sb.events < template.events;
+        if !lagging
+            && (sb.feature_map & FEATURE_RESHAPE_ACTIVE == 0
+                || sb.reshape_position != template.reshape_position)
+        {
+            return refuse(format!(
+                "{} does not record the same reshape position ({} against {})",
+                devs[i].name(),
+                sb.reshape_position,
+                template.reshape_position
+            ));
+        }
+        let new_offset = if sb.feature_map & uraid_core::superblock::FEATURE_NEW_OFFSET != 0 {
+            i64::from(sb.new_offset)
+        } else {
+            state.new_offset_sectors
+        };
+        // md's conf->offset_diff: the smallest move over the members.
+        state.offset_diff_sectors = state
+            .offset_diff_sectors
+            .min(state.offset_diff_of(new_offset));
+        let at = (sb.data_offset as i64 + new_offset).max(0) as u64;
+        let need = (at + state.new.used_dev_sectors) * SECTOR_BYTES;
+        if devs[i].size_bytes() < need {
+            return Err(ArrayError::Assemble(format!(
+                "{}: device is {} bytes but the reshape's new data area needs {need} \
+                 (new_offset {new_offset} sectors from data_offset {})",
+                devs[i].name(),
+                devs[i].size_bytes(),
+                sb.data_offset
+            )));
+        }
+        new_offsets[r] = at * SECTOR_BYTES;
+    }
+    state.check()?;
     Ok(Some((state, new_offsets)))
 }

@@ -253,6 +253,14 @@ impl ArrayCell {
         }
         let plan = crate::grow::plan(&st, req)?;
         if let Plan::Restripe(r) = &plan {
+            if level == uraid_core::Level::Raid10 {
+                return Err(ArrayError::Refused(
+                    "a raid10 reshape runs on the members of a stopped array in this build \
+                     (uraid grow --raid-devices/--layout/--chunk MEMBERS; a served raid10 \
+                     mid-reshape is read-only): nothing was written"
+                        .into(),
+                ));
+            }
             if let Some(to) = r.level.filter(|&l| l != level) {
                 return Err(ArrayError::Refused(format!(
                     "a {level} becomes a restriped {to} in two steps on a served array: the \

@@ -31,8 +31,7 @@ pub(crate) fn new_array(
 
 /// An array in the middle of a raid4/5/6 reshape: `geometry` is the new one (its roles
 /// are the slots), `state` has both. Served read-write (the restripe goes on while it is
-/// served), except with an internal bitmap, whose chunks uraid does not map across two
-/// geometries: then read-only, with the reason.
+/// served), with an internal bitmap too (`ReshapePers::bitmap_range`).
 pub(crate) fn new_reshaping_array(
     geometry: ArrayGeometry,
     state: uraid_core::geometry::ReshapeState,
@@ -46,6 +45,30 @@ pub(crate) fn new_reshaping_array(
     let size = pers.array_sectors();
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);
+    Ok(a)
+}
+
+/// An array in the middle of a raid10 reshape: `geometry` gives the roles (the slots),
+/// `state` both geometries. Served read-only with the reason until uraid grow --continue
+/// has finished the reshape.
+pub(crate) fn new_reshaping10_array(
+    geometry: ArrayGeometry,
+    state: uraid_core::geometry::Raid10Reshape,
+    new_data_offset_bytes: Vec<u64>,
+    slots: MemberMap<Slot>,
+    meta: Meta,
+    clock: crate::clock::Clock,
+) -> Result<Array, ArrayError> {
+    let map = Map::new(&geometry)?;
+    let pers = crate::reshape10::Reshape10Pers::new(state, new_data_offset_bytes);
+    let (size, reason) = (pers.array_sectors(), pers.reason());
+    let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
+    a.set_reshape_size(size);
+    a.set_read_only_for(format!(
+        "{reason}; uraid reads it through both geometries but does not write it while the \
+         reshape is unfinished: run uraid grow --continue on its members (or assemble it \
+         with Linux md / mdadm) to finish the reshape"
+    ));
     Ok(a)
 }
 

@@ -522,6 +522,11 @@ impl Meta {
         sb.bblog_size = own.bblog_size;
         sb.bblog_offset = own.bblog_offset;
         sb.cnt_corrected_read = own.cnt_corrected_read;
+        // md's new_data_offset is per device (a raid10 reshape may move each by its own).
+        let moving = uraid_core::superblock::FEATURE_NEW_OFFSET;
+        if sb.feature_map & own.feature_map & moving != 0 {
+            sb.new_offset = own.new_offset;
+        }
         sb
     }
 }

@@ -111,7 +111,7 @@ pub(crate) const RESHAPE_090_REFUSAL: &str =
      (uraid continues a 0.90 grow past its critical section, with uraid grow --continue or \
      while served)";
 
-fn refused(what: impl std::fmt::Display) -> ArrayError {
+pub(crate) fn refused(what: impl std::fmt::Display) -> ArrayError {
     ArrayError::Refused(format!("{what}: nothing was written"))
 }
 
@@ -127,7 +127,7 @@ fn targets(devs: &[Arc<dyn Member>], report: &AssembleReport) -> Vec<Arc<dyn Mem
 /// The lowest sector the data area may start at: past the superblock, its internal
 /// bitmap (`bitmap_bytes`, the whole area md writes) and its bad block log (1.1/1.2; the
 /// caller refuses PPL).
-fn metadata_end(sb: &Superblock, bitmap_bytes: u64) -> u64 {
+pub(crate) fn metadata_end(sb: &Superblock, bitmap_bytes: u64) -> u64 {
     let mut end = sb.super_offset + 8;
     if sb.feature_map & FEATURE_BITMAP_OFFSET != 0 && sb.bitmap_offset > 0 {
         let at = sb.super_offset + sb.bitmap_offset as u64;
@@ -151,7 +151,7 @@ fn rewrite_bitmap(d: &dyn Member, old: &Superblock, new: &Superblock) -> Result<
 
 /// Rewrite every target's superblock with `change`, events one above the newest, each
 /// written and flushed in turn. Returns the events written.
-fn rewrite(
+pub(crate) fn rewrite(
     targets: &[Arc<dyn Member>],
     change: &dyn Fn(&mut Superblock),
 ) -> Result<u64, ArrayError> {
@@ -201,7 +201,11 @@ pub fn reshape_members(
     mut opts: ReshapeOptions,
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
-    let planned = plan_start(&array, &report, req, &opts.add, None);
+    let planned = if array.level() == Level::Raid10 {
+        crate::restripe10::plan_start10(&array, &report, req, &opts.add)
+    } else {
+        plan_start(&array, &report, req, &opts.add, None)
+    };
     let stopped = array.stop();
     drop(array);
     let start = planned?;
@@ -256,7 +260,7 @@ pub fn reshape_members(
             takers.len()
         )));
     }
-    let new = start.new.clone();
+    let new = &start.new;
     let delta = new.raid_disks as i64 - start.old_disks as i64;
     let move_by = start.offset_move;
     let events = rewrite(&targets(&all, &report), &|sb| {
@@ -264,7 +268,7 @@ pub fn reshape_members(
         sb.feature_map &= !FEATURE_RESHAPE_BACKWARDS;
         sb.reshape_position = 0;
         sb.new_level = new.level.md_level();
-        sb.new_layout = new.algorithm;
+        sb.new_layout = new.layout;
         sb.new_chunk = new.chunk_sectors as u32;
         sb.delta_disks = delta as i32;
         sb.raid_disks = new.raid_disks as u32;
@@ -281,18 +285,26 @@ pub fn reshape_members(
     Ok(r)
 }
 
+/// The shape a reshape goes to, as the superblock's `new_*` fields and `raid_disks` say it.
+pub(crate) struct NewShape {
+    pub(crate) level: Level,
+    pub(crate) layout: u32,
+    pub(crate) chunk_sectors: u64,
+    pub(crate) raid_disks: usize,
+}
+
 /// What starting a reshape needs, checked against the running array.
-struct Start {
-    new: ParityGeometry,
-    old_disks: usize,
+pub(crate) struct Start {
+    pub(crate) new: NewShape,
+    pub(crate) old_disks: usize,
     /// New roles to fill.
-    roles_wanted: usize,
+    pub(crate) roles_wanted: usize,
     /// Spares the array already has.
-    spares_ready: usize,
-    offset_move: u64,
+    pub(crate) spares_ready: usize,
+    pub(crate) offset_move: u64,
     /// The internal bitmap's area (0 without one): the data offset stays past it.
-    bitmap_bytes: u64,
-    summary: String,
+    pub(crate) bitmap_bytes: u64,
+    pub(crate) summary: String,
 }
 
 /// The checks a restripe after a takeover will make, made before the takeover is written:
@@ -439,7 +451,12 @@ fn plan_start(
     }
     let summary = shape_change(&old, &new);
     Ok(Start {
-        new,
+        new: NewShape {
+            level: new.level,
+            layout: new.algorithm,
+            chunk_sectors: new.chunk_sectors,
+            raid_disks: new.raid_disks,
+        },
         old_disks: old.raid_disks,
         roles_wanted,
         spares_ready,
@@ -470,6 +487,10 @@ pub fn continue_reshape(
     mut opts: ReshapeOptions,
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
+    if array.reshaping10().is_some() {
+        let targets = targets(&devs, &report);
+        return crate::restripe10::continue_reshape10(array, report, &devs, &targets, opts);
+    }
     let Some(pers) = array.pers().as_any().downcast_ref::<ReshapePers>() else {
         let events = report.events;
         array.stop()?;
@@ -796,6 +817,10 @@ impl Array {
     /// A reshape's progress in array sectors of the new shape: (done, in all); None when
     /// the array is not reshaping.
     pub fn reshape_progress(&self) -> Option<(u64, u64)> {
+        if let Some(r10) = self.reshaping10() {
+            let st = r10.state();
+            return Some((st.done_sectors(), st.new_array_sectors()));
+        }
         let pers = self.reshaping()?;
         let p = pers.progress();
         if p.finished {
@@ -808,7 +833,14 @@ impl Array {
     /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
     /// while it is served).
     pub fn is_reshaping(&self) -> bool {
-        self.reshaping().is_some_and(|p| !p.progress().finished)
+        self.reshaping10().is_some() || self.reshaping().is_some_and(|p| !p.progress().finished)
+    }
+
+    /// The raid10 reshape this array is in the middle of, if any.
+    pub(crate) fn reshaping10(&self) -> Option<&crate::reshape10::Reshape10Pers> {
+        self.pers()
+            .as_any()
+            .downcast_ref::<crate::reshape10::Reshape10Pers>()
     }
 }
 

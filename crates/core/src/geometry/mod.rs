@@ -11,6 +11,7 @@ pub mod raid1;
 pub mod raid10;
 pub mod raid5;
 pub mod reshape;
+pub mod reshape10;
 pub mod takeover;
 
 use crate::types::{Level, MemberIdx};
@@ -21,6 +22,7 @@ pub use raid1::Raid1;
 pub use raid10::Raid10;
 pub use raid5::{ParityGeometry, StripeLocation, StripeMap};
 pub use reshape::{ReshapeState, ReshapeStep, Side};
+pub use reshape10::Raid10Reshape;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GeometryError {

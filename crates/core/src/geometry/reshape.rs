@@ -481,6 +481,9 @@ pub fn finish_superblock(
 /// before the finishing rewrite, which a power cut interrupted) is read as the finished
 /// shape it stands for. Returns whether `sb` changed.
 pub fn fold_finished(sb: &mut Superblock) -> bool {
+    if sb.level == 10 {
+        return super::reshape10::fold_finished10(sb);
+    }
     match ReshapeState::from_superblock(sb) {
         Ok(Some(st)) if st.is_done() => {
             let new = st.new.clone();

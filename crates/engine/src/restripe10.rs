@@ -1,0 +1,386 @@
+//! Continuing a raid10 reshape on the members of an array that is not served (md's
+//! reshape_request), in md's on-disk format, so that one Linux md left mid-way uraid
+//! finishes and one uraid stops part-way Linux md goes on with.
+//!
+//! Window by window ([`Raid10Reshape::next_step`]): the window's array sectors are read
+//! through the old geometry at the old data offset (from any copy that reads; zeros past
+//! the old array's end, which md resyncs after its reshape and uraid writes once) and
+//! written to every copy of the new geometry at each member's new data offset. Before a
+//! window would reach a member sector that the old geometry still needs after a restart
+//! from the recorded position, the members are flushed and every superblock records the
+//! position (`reshape_position`, events + 1), as md does. At the end the superblocks get
+//! the new shape: layout, chunk, `raid_disks`, `data_offset` moved by each member's
+//! `new_offset`, the reshape feature bits cleared.
+
+use crate::array::Array;
+use crate::assemble::{AssembleReport, MemberOutcome};
+use crate::buf::AlignedBuf;
+use crate::error::ArrayError;
+use crate::io::{execute, Op};
+use crate::member::Member;
+use crate::reshape10::Reshape10Pers;
+use crate::restripe::{ReshapeOptions, ReshapeReport};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uraid_core::geometry::raid10::layout_name;
+use uraid_core::geometry::{Raid10Reshape, ReshapeStep, Side};
+use uraid_core::{MemberIdx, SECTOR_BYTES};
+
+/// The most array data one window copies (4 MiB).
+const MAX_WINDOW_SECTORS: u64 = 8192;
+
+/// A checkpoint at least this often, so a restart repeats little and Linux sees progress.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
+fn shape_change(st: &Raid10Reshape) -> String {
+    format!(
+        "raid10 {} -> {} devices, chunk {} -> {} KiB, layout {} -> {}",
+        st.old.raid_disks,
+        st.new.raid_disks,
+        st.old.chunk_sectors / 2,
+        st.new.chunk_sectors / 2,
+        layout_name(st.old.layout),
+        layout_name(st.new.layout)
+    )
+}
+
+/// Go on with the raid10 reshape of `array` (assembled from `devs`, read-only) to its end
+/// or to [`ReshapeOptions::stop_at`]. Stops the array.
+pub(crate) fn continue_reshape10(
+    array: Array,
+    report: AssembleReport,
+    devs: &[Arc<dyn Member>],
+    targets: &[Arc<dyn Member>],
+    mut opts: ReshapeOptions,
+) -> Result<ReshapeReport, ArrayError> {
+    let pers = array
+        .reshaping10()
+        .expect("called for a raid10 mid-reshape");
+    let mut st = pers.state();
+    let mut by_role: Vec<Option<Arc<dyn Member>>> = vec![None; st.new.raid_disks];
+    for (d, m) in devs.iter().zip(&report.members) {
+        if let MemberOutcome::Active(r) = m.outcome {
+            if r < by_role.len() && array.live(MemberIdx(r)).is_some() {
+                by_role[r] = Some(d.clone());
+            }
+        }
+    }
+    if let Err(e) = st.can_finish() {
+        let _ = array.stop();
+        return Err(ArrayError::Refused(format!(
+            "{}: uraid cannot continue this reshape to its end ({e}); nothing was written: \
+             finish it with mdadm --grow --continue",
+            report.uuid
+        )));
+    }
+    let total = st.new_array_sectors().max(st.array_sectors());
+    let mut safe = st.position_sectors;
+    let (mut windows, mut checkpoints, mut events) = (0u64, 0u64, report.events);
+    let began = Instant::now();
+    let mut last_checkpoint = Instant::now();
+    let mut copied = 0u64;
+    let reached = |st: &Raid10Reshape, at: u64| {
+        if st.backwards {
+            st.position_sectors <= at
+        } else {
+            st.position_sectors >= at
+        }
+    };
+    let result: Result<bool, ArrayError> = (|| loop {
+        let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY && safe != st.position_sectors;
+        let stop_due = opts.stop_at.is_some_and(|at| reached(&st, at));
+        // The end is recorded as a position first: a power cut while the superblocks are
+        // rewritten as finished leaves only states that read the same.
+        let end_due = st.is_done() && safe != st.position_sectors;
+        let step = if due || end_due || (stop_due && safe != st.position_sectors) {
+            ReshapeStep::Checkpoint
+        } else if stop_due {
+            return Ok(false);
+        } else {
+            let max = opts.stop_at.map_or(MAX_WINDOW_SECTORS, |at| {
+                at.abs_diff(st.position_sectors)
+                    .clamp(st.window_unit(), MAX_WINDOW_SECTORS)
+            });
+            st.next_step(safe, max)?
+        };
+        match step {
+            ReshapeStep::Done => return Ok(true),
+            ReshapeStep::Checkpoint => {
+                flush_all(targets)?;
+                let at = st.position_sectors;
+                events = crate::restripe::rewrite(targets, &|sb| sb.reshape_position = at)?;
+                safe = at;
+                checkpoints += 1;
+                last_checkpoint = Instant::now();
+            }
+            ReshapeStep::Copy { start, sectors } => {
+                let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
+                pers.read_side(&array, &st, Side::Old, start, &mut data)?;
+                write_window(&array, pers, &by_role, &st, start, &data)?;
+                st.advance(step);
+                windows += 1;
+                copied += sectors;
+                if let Some(p) = opts.progress.as_mut() {
+                    p(st.done_sectors(), total);
+                }
+                if let Some(rate) = opts.max_bytes_per_sec.filter(|&r| r > 0) {
+                    let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
+                    if let Some(wait) = due.checked_sub(began.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+        }
+    })();
+    let finished = match result {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = array.stop();
+            return Err(e);
+        }
+    };
+    array.stop()?;
+    drop(array);
+    if !finished {
+        return Ok(ReshapeReport {
+            summary: format!(
+                "reshape {} stopped at array sector {safe} of {total}",
+                shape_change(&st)
+            ),
+            finished: false,
+            position_sectors: safe,
+            windows,
+            checkpoints,
+            events,
+            added: 0,
+        });
+    }
+    // Done: the new copies are durable before any superblock says the new shape.
+    flush_all(targets)?;
+    let new = st.new.clone();
+    events = crate::restripe::rewrite(targets, &|sb| {
+        uraid_core::geometry::reshape10::finish_superblock10(sb, &new)
+    })?;
+    Ok(ReshapeReport {
+        summary: format!("reshape {} finished", shape_change(&st)),
+        finished: true,
+        position_sectors: st.end_position(),
+        windows,
+        checkpoints,
+        events,
+        added: 0,
+    })
+}
+
+fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
+    for d in targets {
+        d.flush()?;
+    }
+    Ok(())
+}
+
+/// Write one window's data, array sectors from `start`, to every copy of the new geometry
+/// at each member's new data offset (a role without a member is skipped: it is missing
+/// in both geometries' view and gets its copies when it is rebuilt).
+fn write_window(
+    a: &Array,
+    pers: &Reshape10Pers,
+    devs: &[Option<Arc<dyn Member>>],
+    st: &Raid10Reshape,
+    start: u64,
+    data: &[u8],
+) -> Result<(), ArrayError> {
+    let g = &st.new;
+    let mut ops: Vec<Op> = Vec::new();
+    let mut at_of: Vec<(MemberIdx, u64)> = Vec::new();
+    let mut s = start;
+    let mut off = 0usize;
+    while off < data.len() {
+        let m = g.map(s);
+        let n = ((m.contiguous_sectors * SECTOR_BYTES) as usize).min(data.len() - off);
+        for &(role, ms) in &m.copies {
+            if let Some(dev) = &devs[role.0] {
+                let at = pers.member_byte(a, Side::New, role, ms);
+                ops.push(Op::write(dev.as_ref(), at, &data[off..off + n]));
+                at_of.push((role, ms));
+            }
+        }
+        off += n;
+        s += n as u64 / SECTOR_BYTES;
+    }
+    let results = execute(&mut ops);
+    for (res, (role, ms)) in results.into_iter().zip(at_of) {
+        if let Err(e) = res {
+            return Err(ArrayError::Failed(format!(
+                "reshape: writing the new copies at member sector {ms} of member {role} \
+                 failed: {e}; the reshape stops at the recorded position and continues from there"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// md's checks for starting a raid10 reshape (raid10_check_reshape, raid10_start_reshape)
+/// against the array, before anything is written: near or offset copies only (never to
+/// or from far), the same number of copies, the array size a whole number of new chunks,
+/// the whole array present, and room before the data for the data offset to move down by at
+/// least a chunk times the far copies (md's offset_diff). Shrinks (md's backwards raid10
+/// reshape after --array-size) are not in this build.
+pub(crate) fn plan_start10(
+    a: &Array,
+    report: &AssembleReport,
+    req: &crate::restripe::ReshapeRequest,
+    add: &[Arc<dyn Member>],
+) -> Result<crate::restripe::Start, ArrayError> {
+    use crate::restripe::{metadata_end, refused, NewShape, Start, MAX_OFFSET_MOVE_SECTORS};
+    use uraid_core::geometry::{ArrayGeometry, Raid10};
+    use uraid_core::superblock::{MetadataVersion, FEATURE_BITMAP_OFFSET};
+    use uraid_core::Level;
+    a.check_writable("a reshape")?;
+    if let Some(to) = req.level.filter(|&l| l != Level::Raid10) {
+        return Err(refused(format!(
+            "md reshapes a raid10 only to raid10 (a raid10 -> {to} with the data moving is not \
+             something md does)"
+        )));
+    }
+    let meta = a.meta();
+    let tmpl = meta.template().clone();
+    if meta.is_090() {
+        return Err(refused(crate::restripe::RESHAPE_090_REFUSAL));
+    }
+    if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+        return Err(refused(
+            "the array has an internal bitmap, and a raid10 bitmap counts array sectors, which a \
+             raid10 reshape changes (md resizes it); uraid does not: drop it first (uraid \
+             grow --bitmap none), reshape, then add it back",
+        ));
+    }
+    if meta.needs_resync() {
+        return Err(refused(
+            "the array was not shut down cleanly and owes a resync: let it finish (uraid check --repair or serve it) first",
+        ));
+    }
+    drop(meta);
+    if !a.missing_roles().is_empty() || !a.recovering_roles().is_empty() {
+        return Err(refused(
+            "the array is degraded or recovering: uraid reshapes only a whole array; recover it first",
+        ));
+    }
+    let g: ArrayGeometry = a.geometry().clone();
+    let old = Raid10::new(&g)?;
+    let far = |r: &Raid10| r.far_copies > 1 && !r.far_offset;
+    if far(&old) {
+        return Err(refused(
+            "md does not reshape a raid10 with the far layout (raid10_check_reshape: near and \
+             offset layouts only)",
+        ));
+    }
+    let mut ng = g.clone();
+    ng.raid_disks = req.raid_disks.unwrap_or(g.raid_disks);
+    ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
+    ng.layout = req.layout.unwrap_or(g.layout);
+    if ng.raid_disks < g.raid_disks {
+        return Err(refused(format!(
+            "shrinking a raid10 from {} to {} devices (md's backwards reshape after \
+             --array-size) is not in this build of uraid",
+            g.raid_disks, ng.raid_disks
+        )));
+    }
+    let new = Raid10::new(&ng)?;
+    if far(&new) {
+        return Err(refused(
+            "md cannot switch a raid10 to the far layout (raid10_check_reshape)",
+        ));
+    }
+    if new.copies() != old.copies() {
+        return Err(refused(format!(
+            "md never changes the number of raid10 copies ({} -> {}; raid10_check_reshape)",
+            old.copies(),
+            new.copies()
+        )));
+    }
+    if new.raid_disks == old.raid_disks
+        && new.chunk_sectors == old.chunk_sectors
+        && new.layout == old.layout
+    {
+        return Err(refused("the new shape is the shape the array has"));
+    }
+    if !a
+        .size_bytes()
+        .is_multiple_of(new.chunk_sectors * SECTOR_BYTES)
+    {
+        return Err(refused(format!(
+            "the array size ({} sectors) is not a whole number of new chunks ({} sectors; md: \
+             \"not factor of array size\")",
+            a.size_bytes() / SECTOR_BYTES,
+            new.chunk_sectors
+        )));
+    }
+    let sbs: Vec<_> = (0..g.raid_disks)
+        .filter_map(|r| a.meta().member_sb(MemberIdx(r)).cloned())
+        .collect();
+    if sbs.iter().any(|s| s.version() == MetadataVersion::V1_0) {
+        return Err(refused(
+            "a 1.0 array keeps its data at sector 0 with no room before it, so the data \
+             offset cannot move down, and md reshapes a raid10 only by moving it",
+        ));
+    }
+    let room = sbs
+        .iter()
+        .map(|s| s.data_offset.saturating_sub(metadata_end(s, 0))) // no bitmap (refused above)
+        .min()
+        .unwrap_or(0);
+    let unit = old.chunk_sectors.max(new.chunk_sectors);
+    let offset_move = room.min(MAX_OFFSET_MOVE_SECTORS) / unit * unit;
+    let st = Raid10Reshape {
+        old: old.clone(),
+        new: new.clone(),
+        position_sectors: 0,
+        backwards: false,
+        offset_diff_sectors: offset_move,
+        new_offset_sectors: -(offset_move as i64),
+    };
+    st.check().and_then(|()| st.can_finish()).map_err(|e| {
+        refused(format!(
+            "{e}: the members have {room} sectors between their metadata and their data, \
+             and md moves a raid10's data offset by at least {} sectors to reshape it",
+            st.min_offset_diff()
+        ))
+    })?;
+    let spares_ready = report
+        .members
+        .iter()
+        .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
+        .count();
+    let roles_wanted = new.raid_disks - old.raid_disks;
+    if spares_ready + add.len() < roles_wanted {
+        return Err(refused(format!(
+            "growing to {} devices needs {roles_wanted} device(s) for the new roles; the \
+             array has {spares_ready} spare(s) and {} were given with --add",
+            new.raid_disks,
+            add.len()
+        )));
+    }
+    let need = (g.dev_sectors + sbs[0].data_offset) * SECTOR_BYTES;
+    if let Some(d) = add.iter().find(|d| d.size_bytes() < need) {
+        return Err(refused(format!(
+            "{} is {} bytes, a member of this array needs at least {need}",
+            d.name(),
+            d.size_bytes()
+        )));
+    }
+    Ok(Start {
+        new: NewShape {
+            level: Level::Raid10,
+            layout: new.layout,
+            chunk_sectors: new.chunk_sectors,
+            raid_disks: new.raid_disks,
+        },
+        old_disks: old.raid_disks,
+        roles_wanted,
+        spares_ready,
+        offset_move,
+        bitmap_bytes: 0,
+        summary: shape_change(&st),
+    })
+}

@@ -1,0 +1,684 @@
+//! Issues 12 and 15 for raid10: an array Linux md left in the middle of a raid10 reshape
+//! (near/offset layouts, the data offset moving: FEATURE_RESHAPE_ACTIVE + FEATURE_NEW_OFFSET,
+//! RESHAPE_BACKWARDS when the offset moves up) reads exactly what md would, and `uraid grow
+//! --continue` finishes it in md's format.
+//!
+//! Members are left as md leaves them: the reshaped part written to every copy of the new
+//! geometry at `data_offset + new_offset`, the rest untouched in the old geometry, every
+//! superblock recording the reshape.
+
+use std::sync::Arc;
+use uraid_core::geometry::{ArrayGeometry, Raid10};
+use uraid_core::superblock::*;
+use uraid_core::{Level, SECTOR_BYTES};
+use uraid_engine::{
+    assemble, continue_reshape, read_superblock, write_superblock, AssembleOptions, CreateOptions,
+    MemMember, Member, ReshapeOptions,
+};
+use uraid_testkit::engine::as_members;
+
+const DATA_OFFSET: u64 = 2048;
+const MEMBER_BYTES: u64 = 8 << 20;
+
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    layout: u32,
+    chunk: u64,
+    disks: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    old: Shape,
+    new: Shape,
+    /// Sectors the data area moves (negative: down, a forwards reshape).
+    new_offset: i32,
+    /// reshape_position, in sectors (any multiple of md's 64 KiB window).
+    position: u64,
+}
+
+impl Case {
+    fn backwards(&self) -> bool {
+        self.new_offset > 0
+    }
+}
+
+fn r10(s: Shape, dev_sectors: u64) -> Raid10 {
+    Raid10::new(&ArrayGeometry {
+        level: Level::Raid10,
+        layout: s.layout,
+        chunk_sectors: s.chunk,
+        raid_disks: s.disks,
+        dev_sectors,
+        member_sectors: Vec::new(),
+    })
+    .unwrap()
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u64 ^ seed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(17) as u8
+        })
+        .collect()
+}
+
+/// Write array sectors `[s, e)` of `data` (zeros past its end) to every copy of `g` with
+/// member `i`'s data area at `base(i)` sectors.
+fn write_geometry(
+    devs: &[Arc<MemMember>],
+    g: &Raid10,
+    base: &dyn Fn(usize) -> u64,
+    data: &[u8],
+    s: u64,
+    e: u64,
+) {
+    let mut at = s;
+    while at < e {
+        let m = g.map(at);
+        let n = m.contiguous_sectors.min(e - at);
+        let from = (at * SECTOR_BYTES) as usize;
+        let len = (n * SECTOR_BYTES) as usize;
+        let mut piece = vec![0u8; len];
+        if from < data.len() {
+            let have = (data.len() - from).min(len);
+            piece[..have].copy_from_slice(&data[from..from + have]);
+        }
+        for &(role, ms) in &m.copies {
+            devs[role.0]
+                .write_at(&piece, (base(role.0) + ms) * SECTOR_BYTES)
+                .unwrap();
+        }
+        at += n;
+    }
+}
+
+/// Members mid-reshape and the bytes the array held before it began (its size then).
+fn mid_reshape(c: &Case) -> (Vec<Arc<MemMember>>, Vec<u8>) {
+    mid_reshape_on(c, MEMBER_BYTES, DATA_OFFSET)
+}
+
+fn mid_reshape_on(c: &Case, member_bytes: u64, data_offset: u64) -> (Vec<Arc<MemMember>>, Vec<u8>) {
+    let devs: Vec<Arc<MemMember>> = (0..c.old.disks.max(c.new.disks))
+        .map(|i| Arc::new(MemMember::new(format!("m{i}"), member_bytes)))
+        .collect();
+    let mut opts = CreateOptions::new(Level::Raid10);
+    opts.layout = Some(c.old.layout);
+    opts.chunk_sectors = Some(c.old.chunk);
+    opts.assume_clean = true;
+    opts.data_offset_sectors = Some(data_offset);
+    // Room after the data area for a reshape that moves it up.
+    opts.size_sectors = Some(member_bytes / SECTOR_BYTES - 2 * data_offset);
+    let a = uraid_engine::create(as_members(&devs[..c.old.disks]), &opts).unwrap();
+    let data = pattern(a.size_bytes() as usize, c.position);
+    a.write(0, &data).unwrap();
+    a.stop().unwrap();
+    drop(a);
+
+    let sb0 = read_superblock(devs[0].as_ref()).unwrap();
+    let (old, new) = (r10(c.old, sb0.size), r10(c.new, sb0.size));
+    assert_eq!(old.array_sectors() * SECTOR_BYTES, data.len() as u64);
+    // The reshaped part, in the new geometry at the new offset.
+    // md keeps a new data offset per member (mdadm may give members different ones): odd
+    // members move 128 sectors further.
+    let new_base = |i: usize| (data_offset as i64 + i64::from(member_new_offset(c, i))) as u64;
+    let min_disks = c.old.disks.min(c.new.disks);
+    let running = new.used_dev_sectors / new.chunk_sectors / new.far_copies as u64
+        * min_disks as u64
+        / new.near_copies as u64
+        * new.chunk_sectors;
+    let (s, e) = if c.backwards() {
+        (c.position, running)
+    } else {
+        (0, c.position)
+    };
+    // md reads the reshaped part only from the new geometry: its old copies are spoiled
+    // here, so a reader that takes the wrong side fails.
+    let junk = pattern(data.len(), !c.position);
+    write_geometry(&devs, &old, &|_| data_offset, &junk, s, e);
+    write_geometry(&devs, &new, &new_base, &data, s, e);
+    let mut roles = sb0.dev_roles.clone();
+    while roles.len() < c.new.disks.max(c.old.disks) {
+        roles.push(ROLE_SPARE);
+    }
+    for (r, role) in roles
+        .iter_mut()
+        .enumerate()
+        .take(c.new.disks.max(c.old.disks))
+    {
+        *role = r as u16;
+    }
+    for (r, d) in devs.iter().enumerate() {
+        let mut sb = sb0.clone();
+        sb.dev_number = r as u32;
+        sb.device_uuid = [r as u8 + 1; 16];
+        sb.dev_roles = roles.clone();
+        sb.raid_disks = c.new.disks as u32;
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+        if c.backwards() {
+            sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
+        }
+        sb.reshape_position = c.position;
+        sb.new_level = 10;
+        sb.new_layout = c.new.layout;
+        sb.new_chunk = c.new.chunk as u32;
+        sb.delta_disks = c.new.disks as i32 - c.old.disks as i32;
+        sb.new_offset = member_new_offset(c, r);
+        sb.events += 1;
+        write_superblock(d.as_ref(), &sb).unwrap();
+    }
+    let keep = (running * SECTOR_BYTES) as usize;
+    (devs, data[..keep.min(data.len())].to_vec())
+}
+
+/// Member `i`'s new_offset: the case's, odd members 128 sectors further the same way.
+fn member_new_offset(c: &Case, i: usize) -> i32 {
+    let extra = if i % 2 == 1 { 128 } else { 0 };
+    if c.backwards() {
+        c.new_offset + extra
+    } else {
+        c.new_offset - extra
+    }
+}
+
+fn members(devs: &[Arc<MemMember>], skip: Option<usize>) -> Vec<Arc<dyn Member>> {
+    devs.iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != skip)
+        .map(|(_, d)| d.clone() as Arc<dyn Member>)
+        .collect()
+}
+
+const N2: u32 = 0x102;
+const N3: u32 = 0x103;
+const O2: u32 = 0x10201;
+
+fn cases() -> Vec<Case> {
+    let sh = |layout, chunk, disks| Shape {
+        layout,
+        chunk,
+        disks,
+    };
+    vec![
+        // mdadm --grow --raid-devices=5 on a 4-member near=2 (the offset moves down).
+        Case {
+            old: sh(N2, 128, 4),
+            new: sh(N2, 128, 5),
+            new_offset: -1024,
+            position: 7 * 128 + 128 * 3,
+        },
+        // Half a chunk in (md copies 64 KiB windows of a larger chunk).
+        Case {
+            old: sh(N2, 256, 4),
+            new: sh(N2, 256, 6),
+            new_offset: -512,
+            position: 128 * 37,
+        },
+        // near=3 on 4 -> 5, chunk 64 -> 32 KiB.
+        Case {
+            old: sh(N3, 128, 4),
+            new: sh(N3, 64, 5),
+            new_offset: -256,
+            position: 128 * 21,
+        },
+        // near -> offset on the same members, forwards.
+        Case {
+            old: sh(N2, 128, 4),
+            new: sh(O2, 128, 4),
+            new_offset: -1024,
+            position: 128 * 30,
+        },
+        // A shrink 5 -> 4: backwards, the offset moves up.
+        Case {
+            old: sh(N2, 128, 5),
+            new: sh(N2, 128, 4),
+            new_offset: 1024,
+            position: 128 * 50,
+        },
+        // offset -> near, backwards.
+        Case {
+            old: sh(O2, 128, 4),
+            new: sh(N2, 128, 4),
+            new_offset: 512,
+            position: 128 * 44,
+        },
+    ]
+}
+
+/// Every byte reads as it was before the reshape, in one request and in pieces across the
+/// position, healthy and with each member missing in turn (where the array survives that);
+/// the array is served read-only with the reason, and no member byte changes.
+#[test]
+fn mid_reshape_raid10_reads_what_md_would() {
+    let mut refused = 0;
+    for c in cases() {
+        let (devs, data) = mid_reshape(&c);
+        let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+        for skip in std::iter::once(None).chain((0..devs.len()).map(Some)) {
+            let (a, _) = match assemble(members(&devs, skip), &AssembleOptions::default()) {
+                Ok(x) => x,
+                Err(e) if skip.is_some() => {
+                    // A missing member of a near=2 shrink takes a whole mirror set with it
+                    // in one of the geometries only where md refuses too.
+                    eprintln!("{c:?} without {skip:?}: {e}");
+                    refused += 1;
+                    continue;
+                }
+                Err(e) => panic!("{c:?}: {e}"),
+            };
+            assert_eq!(
+                a.size_bytes(),
+                data.len() as u64,
+                "{c:?}: md's size mid-reshape"
+            );
+            assert!(a.is_reshaping(), "{c:?}");
+            assert!(a.is_read_only(), "{c:?}");
+            let why = a.read_only_reason().unwrap_or_default().to_string();
+            assert!(why.contains("raid10 reshape"), "{why}");
+            let mut got = vec![0u8; data.len()];
+            a.read(0, &mut got).unwrap();
+            let first_bad = got.iter().zip(&data).position(|(x, y)| x != y);
+            assert_eq!(first_bad, None, "{c:?} without {skip:?}");
+            let p = c.position * SECTOR_BYTES;
+            for start in [p.saturating_sub(3 * 512), p.saturating_sub(1), 7] {
+                let len = (7 * 1024 + 512).min(data.len() as u64 - start) as usize;
+                let mut piece = vec![0u8; len];
+                a.read(start, &mut piece).unwrap();
+                assert!(
+                    piece == data[start as usize..start as usize + len],
+                    "{c:?}: piece at {start}"
+                );
+            }
+            let err = a.write(0, &[1u8; 512]).unwrap_err().to_string();
+            assert!(err.contains("grow --continue"), "{err}");
+            a.stop().unwrap();
+        }
+        for (d, b) in devs.iter().zip(&before) {
+            assert!(d.snapshot() == *b, "{c:?}: {} changed", d.name());
+        }
+    }
+    // A near=2 array survives any one member missing in both geometries.
+    assert_eq!(refused, 0);
+}
+
+/// `uraid grow --continue`: the reshape runs to its end; the superblocks say the new shape
+/// (raid_disks, layout, chunk, data_offset moved, reshape bits cleared); the array reads
+/// what it held (zeros in the part a grow added), and every copy agrees (check: 0).
+/// Stopped part-way first, at a recorded position that uraid (and md) read the same.
+#[test]
+fn grow_continue_finishes_a_raid10_reshape() {
+    for c in cases() {
+        let (devs, data) = mid_reshape(&c);
+        // Part-way: stop a few windows on.
+        let stop = if c.backwards() {
+            c.position.saturating_sub(4096)
+        } else {
+            c.position + 4096
+        };
+        let r = continue_reshape(
+            members(&devs, None),
+            ReshapeOptions {
+                stop_at: Some(stop),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(!r.finished, "{c:?}: {r:?}");
+        assert!(r.checkpoints > 0 && r.windows > 0, "{c:?}: {r:?}");
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        assert_eq!(sb.reshape_position, r.position_sectors, "{c:?}");
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "{c:?}: stopped at {}", r.position_sectors);
+        a.stop().unwrap();
+        drop(a);
+
+        let r = continue_reshape(members(&devs, None), ReshapeOptions::default()).unwrap();
+        assert!(r.finished, "{c:?}: {r:?}");
+        for (i, d) in devs.iter().enumerate().take(c.new.disks) {
+            let sb = read_superblock(d.as_ref()).unwrap();
+            assert_eq!(
+                sb.feature_map
+                    & (FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS),
+                0,
+                "{c:?} member {i}"
+            );
+            assert_eq!(sb.raid_disks as usize, c.new.disks);
+            assert_eq!(sb.layout, c.new.layout);
+            assert_eq!(u64::from(sb.chunksize), c.new.chunk);
+            assert_eq!(sb.delta_disks, 0);
+            assert_eq!(
+                sb.data_offset as i64,
+                DATA_OFFSET as i64 + i64::from(member_new_offset(&c, i)),
+                "{c:?} member {i}"
+            );
+        }
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping());
+        let new = r10(c.new, read_superblock(devs[0].as_ref()).unwrap().size);
+        assert_eq!(a.size_bytes(), new.array_sectors() * SECTOR_BYTES, "{c:?}");
+        let mut got = vec![0u8; a.size_bytes() as usize];
+        a.read(0, &mut got).unwrap();
+        let keep = data.len().min(got.len());
+        assert!(got[..keep] == data[..keep], "{c:?}: data after the reshape");
+        assert!(
+            got[keep..].iter().all(|&b| b == 0),
+            "{c:?}: the grown part reads as zeros"
+        );
+        assert_eq!(a.check().unwrap(), 0, "{c:?}: every copy equal");
+        a.stop().unwrap();
+    }
+}
+
+/// What md refuses to reshape is refused by name at assembly, before anything is written:
+/// far copies, a change of copies.
+#[test]
+fn far_layouts_and_copy_changes_are_refused_by_name() {
+    let base = cases()[0];
+    for (layout, new_layout, what) in [(0x201u32, 0x201u32, "far copies"), (N2, N3, "copies")] {
+        let c = Case {
+            old: Shape { layout, ..base.old },
+            new: Shape {
+                layout: new_layout,
+                ..base.new
+            },
+            ..base
+        };
+        let devs: Vec<Arc<MemMember>> = (0..5)
+            .map(|i| Arc::new(MemMember::new(format!("m{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(c.old.layout);
+        opts.chunk_sectors = Some(c.old.chunk);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        for d in &devs[..4] {
+            let mut sb = read_superblock(d.as_ref()).unwrap();
+            sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+            sb.new_level = 10;
+            sb.new_layout = new_layout;
+            sb.new_chunk = sb.chunksize;
+            sb.raid_disks = 5;
+            sb.delta_disks = 1;
+            sb.new_offset = -1024;
+            write_superblock(d.as_ref(), &sb).unwrap();
+        }
+        let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+        let err = match assemble(members(&devs[..4], None), &AssembleOptions::default()) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{what}: assembled"),
+        };
+        assert!(
+            err.contains("FEATURE_RESHAPE_ACTIVE") && err.contains(what),
+            "{what}: {err}"
+        );
+        for (d, b) in devs.iter().zip(&before) {
+            assert!(d.snapshot() == *b);
+        }
+    }
+}
+
+/// A power cut after every write or flush of `uraid grow --continue` (each write since the
+/// last flush kept, dropped or torn, drawn from a seeded generator): the members assemble
+/// with every byte, mid-reshape or finished, and continuing from there finishes it with the
+/// same bytes and every copy equal.
+#[test]
+fn a_power_cut_anywhere_in_a_raid10_continue_loses_nothing() {
+    use uraid_sim::disk::{Power, SimDisk, SimWorld};
+    let sh = |layout, disks| Shape {
+        layout,
+        chunk: 64,
+        disks,
+    };
+    for (n, c) in [
+        Case {
+            old: sh(N2, 4),
+            new: sh(N2, 5),
+            new_offset: -128,
+            position: 64 * 3,
+        },
+        Case {
+            old: sh(N2, 5),
+            new: sh(N2, 4),
+            new_offset: 128,
+            position: 64 * 20,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mems, data) = mid_reshape_on(&c, 1 << 20, 512);
+        let images: Vec<Vec<u8>> = mems.iter().map(|d| d.snapshot()).collect();
+        let mut ops = 0i64;
+        let mut saw_mid = false;
+        loop {
+            let seed = 0x5eed_0000 + (n as u64) * 100_000 + ops as u64;
+            let mut rng = uraid_testkit::engine::rng(seed);
+            let power = Power::new(ops);
+            let cut = SimDisk::crash_set(&format!("pc{n}-"), &power, &images);
+            let cut_devs: Vec<Arc<dyn Member>> =
+                cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+            let _ = continue_reshape(cut_devs, ReshapeOptions::default());
+            let finished = power.on();
+            let after: Vec<Arc<dyn Member>> = cut
+                .iter()
+                .map(|d| {
+                    let img = d.crash(&mut rng);
+                    Arc::new(SimDisk::from_image(d.name(), img, SimWorld::new())) as _
+                })
+                .collect();
+            let what = format!("case {n}: cut after {ops} writes (seed {seed:#x})");
+            let (a, _) = assemble(after.clone(), &AssembleOptions::default())
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut got = vec![0u8; data.len()];
+            a.read(0, &mut got)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(got == data, "{what}: bytes differ");
+            let mid = a.is_reshaping();
+            saw_mid |= mid;
+            a.stop().unwrap();
+            drop(a);
+            if mid {
+                let r = continue_reshape(after.clone(), ReshapeOptions::default())
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(r.finished, "{what}");
+            }
+            let (a, _) = assemble(after, &AssembleOptions::default()).unwrap();
+            assert!(!a.is_reshaping(), "{what}");
+            let mut got = vec![0u8; data.len()];
+            a.read(0, &mut got).unwrap();
+            assert!(got == data, "{what}: bytes after the finish");
+            assert_eq!(a.check().unwrap(), 0, "{what}: copies differ");
+            a.stop().unwrap();
+            if finished {
+                break;
+            }
+            ops += 1;
+        }
+        assert!(saw_mid && ops > 10, "case {n}: {ops} cuts");
+    }
+}
+
+/// `uraid grow` starts a raid10 reshape in md's format (near 4 -> 5 with a spare added, a
+/// near -> offset switch, a chunk change): stopped part-way, the members record a reshape md
+/// runs (FEATURE_NEW_OFFSET, the data offset moving down, forwards) and read the same bytes;
+/// continued, it ends in the new shape with the same bytes and every copy equal.
+#[test]
+fn grow_starts_a_raid10_reshape_in_mds_format() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    for (n, (req, add)) in [
+        (
+            ReshapeRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            1,
+        ),
+        (
+            ReshapeRequest {
+                layout: Some(O2),
+                ..Default::default()
+            },
+            0,
+        ),
+        (
+            ReshapeRequest {
+                chunk_sectors: Some(64),
+                ..Default::default()
+            },
+            0,
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let devs: Vec<Arc<MemMember>> = (0..4 + add)
+            .map(|i| Arc::new(MemMember::new(format!("g{n}-{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(N2);
+        opts.chunk_sectors = Some(128);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
+        let data = pattern(a.size_bytes() as usize, 77 + n as u64);
+        a.write(0, &data).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let r = reshape_members(
+            members(&devs[..4], None),
+            &req,
+            ReshapeOptions {
+                add: members(&devs[4..], None),
+                stop_at: Some(4096),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert!(!r.finished, "{n}: {r:?}");
+        for d in &devs {
+            let sb = read_superblock(d.as_ref()).unwrap();
+            assert_eq!(
+                sb.feature_map
+                    & (FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS),
+                FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET,
+                "{n}"
+            );
+            assert!(sb.new_offset < 0, "{n}: the data offset moves down");
+            assert_eq!(sb.reshape_position, r.position_sectors);
+            assert_eq!(sb.raid_disks, 4 + add as u32);
+        }
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(a.is_reshaping());
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "{n}: mid-reshape");
+        a.stop().unwrap();
+        drop(a);
+        let r = continue_reshape(members(&devs, None), ReshapeOptions::default()).unwrap();
+        assert!(r.finished);
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping());
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        assert_eq!(sb.raid_disks, 4 + add as u32);
+        assert_eq!(sb.layout, req.layout.unwrap_or(N2));
+        assert_eq!(u64::from(sb.chunksize), req.chunk_sectors.unwrap_or(128));
+        let mut got = vec![0u8; a.size_bytes() as usize];
+        a.read(0, &mut got).unwrap();
+        assert!(got[..data.len()] == data[..], "{n}: after the reshape");
+        assert!(got[data.len()..].iter().all(|&b| b == 0));
+        assert_eq!(a.check().unwrap(), 0, "{n}");
+        a.stop().unwrap();
+    }
+}
+
+/// What md refuses to start is refused by name before anything is written: far copies,
+/// a change of copies, a switch to far, a shrink (not in this build), no room before the
+/// data.
+#[test]
+fn grow_refuses_what_md_refuses_for_raid10() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    let far = 0x201u32;
+    for (layout, data_offset, req, want) in [
+        (
+            far,
+            DATA_OFFSET,
+            ReshapeRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            "far layout",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                layout: Some(N3),
+                ..Default::default()
+            },
+            "copies",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                layout: Some(far),
+                ..Default::default()
+            },
+            "far layout",
+        ),
+        (
+            N2,
+            DATA_OFFSET,
+            ReshapeRequest {
+                raid_disks: Some(3),
+                layout: Some(0x102),
+                ..Default::default()
+            },
+            "shrinking",
+        ),
+        (
+            N2,
+            24,
+            ReshapeRequest {
+                chunk_sectors: Some(64),
+                ..Default::default()
+            },
+            "sectors between their metadata",
+        ),
+    ] {
+        let devs: Vec<Arc<MemMember>> = (0..5)
+            .map(|i| Arc::new(MemMember::new(format!("f{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(layout);
+        opts.chunk_sectors = Some(128);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(data_offset);
+        let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+        let err = reshape_members(
+            members(&devs[..4], None),
+            &req,
+            ReshapeOptions {
+                add: members(&devs[4..], None),
+                ..Default::default()
+            },
+        )
+        .map(|r| r.summary)
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(want), "{want}: {err}");
+        for (d, b) in devs.iter().zip(&before) {
+            assert!(d.snapshot() == *b, "{want}: {} changed", d.name());
+        }
+    }
+}

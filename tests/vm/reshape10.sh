@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# A raid10 stopped by Linux md in the middle of a reshape (issues 12 and 15): in one VM boot,
+# mdadm creates a 1.2 raid10 near=2 on 4 members, fills it from the pattern disk and records
+# its sha256, adds a spare and grows to 5 members (md's raid10 reshape always moves the data
+# offset: FEATURE_NEW_OFFSET) with the resync speed held low; once sync_completed is past 0
+# and short of the end the reshape is frozen and the array stopped. On the host, uraid
+# examine must show mdadm's reshape position, uraid read must give the sha256 Linux
+# recorded, uraid grow --continue must finish it (5 devices, the same bytes, every copy
+# equal); in a second boot Linux md assembles the result with no reshape left, `echo check`
+# finds 0 mismatches and the sha256 reads back. The other way, in the same second boot:
+# uraid grows a raid10 of its own 4 -> 5 and stops mid-way (--stop-at); Linux md assembles
+# it, finishes the reshape, and finds 0 mismatches and the sha256 uraid wrote.
+#
+#   tests/vm/reshape10.sh          (URAID=path/to/uraid to pick the binary)
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+URAID="${URAID:-$ROOT/target/debug/uraid}"
+"$HERE/setup.sh" >/dev/null
+W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-reshape10-vm.XXXXXX")"
+# RESHAPE_KEEP=1 keeps the member images (the folder is printed) to look at by hand.
+if [ -n "${RESHAPE_KEEP:-}" ]; then echo "images in $W"; else trap 'rm -rf "$W"' EXIT; fi
+cd "$W"
+truncate -s 32M r0 r1 r2 r3 r4
+cat > job.sh <<'JOB'
+set -e
+echo 200 > /proc/sys/dev/raid/speed_limit_min
+echo 200 > /proc/sys/dev/raid/speed_limit_max
+sum_of() { # MD: sha256 of the whole array, after dropping caches
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    sha256sum /dev/$1 | cut -d' ' -f1
+}
+mdadm --create --run /dev/md0 --metadata=1.2 --level=10 --layout=n2 --chunk=64 \
+    --raid-devices=4 --assume-clean /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 2>&1
+n=$(cat /sys/block/md0/size)
+dd if=/dev/disk/0 of=/dev/md0 bs=512 count=$n conv=fsync 2>/dev/null
+echo "SUM-R $(sum_of md0) $n"
+mdadm /dev/md0 --add /dev/disk/5 2>&1
+if ! mdadm --grow /dev/md0 --raid-devices=5 2>&1; then
+    echo "GROW-REFUSED"; mdadm --examine /dev/disk/1; echo GUEST-OK; exit 0
+fi
+echo 200 > /sys/block/md0/md/sync_speed_min
+echo 200 > /sys/block/md0/md/sync_speed_max
+i=0
+while :; do
+    sc="$(cat /sys/block/md0/md/sync_completed)"
+    case "$sc" in
+    none|"0 / "*) ;;
+    *) d="${sc%% /*}"; t="${sc##*/ }"; [ "$d" -gt 0 ] && [ "$d" -lt "$t" ] && break ;;
+    esac
+    i=$((i + 1)); [ $i -lt 600 ] || { echo "NO-PROGRESS $sc"; cat /proc/mdstat; exit 1; }
+    sleep 0.2
+done
+echo frozen > /sys/block/md0/md/sync_action
+echo "md0 at sync_completed $(cat /sys/block/md0/md/sync_completed) reshape_position $(cat /sys/block/md0/md/reshape_position)"
+cat /proc/mdstat
+mdadm --stop /dev/md0 2>&1
+mdadm --examine /dev/disk/1 | grep -E "Reshape|Delta|Offset|Layout|Raid Devices" || true
+echo GUEST-OK
+JOB
+rc=0
+out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 2>&1)" || rc=$?
+if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
+    echo "FAIL reshape10 (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
+fi
+if grep -q GROW-REFUSED <<<"$out"; then
+    echo "FAIL reshape10: mdadm refused to grow the raid10:"; grep -v '^SUM' <<<"$out" | tail -30; exit 1
+fi
+grep -E "^md0 at |^mdadm: |Reshape|New Offset|Delta" <<<"$out" | sed 's/^/  guest: /' || true
+sum="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f2)"
+sectors="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f3)"
+md_pos="$(mdadm --examine r0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+u_pos="$("$URAID" examine r0 2>&1 | grep "Reshape pos'n" | sed 's/.*: *//')" || true
+if [ -z "$md_pos" ] || [ "$md_pos" != "$u_pos" ]; then
+    echo "FAIL reshape10: mdadm --examine says reshape at '$md_pos', uraid examine '$u_pos'"
+    mdadm --examine r0; exit 1
+fi
+got="$("$URAID" read r4 r3 r2 r1 r0 2>r.err | sha256sum | cut -d' ' -f1)"
+if [ "$got" != "$sum" ]; then
+    echo "FAIL reshape10: uraid read $got of Linux's stopped raid10 grow at $md_pos, Linux recorded $sum"
+    cat r.err; exit 1
+fi
+echo "PASS reshape10 read: stopped at $md_pos, uraid read the sha256 Linux recorded before the grow"
+prefix_sum() { # BYTES MEMBERS...: sha256 of the array's first BYTES
+    local n=$1; shift
+    "$URAID" read --length "$n" "$@" | sha256sum | cut -d' ' -f1
+}
+if ! "$URAID" grow -q --continue r0 r1 r2 r3 r4 >cont.log 2>&1; then
+    echo "FAIL reshape10 continue: uraid grow --continue failed"; cat cont.log; exit 1
+fi
+disks="$("$URAID" detail --json r0 r1 r2 r3 r4 | python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])')"
+if [ "$disks" != 5 ] || [ "$(prefix_sum $((sectors * 512)) r0 r1 r2 r3 r4)" != "$sum" ] ||
+    ! "$URAID" check -q r0 r1 r2 r3 r4 | grep -q "mismatch_cnt: 0"; then
+    echo "FAIL reshape10 continue: after uraid finished Linux's grow: $disks devices, or bytes/copies differ"
+    cat cont.log; exit 1
+fi
+echo "PASS reshape10 continue: uraid finished Linux md's raid10 grow (5 devices, the sha256, every copy equal)"
+# uraid -> Linux: uraid starts a raid10 grow 4 -> 5 of its own and stops it mid-way; Linux md
+# goes on with it in the second boot.
+truncate -s 32M x0 x1 x2 x3 x4
+"$URAID" create -l 10 -p n2 -c 64K -n 4 --assume-clean x0 x1 x2 x3 >/dev/null 2>&1
+sx="$("$URAID" detail --json x0 x1 x2 x3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])')"
+head -c "$sx" /dev/urandom > pat-x
+"$URAID" write --input pat-x x0 x1 x2 x3 >/dev/null
+sum_x="$(sha256sum < pat-x | cut -d' ' -f1)"
+"$URAID" grow -q -n 5 --add x4 --stop-at 30000 -- x0 x1 x2 x3 >grow-x.log 2>&1 ||
+    { echo "FAIL reshape10 uraid grow-4to5: uraid grow failed"; cat grow-x.log; exit 1; }
+x_pos="$(mdadm --examine x0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+if [ -z "$x_pos" ] || [ "$(prefix_sum "$sx" x0 x1 x2 x3 x4)" != "$sum_x" ]; then
+    echo "FAIL reshape10 uraid grow-4to5: mdadm --examine shows no reshape ('$x_pos') or uraid reads other bytes"
+    mdadm --examine x0; cat grow-x.log; exit 1
+fi
+cat > job2.sh <<JOB
+set -e
+mdadm --assemble --run /dev/md1 /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 /dev/disk/10 2>&1
+echo "md1 at-assembly reshape_position=\$(cat /sys/block/md1/md/reshape_position)"
+mdadm --wait /dev/md1 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ] ||
+      [ "\$(cat /sys/block/md1/md/reshape_position)" != none ]; do sleep 0.5; done
+echo check > /sys/block/md1/md/sync_action; sleep 0.5
+mdadm --wait /dev/md1 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ]; do sleep 0.2; done
+echo "X disks=\$(cat /sys/block/md1/md/raid_disks) mismatch_cnt=\$(cat /sys/block/md1/md/mismatch_cnt)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "XSUM \$(head -c $sx /dev/md1 | sha256sum | cut -d' ' -f1)"
+mdadm --stop /dev/md1
+mdadm --assemble --run /dev/md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 /dev/disk/5 2>&1
+echo "at-assembly reshape_position=\$(cat /sys/block/md0/md/reshape_position) disks=\$(cat /sys/block/md0/md/raid_disks)"
+echo check > /sys/block/md0/md/sync_action; sleep 0.5
+mdadm --wait /dev/md0 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md0/md/sync_action)" != idle ]; do sleep 0.2; done
+echo "MISMATCH \$(cat /sys/block/md0/md/mismatch_cnt)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "R \$(head -c $((sectors * 512)) /dev/md0 | sha256sum | cut -d' ' -f1)"
+mdadm --stop /dev/md0
+echo GUEST-OK
+JOB
+rc=0
+out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 \
+    --disk x0 --disk x1 --disk x2 --disk x3 --disk x4 2>&1)" || rc=$?
+if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
+    echo "FAIL reshape10 read by linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
+fi
+if ! grep -q "^at-assembly reshape_position=none disks=5" <<<"$out2" ||
+    ! grep -q "^MISMATCH 0$" <<<"$out2" || [ "$(grep -m1 "^R " <<<"$out2" | cut -d' ' -f2)" != "$sum" ]; then
+    echo "FAIL reshape10 read by linux:"; tail -30 <<<"$out2"; exit 1
+fi
+echo "PASS reshape10 finished by uraid, read by linux (5 devices, no reshape left, check 0 mismatches, the sha256)"
+x_at="$(grep -m1 "^md1 at-assembly " <<<"$out2" | sed 's/.*=//')"
+if [ -z "$x_at" ] || [ "$x_at" = none ] || ! grep -q "^X disks=5 mismatch_cnt=0$" <<<"$out2" ||
+    [ "$(grep -m1 "^XSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_x" ]; then
+    echo "FAIL reshape10 uraid grow-4to5 finished by linux (md found the reshape at '$x_at'):"; tail -30 <<<"$out2"; exit 1
+fi
+echo "PASS reshape10 uraid grow-4to5 finished by linux (uraid stopped at $x_pos, md assembled it at reshape_position $x_at and finished: 5 devices, check 0 mismatches, the sha256)"
