@@ -522,37 +522,6 @@ pub fn v10_bitmap_offset(bitmap_space_sectors: u64) -> Option<i32> {
     i32::try_from(back).ok().map(|b| -b)
 }
 
-/// The room mdadm finds for an internal bitmap added to an existing 1.0 member (`mdadm
-/// --grow --bitmap=internal`, `add_internal_bitmap1` on a running array): `(room, log)`,
-/// the sectors between the data's end (`data_offset + data_size`) and the superblock less
-/// the bad block log below the superblock, and that log's sectors (at least 8, more when
-/// `bblog_offset` reaches further down). `None` when under 6 sectors lie there: mdadm
-/// then puts the bitmap in the 3 KiB after the superblock instead.
-pub fn v10_grow_bitmap_room(sb: &Superblock) -> Option<(u64, u64)> {
-    let raw = sb
-        .super_offset
-        .checked_sub(sb.data_offset.checked_add(sb.data_size)?)?;
-    if raw < 6 {
-        return None;
-    }
-    let mut log = u64::from(sb.bblog_size).max(u64::from(BBLOG_SECTORS));
-    if sb.bblog_offset < 0 {
-        log = log.max(u64::from(sb.bblog_offset.unsigned_abs()));
-    }
-    Some((raw.saturating_sub(log), log))
-}
-
-/// `bitmap_offset` mdadm gives a bitmap added to a 1.0 member ([`v10_grow_bitmap_room`]):
-/// the area ends where the log below the superblock begins. The area is mdadm's count,
-/// `sync_size * 512 / chunk + 1` bits after the 256-byte bitmap superblock, in whole 4 KiB
-/// blocks (one spare bit, so it can be a block more than [`crate::bitmap`]'s exact size).
-pub fn v10_grow_bitmap_offset(sync_size_sectors: u64, chunk_bytes: u32, log: u64) -> Option<i32> {
-    let bits = u128::from(sync_size_sectors) * 512 / u128::from(chunk_bytes.max(1)) + 1;
-    let bytes = bits.div_ceil(8) + crate::bitmap::BITMAP_SUPER_BYTES as u128;
-    let area = u64::try_from(bytes.div_ceil(4096) * 8).ok()?;
-    i32::try_from(area.checked_add(log)?).ok().map(|b| -b)
-}
-
 /// What [`Superblock::new_for_create`] needs to know about the array; per-member values are
 /// its other arguments. Nothing here is read from a clock or a random source.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,12 +30,13 @@ use crate::meta::{read_member_superblock, write_superblock};
 use crate::restripe::{reshape_members, ReshapeOptions, ReshapeRequest};
 use std::sync::Arc;
 use uraid_core::bitmap::{self as bm, BitmapSuper};
+use uraid_core::bitmap::{v10_grow_bitmap_offset, v10_grow_bitmap_room};
 use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
 use uraid_core::geometry::raid5::ALGORITHM_PARITY_N;
 use uraid_core::geometry::takeover;
 use uraid_core::superblock::{
-    v10_grow_bitmap_offset, v10_grow_bitmap_room, MetadataVersion, Superblock, BBLOG_SECTORS,
-    FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT, ROLE_MAX, ROLE_SPARE,
+    MetadataVersion, Superblock, BBLOG_SECTORS, FEATURE_BITMAP_OFFSET, FEATURE_RAID0_LAYOUT,
+    ROLE_MAX, ROLE_SPARE,
 };
 use uraid_core::{Level, MemberIdx};
 

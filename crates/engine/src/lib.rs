@@ -118,7 +118,6 @@ mod replacing;
 mod reshape;
 mod reshape10;
 mod restripe;
-mod restripe10;
 mod shape;
 mod slot;
 mod slot_state;

@@ -5,7 +5,7 @@
 //! side's geometry at that side's data offset on each member (md's raid10_find_phys and
 //! choose_data_offset), from the first copy that reads. uraid serves it read-only (writes
 //! are refused with the reason) until `uraid grow --continue` has finished the reshape
-//! ([`crate::restripe10`]).
+//! (`restripe/raid10.rs`).
 
 use crate::array::{Array, Personality};
 use crate::array::{SyncCtx, ZeroKind};

@@ -26,6 +26,9 @@
 //! superblock recorded a finished reshape without clearing it is read as finished
 //! ([`uraid_core::geometry::reshape::fold_finished`]).
 
+// raid10's reshape (md's raid10 reshape_request): its own windows, the same records.
+mod raid10;
+
 use crate::array::Array;
 use crate::assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome};
 use crate::buf::AlignedBuf;
@@ -202,7 +205,7 @@ pub fn reshape_members(
 ) -> Result<ReshapeReport, ArrayError> {
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
     let planned = if array.level() == Level::Raid10 {
-        crate::restripe10::plan_start10(&array, &report, req, &opts.add)
+        raid10::plan_start10(&array, &report, req, &opts.add)
     } else {
         plan_start(&array, &report, req, &opts.add, None)
     };
@@ -489,7 +492,7 @@ pub fn continue_reshape(
     let (array, report) = assemble(devs.clone(), &AssembleOptions::default())?;
     if array.reshaping10().is_some() {
         let targets = targets(&devs, &report);
-        return crate::restripe10::continue_reshape10(array, report, &devs, &targets, opts);
+        return raid10::continue_reshape10(array, report, &devs, &targets, opts);
     }
     let Some(pers) = array.pers().as_any().downcast_ref::<ReshapePers>() else {
         let events = report.events;
