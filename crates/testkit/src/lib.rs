@@ -13,6 +13,7 @@
 //! - [`loopdev`]: loop devices over image files, detached on drop.
 //! - [`netns`]: remote hosts in network namespaces, each with an NBD server, that a test
 //!   cuts off and brings back.
+//! - [`proxy`]: a slow, lossy link (a delaying TCP proxy), where `tc netem` is missing.
 //! - [`pki`]: a test CA and server certificates for TLS (the file names nbdkit, qemu and
 //!   libnbd look for).
 //! - [`prelude`]: all of the above that a command-line test uses, in one glob import.
@@ -30,6 +31,7 @@ pub mod loopdev;
 pub mod netns;
 pub mod pki;
 pub mod prelude;
+pub mod proxy;
 pub mod served;
 pub mod skip;
 pub mod tmp;
