@@ -3,11 +3,15 @@
 # of a raid1 over 2 and a raid5 over 4 nbdkit memory members on loopback TCP, and against one
 # such nbdkit member directly, in the same run: 4k randrw QD64 (70% reads) and 1M sequential
 # read and write, each for SECS seconds. Prints one line per measurement, with the ratio to
-# the single member.
+# the single member. Then the recovery of a raid1 member on an nbdkit file export (1 GiB,
+# loopback TCP) after 64 MiB were written without it: re-added (the bitmap's dirty chunks
+# only) against added back empty (a full rebuild), each timed from `uraid add` to the end
+# of `uraid wait`.
 #
 #   scripts/bench-remote.sh [SECS]     (default 20; URAID_BIN=path, default target/release/uraid)
 #
-# Needs nbdkit and fio (nbd engine). Uses ports 10901-10906 on 127.0.0.1 and memory only.
+# Needs nbdkit and fio (nbd engine). Uses ports 10901-10909 on 127.0.0.1; memory, and 2 GiB
+# of sparse files under TMPDIR (default /var/tmp) for the recovery.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${URAID_BIN:-target/release/uraid}
@@ -89,3 +93,52 @@ serve_level() { # LEVEL N PORT...
 }
 serve_level 1 2 10901 10902
 serve_level 5 4 10903 10904 10905 10907
+
+# Re-add against full rebuild: raid1 over two nbdkit file members, filled, member 1 failed
+# and removed, 64 MiB written at the start, then member 1 added back.
+readd_vs_rebuild() {
+    local f0=$DIR/r0.img f1=$DIR/r1.img p
+    truncate -s 1G "$f0" "$f1"
+    for p in 10908 10909; do
+        local f=$f0; [ "$p" = 10909 ] && f=$f1
+        nbdkit -f -i 127.0.0.1 -p "$p" file "$f" &
+        pids+=($!)
+        until python3 -c "import socket; socket.create_connection(('127.0.0.1', $p), 1)" 2>/dev/null; do
+            sleep 0.05
+        done
+    done
+    local m0 m1 ctl=$DIR/readd.ctl
+    m0=$(uri 10908) m1=$(uri 10909)
+    "$B" create -l 1 -n 2 --bitmap internal --assume-clean --run "$m0" "$m1" >/dev/null 2>&1
+    # No speed limit: the rate of the recovery itself.
+    "$B" serve --name md0 --speed-max 100000000 --nbd "unix:$DIR/readd.sock" --control "$ctl" \
+        "$m0" "$m1" >serve-readd.log 2>&1 &
+    pids+=($!)
+    until [ -S "$ctl" ]; do sleep 0.05; done
+    local u="nbd+unix:///md0?socket=$DIR/readd.sock"
+    fio --name=fill --ioengine=nbd --uri="$u" --rw=write --bs=1M --size=1g --output-format=json >/dev/null
+    local chunk
+    chunk=$("$B" detail --json --control "$ctl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["bitmap_pages"]["chunk_kib"])')
+    out_and_back() { # what happens to member 1 while it is out (a command), then it is timed back
+        # The bitmap daemon clears a chunk's bit once it has been idle for two passes of
+        # daemon_sleep (5 s), as md's does; failed before that, every chunk the fill
+        # wrote would still be dirty and the re-add would copy them all.
+        sleep 12
+        "$B" fail --control "$ctl" 1 >/dev/null
+        "$B" remove --control "$ctl" 1 >/dev/null
+        fio --name=out --ioengine=nbd --uri="$u" --rw=write --bs=1M --size=64m --output-format=json >/dev/null
+        "$@"
+        local t0 t1
+        t0=$(date +%s.%N)
+        "$B" add --control "$ctl" "$m1" >/dev/null
+        "$B" wait --control "$ctl" >/dev/null
+        t1=$(date +%s.%N)
+        python3 -c "print('%.2f' % ($t1 - $t0))"
+    }
+    local readd rebuild
+    readd=$(out_and_back true)
+    # Its disk swapped for an empty one: no superblock, so a full rebuild.
+    rebuild=$(out_and_back sh -c "truncate -s 0 '$f1' && truncate -s 1G '$f1'")
+    echo "raid1 recovery after 64 MiB written (bitmap chunk $chunk KiB, 1 GiB members): re-add ${readd} s, full rebuild ${rebuild} s ($(python3 -c "print('%.1fx' % ($rebuild / $readd))") longer)"
+}
+readd_vs_rebuild
