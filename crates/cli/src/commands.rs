@@ -25,9 +25,13 @@ pub struct CreateArgs {
     /// Chunk size (K, M suffixes; a bare number is KiB, as in mdadm). Default 512K.
     #[arg(short, long)]
     pub chunk: Option<String>,
-    /// Number of member roles; defaults to the number of devices given.
+    /// Number of member roles; defaults to the number of devices given (less the spares).
     #[arg(short = 'n', long)]
     pub raid_devices: Option<usize>,
+    /// The last N devices given are spares (mdadm's -x): each takes a role that fails,
+    /// as a spare added later does.
+    #[arg(short = 'x', long, value_name = "N", default_value_t = 0)]
+    pub spare_devices: usize,
     /// Space to use on each member (K, M, G suffixes; a bare number is KiB).
     #[arg(short = 'z', long)]
     pub size: Option<String>,
@@ -246,12 +250,21 @@ fn parse_bytes(s: &str) -> Result<u64> {
 pub fn create(a: CreateArgs) -> Result<()> {
     let level =
         Level::parse(&a.level).with_context(|| format!("unknown raid level {:?}", a.level))?;
-    let n = a.raid_devices.unwrap_or(a.devices.len());
-    if n != a.devices.len() {
+    let given = a.devices.len();
+    let n = a
+        .raid_devices
+        .unwrap_or(given.saturating_sub(a.spare_devices));
+    if n + a.spare_devices != given {
         bail!(
-            "--raid-devices={n} but {} devices were given (spares come later)",
-            a.devices.len()
+            "--raid-devices={n} and --spare-devices={} need {} devices, but {given} were given \
+             (the members first, then the spares)",
+            a.spare_devices,
+            n + a.spare_devices
         );
+    }
+    let (member_names, spare_names) = a.devices.split_at(n);
+    if spare_names.iter().any(|d| d == "missing") {
+        bail!("a spare cannot be \"missing\": name a device, or give fewer --spare-devices");
     }
     let mut opts = CreateOptions::new(level);
     if let Some(l) = &a.layout {
@@ -329,9 +342,12 @@ pub fn create(a: CreateArgs) -> Result<()> {
     if let Some(j) = &a.write_journal {
         opts.journal = Some(open_member(j)?);
     }
-    opts.member_flags = create_member_flags(&a)?;
+    // Flags by position: the members', then the spares' (they go with the device).
+    let mut member_flags = create_member_flags(&a)?;
+    let spare_flags = member_flags.split_off(n);
+    opts.member_flags = member_flags;
     let mut devs: Vec<Option<Arc<dyn Member>>> = Vec::new();
-    for d in &a.devices {
+    for d in member_names {
         if d == "missing" {
             devs.push(None);
         } else {
@@ -342,15 +358,43 @@ pub fn create(a: CreateArgs) -> Result<()> {
             devs.push(Some(open_member(p)?));
         }
     }
+    let mut spares: Vec<Arc<dyn Member>> = Vec::new();
+    for d in spare_names {
+        let p = std::path::Path::new(d);
+        if !p.exists() && !crate::locks::is_remote(p) {
+            bail!("spare {d}: no such file or device");
+        }
+        spares.push(open_member(p)?);
+    }
+    // A spare must be able to take any role: refused before anything is written.
+    let smallest = devs.iter().flatten().map(|d| d.size_bytes()).min();
+    if let (Some(min), Some(s)) = (smallest, spares.iter().min_by_key(|s| s.size_bytes())) {
+        if s.size_bytes() < min {
+            bail!(
+                "spare {} has {} bytes, less than the smallest member's {min}: it could not \
+                 take a role; give a larger device",
+                s.name(),
+                s.size_bytes()
+            );
+        }
+    }
     // Asked once the engine has validated everything, before it writes.
     let journal = opts.journal.clone();
     let array = uraid_engine::create_confirmed(devs.clone(), &opts, &mut || {
         let mut all: Vec<&dyn Member> = devs.iter().flatten().map(|d| d.as_ref()).collect();
+        all.extend(spares.iter().map(|d| d.as_ref()));
         let members = all.len();
         all.extend(journal.as_deref());
         confirm_create(level, &all[..members], &all[members..], a.run || a.force)
             .map_err(|e| uraid_engine::ArrayError::Create(format!("{e:#}")))
     })?;
+    // Written as md writes a spare added to the new array; with a "missing" member the
+    // first spare takes that role, and its recovery runs when the array is served.
+    for (s, flags) in spares.iter().zip(spare_flags) {
+        if let Err(e) = array.add_member_with(s.clone(), flags) {
+            bail!("spare {}: {e}; the array was created without it", s.name());
+        }
+    }
     array.stop()?;
     if a.json {
         println!(

@@ -291,3 +291,80 @@ fn bench_ablation_script_states_the_defaults() {
         "uraid's skip_copy default is on"
     );
 }
+
+/// mdadm's `-x/--spare-devices`: the last devices given are spares. Their superblocks say
+/// so (uraid's examine and mdadm's), the array is whole without them, and a member that
+/// fails is rebuilt onto one (`recover`). A spare smaller than the members, or a count
+/// that does not add up, is refused before anything is written.
+#[test]
+fn create_with_spare_devices() {
+    let test = "create_with_spare_devices";
+    let d = TempDir::new("spares");
+    let imgs = d.images(4, 8, "m");
+    ok(uraid()
+        .args([
+            "create", "-l", "5", "-n", "3", "-x", "1", "-c", "16K", "--run",
+        ])
+        .args(&imgs));
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(&imgs[3])));
+    assert_eq!(v["role"], "spare", "{v}");
+    assert_eq!(v["raid_disks"], 3, "{v}");
+    let d0 = json(&ok(uraid().arg("detail").arg("--json").args(&imgs)));
+    assert_eq!(d0["degraded"], false, "{d0}");
+    assert_eq!(d0["spares"].as_array().map(|s| s.len()), Some(1), "{d0}");
+    if let Some(md) = mdadm(test) {
+        let out = stdout(&ok(Command::new(&md).arg("--examine").arg(&imgs[3])));
+        assert_eq!(
+            mdadm_field(&out, "Device Role").as_deref(),
+            Some("spare"),
+            "{out}"
+        );
+        let out = stdout(&ok(Command::new(&md).arg("--examine").arg(&imgs[0])));
+        assert_eq!(
+            mdadm_field(&out, "Raid Devices").as_deref(),
+            Some("3"),
+            "{out}"
+        );
+    }
+    // Data written with the members whole; member 1 lost, the spare rebuilt in its role.
+    let data = byte_pattern(1 << 20, 9);
+    let input = d.0.join("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid().args(["write", "--input"]).arg(&input).args(&imgs));
+    std::fs::File::create(&imgs[1])
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let left: Vec<PathBuf> = [0, 2, 3].iter().map(|&i| imgs[i].clone()).collect();
+    ok(uraid().arg("recover").args(&left));
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(&imgs[3])));
+    assert_eq!(v["role_number"], 1, "the spare did not take role 1: {v}");
+    let out = d.0.join("out.bin");
+    ok(uraid()
+        .args(["read", "--length", &(1u64 << 20).to_string(), "--output"])
+        .arg(&out)
+        .args([&imgs[2], &imgs[3]]));
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "the rebuilt spare reads wrong"
+    );
+
+    let e = d.images(3, 8, "e");
+    let small = d.image("small.img", 4);
+    let mut all = e.clone();
+    all.push(small);
+    fails_cleanly(
+        uraid()
+            .args(["create", "-l", "5", "-n", "3", "-x", "1", "--run"])
+            .args(&all),
+        &all,
+        "less than the smallest member",
+    );
+    fails_cleanly(
+        uraid()
+            .args(["create", "-l", "5", "-n", "3", "-x", "1", "--run"])
+            .args(&e),
+        &e,
+        "need 4 devices, but 3 were given",
+    );
+}
