@@ -181,3 +181,59 @@ fn a_served_array_grows_while_served() {
         text(&out.stdout)
     );
 }
+
+/// `grow --size max` on a served raid5 with an internal bitmap: the bitmap is resized
+/// with it (md's bitmap resize), the grown region resynced while served, and after the
+/// stop the array is larger, its data whole and its parity right; mdadm reads the bitmap.
+#[test]
+fn a_served_array_with_a_bitmap_grows_its_size() {
+    let d = TempDir::new("grow-size-bitmap");
+    let imgs = d.images(3, 24, "m");
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "3", "--bitmap", "internal"])
+        .args([
+            "--bitmap-chunk",
+            "1M",
+            "--size",
+            "8M",
+            "--assume-clean",
+            "--run",
+        ])
+        .args(&imgs));
+    let data = fill(&d, &imgs);
+    let before = detail(&imgs)["array_bytes"].as_u64().unwrap();
+    let mut srv = Served::start(&d, &imgs, &[]);
+    let out = ok(srv
+        .cmd()
+        .args(["grow", "--size", "max", "--array"])
+        .arg(&imgs[0]));
+    assert!(
+        text(&out.stderr).contains("component size"),
+        "{}",
+        text(&out.stderr)
+    );
+    srv.wait_detail(&imgs[0], |d| {
+        d["array_bytes"].as_u64().unwrap_or(0) > before && d["sync"].is_null()
+    });
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    assert_eq!(read_back(&imgs, data.len()), data);
+    let out = ok(uraid().args(["check", "-q"]).args(&imgs));
+    assert!(
+        text(&out.stdout).contains("mismatch_cnt: 0"),
+        "{}",
+        text(&out.stdout)
+    );
+    let test = "a_served_array_with_a_bitmap_grows_its_size";
+    if let Some(md) = tool_path("mdadm", test) {
+        // mdadm finds an internal bitmap only on a block device.
+        if let Some(l) = Loop::attach_or_skip(&imgs[0], test) {
+            let out = stdout(&ok(std::process::Command::new(&md)
+                .arg("--examine-bitmap")
+                .arg(&l.0)));
+            let sync = mdadm_field(&out, "Sync Size").unwrap_or_default();
+            let used = detail(&imgs)["used_dev_sectors"].as_u64().unwrap() / 2;
+            assert!(sync.starts_with(&used.to_string()), "{out}");
+        }
+    }
+}

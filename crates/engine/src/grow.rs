@@ -124,6 +124,10 @@ pub(crate) struct GrowState {
     pub v10_bitmap_log: Option<Option<u64>>,
     /// The array's size in sectors (what a raid10 bitmap covers).
     pub array_sectors: u64,
+    /// The internal bitmap's superblock, and the sectors its area may take on every
+    /// present member (to the nearest of the bad block log, the data or the superblock
+    /// above its start): what a resize has to fit in.
+    pub bitmap: Option<(BitmapSuper, u64)>,
 }
 
 /// A superblock rewrite: the new array-wide fields.
@@ -142,6 +146,9 @@ pub(crate) struct Change {
     /// A new internal bitmap and its `bitmap_offset` (8 sectors after a 1.1/1.2
     /// superblock, before a 1.0 one).
     add_bitmap: Option<(BitmapSuper, i32)>,
+    /// The internal bitmap's new sync size (a `--size` change): the bits of the old
+    /// range kept, those of a grown range set (its resync must not skip them).
+    resize_bitmap: Option<u64>,
     summary: String,
 }
 
@@ -218,6 +225,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         resync_from: None,
         drop_bitmap: false,
         add_bitmap: None,
+        resize_bitmap: None,
         summary: String::new(),
     };
     let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
@@ -383,10 +391,11 @@ fn plan_size(
              set by the size",
         ));
     }
-    if t.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+    let with_bitmap = t.feature_map & FEATURE_BITMAP_OFFSET != 0;
+    if with_bitmap && level == Level::Raid10 {
         return Err(refuse(
-            "the array has an internal bitmap, which would not cover the new size: remove it \
-             (uraid grow --bitmap none), change the size, then add it again",
+            "uraid does not resize a raid10's internal bitmap (it covers the array, not the \
+             members): remove it (uraid grow --bitmap none), change the size, then add it again",
         ));
     }
     let round = |s: u64| {
@@ -413,12 +422,37 @@ fn plan_size(
     if want == t.size {
         return Ok(Plan::Nothing(format!("the size is {want} sectors already")));
     }
+    // The bitmap keeps its chunk and place, as md's resize does when the bits fit the
+    // room it has; md would move or coarsen it otherwise, which uraid does not do.
+    let resize_bitmap = if with_bitmap {
+        let Some((b, space)) = &st.bitmap else {
+            return Err(refuse("the array's internal bitmap could not be read"));
+        };
+        let need = bm::space_bytes(want, b.chunksize) / 512;
+        let room = if b.sectors_reserved != 0 {
+            (*space).min(u64::from(b.sectors_reserved))
+        } else {
+            *space
+        };
+        if need > room {
+            return Err(refuse(format!(
+                "the internal bitmap would need {need} sectors at its chunk of {}K for the \
+                 new size, and it has {room}: remove it (uraid grow --bitmap none), change \
+                 the size, then add it again (with a larger chunk)",
+                b.chunksize / 1024
+            )));
+        }
+        Some(want)
+    } else {
+        None
+    };
     // md resyncs a grown region from the old end (recovery_cp), unless a resync was
     // owed from further down already.
     let resync_from = (want > t.size).then(|| t.resync_offset.min(t.size));
     Ok(Plan::Superblocks(Change {
         dev_sectors: want,
         resync_from,
+        resize_bitmap,
         summary: format!("component size {} -> {want} sectors", t.size),
         ..base
     }))
@@ -702,6 +736,55 @@ fn available_sectors(sb: &Superblock, dev: &dyn Member) -> u64 {
     }
 }
 
+/// The sectors an existing internal bitmap's area may take: from its start to the nearest
+/// of what lies above it on the member (the bad block log, the data, the superblock, and
+/// for 0.90 the end of the superblock's 64 KiB block).
+fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
+    let Some(start) = sb.bitmap_sector() else {
+        return 0;
+    };
+    let bblog = sb
+        .bblog_sector()
+        .map(|(at, _)| at)
+        .filter(|_| sb.bblog_size != 0);
+    [
+        bblog,
+        Some(sb.data_offset),
+        Some(sb.super_offset),
+        is_090.then_some(sb.super_offset + 128),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|&end| end > start)
+    .min()
+    .map_or(0, |end| end - start)
+}
+
+/// A member's bitmap area for a new sync size: its superblock with `sync_size` and
+/// `events`, the bits of chunks both sizes have kept, those of a grown range set, those
+/// past a shrunk end cleared. `old` is the area as read (at least as long as the result).
+fn resized_bitmap_area(old: &[u8], sync_size: u64, events: u64) -> Result<Vec<u8>, ArrayError> {
+    let mut b = BitmapSuper::decode(old)
+        .map_err(|e| ArrayError::Failed(format!("internal bitmap: {e}")))?;
+    let old_chunks = b.chunks();
+    b.sync_size = sync_size;
+    b.events = events;
+    let new_chunks = b.chunks();
+    let len = old.len().max(b.space_bytes() as usize);
+    let mut area = old.to_vec();
+    area.resize(len, 0);
+    area[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&b.encode());
+    let bits = &mut area[bm::BITMAP_SUPER_BYTES..];
+    for c in old_chunks..new_chunks {
+        bm::set_dirty(bits, c, true);
+    }
+    let cap = bits.len() as u64 * 8;
+    for c in new_chunks..old_chunks.min(cap) {
+        bm::set_dirty(bits, c, false);
+    }
+    Ok(area)
+}
+
 impl Array {
     /// What planning needs to know about this array.
     pub(crate) fn grow_state(&self) -> GrowState {
@@ -755,7 +838,16 @@ impl Array {
             })
             .min()
             .unwrap_or(0);
+        let bitmap = meta.bitmap.as_ref().map(|b| {
+            let space = sbs
+                .iter()
+                .map(|sb| bitmap_space_sectors(sb, meta.is_090()))
+                .min()
+                .unwrap_or(0);
+            (b.sb.clone(), space)
+        });
         GrowState {
+            bitmap,
             bitmap_room_sectors,
             v10_bitmap_log,
             array_sectors: self.personality().array_sectors(),
@@ -1003,6 +1095,38 @@ fn restripe_then_takeover(
     })
 }
 
+/// Each target's bitmap area rewritten for sync size `to` ([`resized_bitmap_area`]),
+/// flushed.
+fn write_resized_bitmaps(
+    targets: &[(Arc<dyn Member>, Superblock)],
+    new: &[Superblock],
+    to: u64,
+    events: u64,
+) -> Result<(), ArrayError> {
+    for ((dev, old_sb), sb) in targets.iter().zip(new) {
+        // A journal device has no bitmap.
+        let (Some(from), Some(at)) = (old_sb.bitmap_sector(), sb.bitmap_sector()) else {
+            continue;
+        };
+        let mut head = crate::buf::AlignedBuf::new(bm::BITMAP_ALIGN_BYTES as usize);
+        dev.read_at(&mut head, from * 512)?;
+        let b = BitmapSuper::decode(&head)
+            .map_err(|e| ArrayError::Failed(format!("{}: internal bitmap: {e}", dev.name())))?;
+        let mut probe = b.clone();
+        probe.sync_size = to;
+        let len = b.space_bytes().max(probe.space_bytes()) as usize;
+        let mut old = crate::buf::AlignedBuf::new(len);
+        dev.read_at(&mut old, from * 512)?;
+        let area = resized_bitmap_area(&old, to, events)
+            .map_err(|e| ArrayError::Failed(format!("{}: {e}", dev.name())))?;
+        let mut buf = crate::buf::AlignedBuf::new(area.len());
+        buf.copy_from_slice(&area);
+        dev.write_at(&buf, at * 512)?;
+        dev.flush()?;
+    }
+    Ok(())
+}
+
 /// Rewrite every member's superblock for a change that moves no data (events + 1).
 fn rewrite_superblocks(
     devs: &[Arc<dyn Member>],
@@ -1053,8 +1177,19 @@ fn rewrite_superblocks(
             dev.flush()?;
         }
     }
+    // A resized bitmap: bits for the larger of the two sizes are on disk whichever record
+    // a crash leaves, so grown, the bitmap goes first (an old superblock reads the extra
+    // bits as beyond its end), and shrunk, the superblocks (a new one reads the old, longer
+    // bitmap; its older events make it stale: a full resync, never a skipped chunk).
+    let resize = c.resize_bitmap.map(|to| (to, to > st.template.size));
+    if let Some((to, true)) = resize {
+        write_resized_bitmaps(&targets, &new, to, events)?;
+    }
     for ((dev, _), sb) in targets.iter().zip(&new) {
         write_superblock(dev.as_ref(), sb)?;
+    }
+    if let Some((to, false)) = resize {
+        write_resized_bitmaps(&targets, &new, to, events)?;
     }
     let missing_roles = (0..c.raid_disks)
         .filter(|&r| {
