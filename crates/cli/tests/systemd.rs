@@ -531,7 +531,7 @@ fn serve_scan_passes_over_a_storage_host_that_is_down() {
             &["file", disks[i].to_str().unwrap()],
         )
     };
-    let mut hosts = vec![start(0), start(1)];
+    let mut hosts = [start(0), start(1)];
     let uris: Vec<String> = hosts.iter().map(Nbdkit::uri).collect();
     ok(uraid()
         .args([
