@@ -5,8 +5,11 @@
 //! continues the one before. Words may be quoted ('..' or ".."). The keywords uraid uses:
 //!
 //! - `DEVICE` globs, `partitions` (the devices of /proc/partitions), `containers`;
-//!   several lines add up; without any, mdadm scans `partitions containers`.
-//! - `ARRAY [DEV] tag=value...`: `uuid=`, `name=`, `devices=` (comma-separated globs),
+//!   several lines add up; without any, mdadm scans `partitions containers`. uraid also
+//!   takes NBD URIs there (`nbd://host[:port]/export`, `nbds://...`, `nbd+unix://...`):
+//!   remote members, which no glob or /proc/partitions can find.
+//! - `ARRAY [DEV] tag=value...`: `uuid=`, `name=`, `devices=` (comma-separated globs or
+//!   NBD URIs; a URI there is also scanned, as if a DEVICE line named it),
 //!   `level=`, `num-devices=`, `spares=`, `metadata=`, `super-minor=`; a line with no
 //!   identity (uuid, name, super-minor, devices) identifies nothing and is an error.
 //! - `HOMEHOST <system>|<ignore>|<none>|NAME`.
@@ -27,6 +30,8 @@ pub enum DeviceSpec {
     Partitions,
     /// Arrays that hold other arrays (external metadata): uraid has none, so nothing.
     Containers,
+    /// An NBD export (`nbd://`, `nbds://`, `nbd+unix://`...): probed over the network.
+    Nbd(String),
 }
 
 /// An `ARRAY` line.
@@ -234,6 +239,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfError> {
                     c.devices.push(match d.as_str() {
                         "partitions" => DeviceSpec::Partitions,
                         "containers" => DeviceSpec::Containers,
+                        u if uraid_engine::is_nbd_uri(u) => DeviceSpec::Nbd(u.to_string()),
                         g => DeviceSpec::Glob(g.to_string()),
                     });
                 }
@@ -366,13 +372,24 @@ impl Config {
         true
     }
 
-    /// DEVICE lines, or mdadm's default (`partitions containers`).
+    /// DEVICE lines, or mdadm's default (`partitions containers`); then the NBD URIs of
+    /// ARRAY lines' `devices=` that no DEVICE line names (a remote member is on no local
+    /// list, so its ARRAY line is where it is found).
     pub fn device_specs(&self) -> Vec<DeviceSpec> {
-        if self.devices.is_empty() {
+        let mut specs = if self.devices.is_empty() {
             vec![DeviceSpec::Partitions, DeviceSpec::Containers]
         } else {
             self.devices.clone()
+        };
+        for a in self.arrays.iter().filter(|a| !a.ignored()) {
+            for d in a.devices.iter().filter(|d| uraid_engine::is_nbd_uri(d)) {
+                let spec = DeviceSpec::Nbd(d.clone());
+                if !specs.contains(&spec) {
+                    specs.push(spec);
+                }
+            }
         }
+        specs
     }
 }
 
@@ -468,6 +485,39 @@ mod tests {
         assert!(c.arrays[2].ignored());
         assert_eq!(c.arrays[2].name.as_deref(), Some("old one"));
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn nbd_uris_are_devices() {
+        let c = parse(
+            "c",
+            "DEVICE /dev/sd* nbds://store1:10809/disk0\n\
+             ARRAY /dev/md/r name=r devices=nbds://store1:10809/disk0,nbd://store2/disk0,/dev/sdc\n\
+             ARRAY <ignore> name=old devices=nbd://store3/old\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.device_specs(),
+            vec![
+                DeviceSpec::Glob("/dev/sd*".into()),
+                DeviceSpec::Nbd("nbds://store1:10809/disk0".into()),
+                DeviceSpec::Nbd("nbd://store2/disk0".into()),
+            ]
+        );
+        // Without DEVICE lines: mdadm's default, and the ARRAY line's URIs.
+        let c = parse(
+            "c",
+            "ARRAY /dev/md/r name=r devices=nbd+unix:///e?socket=/run/s.sock\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.device_specs(),
+            vec![
+                DeviceSpec::Partitions,
+                DeviceSpec::Containers,
+                DeviceSpec::Nbd("nbd+unix:///e?socket=/run/s.sock".into()),
+            ]
+        );
     }
 
     #[test]

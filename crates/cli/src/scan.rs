@@ -6,6 +6,11 @@
 //!
 //! Devices are opened read-only for the look: a scan never writes, and a device this user
 //! cannot read is passed over in silence (as mdadm's scan of /proc/partitions does).
+//!
+//! NBD URIs (DEVICE lines, ARRAY lines' `devices=`) are remote members: each is connected
+//! to (with the global `--nbd-*` options: TLS CA, timeout) and its superblock read over
+//! NBD. One that does not answer is said on stderr, by its URI, and passed over, as a
+//! device that is not there is: the array may start without it (degraded).
 
 use crate::mdadm_conf::{self, ArrayLine, Config, DeviceSpec, HostRule};
 use anyhow::{bail, Context, Result};
@@ -165,6 +170,7 @@ pub fn candidates(specs: &[DeviceSpec]) -> Vec<PathBuf> {
             }
             // External metadata containers: uraid reads none.
             DeviceSpec::Containers => {}
+            DeviceSpec::Nbd(uri) => push(PathBuf::from(uri)),
         }
     }
     out
@@ -190,10 +196,21 @@ pub fn partitions(text: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The device's superblock, if it has a valid one (read-only; errors mean "none").
+/// The device's superblock, if it has a valid one (read-only; errors mean "none"). A
+/// remote member that cannot be reached is said on stderr, by name.
 pub fn probe(path: &Path) -> Option<Probed> {
-    let dev = uraid_engine::overlay::ReadOnlyFile::open(path).ok()?;
-    let (sb, computed, rec) = uraid_engine::read_superblock_with_090(&dev).ok()?;
+    let dev: std::sync::Arc<dyn uraid_engine::Member> = if crate::locks::is_remote(path) {
+        match crate::open::open_member(path) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("uraid: passed over: {e:#}");
+                return None;
+            }
+        }
+    } else {
+        std::sync::Arc::new(uraid_engine::overlay::ReadOnlyFile::open(path).ok()?)
+    };
+    let (sb, computed, rec) = uraid_engine::read_superblock_with_090(dev.as_ref()).ok()?;
     (sb.sb_csum == computed).then_some(())?;
     Some(Probed {
         path: path.to_path_buf(),
@@ -248,6 +265,16 @@ pub fn array_line(f: &Found) -> String {
     if spares > 0 {
         s.push_str(&format!("   spares={spares}"));
     }
+    // Remote members are on no list a scan reads but this line's: name every member (the
+    // local ones too, as devices= admits only those it names).
+    if f.members.iter().any(|m| crate::locks::is_remote(&m.path)) {
+        let all: Vec<String> = f
+            .members
+            .iter()
+            .map(|m| m.path.display().to_string())
+            .collect();
+        s.push_str(&format!(" devices={}", all.join(",")));
+    }
     s
 }
 
@@ -272,6 +299,10 @@ fn named_by(id: &str, f: &Found, line: Option<&ArrayLine>) -> bool {
 }
 
 fn glob_matches(globs: &[String], p: &Path) -> bool {
+    if crate::locks::is_remote(p) {
+        // A URI is matched as written: its `?` and `[` are no glob's.
+        return globs.iter().any(|g| Some(g.as_str()) == p.to_str());
+    }
     let canon = crate::locks::canonical(p);
     globs.iter().any(|g| {
         glob::Pattern::new(g).is_ok_and(|pat| pat.matches_path(p) || pat.matches_path(&canon))
@@ -357,7 +388,7 @@ pub fn select(
     if let Some(i) = named.iter().position(|n| !n) {
         bail!(
             "no array found for {:?} among the scanned devices (DEVICE lines of the config, \
-             else /proc/partitions)",
+             else /proc/partitions; NBD URIs of its ARRAY lines)",
             wanted[i]
         );
     }
@@ -423,7 +454,7 @@ pub fn plans(scan: &ScanArgs, wanted: &[String]) -> Result<Vec<Plan>> {
             "no array to start{}",
             if refused.is_empty() {
                 ": no md superblock on the scanned devices (DEVICE lines of the config, \
-                 else /proc/partitions)"
+                 else /proc/partitions; NBD URIs of its ARRAY lines)"
             } else {
                 " (see above)"
             }
@@ -652,6 +683,41 @@ mod tests {
              name=box:home"
         );
         assert_eq!(f.present_roles(), 2);
+    }
+
+    #[test]
+    fn remote_members_are_named_on_the_line_and_matched_as_written() {
+        // Two members and a spare: two of the three remote.
+        let mut f = found("box:far", 0x22, &[0, 1, ROLE_SPARE]);
+        f.members[1].path = "nbds://store1:10809/disk?0".into();
+        f.members[2].path = "nbd+unix:///e?socket=/run/s.sock".into();
+        let line = array_line(&f);
+        assert!(
+            line.ends_with(
+                " name=box:far   spares=1 devices=/img/box:far0,nbds://store1:10809/disk?0,\
+                 nbd+unix:///e?socket=/run/s.sock"
+            ),
+            "{line}"
+        );
+        // The line, read back as a config, names the array and admits all three members.
+        let c = mdadm_conf::parse("c", &line).unwrap();
+        let (p, r) = select(&c, vec![f.clone()], &HostRule::Any, &[]).unwrap();
+        assert!(r.is_empty(), "{r:?}");
+        assert_eq!(p[0].found.paths(), f.paths());
+        assert_eq!(
+            c.device_specs()[2..],
+            [
+                DeviceSpec::Nbd("nbds://store1:10809/disk?0".into()),
+                DeviceSpec::Nbd("nbd+unix:///e?socket=/run/s.sock".into())
+            ]
+        );
+        // `?` is no wildcard in a URI: another export is not admitted.
+        let mut other = f.clone();
+        other.members[1].path = "nbds://store1:10809/diskX0".into();
+        let (p, _) = select(&c, vec![other], &HostRule::Any, &[]).unwrap();
+        assert_eq!(p[0].found.members.len(), 2);
+        // Local members only: no devices= (mdadm's line).
+        assert!(!array_line(&found("box:near", 3, &[0, 1])).contains("devices="));
     }
 
     #[test]

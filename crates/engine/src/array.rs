@@ -1021,8 +1021,22 @@ impl SbHost for Array {
         Array::now_secs(self)
     }
 
-    fn members_failed(&self) {
+    fn members_failed(&self, roles: &[MemberIdx]) {
         self.refresh_failfast();
+        // Under the superblock lock: only events here (a channel send each); the daemons'
+        // failure watcher gives a waiting spare the role once the lock is let go.
+        for &role in roles {
+            let name = self.slots[role].device_name().unwrap_or_default();
+            tracing::warn!(
+                "member {role} ({name}) failed: its superblock could not be written; \
+                 marking it faulty"
+            );
+            self.events
+                .emit(crate::events::Event::Fail { role, device: name });
+        }
+        if !roles.is_empty() && self.is_degraded() {
+            self.events.emit(crate::events::Event::DegradedArray);
+        }
     }
 }
 

@@ -35,8 +35,9 @@ pub trait SbHost {
     /// Wall seconds of the array's clock (the superblocks' utime).
     fn now_secs(&self) -> u64;
     /// Members were failed here (their superblock could not be written): what the host
-    /// derives from the members' states (md's failfast) must be looked at again.
-    fn members_failed(&self);
+    /// derives from the members' states (md's failfast) must be looked at again, and the
+    /// failures told as any other member failure is (a waiting spare then takes the role).
+    fn members_failed(&self, roles: &[MemberIdx]);
 }
 
 /// md's MD_SB_CHANGE_PENDING as a count of member changes whose superblock update is in
@@ -468,6 +469,7 @@ impl Meta {
         // the member wait for the update below that records it.
         let change = (!failed_roles.is_empty()).then(|| a.begin_sb_change());
         let mut newly_failed = false;
+        let mut failed_now = Vec::new();
         for i in failed_roles {
             let slot = a.slot(i);
             let prev = slot.state();
@@ -478,10 +480,11 @@ impl Meta {
                 // A member being replaced: its replacement goes on as a recovery.
                 a.promote_replacement(i, self);
                 newly_failed = true;
+                failed_now.push(i);
             }
         }
         if newly_failed {
-            a.members_failed();
+            a.members_failed(&failed_now);
         }
         if newly_failed && written > 0 && self.write_depth < 4 {
             // Record those failures on the members that still take superblocks.

@@ -266,3 +266,69 @@ fn a_member_failed_by_request_is_not_readded() {
     assert_eq!(a.slot_state(MemberIdx(1)), SlotState::Faulty);
     d.stop();
 }
+
+/// A host lost while the array is clean is found by the superblock update that the first
+/// write makes (the array marked dirty before any data goes out): the member is failed
+/// there, told as a failure (`Fail`), and a waiting spare takes its role, as it does when a
+/// data write finds the host gone.
+#[test]
+fn a_member_failed_by_its_superblock_write_gives_a_spare_its_role() {
+    let c = config(Level::Raid1, 2);
+    let h = hosts(&c, "sbfail");
+    let a = Arc::new(create(&c, &h, true));
+    let spare = Arc::new(MemMember::new("spare", 8 << 20));
+    assert_eq!(
+        a.add_member(spare.clone()).unwrap(),
+        uraid_engine::AddOutcome::Spare
+    );
+    let events = a.subscribe();
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let n = notes.clone();
+    let d = a
+        .start_daemons(DaemonOptions {
+            notify: Some(Arc::new(move |note: &DaemonNote| {
+                n.lock().unwrap().push(note.clone())
+            })),
+            ..DaemonOptions::default()
+        })
+        .unwrap();
+    wait_for("the array clean (safe mode)", || {
+        read_superblock(h.disks[0].as_ref()).unwrap().is_clean() && !a.is_dirty()
+    });
+    let before = read_superblock(h.disks[1].as_ref()).unwrap().events;
+
+    h.networks[1].store(false, Ordering::SeqCst);
+    let data = vec![0x6bu8; 256 << 10];
+    a.write(0, &data).unwrap();
+    assert_eq!(a.slot_state(MemberIdx(1)), SlotState::Faulty);
+    // Nothing reached host 1 after the network went: not even the dirty superblock.
+    assert_eq!(read_superblock(h.disks[1].as_ref()).unwrap().events, before);
+    // The events until the failure's (60 s each: a hang bound).
+    let fail = loop {
+        match events.recv_timeout(Duration::from_secs(60)) {
+            Ok(e @ uraid_engine::Event::Fail { .. }) => break e,
+            Ok(_) => {}
+            Err(e) => panic!("no Fail event: {e}"),
+        }
+    };
+    assert!(
+        matches!(&fail, uraid_engine::Event::Fail { role, .. } if *role == MemberIdx(1)),
+        "{fail:?}"
+    );
+    wait_for("the spare rebuilt in role 1", || {
+        !a.is_degraded() && a.slot_state(MemberIdx(1)) == SlotState::InSync
+    });
+    assert!(
+        notes
+            .lock()
+            .unwrap()
+            .contains(&DaemonNote::SpareTookFailedRole { role: MemberIdx(1) }),
+        "{:?}",
+        notes.lock().unwrap()
+    );
+    d.stop();
+    let off = read_superblock(spare.as_ref()).unwrap().data_offset * 512;
+    let mut got = vec![0u8; data.len()];
+    spare.read_at(&mut got, off).unwrap();
+    assert!(got == data, "the spare holds the data");
+}
