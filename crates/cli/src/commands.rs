@@ -324,17 +324,13 @@ pub fn create(a: CreateArgs) -> Result<()> {
             bail!("--consistency-policy must be resync, bitmap, journal or ppl, not {other:?}")
         }
     }
-    // mdadm's spellings of 0.90 ("0" too); 1.x by where its superblock goes.
-    if matches!(a.metadata.trim(), "0.90" | "0.9" | "0") {
-        opts.metadata_090 = true;
-    } else {
-        opts.metadata = uraid_core::superblock::MetadataVersion::parse(&a.metadata).with_context(|| {
-            format!(
-                "--metadata {:?}: uraid writes 0.90, 1.0, 1.1 or 1.2 (external metadata is not supported)",
-                a.metadata
-            )
-        })?;
-    }
+    // mdadm's spellings of 0.90 ("0" too) and of 1.x.
+    opts.metadata = uraid_engine::Metadata::parse(&a.metadata).with_context(|| {
+        format!(
+            "--metadata {:?}: uraid writes 0.90, 1.0, 1.1 or 1.2 (external metadata is not supported)",
+            a.metadata
+        )
+    })?;
     if let Some(u) = &a.uuid {
         opts.uuid =
             Some(uraid_core::superblock::parse_uuid(u).with_context(|| format!("bad uuid {u:?}"))?);

@@ -54,6 +54,20 @@ fn disk_state(d: &Disk090) -> String {
     s
 }
 
+/// How many rows of the device table mdadm lists: the roles, the devices a shrink (0.91
+/// with a negative delta) is taking out, then the spares. Text and JSON list the same.
+fn listed_disks(rec: &Superblock090) -> usize {
+    let reshaping = rec.minor_version > 90 && rec.reshape_position != u64::MAX;
+    let leaving = if reshaping {
+        rec.delta_disks.min(0).unsigned_abs()
+    } else {
+        0
+    };
+    rec.raid_disks
+        .saturating_add(leaving)
+        .saturating_add(rec.spare_disks) as usize
+}
+
 fn disk_row(o: &mut String, label: &str, d: &Disk090) {
     o.push_str(&format!(
         "{label:>4} {:5}   {:5}    {:5}    {:5}     {}\n",
@@ -94,7 +108,6 @@ pub fn examine_human(path: &str, rec: &Superblock090, computed_csum: u32) -> Str
     o.push('\n');
     // A reshape (0.91), as mdadm prints it for 0.90: the new shape only where it differs.
     let reshaping = rec.minor_version > 90 && rec.reshape_position != u64::MAX;
-    let mut delta_extra = 0;
     if reshaping {
         let mut line = |k: &str, v: String| o.push_str(&format!("{k:>15} : {v}\n"));
         line(
@@ -115,8 +128,6 @@ pub fn examine_human(path: &str, rec: &Superblock090, computed_csum: u32) -> Str
                     rec.raid_disks
                 ),
             );
-            // A shrink lists the leaving devices too.
-            delta_extra = rec.delta_disks.min(0).unsigned_abs();
         }
         if rec.new_level != rec.level {
             line("New Level", level_name(rec.new_level));
@@ -182,11 +193,8 @@ pub fn examine_human(path: &str, rec: &Superblock090, computed_csum: u32) -> Str
     o.push_str("      Number   Major   Minor   RaidDevice State\n");
     disk_row(&mut o, "this", &rec.this_disk);
     o.push('\n');
-    let listed = rec
-        .raid_disks
-        .saturating_add(delta_extra)
-        .saturating_add(rec.spare_disks) as usize;
-    for (i, d) in rec.disks.iter().enumerate().take(listed) {
+    // A shrink lists the leaving devices too.
+    for (i, d) in rec.disks.iter().enumerate().take(listed_disks(rec)) {
         disk_row(&mut o, &i.to_string(), d);
     }
     format!("{path}:\n{o}")
@@ -235,6 +243,6 @@ pub fn examine_json(path: &str, rec: &Superblock090, computed_csum: u32) -> Valu
             "new_chunk_bytes": rec.new_chunk,
         })),
         "this_disk": disk(&rec.this_disk),
-        "disks": rec.disks.iter().take(rec.raid_disks.saturating_add(rec.spare_disks) as usize).map(disk).collect::<Vec<_>>(),
+        "disks": rec.disks.iter().take(listed_disks(rec)).map(disk).collect::<Vec<_>>(),
     })
 }

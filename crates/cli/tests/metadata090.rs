@@ -4,10 +4,13 @@
 //! nothing written (27 devices, 2 TiB per member); an internal bitmap after the superblock, as mdadm
 //! --examine-bitmap reads it.
 
+use serde_json::Value;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use uraid_core::superblock090::{sb090_offset_sectors, Superblock090, SB090_BYTES};
+use uraid_core::superblock090::{
+    sb090_offset_sectors, Disk090, Superblock090, DISK_ACTIVE, DISK_SYNC, SB090_BYTES,
+};
 use uraid_testkit::prelude::*;
 
 /// `uraid` with the sync IO engine.
@@ -373,7 +376,7 @@ fn a_090_superblock_and_a_12_one_on_one_device_go_by_creation_time() {
 /// A 0.91 member (md's record mid-reshape) examines as `mdadm --examine` prints it: the
 /// reshape lines ("Reshape pos'n", "Delta Devices", "New Level", "New Layout", "New
 /// Chunksize") where mdadm prints them, word for word, and for a shrink the leaving
-/// device in the table.
+/// device in the table; `examine --json` lists the same devices (the leaving one too).
 #[test]
 fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
     let md = tool_path(
@@ -416,6 +419,19 @@ fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
             rec.new_layout = new_layout;
             rec.new_chunk = new_chunk;
             rec.reshape_position = position;
+            // A shrink from 5 to 4: the fifth device is still in the table, active, until
+            // the reshape is done (mdadm lists it after the roles).
+            rec.disks[4] = if delta < 0 {
+                Disk090 {
+                    number: 4,
+                    major: 7,
+                    minor: 12,
+                    raid_disk: 4,
+                    state: DISK_ACTIVE | DISK_SYNC,
+                }
+            } else {
+                Disk090::default()
+            };
             let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
             let at = sb090_offset_sectors(f.metadata().unwrap().len() / 512).unwrap() * 512;
             f.write_all_at(&rec.encode(), at).unwrap();
@@ -434,6 +450,35 @@ fn examine_of_a_0_91_member_prints_mdadm_s_reshape_lines() {
         let ex = json_exact(&ok(uraid().args(["examine", "--json"]).arg(&imgs[0])));
         assert_eq!(ex["reshape"]["position_sectors"], position, "{what}");
         assert_eq!(ex["reshape"]["delta_disks"], delta, "{what}");
+        // The JSON's device table is the text's, row for row: a shrink's leaving device
+        // with its state too.
+        let rows: Vec<Value> = ours
+            .lines()
+            .skip_while(|l| !l.contains("RaidDevice State"))
+            .skip(1)
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let n = |i: usize| w[i].parse::<u32>().unwrap();
+                (w.len() > 5 && w[0] != "this").then(|| {
+                    serde_json::json!({
+                        "number": n(1),
+                        "major": n(2),
+                        "minor": n(3),
+                        "raid_disk": n(4),
+                        "state": w[5..].join(" "),
+                    })
+                })
+            })
+            .collect();
+        let listed = 4 + delta.min(0).unsigned_abs() as usize;
+        assert_eq!(rows.len(), listed, "{what}:\n{ours}");
+        assert_eq!(ex["disks"], Value::Array(rows), "{what}:\n{ours}\n{ex:#}");
+        if delta < 0 {
+            let leaving = &ex["disks"][4];
+            assert_eq!(leaving["raid_disk"], 4, "{what}: {ex:#}");
+            assert_eq!(leaving["minor"], 12, "{what}: {ex:#}");
+            assert_eq!(leaving["state"], "active sync", "{what}: {ex:#}");
+        }
         if let Some(md) = &md {
             let out = Command::new(md)
                 .arg("--examine")

@@ -9,67 +9,14 @@ use uraid_core::superblock::{
 };
 use uraid_core::superblock090::*;
 
-fn put(b: &mut [u8], word: usize, v: u32, order: ByteOrder) {
-    let bytes = match order {
-        ByteOrder::Little => v.to_le_bytes(),
-        ByteOrder::Big => v.to_be_bytes(),
-    };
-    b[4 * word..4 * word + 4].copy_from_slice(&bytes);
-}
+mod common;
+use common::{Record090, DEVICE_SECTORS};
 
-/// A clean 3-disk raid5 as Linux md writes it (recovery_cp MaxSector cut to 32 bits,
-/// cp_events = events), member 1, written word by word from md_p.h.
+/// The sample: a clean 3-disk raid5 as Linux md writes it (recovery_cp MaxSector cut to
+/// 32 bits, cp_events = events), member 1, in the given byte order.
 fn record(order: ByteOrder) -> Vec<u8> {
-    let mut b = vec![0u8; 4096];
-    let mut p = |w: usize, v: u32| put(&mut b, w, v, order);
-    p(0, 0xa92b_4efc);
-    p(2, 90);
-    p(5, 0x1111_2222);
-    p(6, 1_700_000_000);
-    p(7, 5);
-    p(8, 65_472);
-    p(9, 3);
-    p(10, 3);
-    p(11, 7);
-    p(13, 0x3333_4444);
-    p(14, 0x5555_6666);
-    p(15, 0x7777_8888);
-    p(32, 1_700_000_100);
-    p(33, SB090_STATE_CLEAN);
-    p(34, 3);
-    p(35, 3);
-    let (e0, e1) = match order {
-        ByteOrder::Little => (2, 1),
-        ByteOrder::Big => (1, 2),
-    };
-    p(39, e0);
-    p(40, e1);
-    p(41, e0);
-    p(42, e1);
-    p(43, 0xffff_ffff);
-    p(64, 2);
-    p(65, 65_536);
-    for i in 0..3u32 {
-        let base = 128 + 32 * i as usize;
-        p(base, i);
-        p(base + 1, 8);
-        p(base + 2, 16 * i);
-        p(base + 3, i);
-        p(base + 4, DISK_ACTIVE | DISK_SYNC);
-    }
-    let this = 128 + 27 * 32;
-    p(this, 1);
-    p(this + 1, 8);
-    p(this + 2, 16);
-    p(this + 3, 1);
-    p(this + 4, DISK_ACTIVE | DISK_SYNC);
-    let c = checksum090(&b, order);
-    put(&mut b, 38, c, order);
-    b
+    Record090::raid5(order).bytes()
 }
-
-/// Device sectors whose 0.90 place leaves 65_472 KiB below it (the record's size).
-const DEVICE_SECTORS: u64 = 131_072;
 
 #[test]
 fn encode_gives_back_the_bytes_md_wrote_in_either_byte_order() {

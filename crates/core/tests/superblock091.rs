@@ -11,63 +11,29 @@ use uraid_core::superblock::{
 };
 use uraid_core::superblock090::*;
 
-fn put(b: &mut [u8], word: usize, v: u32) {
-    b[4 * word..4 * word + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-/// Device sectors whose 0.90 place leaves 65_472 KiB below it.
-const DEVICE_SECTORS: u64 = 131_072;
+mod common;
+use common::{put, seal, Record090, Reshape091, DEVICE_SECTORS};
 
 /// A raid5 md is growing from 3 to 4 devices (left-symmetric, 64 KiB chunks), stopped at
-/// array sector `position` (0x1_0000_0000 + 0x1800 when `high`, to place both words),
-/// member 1, as a little-endian md writes it: minor 91, raid_disks the new count.
+/// array sector `position`, member 1, as a little-endian md writes it: minor 91,
+/// raid_disks the new count, events 21, new level 5, new layout left-symmetric, new
+/// chunk 64 KiB.
 fn record(position: u64, delta: i32, raid_disks: u32) -> Vec<u8> {
-    let mut b = vec![0u8; 4096];
-    let mut p = |w: usize, v: u32| put(&mut b, w, v);
-    p(0, 0xa92b_4efc);
-    p(2, 91);
-    p(5, 0x1111_2222);
-    p(6, 1_700_000_000);
-    p(7, 5);
-    p(8, 65_472);
-    p(9, raid_disks);
-    p(10, raid_disks);
-    p(11, 3);
-    p(13, 0x3333_4444);
-    p(14, 0x5555_6666);
-    p(15, 0x7777_8888);
-    p(32, 1_700_000_100);
-    p(33, SB090_STATE_CLEAN);
-    p(34, raid_disks);
-    p(35, raid_disks);
-    p(39, 21); // events lo
-    p(41, 21); // cp_events lo
-    p(43, 0xffff_ffff);
-    p(44, position as u32); // reshape_position lo
-    p(45, (position >> 32) as u32); // reshape_position hi
-    p(46, 5); // new_level
-    p(47, delta as u32); // delta_disks
-    p(48, 2); // new_layout: left-symmetric
-    p(49, 65_536); // new_chunk, bytes
-    p(64, 2);
-    p(65, 65_536);
-    for i in 0..raid_disks {
-        let base = 128 + 32 * i as usize;
-        p(base, i);
-        p(base + 1, 8);
-        p(base + 2, 16 * i);
-        p(base + 3, i);
-        p(base + 4, DISK_ACTIVE | DISK_SYNC);
+    Record090 {
+        minor_version: 91,
+        raid_disks,
+        md_minor: 3,
+        events: 21,
+        reshape: Some(Reshape091 {
+            position,
+            new_level: 5,
+            delta_disks: delta,
+            new_layout: 2,
+            new_chunk: 65_536,
+        }),
+        ..Record090::raid5(ByteOrder::Little)
     }
-    let this = 128 + 27 * 32;
-    p(this, 1);
-    p(this + 1, 8);
-    p(this + 2, 16);
-    p(this + 3, 1);
-    p(this + 4, DISK_ACTIVE | DISK_SYNC);
-    let c = checksum090(&b, ByteOrder::Little);
-    put(&mut b, 38, c);
-    b
+    .bytes()
 }
 
 #[test]
@@ -231,9 +197,8 @@ fn md_s_in_place_rules_decide_what_the_members_alone_describe() {
     );
     // And so is a same-size restripe (a chunk change).
     let mut chunk = record(0x1800, 0, 3);
-    put(&mut chunk, 49, 131_072);
-    let c = checksum090(&chunk, ByteOrder::Little);
-    put(&mut chunk, 38, c);
+    put(&mut chunk, 49, 131_072, ByteOrder::Little);
+    seal(&mut chunk, ByteOrder::Little);
     let e = check(chunk).unwrap_err();
     assert!(
         e.contains("same-size restripe") && e.contains("--backup-file"),

@@ -22,6 +22,58 @@ use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 /// mdadm's default chunk: 512 KiB.
 pub const DEFAULT_CHUNK_SECTORS: u64 = 1024;
 
+/// The superblock format [`create`] writes (mdadm's `-e`/`--metadata`): 0.90, which has a
+/// codec of its own, or one of the 1.x placements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Metadata {
+    /// 0.90: the superblock at the last 64 KiB-aligned 64 KiB of each member, data from
+    /// sector 0 up to it. At most 27 devices, 2 TiB per member for levels other than
+    /// raid0, a bitmap only in the 64 KiB after the superblock, no journal or PPL.
+    V0_90,
+    /// 1.0, 1.1 or 1.2: a version 1 superblock where its version puts it.
+    V1(MetadataVersion),
+}
+
+impl Default for Metadata {
+    /// mdadm's default, 1.2.
+    fn default() -> Metadata {
+        Metadata::V1(MetadataVersion::V1_2)
+    }
+}
+
+impl From<MetadataVersion> for Metadata {
+    fn from(v: MetadataVersion) -> Metadata {
+        Metadata::V1(v)
+    }
+}
+
+impl Metadata {
+    /// mdadm's spellings: "0.90" (and "0.9", "0") for 0.90, the 1.x ones as
+    /// [`MetadataVersion::parse`] reads them ("1" and "default" mean 1.2).
+    pub fn parse(s: &str) -> Option<Metadata> {
+        match s.trim() {
+            "0.90" | "0.9" | "0" => Some(Metadata::V0_90),
+            other => MetadataVersion::parse(other).map(Metadata::V1),
+        }
+    }
+
+    /// As mdadm names it ("0.90", "1.2").
+    pub fn name(self) -> &'static str {
+        match self {
+            Metadata::V0_90 => "0.90",
+            Metadata::V1(v) => v.name(),
+        }
+    }
+
+    /// The 1.x placement; None for 0.90.
+    pub fn v1(self) -> Option<MetadataVersion> {
+        match self {
+            Metadata::V0_90 => None,
+            Metadata::V1(v) => Some(v),
+        }
+    }
+}
+
 /// What [`create`] makes (mdadm --create's options).
 #[derive(Clone)]
 pub struct CreateOptions {
@@ -49,12 +101,8 @@ pub struct CreateOptions {
     pub data_offset_sectors: Option<u64>,
     /// A write journal device (md's --write-journal): raid4/5/6 only.
     pub journal: Option<Arc<dyn Member>>,
-    /// Superblock version (mdadm's -e): where the superblock, bitmap and data go.
-    pub metadata: MetadataVersion,
-    /// mdadm's `-e 0.90`: 0.90 superblocks (at the last 64 KiB-aligned 64 KiB, data from
-    /// sector 0) instead of `metadata`'s 1.x. At most 27 devices, 2 TiB per member for
-    /// levels other than raid0, no bitmap or journal.
-    pub metadata_090: bool,
+    /// Superblock format (mdadm's -e): where the superblock, bitmap and data go.
+    pub metadata: Metadata,
     /// The array's clock (see [`Clock`](crate::Clock)); the system's by default.
     pub clock: crate::clock::Clock,
     /// md's flags of each member (mdadm --write-mostly, --failfast), in the order of the
@@ -81,8 +129,7 @@ impl CreateOptions {
             uuid: None,
             data_offset_sectors: None,
             journal: None,
-            metadata: MetadataVersion::V1_2,
-            metadata_090: false,
+            metadata: Metadata::default(),
             clock: Default::default(),
             member_flags: Vec::new(),
             ppl: false,
@@ -275,14 +322,18 @@ pub fn create_confirmed(
         .map(|d| d.size_bytes() / SECTOR_BYTES)
         .min()
         .expect("one");
-    let v090 = opts.metadata_090;
+    let v090 = opts.metadata == Metadata::V0_90;
     // 0.90: the bitmap fills at most the rest of the 64 KiB after the superblock.
     let bitmap_space = if v090 {
         SB090_BITMAP_ROOM_SECTORS
     } else {
         default_bitmap_space_sectors(min_dev_sectors)
     };
-    let at_end = opts.metadata.at_end() || v090;
+    // 0.90's superblock is after the data, as 1.0's is.
+    let at_end = match opts.metadata {
+        Metadata::V0_90 => true,
+        Metadata::V1(v) => v.at_end(),
+    };
     if v090 {
         // Refused before anything is written: what 0.90 cannot hold.
         let devices = raid_disks + usize::from(opts.journal.is_some());
@@ -497,7 +548,9 @@ pub fn create_confirmed(
         },
         bad_block_log: true,
         clean: true,
-        version: opts.metadata,
+        // 0.90's records are made from this spec by their own codec, which has no
+        // version 1 placement and reads none.
+        version: opts.metadata.v1().unwrap_or(MetadataVersion::V1_2),
     };
     if let Some(j) = &opts.journal {
         if !level.has_parity() {

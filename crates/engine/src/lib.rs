@@ -144,7 +144,7 @@ pub use array::{Array, ForcedStop, Stats, WallSecs, MAX_CORRECTED_READ_ERRORS};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
 pub use cell::ArrayCell;
 pub use create::{
-    create, create_confirmed, existing_signatures, CreateOptions, DEFAULT_CHUNK_SECTORS,
+    create, create_confirmed, existing_signatures, CreateOptions, Metadata, DEFAULT_CHUNK_SECTORS,
 };
 pub use dirty::DirtyExtent;
 pub use error::{errno_of, ArrayError, ErrnoMsg};

@@ -613,7 +613,7 @@ fn bitmap_added(v: MetadataVersion) -> Vec<Arc<dyn Member>> {
     let devs = members(2, 8 * MB, &format!("bma{v:?}-"));
     let mut o = opts(Level::Raid1, None);
     o.data_offset_sectors = None; // md's default offset leaves room for a bitmap
-    o.metadata = v;
+    o.metadata = v.into();
     let data = made(&devs, &o, 17);
     assert!(!open(&devs).has_bitmap());
     let r = grow_members(

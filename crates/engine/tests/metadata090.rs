@@ -59,7 +59,7 @@ fn rewrite(m: &MemMember, rec: &Superblock090) {
 
 fn opts090(level: Level) -> CreateOptions {
     let mut o = CreateOptions::new(level);
-    o.metadata_090 = true;
+    o.metadata = uraid_engine::Metadata::V0_90;
     o.chunk_sectors = Some(64);
     o
 }

@@ -23,7 +23,7 @@ fn a_member_added_to_a_10_array_keeps_its_superblock_at_its_own_end() {
     for bitmap in [false, true] {
         let devs: Vec<Arc<MemMember>> = (0..3).map(|i| mem(&format!("m{i}"), 8)).collect();
         let mut opts = CreateOptions::new(Level::Raid5);
-        opts.metadata = MetadataVersion::V1_0;
+        opts.metadata = MetadataVersion::V1_0.into();
         opts.chunk_sectors = Some(16);
         opts.bitmap = bitmap;
         opts.assume_clean = true;
@@ -68,7 +68,7 @@ fn a_member_added_to_a_10_array_keeps_its_superblock_at_its_own_end() {
 fn a_11_array_reassembles_with_its_data_after_the_superblock() {
     let devs: Vec<Arc<MemMember>> = (0..2).map(|i| mem(&format!("r{i}"), 8)).collect();
     let mut opts = CreateOptions::new(Level::Raid1);
-    opts.metadata = MetadataVersion::V1_1;
+    opts.metadata = MetadataVersion::V1_1.into();
     opts.bitmap = true;
     let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
     let data = pattern(a.size_bytes() as usize, 9);

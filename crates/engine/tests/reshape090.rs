@@ -34,7 +34,7 @@ fn dyns(m: &[Arc<MemMember>]) -> Vec<Arc<dyn Member>> {
 
 fn opts090() -> CreateOptions {
     let mut o = CreateOptions::new(Level::Raid5);
-    o.metadata_090 = true;
+    o.metadata = uraid_engine::Metadata::V0_90;
     o.layout = Some(ALGORITHM_LEFT_SYMMETRIC);
     o.chunk_sectors = Some(CHUNK);
     o.assume_clean = true;
