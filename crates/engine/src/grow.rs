@@ -145,7 +145,7 @@ pub(crate) struct Change {
     drop_bitmap: bool,
     /// A new internal bitmap and its `bitmap_offset` (8 sectors after a 1.1/1.2
     /// superblock, before a 1.0 one).
-    add_bitmap: Option<(BitmapSuper, i32)>,
+    add_bitmap: Option<Box<(BitmapSuper, i32)>>,
     /// The internal bitmap's new sync size (a `--size` change): the bits of the old
     /// range kept, those of a grown range set (its resync must not skip them).
     resize_bitmap: Option<u64>,
@@ -244,7 +244,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
             BitmapChange::Internal => plan_add_bitmap(st, level).map(|b| {
                 Plan::Superblocks(Change {
                     summary: format!("internal bitmap added (chunk {}K)", b.0.chunksize / 1024),
-                    add_bitmap: Some(b),
+                    add_bitmap: Some(Box::new(b)),
                     ..same(identity)
                 })
             }),
@@ -708,7 +708,7 @@ impl Change {
             n.feature_map &= !FEATURE_BITMAP_OFFSET;
             n.bitmap_offset = 0;
         }
-        if let Some((_, offset)) = self.add_bitmap {
+        if let Some(&(_, offset)) = self.add_bitmap.as_deref() {
             n.feature_map |= FEATURE_BITMAP_OFFSET;
             n.bitmap_offset = offset;
         }
@@ -1161,7 +1161,7 @@ fn rewrite_superblocks(
     }
     // A new bitmap's area first, all clean and in step with the new events: no old
     // superblock looks there, and every new one finds it written.
-    if let Some((b, _)) = &c.add_bitmap {
+    if let Some((b, _)) = c.add_bitmap.as_deref() {
         let mut b = b.clone();
         b.events = events;
         b.events_cleared = events;

@@ -41,8 +41,15 @@ pub struct DelayProxy {
 
 /// The chunks one direction has read and not yet passed on, each with its due time.
 struct Queue {
-    chunks: Mutex<(VecDeque<(Instant, Vec<u8>)>, bool)>,
+    chunks: Mutex<Chunks>,
     ready: Condvar,
+}
+
+/// A [`Queue`]'s contents: chunks in order, and whether the reading side has ended.
+#[derive(Default)]
+struct Chunks {
+    due: VecDeque<(Instant, Vec<u8>)>,
+    ended: bool,
 }
 
 impl DelayProxy {
@@ -120,7 +127,7 @@ impl Drop for DelayProxy {
 /// everything behind it, as in-order delivery does.
 fn pump(from: &TcpStream, to: &TcpStream, link: Link, seed: u64, stalls: Arc<AtomicU64>) {
     let q = Arc::new(Queue {
-        chunks: Mutex::new((VecDeque::new(), false)),
+        chunks: Mutex::new(Chunks::default()),
         ready: Condvar::new(),
     });
     let mut r = from.try_clone().unwrap();
@@ -146,11 +153,11 @@ fn pump(from: &TcpStream, to: &TcpStream, link: Link, seed: u64, stalls: Arc<Ato
                 q.chunks
                     .lock()
                     .unwrap()
-                    .0
+                    .due
                     .push_back((due, buf[..n].to_vec()));
                 q.ready.notify_one();
             }
-            q.chunks.lock().unwrap().1 = true;
+            q.chunks.lock().unwrap().ended = true;
             q.ready.notify_one();
         });
     }
@@ -158,10 +165,10 @@ fn pump(from: &TcpStream, to: &TcpStream, link: Link, seed: u64, stalls: Arc<Ato
         let next = {
             let mut g = q.chunks.lock().unwrap();
             loop {
-                if let Some(c) = g.0.pop_front() {
+                if let Some(c) = g.due.pop_front() {
                     break Some(c);
                 }
-                if g.1 {
+                if g.ended {
                     break None;
                 }
                 g = q.ready.wait(g).unwrap();
