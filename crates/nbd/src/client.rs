@@ -63,6 +63,9 @@ pub enum ClientError {
     TlsRequired { uri: String },
     #[error("{uri}: TLS: {source}")]
     Tls { uri: String, source: io::Error },
+    /// The server's certificate was refused: `why` says what is wrong and what to do.
+    #[error("{uri}: {why}")]
+    Certificate { uri: String, why: String },
     #[error("{uri}: cannot connect to {addr}: {source}")]
     Connect {
         uri: String,
@@ -1132,10 +1135,18 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
         (None, Address::Unix(_)) => "localhost",
     };
     tls.connect(hs.stream, host, config.timeout)
-        .map_err(|source| ClientError::Tls {
-            uri: uri.text.clone(),
-            source,
-        })
+        .map_err(
+            |source| match crate::tls::certificate_problem(&source, host) {
+                Some(why) => ClientError::Certificate {
+                    uri: uri.text.clone(),
+                    why,
+                },
+                None => ClientError::Tls {
+                    uri: uri.text.clone(),
+                    source,
+                },
+            },
+        )
 }
 
 /// Connects, negotiates and starts the reader thread of one connection.
