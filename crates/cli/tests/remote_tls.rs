@@ -453,3 +453,56 @@ fn a_plain_uri_to_a_tls_only_host_is_refused_by_name() {
     );
     assert_eq!(err.matches("requires TLS").count(), 1, "said once: {err}");
 }
+
+/// nbd-server as a TLS-only host (`force_tls`, its certificate for its address): a plain
+/// URI is refused by name as with nbdkit. Over nbds:// nbd-server 3.24 demands a client
+/// certificate, which uraid does not present: it drops the connection once TLS is up, and
+/// uraid says that with the member's URI, instead of an end of file; nothing is written.
+#[test]
+fn an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate() {
+    let test = "an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate";
+    if !need_netns(test) || !need_tools(&[ServerKind::NbdServer.program()], test) {
+        return;
+    }
+    let dir = TempDir::new("tls-hosts-nbd-server");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let ca = pki.ca().display().to_string();
+    let host = Host::start_tls(&dir, "nbd-server", 32, ServerKind::NbdServer, &pki);
+    let uri = host.uri();
+    assert!(
+        uri.starts_with("nbds://") && uri.ends_with("/disk"),
+        "{uri}"
+    );
+    let local = dir.image("m0.img", 32);
+    let files = [local.clone(), host.disk().to_path_buf()];
+    let plain = uri.replacen("nbds://", "nbd://", 1);
+    let err = fails_cleanly(
+        uraid()
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&plain),
+        &files,
+    );
+    assert!(
+        err.contains(&plain) && err.contains("requires TLS") && err.contains("nbds://"),
+        "{err}"
+    );
+
+    let err = fails_cleanly(
+        uraid()
+            .args(["--nbd-tls-ca", &ca])
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&uri),
+        &files,
+    );
+    assert!(
+        err.contains(&uri) && err.contains("client certificate") && err.contains("nbd-server"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("closed the connection").count(),
+        1,
+        "said once: {err}"
+    );
+}

@@ -11,7 +11,11 @@
 //! test's CA ([`crate::pki::Pki::issue`]), or by whatever [`Host::start_certified`] is
 //! given (another CA, another name: the certificate a client must refuse). Its
 //! [`Host::uri`] is then `nbds://`; plain clients are refused (nbdkit `--tls=require`,
-//! qemu-nbd `--tls-creds`, nbd-server `force_tls`).
+//! qemu-nbd `--tls-creds` with `verify-peer=off`, nbd-server `force_tls`). nbd-server 3.24
+//! with TLS also demands a client certificate signed by its `cacertfile` (the same CA
+//! here) and drops a client without one right after the handshake ("Error in the
+//! certificate." on its stderr), whether `cacertfile` is set or not: uraid's client
+//! presents none, so it cannot use such a host (a test checks that it says so).
 //!
 //! nbdkit and qemu-nbd run in the foreground, children of the test. nbd-server always
 //! daemonizes to serve several clients (its `-d` keeps it in the foreground but serves
@@ -304,9 +308,10 @@ impl Host {
         );
         if let Some(tls) = &self.tls {
             generic += &format!(
-                "    certfile = {}\n    keyfile = {}\n    force_tls = true\n",
+                "    certfile = {}\n    keyfile = {}\n    cacertfile = {}\n    force_tls = true\n",
                 tls.join("server-cert.pem").display(),
-                tls.join("server-key.pem").display()
+                tls.join("server-key.pem").display(),
+                tls.join("ca-cert.pem").display()
             );
         }
         let export = format!(
