@@ -2,9 +2,10 @@
 //! qemu-nbd and nbd-server where named) on a host of its own, a network namespace that the
 //! test cuts off the network without a word to either side (`uraid_testkit::netns`).
 //! While a writer runs through `uraid serve`, a lost host is a failed member after one
-//! request timeout (`--nbd-timeout`): the writer sees no error, and everything reads back. A second host lost on raid5 gives EIO, never
-//! wrong data. A host that comes back is re-added and the bitmap makes its recovery copy only
-//! what it missed; a host back with an empty disk is rebuilt whole. Nothing here times
+//! request timeout (`--nbd-timeout`): the writer sees no error, and everything reads back.
+//! A second host lost on raid5 gives EIO, never wrong data. A host that comes back is
+//! re-added and the bitmap makes its recovery copy only what it missed; a host back with an
+//! empty disk is rebuilt whole. Nothing here times
 //! anything: waits are for states, with a generous safety net.
 
 use std::path::{Path, PathBuf};
