@@ -5,8 +5,8 @@
 //! request timeout (`--nbd-timeout`): the writer sees no error, and everything reads back.
 //! A second host lost on raid5 gives EIO, never wrong data. A host that comes back is
 //! re-added and the bitmap makes its recovery copy only what it missed; a host back with an
-//! empty disk is rebuilt whole. Nothing here times
-//! anything: waits are for states, with a generous safety net.
+//! empty disk is rebuilt whole. Nothing here times anything: waits are for states, with a
+//! generous safety net.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
