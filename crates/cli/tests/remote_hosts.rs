@@ -1,11 +1,12 @@
-//! Members on other hosts (issue 16): each member is an NBD export (nbdkit's file plugin)
-//! on a host of its own, a network namespace that the test cuts off the network without a
-//! word to either side (`uraid_testkit::netns`). While a writer runs through `uraid serve`,
-//! a lost host is a failed member after one request timeout (`--nbd-timeout`): the writer
-//! sees no error, and everything reads back. A second host lost on raid5 gives EIO, never
-//! wrong data. A host that comes back is re-added and the bitmap makes its recovery copy only
-//! what it missed; a host back with an empty disk is rebuilt whole. Nothing here times
-//! anything: waits are for states, with a generous safety net.
+//! Members on other hosts (issue 16): each member is an NBD export (nbdkit's file plugin;
+//! qemu-nbd and nbd-server where named) on a host of its own, a network namespace that the
+//! test cuts off the network without a word to either side (`uraid_testkit::netns`).
+//! While a writer runs through `uraid serve`, a lost host is a failed member after one
+//! request timeout (`--nbd-timeout`): the writer sees no error, and everything reads back.
+//! A second host lost on raid5 gives EIO, never wrong data. A host that comes back is
+//! re-added and the bitmap makes its recovery copy only what it missed; a host back with an
+//! empty disk is rebuilt whole. Nothing here times anything: waits are for states, with a
+//! generous safety net.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -536,6 +537,90 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
                 first + b
             );
         }
+    }
+}
+
+/// raid5 over three hosts, one of them running nbd-server (the NBD project's server, a
+/// named export, simple replies, a daemon forking per client): the nbd-server host is cut
+/// off mid-write, the writer sees no error, its member is faulty and everything reads
+/// back. Restored, it is re-added and recovered; then its server is killed (the daemon and
+/// the child serving the member) and restarted with its disk kept: the next writes fail
+/// the member on its reset connection, not the writer, and it is re-added again. At the
+/// end the blocks read back with host 0 left out, so from the nbd-server host's disk too.
+#[test]
+fn raid5_over_three_hosts_with_an_nbd_server_one_cut_and_restarted_mid_write() {
+    let test = "raid5_over_three_hosts_with_an_nbd_server_one_cut_and_restarted_mid_write";
+    if !need_netns(test) || !need_tools(&[ServerKind::NbdServer.program()], test) {
+        return;
+    }
+    let dir = TempDir::new("hosts-nbd-server");
+    let mut hosts = vec![
+        Host::start(&dir, "h0", 48),
+        Host::start(&dir, "h1", 48),
+        Host::start_with(&dir, "nbd-server", 48, ServerKind::NbdServer),
+    ];
+    let uris = uris_of(&hosts);
+    assert!(uris[2].ends_with("/disk"), "{}", uris[2]);
+    ok(uraid()
+        .args(["create", "-l", "5", "-n", "3", "--chunk", "64K"])
+        .args(["--bitmap", "internal", "--bitmap-chunk", "4M"])
+        .args(["--assume-clean", "--run"])
+        .args(&uris));
+    // The superblock went over NBD to the file behind nbd-server's export.
+    let v = json(&ok(uraid()
+        .arg("examine")
+        .arg("--json")
+        .arg(hosts[2].disk())));
+    assert_eq!(v["role"], "Active device 2", "{v}");
+    let mut srv = Served::start(&dir, &paths(&uris), SERVE);
+    let export = srv.uri();
+    let a0 = Path::new(&uris[0]);
+    let readd = |srv: &Served| {
+        ok(srv.cmd().arg("remove").arg(&uris[2]));
+        ok(srv
+            .cmd()
+            .arg("add")
+            .arg("--array")
+            .arg(&uris[0])
+            .arg(&uris[2]));
+        srv.wait_detail(a0, |d| d["degraded"] == false);
+        let d = srv.detail(a0);
+        assert_eq!(member_state(&d, 2), "active", "{d}");
+        assert_eq!(d["members"][2]["remote"]["connection"], "up", "{d}");
+    };
+
+    write_while(&export, 0..96, 8, 24, || hosts[2].cut()).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 2) == "faulty");
+    let d = srv.detail(a0);
+    assert_eq!(d["degraded"], true, "{d}");
+    assert_eq!(d["members"][2]["remote"]["connection"], "lost", "{d}");
+    assert_eq!(d["members"][2]["remote"]["uri"], uris[2].as_str(), "{d}");
+    verify(&export, 0..96, 8);
+    hosts[2].restore();
+    readd(&srv);
+
+    // The server dies and comes back, the disk kept: the member's connection is reset.
+    write_while(&export, 96..192, 8, 24, || hosts[2].restart(false)).expect("no write fails");
+    srv.wait_detail(a0, |d| member_state(d, 2) == "faulty");
+    verify(&export, 0..192, 8);
+    readd(&srv);
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+
+    let out = dir.path("without-host0.bin");
+    ok(uraid()
+        .args(["read", "--offset", "0", "--length"])
+        .arg((192 * BLOCK).to_string())
+        .arg("--output")
+        .arg(&out)
+        .args(&uris[1..]));
+    let got = std::fs::read(&out).unwrap();
+    for b in 0..192u64 {
+        let at = b as usize * BLOCK;
+        assert!(
+            got[at..at + BLOCK] == block(8, b)[..],
+            "block {b} differs without host 0"
+        );
     }
 }
 

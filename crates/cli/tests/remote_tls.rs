@@ -2,7 +2,10 @@
 //! --tls=require checked against `--nbd-tls-ca`, a certificate from another CA refused
 //! with a clear error and nothing written, `serve --tls-cert/--tls-key` requiring TLS of
 //! its clients (nbdinfo over TLS reads it), TLS required by default off loopback, and
-//! `--tls-psk` refused by name.
+//! `--tls-psk` refused by name. Across network namespaces: raid1 over two TLS-only hosts
+//! (nbdkit and qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a
+//! certificate from another CA or for another address refused by name with nothing
+//! written, and a plain `nbd://` URI to a TLS-only host refused.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use uraid_nbd::client::{Client, ClientConfig, ClientError};
 use uraid_nbd::TlsClient;
+use uraid_testkit::netns::{need_netns, Host, ServerKind};
 use uraid_testkit::pki::Pki;
 use uraid_testkit::prelude::*;
 
@@ -230,4 +234,275 @@ fn serve_off_loopback_requires_a_certificate_and_psk_is_refused() {
         "{err}"
     );
     assert_eq!(err.matches("pre-shared").count(), 1, "said once: {err}");
+}
+
+// TLS-only hosts in network namespaces (`uraid_testkit::netns`): each host's certificate
+// carries its own 10.231.x.y address, signed by the test's CA.
+
+const BLOCK: usize = 64 << 10;
+
+/// Block `b` under `seed`.
+fn block(seed: u64, b: u64) -> Vec<u8> {
+    pattern(BLOCK, seed * 1_000_003 + b)
+}
+
+fn member_state(d: &serde_json::Value, role: usize) -> String {
+    d["members"][role]["state"]
+        .as_str()
+        .unwrap_or("?")
+        .to_string()
+}
+
+fn read_file_at(path: &std::path::Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; len];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut b, offset)
+        .unwrap();
+    b
+}
+
+/// Byte offset of the data area of the member whose file is `disk` (read from the file,
+/// not over the network).
+fn data_offset(disk: &std::path::Path) -> u64 {
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(disk)));
+    v["data_offset_sectors"].as_u64().unwrap() * 512
+}
+
+/// raid1 over two TLS-only hosts (nbdkit `--tls=require`, qemu-nbd `--tls-creds`), served
+/// by `uraid serve --nbd-tls-ca`: the qemu-nbd host is cut off between two writes of one
+/// client; the writer sees no error, the member is faulty and its connection lost, and
+/// everything reads back. The host restored is re-added over TLS and recovered: the array
+/// is not degraded, and both hosts' disks hold every block.
+#[test]
+fn raid1_over_two_tls_only_hosts_loses_one_mid_write_and_readds_it_over_tls() {
+    let test = "raid1_over_two_tls_only_hosts_loses_one_mid_write_and_readds_it_over_tls";
+    if !need_netns(test) || !need_tools(&["qemu-nbd"], test) {
+        return;
+    }
+    let dir = TempDir::new("tls-hosts-raid1");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let ca = pki.ca().display().to_string();
+    let hosts = [
+        Host::start_tls(&dir, "kit", 48, ServerKind::Nbdkit, &pki),
+        Host::start_tls(&dir, "qemu", 48, ServerKind::QemuNbd, &pki),
+    ];
+    let uris: Vec<String> = hosts.iter().map(|h| h.uri()).collect();
+    for u in &uris {
+        assert!(u.starts_with("nbds://10.231."), "{u}");
+    }
+    let members: Vec<PathBuf> = uris.iter().map(PathBuf::from).collect();
+    ok(uraid()
+        .args(["--nbd-tls-ca", &ca])
+        .args(["create", "-l", "1", "-n", "2", "--bitmap", "internal"])
+        .args(["--bitmap-chunk", "4M", "--assume-clean", "--run"])
+        .args(&members));
+    let mut srv = Served::start(&dir, &members, &["--nbd-tls-ca", &ca, "--nbd-timeout", "2"]);
+    let a0 = members[0].as_path();
+
+    let c = Client::open(&srv.uri(), &ClientConfig::default()).unwrap();
+    for b in 0..16 {
+        c.write(&block(3, b), b * BLOCK as u64, false).unwrap();
+    }
+    hosts[1].cut();
+    for b in 16..64 {
+        c.write(&block(3, b), b * BLOCK as u64, false)
+            .unwrap_or_else(|e| panic!("block {b} failed with a host cut: {e}"));
+    }
+    c.flush().expect("flush failed with a host cut");
+    srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
+    let d = srv.detail(a0);
+    assert_eq!(d["degraded"], true, "{d}");
+    assert_eq!(member_state(&d, 0), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "lost", "{d}");
+    let mut back = vec![0u8; BLOCK];
+    for b in 0..64 {
+        c.read(&mut back, b * BLOCK as u64).unwrap();
+        assert!(back == block(3, b), "block {b} differs");
+    }
+
+    hosts[1].restore();
+    ok(srv.cmd().args(["--nbd-tls-ca", &ca, "remove", &uris[1]]));
+    ok(srv
+        .cmd()
+        .args(["--nbd-tls-ca", &ca, "add", "--array", &uris[0], &uris[1]]));
+    srv.wait_detail(a0, |d| d["degraded"] == false);
+    let d = srv.detail(a0);
+    assert_eq!(member_state(&d, 1), "active", "{d}");
+    assert_eq!(d["members"][1]["remote"]["connection"], "up", "{d}");
+    drop(c);
+    ok(srv.cmd().arg("stop").arg(&uris[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+
+    // What went over TLS is on both hosts' disks, the blocks the cut host missed included.
+    for h in &hosts {
+        let off = data_offset(h.disk());
+        for b in 0..64 {
+            assert!(
+                read_file_at(h.disk(), off + b * BLOCK as u64, BLOCK) == block(3, b),
+                "{}: block {b} missing",
+                h.uri()
+            );
+        }
+    }
+}
+
+/// A host whose certificate the member's CA did not sign (another CA), or that names
+/// another address: create, assemble and serve with it are refused, the error naming the
+/// member's URI, saying once that its certificate is the problem and what to give instead;
+/// and nothing is written to any member (the good host's superblock is as it was).
+#[test]
+fn a_tls_host_with_a_wrong_certificate_is_refused_by_name_and_nothing_is_written() {
+    let test = "a_tls_host_with_a_wrong_certificate_is_refused_by_name_and_nothing_is_written";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("tls-hosts-wrong");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let other = Pki::new(&dir.path("other"), "some other CA");
+    let ca = pki.ca().display().to_string();
+    let good = Host::start_tls(&dir, "good", 16, ServerKind::Nbdkit, &pki);
+    let mut swapped = Host::start_tls(&dir, "swapped", 16, ServerKind::Nbdkit, &pki);
+    let stranger = Host::start_tls(&dir, "stranger", 16, ServerKind::Nbdkit, &other);
+    let elsewhere_dir = dir.path("elsewhere-tls");
+    let elsewhere = Host::start_certified(&dir, "elsewhere", 16, ServerKind::Nbdkit, |_| {
+        pki.issue(&elsewhere_dir, &["192.0.2.7"]).dir
+    });
+    let disks = [
+        good.disk(),
+        swapped.disk(),
+        stranger.disk(),
+        elsewhere.disk(),
+    ]
+    .map(|d| d.to_path_buf())
+    .to_vec();
+
+    let refused = |cmd: &mut Command, uri: &str| {
+        let err = fails_cleanly(cmd, &disks);
+        assert!(err.contains(uri), "{uri} not named: {err}");
+        assert_eq!(err.matches("certificate").count(), 1, "said once: {err}");
+        assert!(err.contains("--nbd-tls-ca"), "no remedy given: {err}");
+        err
+    };
+    for (bad, why) in [
+        (&stranger, "not signed"),
+        (&elsewhere, "it names 192.0.2.7"),
+    ] {
+        let err = refused(
+            uraid()
+                .args(["--nbd-tls-ca", &ca])
+                .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+                .arg(good.uri())
+                .arg(bad.uri()),
+            &bad.uri(),
+        );
+        assert!(err.contains(why), "{err}");
+    }
+
+    // An array made while its certificate was good; then the host gets one from another CA.
+    let members = [PathBuf::from(good.uri()), PathBuf::from(swapped.uri())];
+    ok(uraid()
+        .args(["--nbd-tls-ca", &ca])
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .args(&members));
+    let folder = swapped.tls.clone().unwrap();
+    other.issue(&folder, &[&swapped.addr.to_string()]);
+    swapped.restart(false);
+    let uri = swapped.uri();
+    refused(
+        uraid()
+            .args(["--nbd-tls-ca", &ca, "assemble"])
+            .args(&members),
+        &uri,
+    );
+    refused(
+        uraid()
+            .env("URAID_RUN_DIR", dir.run_dir())
+            .args(["serve", "--nbd"])
+            .arg(format!("unix:{}", dir.path("never.sock").display()))
+            .args(["--nbd-tls-ca", &ca])
+            .args(&members),
+        &uri,
+    );
+}
+
+/// A plain `nbd://` URI to a TLS-only host is refused by name: the server requires TLS, and
+/// the error says to use nbds:// with the CA; nothing is written.
+#[test]
+fn a_plain_uri_to_a_tls_only_host_is_refused_by_name() {
+    let test = "a_plain_uri_to_a_tls_only_host_is_refused_by_name";
+    if !need_netns(test) {
+        return;
+    }
+    let dir = TempDir::new("tls-hosts-plain");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let host = Host::start_tls(&dir, "kit", 16, ServerKind::Nbdkit, &pki);
+    let plain = host.uri().replacen("nbds://", "nbd://", 1);
+    let local = dir.image("m0.img", 16);
+    let err = fails_cleanly(
+        uraid()
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&plain),
+        &[local.clone(), host.disk().to_path_buf()],
+    );
+    assert!(
+        err.contains(&plain) && err.contains("requires TLS") && err.contains("nbds://"),
+        "{err}"
+    );
+    assert_eq!(err.matches("requires TLS").count(), 1, "said once: {err}");
+}
+
+/// nbd-server as a TLS-only host (`force_tls`, its certificate for its address): a plain
+/// URI is refused by name as with nbdkit. Over nbds:// nbd-server 3.24 demands a client
+/// certificate, which uraid does not present: it drops the connection once TLS is up, and
+/// uraid says that with the member's URI, instead of an end of file; nothing is written.
+#[test]
+fn an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate() {
+    let test = "an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate";
+    if !need_netns(test) || !need_tools(&[ServerKind::NbdServer.program()], test) {
+        return;
+    }
+    let dir = TempDir::new("tls-hosts-nbd-server");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let ca = pki.ca().display().to_string();
+    let host = Host::start_tls(&dir, "nbd-server", 32, ServerKind::NbdServer, &pki);
+    let uri = host.uri();
+    assert!(
+        uri.starts_with("nbds://") && uri.ends_with("/disk"),
+        "{uri}"
+    );
+    let local = dir.image("m0.img", 32);
+    let files = [local.clone(), host.disk().to_path_buf()];
+    let plain = uri.replacen("nbds://", "nbd://", 1);
+    let err = fails_cleanly(
+        uraid()
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&plain),
+        &files,
+    );
+    assert!(
+        err.contains(&plain) && err.contains("requires TLS") && err.contains("nbds://"),
+        "{err}"
+    );
+
+    let err = fails_cleanly(
+        uraid()
+            .args(["--nbd-tls-ca", &ca])
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&uri),
+        &files,
+    );
+    assert!(
+        err.contains(&uri) && err.contains("client certificate") && err.contains("nbd-server"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("closed the connection").count(),
+        1,
+        "said once: {err}"
+    );
 }

@@ -63,6 +63,15 @@ pub enum ClientError {
     TlsRequired { uri: String },
     #[error("{uri}: TLS: {source}")]
     Tls { uri: String, source: io::Error },
+    #[error(
+        "{uri}: the server closed the connection once TLS was up: it may want a client \
+         certificate, and uraid presents none (nbd-server does with TLS); serve the member \
+         with nbdkit or qemu-nbd, or a server that does not ask for one"
+    )]
+    TlsClosed { uri: String },
+    /// The server's certificate was refused: `why` says what is wrong and what to do.
+    #[error("{uri}: {why}")]
+    Certificate { uri: String, why: String },
     #[error("{uri}: cannot connect to {addr}: {source}")]
     Connect {
         uri: String,
@@ -1132,10 +1141,18 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
         (None, Address::Unix(_)) => "localhost",
     };
     tls.connect(hs.stream, host, config.timeout)
-        .map_err(|source| ClientError::Tls {
-            uri: uri.text.clone(),
-            source,
-        })
+        .map_err(
+            |source| match crate::tls::certificate_problem(&source, host) {
+                Some(why) => ClientError::Certificate {
+                    uri: uri.text.clone(),
+                    why,
+                },
+                None => ClientError::Tls {
+                    uri: uri.text.clone(),
+                    source,
+                },
+            },
+        )
 }
 
 /// Connects, negotiates and starts the reader thread of one connection.
@@ -1188,10 +1205,30 @@ fn negotiate(
         stream: &stream,
     };
 
+    // A server that closes the connection as soon as TLS is up (nbd-server 3.24 with TLS
+    // does, to a client without a certificate of its own) is named for it, not left as
+    // an end of file.
+    let mut first_after_tls = uri.tls;
+    let mut reply = |option: u32| {
+        let r = hs.reply(option);
+        if std::mem::take(&mut first_after_tls) {
+            if let Err(ClientError::Io { source, .. }) = &r {
+                if matches!(
+                    source.kind(),
+                    io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                ) {
+                    return Err(ClientError::TlsClosed {
+                        uri: uri.text.clone(),
+                    });
+                }
+            }
+        }
+        r
+    };
     let mut structured = false;
     if config.structured_replies {
         hs.option(OPT_STRUCTURED_REPLY, &[])?;
-        let (r, _) = hs.reply(OPT_STRUCTURED_REPLY)?;
+        let (r, _) = reply(OPT_STRUCTURED_REPLY)?;
         structured = r.reply == REP_ACK;
     }
 
@@ -1200,7 +1237,7 @@ fn negotiate(
     let mut export: Option<(u64, u16)> = None;
     let mut blocks: Option<(u32, u32, u32)> = None;
     loop {
-        let (r, data) = hs.reply(OPT_GO)?;
+        let (r, data) = reply(OPT_GO)?;
         match r.reply {
             REP_ACK => break,
             REP_INFO => match parse_info_reply(&data).map_err(|e| hs.protocol(e))? {

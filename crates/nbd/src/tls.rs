@@ -147,6 +147,54 @@ impl TlsClient {
     }
 }
 
+/// When the TLS handshake failed because the server's certificate was refused: what is
+/// wrong with it and what to do, in words (`host`: the name or address it had to carry).
+/// `None` for any other failure (a lost connection, an alert from the server).
+pub(crate) fn certificate_problem(e: &io::Error, host: &str) -> Option<String> {
+    use rustls::CertificateError as C;
+    let e = e.get_ref()?.downcast_ref::<rustls::Error>()?;
+    let rustls::Error::InvalidCertificate(c) = e else {
+        return None;
+    };
+    Some(match c {
+        C::UnknownIssuer | C::BadSignature => "the server's certificate is not signed by the \
+             CA in --nbd-tls-ca: give --nbd-tls-ca the CA that signed it, or the server one \
+             that this CA signed"
+            .to_string(),
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            let carried = match c {
+                C::NotValidForNameContext { presented, .. } if !presented.is_empty() => {
+                    // webpki's names come as `IpAddress(..)`, `DnsName("..")`: bare here.
+                    let bare: Vec<&str> = presented
+                        .iter()
+                        .map(|p| {
+                            p.split_once('(')
+                                .and_then(|(_, rest)| rest.strip_suffix(')'))
+                                .map_or(p.as_str(), |n| n.trim_matches('"'))
+                        })
+                        .collect();
+                    format!(" (it names {})", bare.join(", "))
+                }
+                _ => String::new(),
+            };
+            format!(
+                "the server's certificate is not made out for {host}{carried}: connect by a \
+                 name it carries, or give that name as ?tls-hostname=NAME, or give the server \
+                 one for {host} (signed by the CA in --nbd-tls-ca)"
+            )
+        }
+        C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => {
+            "the server's certificate has expired or is not valid yet: renew it on the server \
+             (or check both clocks)"
+                .to_string()
+        }
+        other => format!(
+            "the server's certificate is refused ({other:?}): give the server one that the \
+             CA in --nbd-tls-ca signed for {host}"
+        ),
+    })
+}
+
 /// A socket read and written with `recv`/`send(MSG_NOSIGNAL)`: a peer gone gives `EPIPE`,
 /// never a `SIGPIPE`.
 struct Fd(RawFd);

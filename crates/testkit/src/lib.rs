@@ -11,11 +11,11 @@
 //! - [`served`]: `uraid serve` as a child process over member files, always killed, with its
 //!   control socket, output and the host tools that talk to it (fio, nbdinfo).
 //! - [`loopdev`]: loop devices over image files, detached on drop.
-//! - [`netns`]: remote hosts in network namespaces, each with an NBD server, that a test
-//!   cuts off and brings back.
+//! - [`netns`]: remote hosts in network namespaces, each with an NBD server (nbdkit,
+//!   qemu-nbd or nbd-server, TLS-only if asked), that a test cuts off and brings back.
 //! - [`proxy`]: a slow, lossy link (a delaying TCP proxy), where `tc netem` is missing.
-//! - [`pki`]: a test CA and server certificates for TLS (the file names nbdkit, qemu and
-//!   libnbd look for).
+//! - [`pki`]: a test CA and server certificates for TLS, for any names or addresses (the
+//!   file names nbdkit, qemu and libnbd look for).
 //! - [`prelude`]: all of the above that a command-line test uses, in one glob import.
 //! - `engine` (feature `engine`): array configurations of every level on memory members,
 //!   a byte model's random writes, and arrays with a write journal.

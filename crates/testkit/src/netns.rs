@@ -1,10 +1,33 @@
 //! Remote "hosts" for the tests of members on other machines: each host is a network
 //! namespace joined to the test's namespace by a veth pair, with an NBD server (nbdkit's
-//! file plugin, or qemu-nbd: [`ServerKind`], over a sparse file in the test's folder)
-//! listening on its own address. A host
-//! can be cut off (its end of the link set down: packets vanish, the server sees nothing, the client's
-//! requests go unanswered, as when a machine or its switch dies), brought back, and
-//! restarted with its disk kept or emptied.
+//! file plugin, qemu-nbd or nbd-server: [`ServerKind`], over a sparse file in the test's
+//! folder) listening on its own address. A host can be cut off (its end of the link set
+//! down: packets vanish, the server sees nothing, the client's requests go unanswered, as
+//! when a machine or its switch dies), brought back, and restarted with its disk kept or
+//! emptied.
+//!
+//! A host may serve TLS only ([`Host::start_tls`]): its certificate, made once its
+//! namespace exists (the address is picked then), carries its address and is signed by the
+//! test's CA ([`crate::pki::Pki::issue`]), or by whatever [`Host::start_certified`] is
+//! given (another CA, another name: the certificate a client must refuse). Its
+//! [`Host::uri`] is then `nbds://`; plain clients are refused (nbdkit `--tls=require`,
+//! qemu-nbd `--tls-creds` with `verify-peer=off`, nbd-server `force_tls`). nbd-server 3.24
+//! with TLS also demands a client certificate signed by its `cacertfile` (the same CA
+//! here) and drops a client without one right after the handshake ("Error in the
+//! certificate." on its stderr), whether `cacertfile` is set or not: uraid's client
+//! presents none, so it cannot use such a host (a test checks that it says so).
+//!
+//! nbdkit and qemu-nbd run in the foreground, children of the test. nbd-server always
+//! daemonizes to serve several clients (its `-d` keeps it in the foreground but serves
+//! one client, without forking), so it runs as a daemon from a config file of the host's,
+//! writing its pid to a file (`-p`): the daemon leads a session of its own, and its
+//! per-client children share its process group, so [`Host::kill_server`] kills that group
+//! (checked first to be this host's nbd-server). Its export is named
+//! ([`NBD_SERVER_EXPORT`]; nbd-server has no default export), and [`Host::uri`] names it.
+//! nbd-server 3.24 opens the export's file only when a client asks to use it
+//! (`NBD_OPT_GO`): before that, `NBD_OPT_INFO` gets size 0, which is why a bare `nbdinfo
+//! URI` (it asks for INFO first) shows `export-size: 0` while `nbdinfo --size`, qemu and
+//! uraid (GO) see the file's size.
 //!
 //! Addresses are /30 subnets of 10.231.0.0/16, a range that exists only inside these
 //! namespaces and the veth links to them. Creating a namespace needs root and `ip`
@@ -17,6 +40,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::pki::Pki;
 use crate::tmp::{TempDir, MIB};
 
 /// The NBD port each host's server listens on (IANA's).
@@ -26,6 +50,9 @@ const SUBNETS: u32 = 1 << 14;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
+/// The export name nbd-server hosts serve (in their [`Host::uri`]).
+pub const NBD_SERVER_EXPORT: &str = "disk";
+
 /// The NBD server a [`Host`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
@@ -33,6 +60,20 @@ pub enum ServerKind {
     Nbdkit,
     /// `qemu-nbd -f raw DISK` (persistent, several clients).
     QemuNbd,
+    /// nbd-server (the NBD project's reference server), a daemon from a config file that
+    /// exports DISK as [`NBD_SERVER_EXPORT`] with FLUSH and FUA.
+    NbdServer,
+}
+
+impl ServerKind {
+    /// The program (for [`crate::skip::need_tools`]).
+    pub fn program(self) -> &'static str {
+        match self {
+            ServerKind::Nbdkit => "nbdkit",
+            ServerKind::QemuNbd => "qemu-nbd",
+            ServerKind::NbdServer => "nbd-server",
+        }
+    }
 }
 
 /// True when this machine can create hosts (root, `ip` and `ss`, `nbdkit`); otherwise skips `test`
@@ -81,7 +122,17 @@ pub struct Host {
     pub disk: PathBuf,
     /// The server it runs.
     pub kind: ServerKind,
-    server: Option<Child>,
+    /// The server's TLS folder (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`) when
+    /// it serves TLS only.
+    pub tls: Option<PathBuf>,
+    server: Option<Server>,
+}
+
+/// A running server: a child of the test, or nbd-server's daemon (its pid, from its pid
+/// file; it leads its own process group).
+enum Server {
+    Child(Child),
+    Daemon(i32),
 }
 
 impl Host {
@@ -92,9 +143,41 @@ impl Host {
         Host::start_with(dir, name, mib, ServerKind::Nbdkit)
     }
 
-    /// [`Host::start`] with the server `kind` (for qemu-nbd, check for it first:
-    /// [`crate::skip::need_tools`]).
+    /// [`Host::start`] with the server `kind` (for qemu-nbd and nbd-server, check for
+    /// them first: [`crate::skip::need_tools`] with [`ServerKind::program`]).
     pub fn start_with(dir: &TempDir, name: &str, mib: u64, kind: ServerKind) -> Host {
+        Host::start_inner(dir, name, mib, kind, None::<fn(Ipv4Addr) -> PathBuf>)
+    }
+
+    /// [`Host::start_with`], serving TLS only, with a certificate for the host's address
+    /// signed by `ca`'s CA (in `dir`'s `NAME-tls`): a client trusts it with `ca.ca()`.
+    pub fn start_tls(dir: &TempDir, name: &str, mib: u64, kind: ServerKind, ca: &Pki) -> Host {
+        let folder = dir.path(&format!("{name}-tls"));
+        Host::start_certified(dir, name, mib, kind, |addr| {
+            ca.issue(&folder, &[&addr.to_string()]).dir
+        })
+    }
+
+    /// [`Host::start_with`], serving TLS only with the certificate folder that `certify`
+    /// makes for the host's address (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`;
+    /// called once the namespace, and so the address, exists).
+    pub fn start_certified(
+        dir: &TempDir,
+        name: &str,
+        mib: u64,
+        kind: ServerKind,
+        certify: impl FnOnce(Ipv4Addr) -> PathBuf,
+    ) -> Host {
+        Host::start_inner(dir, name, mib, kind, Some(certify))
+    }
+
+    fn start_inner(
+        dir: &TempDir,
+        name: &str,
+        mib: u64,
+        kind: ServerKind,
+        certify: Option<impl FnOnce(Ipv4Addr) -> PathBuf>,
+    ) -> Host {
         let disk = dir.path(&format!("{name}.disk"));
         std::fs::File::create(&disk)
             .and_then(|f| f.set_len(mib * MIB))
@@ -105,6 +188,7 @@ impl Host {
             let n = base.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SUBNETS;
             match Host::make(n, disk.clone(), kind) {
                 Ok(mut h) => {
+                    h.tls = certify.map(|c| c(h.addr));
                     h.serve();
                     return h;
                 }
@@ -126,6 +210,7 @@ impl Host {
             addr: Ipv4Addr::new(10, 231, (n >> 6) as u8, ((n & 63) << 2) as u8 + 2),
             disk,
             kind,
+            tls: None,
             server: None,
         };
         let peer = h.peer.clone();
@@ -150,9 +235,24 @@ impl Host {
         c
     }
 
-    /// The export's URI, reached over the host's link.
+    /// The export's URI, reached over the host's link: `nbds://` when the host serves TLS
+    /// only, and the export's name for nbd-server.
     pub fn uri(&self) -> String {
-        format!("nbd://{}:{PORT}/", self.addr)
+        let scheme = if self.tls.is_some() { "nbds" } else { "nbd" };
+        let export = match self.kind {
+            ServerKind::NbdServer => NBD_SERVER_EXPORT,
+            ServerKind::Nbdkit | ServerKind::QemuNbd => "",
+        };
+        format!("{scheme}://{}:{PORT}/{export}", self.addr)
+    }
+
+    /// nbd-server's config file and pid file, beside the disk.
+    fn nbd_server_files(&self) -> (PathBuf, PathBuf) {
+        let d = self.disk.display();
+        (
+            PathBuf::from(format!("{d}.nbd-server.conf")),
+            PathBuf::from(format!("{d}.nbd-server.pid")),
+        )
     }
 
     fn serve(&mut self) {
@@ -161,8 +261,12 @@ impl Host {
                 let mut c = self.command("nbdkit");
                 c.args(["-f", "--exit-with-parent", "-i"])
                     .arg(self.addr.to_string())
-                    .args(["-p", &PORT.to_string(), "file"])
-                    .arg(&self.disk);
+                    .args(["-p", &PORT.to_string()]);
+                if let Some(tls) = &self.tls {
+                    c.arg("--tls=require")
+                        .arg(format!("--tls-certificates={}", tls.display()));
+                }
+                c.arg("file").arg(&self.disk);
                 c
             }
             ServerKind::QemuNbd => {
@@ -171,21 +275,112 @@ impl Host {
                 // connection and the tests' own.
                 c.args(["-f", "raw", "--persistent", "--shared=16", "-b"])
                     .arg(self.addr.to_string())
-                    .args(["-p", &PORT.to_string()])
-                    .arg(&self.disk);
+                    .args(["-p", &PORT.to_string()]);
+                if let Some(tls) = &self.tls {
+                    // verify-peer off: clients are not asked for certificates of their own.
+                    c.arg("--object")
+                        .arg(format!(
+                            "tls-creds-x509,id=tls0,dir={},endpoint=server,verify-peer=off",
+                            tls.display()
+                        ))
+                        .args(["--tls-creds", "tls0"]);
+                }
+                c.arg(&self.disk);
                 c
             }
+            ServerKind::NbdServer => return self.serve_nbd_server(),
         };
         let child = c
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn the NBD server in the host's namespace");
-        self.server = Some(child);
+        self.server = Some(Server::Child(child));
+        self.wait_reachable();
+    }
+
+    /// nbd-server as a daemon in the namespace, from a config file of this host's.
+    fn serve_nbd_server(&mut self) {
+        let (conf, pidfile) = self.nbd_server_files();
+        let mut generic = format!(
+            "[generic]\n    port = {PORT}\n    listenaddr = {}\n",
+            self.addr
+        );
+        if let Some(tls) = &self.tls {
+            generic += &format!(
+                "    certfile = {}\n    keyfile = {}\n    cacertfile = {}\n    force_tls = true\n",
+                tls.join("server-cert.pem").display(),
+                tls.join("server-key.pem").display(),
+                tls.join("ca-cert.pem").display()
+            );
+        }
+        let export = format!(
+            "[{NBD_SERVER_EXPORT}]\n    exportname = {}\n    flush = true\n    fua = true\n",
+            self.disk.display()
+        );
+        std::fs::write(&conf, generic + &export).expect("write nbd-server's config");
+        let _ = std::fs::remove_file(&pidfile);
+        let out = self
+            .command("nbd-server")
+            .arg("-C")
+            .arg(&conf)
+            .arg("-p")
+            .arg(&pidfile)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run nbd-server in the host's namespace");
+        assert!(
+            out.status.success(),
+            "nbd-server on host {} failed: {out:?}",
+            self.ns
+        );
+        // The daemon writes its pid once it has forked off.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let pid = loop {
+            let text = std::fs::read_to_string(&pidfile).unwrap_or_default();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nbd-server on host {} wrote no pid to {}: {out:?}",
+                self.ns,
+                pidfile.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.server = Some(Server::Daemon(pid));
+        self.wait_reachable();
+    }
+
+    /// Whether the server started runs (its process, not a zombie).
+    fn server_alive(&mut self) -> bool {
+        match &mut self.server {
+            None => false,
+            Some(Server::Child(c)) => matches!(c.try_wait(), Ok(None)),
+            Some(Server::Daemon(pid)) => {
+                let pid = *pid;
+                self.is_my_nbd_server(pid)
+            }
+        }
+    }
+
+    /// Whether `pid` is this host's nbd-server (its command line names the host's config)
+    /// and not a zombie: nothing else is ever signalled.
+    fn is_my_nbd_server(&self, pid: i32) -> bool {
+        let (conf, _) = self.nbd_server_files();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let mine = cmdline
+            .split(|&b| b == 0)
+            .any(|a| a == conf.as_os_str().as_encoded_bytes());
+        mine && !matches!(proc_state(pid), Some('Z') | None)
+    }
+
+    fn wait_reachable(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.reachable() {
-            if let Some(Ok(Some(st))) = self.server.as_mut().map(|c| c.try_wait()) {
-                panic!("{:?} on host {} exited: {st}", self.kind, self.ns);
+            if !self.server_alive() {
+                panic!("{:?} on host {} exited", self.kind, self.ns);
             }
             assert!(
                 Instant::now() < deadline,
@@ -240,11 +435,32 @@ impl Host {
     }
 
     /// The server dies (SIGKILL), as on a host that crashed; the link stays up, so clients
-    /// see their connections reset.
+    /// see their connections reset. nbd-server's whole process group goes (the daemon and
+    /// its per-client children); returns once none of it runs.
     pub fn kill_server(&mut self) {
-        if let Some(mut c) = self.server.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        match self.server.take() {
+            None => {}
+            Some(Server::Child(mut c)) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Some(Server::Daemon(pid)) => {
+                if !self.is_my_nbd_server(pid) {
+                    return;
+                }
+                // SAFETY: kill has no memory preconditions; the group is the daemon's own
+                // (it leads its session), checked above to be this host's nbd-server.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while group_alive(pid) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "nbd-server {pid} on host {} outlived SIGKILL",
+                        self.ns
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
         }
     }
 
@@ -265,6 +481,34 @@ impl Host {
     pub fn disk(&self) -> &Path {
         &self.disk
     }
+}
+
+/// The state letter of `/proc/PID/stat` (`None`: no such process).
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so from the last ')'.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Whether a process of group `pgid` runs (a zombie does not: its sockets are closed).
+fn group_alive(pgid: i32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|e| {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        // After COMM: state, ppid, pgrp.
+        let f: Vec<&str> = rest.split_whitespace().take(3).collect();
+        f.len() == 3 && f[2].parse() == Ok(pgid) && f[0] != "Z"
+    })
 }
 
 impl Drop for Host {
@@ -327,5 +571,60 @@ mod tests {
             !list.split_whitespace().any(|w| w == ns),
             "{ns} left behind: {list}"
         );
+    }
+
+    /// nbd-server as a host: its daemon serves the named export over the link (the URI
+    /// names it), cut off it answers nothing and restored it serves; killed, its daemon and
+    /// the child serving an open connection are gone (that connection reset) and nothing
+    /// answers; restarted it serves again; dropped, no process of it is left.
+    #[test]
+    fn an_nbd_server_host_is_killed_whole_and_restarted() {
+        let test = "an_nbd_server_host_is_killed_whole_and_restarted";
+        if !need_netns(test) || !crate::skip::need_tools(&["nbd-server"], test) {
+            return;
+        }
+        use std::io::Read;
+        let dir = TempDir::new("netns-nbd-server");
+        let mut h = Host::start_with(&dir, "n", 4, ServerKind::NbdServer);
+        assert_eq!(
+            h.uri(),
+            format!("nbd://{}:{PORT}/{NBD_SERVER_EXPORT}", h.addr)
+        );
+        let hello = |s: &mut TcpStream| {
+            let mut b = [0u8; 18];
+            s.read_exact(&mut b).unwrap();
+            assert_eq!(&b[..16], b"NBDMAGICIHAVEOPT");
+        };
+        let mut s = TcpStream::connect((h.addr, PORT)).unwrap();
+        hello(&mut s);
+        h.cut();
+        assert!(!h.reachable(), "a cut-off host accepted a connection");
+        h.restore();
+
+        let Some(Server::Daemon(pid)) = h.server else {
+            panic!("nbd-server is not a daemon here");
+        };
+        assert!(h.is_my_nbd_server(pid));
+        // The connection above has a child of the daemon's serving it.
+        assert!(group_alive(pid));
+        h.kill_server();
+        assert!(!group_alive(pid), "nbd-server's group outlived kill_server");
+        assert!(!h.reachable(), "a killed nbd-server accepted a connection");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut more = [0u8; 1];
+        assert!(
+            matches!(s.read(&mut more), Ok(0) | Err(_)),
+            "a connection to a killed nbd-server still answers"
+        );
+
+        h.restart(true);
+        let mut s = TcpStream::connect((h.addr, PORT)).unwrap();
+        hello(&mut s);
+        let Some(Server::Daemon(pid)) = h.server else {
+            panic!("nbd-server is not a daemon here");
+        };
+        drop(s);
+        drop(h);
+        assert!(!group_alive(pid), "nbd-server left running after drop");
     }
 }
