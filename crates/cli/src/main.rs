@@ -70,6 +70,14 @@ struct Cli {
     /// The CA certificates (PEM) that nbds:// members' servers must be signed by.
     #[arg(long, global = true, value_name = "FILE")]
     nbd_tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM chain) that uraid presents to nbds:// members' servers
+    /// that ask for one (nbd-server with TLS, nbdkit --tls-verify-peer), with
+    /// --nbd-tls-key.
+    #[arg(long, global = true, value_name = "FILE")]
+    nbd_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --nbd-tls-cert.
+    #[arg(long, global = true, value_name = "FILE")]
+    nbd_tls_key: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -176,6 +184,7 @@ fn main() -> ExitCode {
         cli.nbd_timeout,
         cli.nbd_connections,
         cli.nbd_tls_ca.as_deref(),
+        (cli.nbd_tls_cert.as_deref(), cli.nbd_tls_key.as_deref()),
     )
     .and_then(|()| open::configure_nbd_retry(cli.nbd_retry))
     {

@@ -25,17 +25,31 @@ static NO_DIRECT: AtomicBool = AtomicBool::new(false);
 /// How NBD members (`nbd://`, `nbd+unix://`) connect: `--nbd-timeout`, `--nbd-connections`.
 static NBD: OnceLock<NbdClientConfig> = OnceLock::new();
 
-/// Sets the NBD members' per-request timeout, connections and TLS CA (once, at start).
-pub fn configure_nbd(timeout_secs: f64, connections: usize, tls_ca: Option<&Path>) -> Result<()> {
+/// Sets the NBD members' per-request timeout, connections, TLS CA and client certificate
+/// (once, at start).
+pub fn configure_nbd(
+    timeout_secs: f64,
+    connections: usize,
+    tls_ca: Option<&Path>,
+    identity: (Option<&Path>, Option<&Path>),
+) -> Result<()> {
     if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
         anyhow::bail!("--nbd-timeout must be a positive number of seconds");
     }
+    let identity = match identity {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => anyhow::bail!("--nbd-tls-cert and --nbd-tls-key go together: give both"),
+    };
     let config = NbdClientConfig {
         timeout: std::time::Duration::from_secs_f64(timeout_secs),
         connections: connections.max(1),
-        tls: match tls_ca {
-            Some(ca) => Some(uraid_engine::NbdTlsClient::from_ca_file(ca)?),
-            None => None,
+        tls: match (tls_ca, identity) {
+            (Some(ca), identity) => Some(uraid_engine::NbdTlsClient::with_identity(ca, identity)?),
+            (None, Some(_)) => anyhow::bail!(
+                "--nbd-tls-cert needs --nbd-tls-ca: the CA that the members' servers are signed by"
+            ),
+            (None, None) => None,
         },
         ..NbdClientConfig::default()
     };

@@ -456,11 +456,13 @@ fn a_plain_uri_to_a_tls_only_host_is_refused_by_name() {
 
 /// nbd-server as a TLS-only host (`force_tls`, its certificate for its address): a plain
 /// URI is refused by name as with nbdkit. Over nbds:// nbd-server 3.24 demands a client
-/// certificate, which uraid does not present: it drops the connection once TLS is up, and
-/// uraid says that with the member's URI, instead of an end of file; nothing is written.
+/// certificate: without one it drops the connection once TLS is up, and uraid says that
+/// with the member's URI and the options that give one, instead of an end of file;
+/// nothing is written. With `--nbd-tls-cert/--nbd-tls-key` (signed by the CA nbd-server
+/// trusts) the array is made on it, and its data lands on the host's disk.
 #[test]
-fn an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate() {
-    let test = "an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certificate";
+fn an_nbd_server_tls_only_host_wants_a_client_certificate_and_takes_one() {
+    let test = "an_nbd_server_tls_only_host_wants_a_client_certificate_and_takes_one";
     if !need_netns(test) || !need_tools(&[ServerKind::NbdServer.program()], test) {
         return;
     }
@@ -497,12 +499,57 @@ fn an_nbd_server_tls_only_host_is_refused_plain_and_for_want_of_a_client_certifi
         &files,
     );
     assert!(
-        err.contains(&uri) && err.contains("client certificate") && err.contains("nbd-server"),
+        err.contains(&uri) && err.contains("client certificate") && err.contains("--nbd-tls-cert"),
         "{err}"
     );
     assert_eq!(
         err.matches("closed the connection").count(),
         1,
         "said once: {err}"
+    );
+
+    // A key without its certificate: refused before anything is opened.
+    let (cert, key) = pki.issue_client(&dir.path("client"), "uraid-array-host");
+    let err = fails_cleanly(
+        uraid()
+            .args(["--nbd-tls-ca", &ca])
+            .arg("--nbd-tls-key")
+            .arg(&key)
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&uri),
+        &files,
+    );
+    assert!(err.contains("go together"), "{err}");
+    let with_cert = |c: &mut std::process::Command| {
+        c.args(["--nbd-tls-ca", &ca])
+            .arg("--nbd-tls-cert")
+            .arg(&cert)
+            .arg("--nbd-tls-key")
+            .arg(&key);
+    };
+    let mut c = uraid();
+    with_cert(&mut c);
+    ok(
+        c.args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&uri),
+    );
+    let data = pattern(1 << 20, 41);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    let mut c = uraid();
+    with_cert(&mut c);
+    ok(c.args(["write", "--input"])
+        .arg(&input)
+        .arg(&local)
+        .arg(&uri));
+    // On the host's disk, behind nbd-server: the superblock and the mirror's data.
+    let v = json(&ok(uraid().arg("examine").arg("--json").arg(host.disk())));
+    let off = v["data_offset_sectors"].as_u64().unwrap() * 512;
+    let on_host = std::fs::read(host.disk()).unwrap();
+    assert!(
+        on_host[off as usize..off as usize + data.len()] == data[..],
+        "the data did not reach nbd-server's disk"
     );
 }

@@ -65,8 +65,8 @@ pub enum ClientError {
     Tls { uri: String, source: io::Error },
     #[error(
         "{uri}: the server closed the connection once TLS was up: it may want a client \
-         certificate, and uraid presents none (nbd-server does with TLS); serve the member \
-         with nbdkit or qemu-nbd, or a server that does not ask for one"
+         certificate (nbd-server does with TLS) or refuse the one given: give uraid one \
+         signed by a CA the server trusts, with --nbd-tls-cert FILE --nbd-tls-key FILE"
     )]
     TlsClosed { uri: String },
     /// The server's certificate was refused: `why` says what is wrong and what to do.

@@ -109,6 +109,17 @@ pub struct TlsClient {
 impl TlsClient {
     /// From a PEM file of CA certificates (`--nbd-tls-ca`, qemu's `ca-cert.pem`).
     pub fn from_ca_file(ca: &Path) -> Result<TlsClient, TlsError> {
+        TlsClient::with_identity(ca, None)
+    }
+
+    /// [`TlsClient::from_ca_file`], and with `identity` (a PEM certificate chain and its
+    /// PEM private key: `--nbd-tls-cert`, `--nbd-tls-key`) the certificate uraid presents
+    /// to servers that ask for one (nbd-server with TLS, nbdkit `--tls-verify-peer`,
+    /// qemu-nbd's `verify-peer=on`).
+    pub fn with_identity(
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> Result<TlsClient, TlsError> {
         let mut roots = rustls::RootCertStore::empty();
         for c in certs("CA", ca)? {
             roots.add(c).map_err(|e| TlsError::File {
@@ -120,8 +131,21 @@ impl TlsClient {
         let config = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Config(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let config = match identity {
+            None => config.with_no_client_auth(),
+            Some((cert, key)) => {
+                let chain = certs("client certificate", cert)?;
+                let key = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError::File {
+                    what: "client private key",
+                    path: key.display().to_string(),
+                    why: e.to_string(),
+                })?;
+                config
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| TlsError::Config(format!("client certificate and key: {e}")))?
+            }
+        };
         Ok(TlsClient {
             config: Arc::new(config),
         })
