@@ -648,47 +648,16 @@ fn fio_verify_through_raid1_over_nbdkit_and_qemu_nbd_with_a_host_cut_mid_write()
     let mut srv = Served::start(&dir, &paths(&uris), SERVE);
     let export = srv.uri();
     let a0 = Path::new(&uris[0]);
-    let job = |verify_only: bool| fio_job(&dir, &export, 64, verify_only);
-    let writer = job(false)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Under way: 8 MiB landed on the nbdkit host's disk (a sparse file that fills as
-    // written).
-    use std::os::unix::fs::MetadataExt;
-    let allocated = || std::fs::metadata(hosts[0].disk()).unwrap().blocks() * 512;
-    let start = allocated();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while allocated() < start + (8 << 20) {
-        assert!(std::time::Instant::now() < deadline, "fio wrote nothing");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    hosts[1].cut();
-    let out = writer.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed with a host cut: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Under way: 8 MiB landed on the nbdkit host's disk.
+    fio_write_with_a_cut(
+        fio_job(&dir, &export, 64, false),
+        hosts[0].disk(),
+        8 << 20,
+        || hosts[1].cut(),
     );
-    assert_eq!(json(&out)["jobs"][0]["error"], 0, "{text}");
     srv.wait_detail(a0, |d| member_state(d, 1) == "faulty");
     assert_eq!(member_state(&srv.detail(a0), 0), "active");
-
-    let out = job(true).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio verify failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = json(&out);
-    assert_eq!(v["jobs"][0]["error"], 0, "{text}");
-    assert!(
-        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= 64 << 20,
-        "the verify pass read less than was written: {text}"
-    );
+    fio_verified(&dir, &export, 64);
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
 }
@@ -732,6 +701,48 @@ fn fio_passes(mut job: std::process::Command, what: &str) -> serde_json::Value {
     let v = json(&out);
     assert_eq!(v["jobs"][0]["error"], 0, "fio {what}: {text}");
     v
+}
+
+/// Runs the fio `writer` job; once `grow` more bytes are allocated in `watch` (a host's
+/// sparse disk file, which fills as written: fio is under way), `cut` runs; fio must end
+/// without an error.
+fn fio_write_with_a_cut(
+    mut writer: std::process::Command,
+    watch: &Path,
+    grow: u64,
+    cut: impl FnOnce(),
+) {
+    use std::os::unix::fs::MetadataExt;
+    let child = writer
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let allocated = || std::fs::metadata(watch).unwrap().blocks() * 512;
+    let start = allocated();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while allocated() < start + grow {
+        assert!(std::time::Instant::now() < deadline, "fio wrote nothing");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cut();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed with a host cut: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["jobs"][0]["error"], 0, "{text}");
+}
+
+/// fio's verify pass of [`fio_job`]'s `mib` MiB passes and reads them all.
+fn fio_verified(dir: &TempDir, export: &str, mib: u64) {
+    let v = fio_passes(fio_job(dir, export, mib, true), "verify");
+    assert!(
+        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= mib << 20,
+        "the verify pass read less than was written: {v}"
+    );
 }
 
 /// The chunks of the internal bitmap on a member's disk (read from the file behind its
@@ -803,34 +814,14 @@ fn fio_host_cut_and_readded(test: &str, level: &str, n: usize, cut: usize, then_
     let a0 = Path::new(&uris[kept]);
     let dev_bytes = srv.detail(a0)["used_dev_sectors"].as_u64().unwrap() * 512;
 
-    let writer = fio_job(&dir, &export, FIO_REGION_MIB, false)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::os::unix::fs::MetadataExt;
-    let allocated = || std::fs::metadata(hosts[kept].disk()).unwrap().blocks() * 512;
-    let start = allocated();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while allocated() < start + (2 << 20) {
-        assert!(std::time::Instant::now() < deadline, "fio wrote nothing");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    hosts[cut].cut();
-    let out = writer.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed with host {cut} cut: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    fio_write_with_a_cut(
+        fio_job(&dir, &export, FIO_REGION_MIB, false),
+        hosts[kept].disk(),
+        2 << 20,
+        || hosts[cut].cut(),
     );
-    assert_eq!(json(&out)["jobs"][0]["error"], 0, "{text}");
     srv.wait_detail(a0, |d| member_state(d, cut) == "faulty");
-    let v = fio_passes(fio_job(&dir, &export, FIO_REGION_MIB, true), "verify");
-    assert!(
-        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= FIO_REGION_MIB << 20,
-        "the verify pass read less than was written: {v}"
-    );
+    fio_verified(&dir, &export, FIO_REGION_MIB);
 
     // How far fio's region reaches on each member, and so in the bitmap: raid5/6 track
     // member sectors, raid10 array sectors.
@@ -904,11 +895,7 @@ fn fio_host_cut_and_readded(test: &str, level: &str, n: usize, cut: usize, then_
     // verify reads it from there (or rebuilds from it).
     hosts[then_cut].cut();
     // A read is enough to find the lost host: the verify pass fails it on its way.
-    let v = fio_passes(fio_job(&dir, &export, FIO_REGION_MIB, true), "verify");
-    assert!(
-        v["jobs"][0]["read"]["io_bytes"].as_u64().unwrap_or(0) >= FIO_REGION_MIB << 20,
-        "{v}"
-    );
+    fio_verified(&dir, &export, FIO_REGION_MIB);
     srv.wait_detail(a0, |d| member_state(d, then_cut) == "faulty");
     assert_eq!(member_state(&srv.detail(a0), cut), "active");
     ok(srv.cmd().arg("stop").arg(&uris[kept]));

@@ -401,6 +401,52 @@ fn restripes_go_to_the_reshape_engine_and_write_nothing_here() {
 
 /// A power cut at every point of the superblock rewrite: reassembly finds the old shape
 /// or the new one, never a mix, and every byte written before.
+/// Runs `req` on members made from `images` (named `tag0`, `tag1`...) with the power cut
+/// after 0, 1, 2... writes, until a run ends before its cut; after each, `check` gets the
+/// array assembled from what was durable, and the number of writes let through.
+fn cut_at_every_write(
+    tag: &str,
+    images: &[Vec<u8>],
+    req: &GrowRequest,
+    mut check: impl FnMut(Array, i64),
+) {
+    for ops in 0.. {
+        let power = Power::new(ops);
+        let cut: Vec<Arc<SimDisk>> = images
+            .iter()
+            .enumerate()
+            .map(|(i, img)| {
+                Arc::new(SimDisk::crash_disk(
+                    &format!("{tag}{i}"),
+                    power.clone(),
+                    img.clone(),
+                    4096,
+                ))
+            })
+            .collect();
+        let _ = grow_members(
+            cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect(),
+            req,
+        );
+        let finished = power.on();
+        let after: Vec<Arc<dyn Member>> = cut
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                Arc::new(SimDisk::from_image(
+                    format!("{tag}{i}"),
+                    d.durable_image(),
+                    SimWorld::new(),
+                )) as Arc<dyn Member>
+            })
+            .collect();
+        check(open(&after), ops);
+        if finished {
+            return;
+        }
+    }
+}
+
 #[test]
 fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
     let cases: Vec<(Level, Option<u32>, usize, GrowRequest, Level, usize)> = vec![
@@ -465,37 +511,7 @@ fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
         let images: Vec<Vec<u8>> = disks.iter().map(|d| d.durable_image()).collect();
         let mut saw_old = false;
         let mut saw_new = false;
-        for ops in 0.. {
-            let power = Power::new(ops);
-            let cut: Vec<Arc<SimDisk>> = images
-                .iter()
-                .enumerate()
-                .map(|(i, img)| {
-                    Arc::new(SimDisk::crash_disk(
-                        &format!("pc{i}"),
-                        power.clone(),
-                        img.clone(),
-                        4096,
-                    ))
-                })
-                .collect();
-            let _ = grow_members(
-                cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect(),
-                &req,
-            );
-            let finished = power.on();
-            let after: Vec<Arc<dyn Member>> = cut
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    Arc::new(SimDisk::from_image(
-                        format!("pc{i}"),
-                        d.durable_image(),
-                        SimWorld::new(),
-                    )) as Arc<dyn Member>
-                })
-                .collect();
-            let a = open(&after);
+        cut_at_every_write("pc", &images, &req, |a, ops| {
             if req.bitmap.is_some() {
                 // Old shape: no bitmap; new: a clean one that tracks writes.
                 saw_old |= !a.has_bitmap();
@@ -509,10 +525,7 @@ fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
                 }
                 assert_eq!(read_all(&a, data.len()), data, "cut after {ops} writes");
                 assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
-                if finished {
-                    break;
-                }
-                continue;
+                return;
             }
             let shape = (a.level(), a.raid_disks());
             assert!(
@@ -522,10 +535,7 @@ fn a_power_cut_mid_grow_leaves_the_old_shape_or_the_new_one() {
             saw_old |= shape == (level, n);
             saw_new |= shape == (new_level, new_n);
             assert_eq!(read_all(&a, data.len()), data, "cut after {ops} writes");
-            if finished {
-                break;
-            }
-        }
+        });
         assert!(
             saw_old && saw_new,
             "{level}: both sides of the cut were tried"
@@ -718,37 +728,7 @@ fn size_with_an_internal_bitmap_resizes_the_bitmap_and_survives_a_power_cut() {
     let data = made(&devs, &o, 22);
     let images: Vec<Vec<u8>> = disks.iter().map(|d| d.durable_image()).collect();
     let (mut saw_old, mut saw_new) = (false, false);
-    for ops in 0.. {
-        let power = Power::new(ops);
-        let cut: Vec<Arc<SimDisk>> = images
-            .iter()
-            .enumerate()
-            .map(|(i, img)| {
-                Arc::new(SimDisk::crash_disk(
-                    &format!("bc{i}"),
-                    power.clone(),
-                    img.clone(),
-                    4096,
-                ))
-            })
-            .collect();
-        let _ = grow_members(
-            cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect(),
-            &grow,
-        );
-        let finished = power.on();
-        let after: Vec<Arc<dyn Member>> = cut
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                Arc::new(SimDisk::from_image(
-                    format!("bc{i}"),
-                    d.durable_image(),
-                    SimWorld::new(),
-                )) as Arc<dyn Member>
-            })
-            .collect();
-        let a = open(&after);
+    cut_at_every_write("bc", &images, &grow, |a, ops| {
         let grown = a.size_bytes() > data.len() as u64;
         saw_old |= !grown;
         saw_new |= grown;
@@ -762,9 +742,6 @@ fn size_with_an_internal_bitmap_resizes_the_bitmap_and_survives_a_power_cut() {
             "cut after {ops} writes: parity wrong after the resync"
         );
         a.stop().unwrap();
-        if finished {
-            break;
-        }
-    }
+    });
     assert!(saw_old && saw_new, "both sides of the cut were tried");
 }
