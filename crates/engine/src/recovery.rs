@@ -527,9 +527,8 @@ impl Array {
         self.events.emit(Event::SpareAdded {
             device: name.clone(),
         });
-        if let AddOutcome::Recovering(role) = outcome {
-            self.events.emit(Event::RebuildStarted { role: Some(role) });
-        }
+        // RebuildStarted comes when the recovery runs (`run_sync`), as md's when its sync
+        // thread starts: once per recovery.
         Ok(outcome)
     }
 
@@ -572,7 +571,6 @@ impl Array {
         change.recorded(meta.write_all(self))?;
         drop(change);
         drop(meta);
-        self.events.emit(Event::RebuildStarted { role: Some(role) });
         Ok(Some(role))
     }
 

@@ -155,6 +155,13 @@ fn a_spare_takes_over_a_failed_member() {
             "no {want} event in {names:?}"
         );
     }
+    // Once per recovery, as md's monitor sees it: when it runs, not also when the spare
+    // took the role.
+    assert_eq!(
+        names.iter().filter(|n| *n == "RebuildStarted").count(),
+        1,
+        "{names:?}"
+    );
     a.fail_member(MemberIdx(0)).unwrap();
     assert!(read_all(&a) == model);
     // A faulty member's role is free for a new device, as md's remove_and_add_spares.
