@@ -190,23 +190,30 @@ pub struct StopArgs {
 
 fn member_target(a: &MemberCmdArgs) -> Result<(PathBuf, Value)> {
     let m = one_member(&a.member, &a.member_arg, "the member")?;
+    let (control, member) = member_and_control(&a.target, &m, &[])?;
+    Ok((control, Value::String(member)))
+}
+
+/// A member named by its role number or its path, and the control socket to ask about it:
+/// a path names the array itself; a role number needs it named (`--array`, `--control`,
+/// or the member paths in `also`). The member as the server takes it (a path canonical).
+fn member_and_control(target: &ArrayArgs, m: &str, also: &[PathBuf]) -> Result<(PathBuf, String)> {
     let is_role = m.parse::<usize>().is_ok();
-    if is_role && a.target.array.is_none() && a.target.control.is_none() {
+    if is_role && target.array.is_none() && target.control.is_none() && also.is_empty() {
         bail!(
             "with a role number, name the array: --array MEMBER or --control PATH (or name \
              the member by its path)"
         );
     }
-    let paths: Vec<PathBuf> = if is_role {
-        Vec::new()
-    } else {
-        vec![PathBuf::from(&m)]
-    };
-    let control = a.target.control_socket(&paths)?;
+    let mut paths = also.to_vec();
+    if !is_role {
+        paths.push(PathBuf::from(m));
+    }
+    let control = target.control_socket(&paths)?;
     let member = if is_role {
-        Value::String(m)
+        m.to_string()
     } else {
-        Value::String(locks::canonical(Path::new(&m)).display().to_string())
+        locks::canonical(Path::new(m)).display().to_string()
     };
     Ok((control, member))
 }
@@ -339,17 +346,8 @@ pub fn add(a: AddArgs) -> Result<()> {
 
 /// `uraid replace` (mdadm --replace [--with]).
 pub fn replace(a: ReplaceArgs) -> Result<()> {
-    let is_role = a.member.parse::<usize>().is_ok();
-    let mut paths: Vec<PathBuf> = a.array_arg.iter().cloned().collect();
-    if !is_role {
-        paths.push(PathBuf::from(&a.member));
-    }
-    let control = a.target.control_socket(&paths)?;
-    let member = if is_role {
-        Value::String(a.member.clone())
-    } else {
-        Value::String(locks::canonical(Path::new(&a.member)).display().to_string())
-    };
+    let also: Vec<PathBuf> = a.array_arg.iter().cloned().collect();
+    let (control, member) = member_and_control(&a.target, &a.member, &also)?;
     let mut req = json!({"cmd": "replace", "member": member});
     if let Some(w) = &a.with {
         let w = locks::canonical(w);
@@ -433,25 +431,7 @@ fn set_member(a: &SetArgs, vals: serde_json::Map<String, Value>) -> Result<()> {
     let [m] = &a.devices[..] else {
         bail!("writemostly and failfast are a member's flags: name one member with --member M");
     };
-    let m = m.display().to_string();
-    let is_role = m.parse::<usize>().is_ok();
-    if is_role && a.target.array.is_none() && a.target.control.is_none() {
-        bail!(
-            "with a role number, name the array: --array MEMBER or --control PATH (or name \
-             the member by its path)"
-        );
-    }
-    let paths: Vec<PathBuf> = if is_role {
-        Vec::new()
-    } else {
-        vec![PathBuf::from(&m)]
-    };
-    let control = a.target.control_socket(&paths)?;
-    let member = if is_role {
-        m
-    } else {
-        locks::canonical(Path::new(&m)).display().to_string()
-    };
+    let (control, member) = member_and_control(&a.target, &m.display().to_string(), &[])?;
     let v = request(
         &control,
         &json!({"cmd": "set", "member": member, "values": vals}),
