@@ -24,7 +24,14 @@
 # what uraid read. uraid serves the bitmap one read-only while its reshape is in progress
 # (it does not keep a bitmap across two geometries), so that array FAILs until it does.
 #
+# The 0.91 array served (issue 12, scenario_091's SV91): in the third boot Linux also grows a
+# second 0.90 raid5 with a backup file and stops it mid-way; uraid serves it read-write under
+# fio while it goes on with the reshape (sv_host), its records are 0.90.00 again, and in the
+# fourth boot Linux md assembles it (no reshape left), check finds 0 mismatches and it reads
+# what uraid read (sv_job2, sv_verdict).
+#
 #   tests/vm/reshape.sh            (URAID=path/to/uraid to pick the binary)
+#   RESHAPE_ONLY=091 tests/vm/reshape.sh   only the 0.90/0.91 scenario (its two boots)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -51,7 +58,7 @@ truncate -s 32M a0 a1 a2 a3 b0 b1 b2
 SV_OFF=$((4 << 20)) SV_WAIT=$((8 << 20)) SV_END=$((20 << 20)) SV_SPEED=2000
 SV_PASSED=""
 sv_label() { # TAG
-    case $1 in SV) echo grow-3to4 ;; SVB) echo "grow-3to4 --bitmap=internal" ;; esac
+    case $1 in SV) echo grow-3to4 ;; SVB) echo "grow-3to4 --bitmap=internal" ;; SV91) echo "0.91 grow-3to4" ;; esac
 }
 sv_disks() { # TAG: the member images
     echo "${1,,}0 ${1,,}1 ${1,,}2 ${1,,}3"
@@ -238,6 +245,32 @@ sv_verdict() { # after the second boot: Linux's read of the arrays uraid served
     done
     return $rc
 }
+prefix_sum() { # BYTES MEMBERS...: sha256 of the array's first BYTES
+    local n=$1; shift
+    "$URAID" read --length "$n" "$@" | sha256sum | cut -d' ' -f1
+}
+parity_ok() { "$URAID" check -q "$@" | grep -q "mismatch_cnt: 0"; }
+job_finish() { # the guest's finish function (the second and fourth boots)
+    cat <<'JOB'
+finish() { # MD DEVS...: assemble, let md finish a reshape in progress, print what it holds
+    md=$1; shift
+    mdadm --assemble --run /dev/$md "$@" 2>&1
+    echo "$md at-assembly reshape_position=$(cat /sys/block/$md/md/reshape_position)"
+    cat /proc/mdstat
+    mdadm --readwrite /dev/$md 2>/dev/null || true
+    mdadm --wait /dev/$md >/dev/null 2>&1 || true
+    while [ "$(cat /sys/block/$md/md/sync_action)" != idle ] ||
+          [ "$(cat /sys/block/$md/md/reshape_position)" != none ]; do sleep 0.5; done
+    echo check > /sys/block/$md/md/sync_action; sleep 0.5
+    mdadm --wait /dev/$md >/dev/null 2>&1 || true
+    while [ "$(cat /sys/block/$md/md/sync_action)" != idle ]; do sleep 0.2; done
+    echo "$md disks=$(cat /sys/block/$md/md/raid_disks) chunk=$(cat /sys/block/$md/md/chunk_size) mismatch_cnt=$(cat /sys/block/$md/md/mismatch_cnt)"
+}
+JOB
+}
+fail=0
+# RESHAPE_ONLY=091: straight to scenario_091.
+if [ "${RESHAPE_ONLY:-}" != 091 ]; then
 cat > job.sh <<'JOB'
 set -e
 echo 200 > /proc/sys/dev/raid/speed_limit_min
@@ -380,11 +413,6 @@ sum_a="$(grep -m1 "^SUM-A " <<<"$out" | cut -d' ' -f2)"
 sectors_a="$(grep -m1 "^SUM-A " <<<"$out" | cut -d' ' -f3)"
 ro_b="$(grep -m1 "^RO-B " <<<"$out" | cut -d' ' -f2)"
 sectors_b="$(grep -m1 "^SUM-B " <<<"$out" | cut -d' ' -f3)"
-prefix_sum() { # BYTES MEMBERS...: sha256 of the array's first BYTES
-    local n=$1; shift
-    "$URAID" read --length "$n" "$@" | sha256sum | cut -d' ' -f1
-}
-parity_ok() { "$URAID" check -q "$@" | grep -q "mismatch_cnt: 0"; }
 if ! "$URAID" grow -q --continue a0 a1 a2 a3 >cont-a.log 2>&1; then
     echo "FAIL reshape continue grow-3to4: uraid grow --continue failed"; cat cont-a.log; exit 1
 fi
@@ -462,20 +490,7 @@ for m in c0 d0; do
 done
 cat > job2.sh <<JOB
 set -e
-finish() { # MD DEVS...: assemble, let md finish a reshape in progress, print what it holds
-    md=\$1; shift
-    mdadm --assemble --run /dev/\$md "\$@" 2>&1
-    echo "\$md at-assembly reshape_position=\$(cat /sys/block/\$md/md/reshape_position)"
-    cat /proc/mdstat
-    mdadm --readwrite /dev/\$md 2>/dev/null || true
-    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
-    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ] ||
-          [ "\$(cat /sys/block/\$md/md/reshape_position)" != none ]; do sleep 0.5; done
-    echo check > /sys/block/\$md/md/sync_action; sleep 0.5
-    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
-    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ]; do sleep 0.2; done
-    echo "\$md disks=\$(cat /sys/block/\$md/md/raid_disks) chunk=\$(cat /sys/block/\$md/md/chunk_size) mismatch_cnt=\$(cat /sys/block/\$md/md/mismatch_cnt)"
-}
+$(job_finish)
 prefix() { # MD BYTES
     sync; echo 3 > /proc/sys/vm/drop_caches
     head -c \$2 /dev/\$1 | sha256sum | cut -d' ' -f1
@@ -518,6 +533,7 @@ verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
 verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1
 verdict "uraid chunk-64to32 finished by linux" md2 "$sum_d" 4 32768 D 1
 sv_verdict || fail=1
+fi # RESHAPE_ONLY
 # A 0.90 raid5 Linux md left mid-grow (issue 15, md's 0.91 record): in a third boot mdadm
 # creates a 0.90 raid5 on 3 members, fills it and records its sha256, grows it to 4 with a
 # backup file (0.90 cannot move its data offset, so md grows it in place) at a low speed, and
@@ -525,49 +541,90 @@ sv_verdict || fail=1
 # position, uraid read gives the sha256, uraid grow --continue finishes it (4 devices, 0.90
 # records again, parity consistent); in a fourth boot Linux md assembles the result,
 # `echo check` finds 0 mismatches and the sha256 reads back. Its own block: merge-friendly.
+# A second such array (SV91, md1 in the third boot) is served: sv_host serves it read-write
+# under fio while the reshape goes on (it reads the SV91-* lines of the third boot, as `out`),
+# then mdadm --examine must show 0.90.00 records of 4 devices on every member; sv_job2 and
+# sv_verdict have the fourth boot assemble it (as md3) and compare with uraid's read.
 scenario_091() {
-    truncate -s 16M f0 f1 f2 f3
-    cat > job3.sh <<'JOB'
+    truncate -s 16M f0 f1 f2 f3 $(sv_disks SV91)
+    {
+        echo "SV_OFF_MIB=$((SV_OFF >> 20)) SV_END_MIB=$((SV_END >> 20))"
+        cat <<'JOB'
 set -e
 echo 200 > /proc/sys/dev/raid/speed_limit_min
 echo 200 > /proc/sys/dev/raid/speed_limit_max
-mdadm --create --run /dev/md0 --metadata=0.90 --level=5 --layout=left-symmetric --chunk=64 \
-    --raid-devices=3 --assume-clean /dev/disk/1 /dev/disk/2 /dev/disk/3 2>&1
-n=$(cat /sys/block/md0/size)
-dd if=/dev/disk/0 of=/dev/md0 bs=512 count=$n conv=fsync 2>/dev/null
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "SUM-F $(sha256sum /dev/md0 | cut -d' ' -f1) $n"
-mdadm /dev/md0 --add /dev/disk/4 2>&1
-mdadm --grow /dev/md0 --raid-devices=4 --backup-file=/root/md0-091.bk 2>&1
-echo 200 > /sys/block/md0/md/sync_speed_min
-echo 200 > /sys/block/md0/md/sync_speed_max
-# Past the critical section (mdadm's backup file no longer holds live stripes) and short of
-# the end: reshape_position well in, sync_completed below its total.
-i=0
-while :; do
-    pos="$(cat /sys/block/md0/md/reshape_position)"
-    sc="$(cat /sys/block/md0/md/sync_completed)"
-    case "$pos:$sc" in
-    none:*|*:none) ;;
-    *) [ "$pos" -ge 8192 ] && [ "${sc%% /*}" -lt "${sc##*/ }" ] && break ;;
-    esac
-    i=$((i + 1)); [ $i -lt 900 ] || { echo "NO-PROGRESS-091 $pos $sc"; cat /proc/mdstat; exit 1; }
-    sleep 0.2
-done
-echo "md0 (0.90) at reshape_position $pos sync_completed $sc"
-mdadm --stop /dev/md0 2>&1
-mdadm --examine /dev/disk/1 | grep -E "Version|Reshape|Delta|Raid Devices" || true
+# grow091 TAG MD DEV DEV DEV SPARE: a 0.90 raid5 on 3 members filled from the pattern disk
+# (TAG-SUM: its sha256 and sectors; TAG-HEAD, TAG-TAIL: those of the bytes before SV_OFF and
+# from SV_END on), grown to 4 with a backup file and stopped mid-way (TAG-STOPPED).
+grow091() {
+    tag=$1 md=$2; shift 2
+    mdadm --create --run /dev/$md --metadata=0.90 --level=5 --layout=left-symmetric --chunk=64 \
+        --raid-devices=3 --assume-clean $1 $2 $3 2>&1
+    n=$(cat /sys/block/$md/size)
+    dd if=/dev/disk/0 of=/dev/$md bs=512 count=$n conv=fsync 2>/dev/null
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    echo "$tag-SUM $(sha256sum /dev/$md | cut -d' ' -f1) $n"
+    echo "$tag-HEAD $(dd if=/dev/$md bs=1M count=$SV_OFF_MIB 2>/dev/null | sha256sum | cut -d' ' -f1)"
+    echo "$tag-TAIL $(dd if=/dev/$md bs=1M skip=$SV_END_MIB 2>/dev/null | sha256sum | cut -d' ' -f1)"
+    mdadm /dev/$md --add $4 2>&1
+    if ! msg="$(mdadm --grow /dev/$md --raid-devices=4 --backup-file=/root/$md-091.bk 2>&1)"; then
+        echo "$tag-GROW-REFUSED $(echo "$msg" | tr '\n' ' ')"
+        mdadm --stop /dev/$md 2>&1; return 0
+    fi
+    echo "$msg"
+    echo 200 > /sys/block/$md/md/sync_speed_min
+    echo 200 > /sys/block/$md/md/sync_speed_max
+    # Past the critical section (mdadm's backup file no longer holds live stripes) and short
+    # of the end: reshape_position well in, sync_completed below its total.
+    i=0
+    while :; do
+        pos="$(cat /sys/block/$md/md/reshape_position)"
+        sc="$(cat /sys/block/$md/md/sync_completed)"
+        case "$pos:$sc" in
+        none:*|*:none) ;;
+        *) [ "$pos" -ge 8192 ] && [ "${sc%% /*}" -lt "${sc##*/ }" ] && break ;;
+        esac
+        i=$((i + 1)); [ $i -lt 900 ] || { echo "NO-PROGRESS-091 $md $pos $sc"; cat /proc/mdstat; exit 1; }
+        sleep 0.2
+    done
+    echo "$md (0.90) at reshape_position $pos sync_completed $sc"
+    mdadm --stop /dev/$md 2>&1
+    mdadm --examine $1 | grep -E "Version|Reshape|Delta|Raid Devices" || true
+    echo "$tag-STOPPED"
+}
+grow091 F md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4
+grow091 SV91 md1 /dev/disk/5 /dev/disk/6 /dev/disk/7 /dev/disk/8
 echo GUEST-OK
 JOB
-    local rc=0 out3 out4
+    } > job3.sh
+    local rc=0 out3 out4 sv91=0
     out3="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job3.sh --boot-timeout 900 \
-        --disk f0 --disk f1 --disk f2 --disk f3 2>&1)" || rc=$?
+        --disk f0 --disk f1 --disk f2 --disk f3 $(sv_disk_args SV91) 2>&1)" || rc=$?
     if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out3"; then
         echo "FAIL reshape 0.91 grow (guest, rc $rc):"; tail -40 <<<"$out3"; return 1
     fi
+    # The 0.91 array served: sv_host reads the third boot's lines; SV_PASSED here names only
+    # the arrays of this scenario (for sv_job2 and sv_verdict in the fourth boot).
+    local out="$out3" SV_PASSED="" m v
+    if ! mdadm --examine "$(sv_disks SV91 | cut -d' ' -f1)" 2>/dev/null | grep -q "Version : 0.91.00"; then
+        echo "FAIL reshape served 0.91 grow-3to4: the stopped members are not 0.91"
+        mdadm --examine "$(sv_disks SV91 | cut -d' ' -f1)"; sv91=1
+    elif sv_host SV91; then
+        for m in $(sv_disks SV91); do
+            v="$(mdadm --examine "$m" 2>/dev/null || true)"
+            if ! grep -q "Version : 0.90.00" <<<"$v" || ! grep -q "Raid Devices : 4" <<<"$v"; then
+                v="$(grep -E "Version|Raid Devices|Reshape" <<<"$v" | tr -s ' ' | tr '\n' ';')"
+                echo "FAIL reshape served 0.91 grow-3to4: mdadm --examine $m after the served reshape: '$v'"
+                mdadm --examine "$m"; sv91=1; SV_PASSED=""
+            fi
+        done
+        [ $sv91 != 0 ] || echo "PASS reshape served 0.91 grow-3to4 (records): mdadm --examine shows 0.90.00, 4 raid devices on every member"
+    else
+        sv91=1
+    fi
     local sum sectors md_pos u_pos got
-    sum="$(grep -m1 "^SUM-F " <<<"$out3" | cut -d' ' -f2)"
-    sectors="$(grep -m1 "^SUM-F " <<<"$out3" | cut -d' ' -f3)"
+    sum="$(grep -m1 "^F-SUM " <<<"$out3" | cut -d' ' -f2)"
+    sectors="$(grep -m1 "^F-SUM " <<<"$out3" | cut -d' ' -f3)"
     if ! mdadm --examine f0 2>/dev/null | grep -q "Version : 0.91.00"; then
         echo "FAIL reshape 0.91 grow: the stopped members are not 0.91"; mdadm --examine f0; return 1
     fi
@@ -601,11 +658,11 @@ echo "MISMATCH \$(cat /sys/block/md0/md/mismatch_cnt)"
 sync; echo 3 > /proc/sys/vm/drop_caches
 echo "F \$(head -c $((sectors * 512)) /dev/md0 | sha256sum | cut -d' ' -f1)"
 mdadm --stop /dev/md0
-echo GUEST-OK
 JOB
+    { job_finish; sv_job2 5; echo "echo GUEST-OK"; } >>job4.sh
     rc=0
     out4="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job4.sh --boot-timeout 900 \
-        --disk f0 --disk f1 --disk f2 --disk f3 2>&1)" || rc=$?
+        --disk f0 --disk f1 --disk f2 --disk f3 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
     if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out4"; then
         echo "FAIL reshape 0.91 read by linux (guest, rc $rc):"; tail -40 <<<"$out4"; return 1
     fi
@@ -614,6 +671,9 @@ JOB
         echo "FAIL reshape 0.91 read by linux:"; tail -30 <<<"$out4"; return 1
     fi
     echo "PASS reshape 0.91 finished by uraid, read by linux (4 devices, no reshape left, check 0 mismatches, the sha256)"
+    local out2="$out4"
+    sv_verdict || sv91=1
+    return $sv91
 }
 scenario_091 || fail=1
 exit $fail
