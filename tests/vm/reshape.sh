@@ -21,8 +21,8 @@
 # verifies through it across the reshape position and again after the reshape ended while
 # served; uraid read keeps Linux's bytes outside fio's region, parity is consistent, and in
 # the second boot Linux md assembles it (no reshape left), check finds 0 mismatches and reads
-# what uraid read. uraid serves the bitmap one read-only while its reshape is in progress
-# (it does not keep a bitmap across two geometries), so that array FAILs until it does.
+# what uraid read. The bitmap one is served read-write too: uraid keeps its bitmap across
+# the two geometries, and Linux finds it at +8 afterwards.
 #
 # The 0.91 array served (issue 12, scenario_091's SV91): in the third boot Linux also grows a
 # second 0.90 raid5 with a backup file and stops it mid-way; uraid serves it read-write under
