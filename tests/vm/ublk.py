@@ -70,13 +70,26 @@ stop_served() {
 }
 FIO_ARGS="--name=v --rw=randwrite --bs=4k --ioengine=libaio --iodepth=32 --direct=1 \
     --verify=crc32c --verify_fatal=1 --randrepeat=1"
+# writes_to DEV: writes the kernel has completed on block device DEV (/sys/block/*/stat).
+writes_to() { awk '{print $5}' "/sys/block/${1#/dev/}/stat"; }
 # killed_mid_fio NAME FILE SIZE: fio with verify on FILE, the server SIGKILLed while it runs,
 # `serve --recover` takes over, fio must finish clean; then a verify-only pass.
+# fio's writes are held to 400 per second, so its write pass over SIZE in 4 KiB blocks lasts
+# at least SIZE/4k/400 seconds (10 s for 16M) however fast the guest is; the kill comes once
+# 200 writes have reached the ublk device (at least 0.5 s in), so fio is mid-run by
+# construction, not by a guess at the guest's speed.
 killed_mid_fio() {
     _k=$1 _f=$2 _s=$3
-    fio $FIO_ARGS --filename="$_f" --size="$_s" --do_verify=1 --output="$O/$_k.fio" 2>"$O/$_k.fio.err" &
+    _w0=$(writes_to $U)
+    fio $FIO_ARGS --rate_iops=400 --filename="$_f" --size="$_s" --do_verify=1 \
+        --output="$O/$_k.fio" 2>"$O/$_k.fio.err" &
     _fio=$!
-    sleep 4
+    _i=0
+    while [ $(($(writes_to $U) - _w0)) -lt 200 ] && [ $_i -lt 1200 ] && kill -0 $_fio 2>/dev/null; do
+        _i=$((_i + 1))
+        sleep 0.05
+    done
+    check "$_k-fio-writing-at-kill" test $(($(writes_to $U) - _w0)) -ge 200
     check "$_k-fio-running-at-kill" kill -0 $_fio
     kill -KILL $SPID
     wait $SPID 2>/dev/null
