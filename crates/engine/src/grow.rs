@@ -743,10 +743,7 @@ fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
     let Some(start) = sb.bitmap_sector() else {
         return 0;
     };
-    let bblog = sb
-        .bblog_sector()
-        .map(|(at, _)| at)
-        .filter(|_| sb.bblog_size != 0);
+    let bblog = sb.bblog_sector().map(|(at, _)| at);
     [
         bblog,
         Some(sb.data_offset),
