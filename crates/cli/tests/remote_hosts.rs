@@ -8,6 +8,7 @@
 //! empty disk is rebuilt whole. Nothing here times anything: waits are for states, with a
 //! generous safety net.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -522,21 +523,34 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
 
     // Host 0 left out: its share comes from hosts 1 and 2, the rebuilt one.
     for (first, count) in [(0u64, 64u64), (640, 32)] {
-        let out = dir.path(&format!("back{first}.bin"));
-        ok(uraid()
-            .args(["read", "--offset", &(first * BLOCK as u64).to_string()])
-            .args(["--length", &(count * BLOCK as u64).to_string(), "--output"])
-            .arg(&out)
-            .args(&uris[1..]));
-        let got = std::fs::read(&out).unwrap();
-        for b in 0..count {
-            let at = (b as usize) * BLOCK;
-            assert!(
-                got[at..at + BLOCK] == block(4, first + b)[..],
-                "block {} differs without host 0",
-                first + b
-            );
-        }
+        read_back_without_host0(&dir, &uris, first..first + count, 4);
+    }
+}
+
+/// Reads blocks `range` of the array from every member but host 0's (`uraid read` offline)
+/// and checks each holds `block(seed, b)`.
+fn read_back_without_host0(dir: &TempDir, uris: &[String], range: Range<u64>, seed: u64) {
+    let out = dir.path(&format!("back{}.bin", range.start));
+    ok(uraid()
+        .args([
+            "read",
+            "--offset",
+            &(range.start * BLOCK as u64).to_string(),
+        ])
+        .args([
+            "--length",
+            &((range.end - range.start) * BLOCK as u64).to_string(),
+        ])
+        .arg("--output")
+        .arg(&out)
+        .args(&uris[1..]));
+    let got = std::fs::read(&out).unwrap();
+    for b in range.clone() {
+        let at = ((b - range.start) as usize) * BLOCK;
+        assert!(
+            got[at..at + BLOCK] == block(seed, b)[..],
+            "block {b} differs without host 0"
+        );
     }
 }
 
@@ -607,21 +621,7 @@ fn raid5_over_three_hosts_with_an_nbd_server_one_cut_and_restarted_mid_write() {
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
 
-    let out = dir.path("without-host0.bin");
-    ok(uraid()
-        .args(["read", "--offset", "0", "--length"])
-        .arg((192 * BLOCK).to_string())
-        .arg("--output")
-        .arg(&out)
-        .args(&uris[1..]));
-    let got = std::fs::read(&out).unwrap();
-    for b in 0..192u64 {
-        let at = b as usize * BLOCK;
-        assert!(
-            got[at..at + BLOCK] == block(8, b)[..],
-            "block {b} differs without host 0"
-        );
-    }
+    read_back_without_host0(&dir, &uris, 0..192, 8);
 }
 
 /// fio's own verify through `uraid serve`: raid1 over a host running nbdkit and one running
