@@ -4,9 +4,18 @@
 //!   `NBD_OPT_STRUCTURED_REPLY` (taken where offered) and `NBD_OPT_GO` asking for
 //!   `NBD_INFO_BLOCK_SIZE`; a server without `GO` gets `NBD_OPT_EXPORT_NAME`.
 //! - **Transmission**: any number of threads send requests on one connection (a mutex
-//!   around the socket's write side, one `sendmsg` per request); one reader thread per
-//!   connection matches replies, simple or structured chunks in any order, to their
-//!   cookies. So several requests are in flight at once, from many threads.
+//!   around the socket's write side, one `sendmsg` per request), so several requests are
+//!   in flight at once. Replies, simple or structured chunks in any order, are matched to
+//!   their cookies by whoever is waiting for one (leader/followers, as the server's
+//!   workers take turns at its input): one waiter at a time reads the socket through one
+//!   64 KiB buffer, hands other requests' replies to their waiters and, once its own has
+//!   come, nudges the oldest sleeping waiter to read next. A reply read by its own waiter
+//!   costs no thread wake-up; with a dedicated reader thread every reply cost two (the
+//!   reader woken by the socket, the waiter by the reader). A watcher thread per
+//!   connection reads only when no waiter does and a send is about to block (a server
+//!   may stop taking requests until its replies have gone), and sees the server's
+//!   hang-up while the connection is idle, so a dead connection shows in
+//!   [`Client::status`] without a request.
 //! - **Block sizes** from `NBD_INFO_BLOCK_SIZE` are honoured: requests are split at the
 //!   maximum, and IO not aligned to the minimum is widened (reads) or read-modify-written
 //!   (writes, serialised among themselves).
@@ -20,21 +29,21 @@
 //! - TLS (`nbds://`, `nbds+unix://`): STARTTLS with rustls, the server verified against the
 //!   CA file given (`--nbd-tls-ca`); TLS-PSK is refused by name (rustls has none).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 pub use crate::latency::{Latency, LatencyHistogram};
 use crate::proto::*;
-use crate::socket::Stream;
+use crate::socket::{Stream, WakePipe};
 
 /// The port of `nbd://host/...` without one (IANA's NBD port).
 pub const DEFAULT_PORT: u16 = 10809;
@@ -335,6 +344,58 @@ impl ExportInfo {
 /// A request's reply: a read's data, or the error.
 type Reply = io::Result<Vec<u8>>;
 
+/// Where a request's reply lands and its waiter sleeps. A nudge wakes the waiter to take
+/// its turn reading the socket ([`Conn::wait_for`]).
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    woken: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    reply: Option<Reply>,
+    nudged: bool,
+}
+
+impl Slot {
+    fn deliver(&self, reply: Reply) {
+        lock(&self.state).reply = Some(reply);
+        self.woken.notify_one();
+    }
+
+    fn nudge(&self) {
+        lock(&self.state).nudged = true;
+        self.woken.notify_one();
+    }
+
+    fn take(&self) -> Option<Reply> {
+        lock(&self.state).reply.take()
+    }
+
+    /// Whether a nudge came (and forgets it).
+    fn take_nudge(&self) -> bool {
+        std::mem::take(&mut lock(&self.state).nudged)
+    }
+
+    /// Sleeps until the reply or a nudge comes; false if `deadline` came first.
+    fn sleep(&self, deadline: Instant) -> bool {
+        let mut st = lock(&self.state);
+        while st.reply.is_none() && !st.nudged {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .woken
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
 struct Pending {
     command: Command,
     offset: u64,
@@ -343,7 +404,7 @@ struct Pending {
     data: Vec<u8>,
     /// The first error chunk.
     error: Option<io::Error>,
-    tx: mpsc::SyncSender<Reply>,
+    slot: Arc<Slot>,
 }
 
 struct State {
@@ -351,15 +412,61 @@ struct State {
     next_cookie: u64,
     /// Why the connection is closed, once it is.
     dead: Option<String>,
+    /// Someone is reading replies off the socket now (a waiter or the watcher).
+    reading: bool,
+    /// Waiters asleep while someone else reads, oldest first: the one to nudge when the
+    /// reader leaves.
+    sleepers: VecDeque<Arc<Slot>>,
 }
 
-/// One connection: the write side under a mutex, the reader thread's shared state.
+/// Replies buffered off the socket; only whoever is reading touches it.
+struct Input {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// A structured chunk that does not go straight into its read's buffer.
+    scratch: Vec<u8>,
+}
+
+/// Bytes of replies read off the socket at once: many small replies per `read`.
+const INPUT_BUFFER_BYTES: usize = 64 * 1024;
+
+impl Input {
+    /// Fills `out` from the buffer, then the socket (large rests straight into `out`).
+    fn read_exact(&mut self, stream: &Stream, out: &mut [u8]) -> Result<(), String> {
+        let n = (self.end - self.start).min(out.len());
+        out[..n].copy_from_slice(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        let mut done = n;
+        while done < out.len() {
+            let rest = out.len() - done;
+            if rest >= self.buf.len() / 2 {
+                return read_exact(stream, &mut out[done..]);
+            }
+            self.start = 0;
+            self.end = read_some(stream, &mut self.buf)?;
+            let n = self.end.min(rest);
+            out[done..done + n].copy_from_slice(&self.buf[..n]);
+            self.start = n;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+/// One connection: the write side under a mutex; replies read by whoever waits for one
+/// (leader and followers), or by the watcher thread when nobody does.
 struct Conn {
     writer: Mutex<()>,
     stream: Stream,
     state: Mutex<State>,
+    input: Mutex<Input>,
+    /// Wakes the watcher to read replies: a send is about to block with nobody reading.
+    watch: WakePipe,
     name: Arc<str>,
-    reader: Mutex<Option<JoinHandle<()>>>,
+    /// The client's timeout: the longest wait for a reply.
+    timeout: Duration,
+    watcher: Mutex<Option<JoinHandle<()>>>,
     /// Reply latency: moving average and histogram.
     latency: Latency,
 }
@@ -393,60 +500,66 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Closes the connection: every pending request fails with `why`, later ones too.
-fn kill(state: &Mutex<State>, stream: &Stream, name: &str, why: &str) {
-    let drained: Vec<Pending> = {
-        let mut st = lock(state);
-        if st.dead.is_none() {
-            st.dead = Some(why.to_string());
-        }
-        st.pending.drain().map(|(_, p)| p).collect()
-    };
-    stream.shutdown(Shutdown::Both);
-    for p in drained {
-        let _ = p.tx.send(Err(lost(name, why)));
-    }
-}
-
 /// A request sent and not yet answered; [`Ticket::wait`] gives its reply.
 #[must_use = "a request's reply must be waited for"]
 pub struct Ticket {
-    rx: mpsc::Receiver<Reply>,
+    slot: Arc<Slot>,
     conn: Arc<Conn>,
     command: Command,
     timeout: Duration,
-    sent: std::time::Instant,
+    sent: Instant,
 }
 
 impl Ticket {
     /// Waits for the reply: a read's data (empty for other commands) or the error. At most
     /// the client's timeout; after it the connection is closed and this fails `TimedOut`.
     pub fn wait(self) -> Reply {
-        match self.rx.recv_timeout(self.timeout) {
-            Ok(r) => {
+        let deadline = self.sent + self.timeout;
+        match self.conn.wait_for(&self.slot, deadline) {
+            Some(r) => {
                 self.conn.latency.record(self.sent.elapsed());
                 r
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+            None => {
                 let why = format!(
                     "no reply to {:?} within {:?} (the server is gone or stalled)",
                     self.command, self.timeout
                 );
-                kill(&self.conn.state, &self.conn.stream, &self.conn.name, &why);
+                self.conn.kill(&why);
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("{}: {why}", self.conn.name),
                 ))
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let why = lock(&self.conn.state).dead.clone().unwrap_or_default();
-                Err(lost(&self.conn.name, &why))
-            }
         }
     }
 }
 
+/// What the reader found.
+enum Got {
+    /// A reply, or a chunk of one, was read.
+    Reply,
+    /// Nothing came within the timeout.
+    Idle,
+}
+
 impl Conn {
+    /// Closes the connection: every pending request fails with `why`, later ones too.
+    fn kill(&self, why: &str) {
+        let drained: Vec<Pending> = {
+            let mut st = lock(&self.state);
+            if st.dead.is_none() {
+                st.dead = Some(why.to_string());
+            }
+            st.pending.drain().map(|(_, p)| p).collect()
+        };
+        self.stream.shutdown(Shutdown::Both);
+        self.watch.wake();
+        for p in drained {
+            p.slot.deliver(Err(lost(&self.name, why)));
+        }
+    }
+
     fn send(
         self: &Arc<Self>,
         command: Command,
@@ -456,18 +569,18 @@ impl Conn {
         payload: &[u8],
         timeout: Duration,
     ) -> Ticket {
-        let (tx, rx) = mpsc::sync_channel(1);
+        let slot = Arc::new(Slot::default());
         let ticket = Ticket {
-            rx,
+            slot: slot.clone(),
             conn: self.clone(),
             command,
             timeout,
-            sent: std::time::Instant::now(),
+            sent: Instant::now(),
         };
         let cookie = {
             let mut st = lock(&self.state);
             if let Some(why) = &st.dead {
-                let _ = tx.send(Err(lost(&self.name, why)));
+                slot.deliver(Err(lost(&self.name, why)));
                 return ticket;
             }
             let cookie = st.next_cookie;
@@ -480,7 +593,7 @@ impl Conn {
                     length,
                     data: Vec::new(),
                     error: None,
-                    tx,
+                    slot,
                 },
             );
             cookie
@@ -494,41 +607,258 @@ impl Conn {
         });
         let sent = {
             let _w = lock(&self.writer);
-            self.stream.write_all_vectored(&[&header, payload])
+            // A server may stop taking requests until its replies are read: before this
+            // send blocks, make sure someone reads them.
+            self.stream
+                .write_all_vectored_or(&[&header, payload], || self.watch.wake())
         };
         if let Err(e) = sent {
             // A request half sent cannot be taken back: the stream is out of step.
-            kill(
-                &self.state,
-                &self.stream,
-                &self.name,
-                &format!("sending {command:?}: {e}"),
-            );
+            self.kill(&format!("sending {command:?}: {e}"));
         }
         ticket
     }
+
+    /// The reply `slot` waits for, or `None` at `deadline`. While nobody reads the
+    /// socket, this waiter does (the leader), handing others' replies to their slots,
+    /// until its own comes; then it nudges the oldest sleeper to read next. Otherwise it
+    /// sleeps until its reply or a nudge. So a reply read by its own waiter costs no
+    /// wake-up, and one thread reads at a time, from one buffer.
+    fn wait_for(&self, slot: &Arc<Slot>, deadline: Instant) -> Option<Reply> {
+        loop {
+            if let Some(r) = slot.take() {
+                if slot.take_nudge() {
+                    // Nudged to read, but the reply came anyway: pass the turn on.
+                    self.pass_turn();
+                }
+                return Some(r);
+            }
+            // A nudge (if one came) is acted on now: by reading, or by sleeping while
+            // someone else already does.
+            slot.take_nudge();
+            let lead = {
+                let mut st = lock(&self.state);
+                if st.reading {
+                    st.sleepers.push_back(slot.clone());
+                    false
+                } else {
+                    st.reading = true;
+                    true
+                }
+            };
+            if lead {
+                let r = self.lead(slot, deadline);
+                self.pass_turn_after_reading();
+                r?;
+                continue;
+            }
+            let in_time = slot.sleep(deadline);
+            lock(&self.state).sleepers.retain(|s| !Arc::ptr_eq(s, slot));
+            if !in_time {
+                // The reply may have come at the last moment.
+                let r = slot.take();
+                if slot.take_nudge() {
+                    self.pass_turn();
+                }
+                return r;
+            }
+        }
+    }
+
+    /// Reads replies until `slot` has its own; `None` if `deadline` passes first.
+    fn lead(&self, slot: &Slot, deadline: Instant) -> Option<()> {
+        let mut input = lock(&self.input);
+        loop {
+            if lock(&slot.state).reply.is_some() {
+                return Some(());
+            }
+            match self.read_one(&mut input) {
+                Ok(Got::Reply) => {}
+                Ok(Got::Idle) => {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                }
+                Err(why) => {
+                    self.kill(&why);
+                    // Every pending request, this one too, has its error now.
+                }
+            }
+        }
+    }
+
+    /// The reader leaves: the oldest sleeper, if any, reads next.
+    fn pass_turn_after_reading(&self) {
+        let next = {
+            let mut st = lock(&self.state);
+            st.reading = false;
+            st.sleepers.pop_front()
+        };
+        if let Some(s) = next {
+            s.nudge();
+        }
+    }
+
+    /// A nudged waiter that will not read: the next sleeper does, if nobody reads yet.
+    fn pass_turn(&self) {
+        let next = {
+            let mut st = lock(&self.state);
+            if st.reading {
+                None
+            } else {
+                st.sleepers.pop_front()
+            }
+        };
+        if let Some(s) = next {
+            s.nudge();
+        }
+    }
+
+    /// One reply or chunk off the socket, given to its request.
+    fn read_one(&self, input: &mut Input) -> Result<Got, String> {
+        if input.start == input.end {
+            input.start = 0;
+            input.end = 0;
+            match read_some(&self.stream, &mut input.buf) {
+                Ok(n) => input.end = n,
+                Err(_) if lock(&self.state).dead.is_some() => {
+                    return Err(lock(&self.state).dead.clone().unwrap_or_default())
+                }
+                Err(e) if e.starts_with(IDLE) => return Ok(Got::Idle),
+                Err(e) => return Err(e),
+            }
+        }
+        read_reply(self, input).map(|()| Got::Reply)
+    }
 }
 
-/// Reads replies until the connection closes; completes each request by its cookie.
-fn reader_loop(conn: &Conn) {
-    let mut scratch = Vec::new();
-    let why = loop {
-        match read_reply(conn, &mut scratch) {
-            Ok(()) => {}
-            Err(e) => break e,
+/// Why [`read_some`] returned without data: the socket's read timeout.
+const IDLE: &str = "idle";
+
+/// The watcher: reads replies while requests are pending and nobody waits to read them
+/// (a sender about to block wakes it: the server may be waiting for its replies to go),
+/// and reads a close by the server at once, so that a dead connection shows in
+/// [`Client::status`] while idle. It polls for the peer's hang-up, not for input, so
+/// replies that a waiter reads do not wake it.
+fn watcher_loop(conn: &Conn) {
+    loop {
+        let (woken, hangup) = match poll_watch(conn) {
+            Ok(v) => v,
+            Err(e) => {
+                conn.kill(&format!("watching the connection: {e}"));
+                return;
+            }
+        };
+        if woken {
+            conn.watch.drain();
         }
-    };
-    kill(&conn.state, &conn.stream, &conn.name, &why);
+        if lock(&conn.state).dead.is_some() {
+            return;
+        }
+        // Read while something is pending and nobody else reads (after a hang-up: until
+        // the end, so that the replies before it are delivered and then the close seen).
+        loop {
+            {
+                let mut st = lock(&conn.state);
+                if st.dead.is_some() {
+                    return;
+                }
+                if st.reading || (st.pending.is_empty() && !hangup) {
+                    break;
+                }
+                st.reading = true;
+            }
+            let r = {
+                let mut input = lock(&conn.input);
+                conn.read_one(&mut input)
+            };
+            let sleeper = {
+                let mut st = lock(&conn.state);
+                st.reading = false;
+                st.sleepers.pop_front()
+            };
+            match r {
+                Ok(Got::Reply) => {}
+                Ok(Got::Idle) => {
+                    if !lock(&conn.state).pending.is_empty() {
+                        conn.kill(&format!(
+                            "no reply within {:?} (the server is gone or stalled)",
+                            conn.timeout
+                        ));
+                    }
+                }
+                Err(why) => conn.kill(&why),
+            }
+            if let Some(s) = sleeper {
+                // A waiter can read its own replies: hand over.
+                s.nudge();
+                break;
+            }
+        }
+        if hangup && lock(&conn.state).dead.is_none() {
+            // Someone else reads to the end; look again shortly.
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Waits for the wake pipe or the peer's hang-up: (woken, hung up).
+fn poll_watch(conn: &Conn) -> io::Result<(bool, bool)> {
+    let mut fds = [
+        libc::pollfd {
+            fd: conn.stream.raw_fd(),
+            events: libc::POLLRDHUP,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: conn.watch.read_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc >= 0 {
+            let hangup = fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+            return Ok((fds[1].revents != 0, hangup));
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Some bytes off the socket (at most `buf`); `Err(IDLE...)` after the read timeout.
+fn read_some(stream: &Stream, buf: &mut [u8]) -> Result<usize, String> {
+    let mut s = stream;
+    loop {
+        return match s.read(buf) {
+            Ok(0) => Err("the server closed the connection".to_string()),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(IDLE.to_string())
+            }
+            Err(e) => Err(format!("reading a reply: {e}")),
+        };
+    }
 }
 
 fn read_exact(stream: &Stream, buf: &mut [u8]) -> Result<(), String> {
     let mut s = stream;
-    s.read_exact(buf).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            "the server closed the connection".to_string()
-        } else {
-            format!("reading a reply: {e}")
+    s.read_exact(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => "the server closed the connection".to_string(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "a reply stalled part-way (the server is gone or stalled)".to_string()
         }
+        _ => format!("reading a reply: {e}"),
     })
 }
 
@@ -545,13 +875,14 @@ fn errno_error(name: &str, command: Command, errno: u32, message: &str) -> io::E
     )
 }
 
-/// One reply (a simple reply, or one structured chunk).
-fn read_reply(conn: &Conn, scratch: &mut Vec<u8>) -> Result<(), String> {
+/// One reply (a simple reply, or one structured chunk), from `input` and the socket.
+fn read_reply(conn: &Conn, input: &mut Input) -> Result<(), String> {
+    let stream = &conn.stream;
     let mut head = [0u8; STRUCTURED_HEADER_BYTES];
-    read_exact(&conn.stream, &mut head[..SIMPLE_REPLY_BYTES])?;
+    input.read_exact(stream, &mut head[..SIMPLE_REPLY_BYTES])?;
     let header = match parse_reply_header(&head[..SIMPLE_REPLY_BYTES]) {
         Err(ProtocolError::Truncated { need, .. }) => {
-            read_exact(&conn.stream, &mut head[SIMPLE_REPLY_BYTES..need])?;
+            input.read_exact(stream, &mut head[SIMPLE_REPLY_BYTES..need])?;
             parse_reply_header(&head[..need])
         }
         other => other,
@@ -559,24 +890,28 @@ fn read_reply(conn: &Conn, scratch: &mut Vec<u8>) -> Result<(), String> {
     .map_err(|e| format!("the server broke the protocol: {e}"))?;
     match header {
         ReplyHeader::Simple { error, cookie } => {
-            let (command, length, tx) = {
+            let (command, length, slot) = {
                 let mut st = lock(&conn.state);
                 let p = st
                     .pending
                     .remove(&cookie)
                     .ok_or_else(|| format!("reply to unknown cookie {cookie}"))?;
-                (p.command, p.length, p.tx)
+                (p.command, p.length, p.slot)
             };
             let reply = if error != 0 {
                 Err(errno_error(&conn.name, command, error, ""))
             } else if command == Command::Read {
                 let mut data = vec![0u8; length as usize];
-                read_exact(&conn.stream, &mut data)?;
+                if let Err(why) = input.read_exact(stream, &mut data) {
+                    // Out of the table already: the connection's end will not reach it.
+                    slot.deliver(Err(lost(&conn.name, &why)));
+                    return Err(why);
+                }
                 Ok(data)
             } else {
                 Ok(Vec::new())
             };
-            let _ = tx.send(reply);
+            slot.deliver(reply);
         }
         ReplyHeader::Structured {
             flags,
@@ -595,72 +930,94 @@ fn read_reply(conn: &Conn, scratch: &mut Vec<u8>) -> Result<(), String> {
                     .ok_or_else(|| format!("reply to unknown cookie {cookie}"))?;
                 (p.command, p.offset, u64::from(p.length))
             };
-            let bad = |e: ProtocolError| format!("the server broke the protocol: {e}");
             // A read's data chunk that covers the whole request goes straight into its
-            // own buffer; anything else through `scratch`.
+            // own buffer; anything else through the scratch buffer.
             let mut whole: Option<Vec<u8>> = None;
+            let mut scratch = Vec::new();
             if kind == REPLY_TYPE_OFFSET_DATA && u64::from(length) == req_len + 8 {
                 let mut off = [0u8; 8];
-                read_exact(&conn.stream, &mut off)?;
+                input.read_exact(stream, &mut off)?;
                 if u64::from_be_bytes(off) != req_offset || command != Command::Read {
                     return Err("a data chunk outside its read".into());
                 }
                 let mut data = vec![0u8; req_len as usize];
-                read_exact(&conn.stream, &mut data)?;
+                input.read_exact(stream, &mut data)?;
                 whole = Some(data);
             } else {
+                scratch = std::mem::take(&mut input.scratch);
                 scratch.resize(length as usize, 0);
-                read_exact(&conn.stream, scratch)?;
+                let r = input.read_exact(stream, &mut scratch);
+                if r.is_err() {
+                    input.scratch = scratch;
+                    return r;
+                }
             }
-            let mut st = lock(&conn.state);
-            let Some(p) = st.pending.get_mut(&cookie) else {
-                return Ok(()); // closed meanwhile (a timeout); the reader ends soon
-            };
-            if let Some(data) = whole {
-                p.data = data;
-            } else if kind == REPLY_TYPE_NONE {
-                if length != 0 || flags & REPLY_FLAG_DONE == 0 {
-                    return Err("a NONE chunk with data or not final".into());
-                }
-            } else if kind & (1 << 15) != 0 {
-                let (errno, message) = parse_error_chunk(kind, scratch).map_err(bad)?;
-                if p.error.is_none() {
-                    p.error = Some(errno_error(&conn.name, command, errno, &message));
-                }
-            } else if kind == REPLY_TYPE_OFFSET_DATA || kind == REPLY_TYPE_OFFSET_HOLE {
-                let (at, n) = parse_offset_chunk(kind, scratch).map_err(bad)?;
-                let inside = command == Command::Read
-                    && at >= req_offset
-                    && at.checked_add(n).is_some_and(|e| e <= req_offset + req_len);
-                if !inside {
-                    return Err("a data chunk outside its read".into());
-                }
-                if p.data.is_empty() {
-                    p.data = vec![0u8; req_len as usize];
-                }
-                let from = (at - req_offset) as usize;
-                let to = from + n as usize;
-                if kind == REPLY_TYPE_OFFSET_DATA {
-                    p.data[from..to].copy_from_slice(&scratch[8..]);
-                } else {
-                    p.data[from..to].fill(0);
-                }
-            } else {
-                return Err(format!("a reply chunk of unknown type {kind}"));
-            }
-            if flags & REPLY_FLAG_DONE != 0 {
-                let mut p = st.pending.remove(&cookie).expect("looked up above");
-                drop(st);
-                let reply = match p.error.take() {
-                    Some(e) => Err(e),
-                    None if p.command == Command::Read && p.data.is_empty() => {
-                        Ok(vec![0u8; req_len as usize])
-                    }
-                    None => Ok(std::mem::take(&mut p.data)),
-                };
-                let _ = p.tx.send(reply);
-            }
+            let r = structured_chunk(conn, cookie, flags, kind, whole, &scratch);
+            input.scratch = scratch;
+            r?;
         }
+    }
+    Ok(())
+}
+
+/// A structured chunk read whole: into its request, which completes with the DONE flag.
+fn structured_chunk(
+    conn: &Conn,
+    cookie: u64,
+    flags: u16,
+    kind: u16,
+    whole: Option<Vec<u8>>,
+    scratch: &[u8],
+) -> Result<(), String> {
+    let bad = |e: ProtocolError| format!("the server broke the protocol: {e}");
+    let mut st = lock(&conn.state);
+    let Some(p) = st.pending.get_mut(&cookie) else {
+        return Ok(()); // closed meanwhile (a timeout); the reader ends soon
+    };
+    let (command, req_offset, req_len) = (p.command, p.offset, u64::from(p.length));
+    if let Some(data) = whole {
+        p.data = data;
+    } else if kind == REPLY_TYPE_NONE {
+        if !scratch.is_empty() || flags & REPLY_FLAG_DONE == 0 {
+            return Err("a NONE chunk with data or not final".into());
+        }
+    } else if kind & (1 << 15) != 0 {
+        let (errno, message) = parse_error_chunk(kind, scratch).map_err(bad)?;
+        if p.error.is_none() {
+            p.error = Some(errno_error(&conn.name, command, errno, &message));
+        }
+    } else if kind == REPLY_TYPE_OFFSET_DATA || kind == REPLY_TYPE_OFFSET_HOLE {
+        let (at, n) = parse_offset_chunk(kind, scratch).map_err(bad)?;
+        let inside = command == Command::Read
+            && at >= req_offset
+            && at.checked_add(n).is_some_and(|e| e <= req_offset + req_len);
+        if !inside {
+            return Err("a data chunk outside its read".into());
+        }
+        if p.data.is_empty() {
+            p.data = vec![0u8; req_len as usize];
+        }
+        let from = (at - req_offset) as usize;
+        let to = from + n as usize;
+        if kind == REPLY_TYPE_OFFSET_DATA {
+            p.data[from..to].copy_from_slice(&scratch[8..]);
+        } else {
+            p.data[from..to].fill(0);
+        }
+    } else {
+        return Err(format!("a reply chunk of unknown type {kind}"));
+    }
+    if flags & REPLY_FLAG_DONE != 0 {
+        let mut p = st.pending.remove(&cookie).expect("looked up above");
+        drop(st);
+        let reply = match p.error.take() {
+            Some(e) => Err(e),
+            None if p.command == Command::Read && p.data.is_empty() => {
+                Ok(vec![0u8; req_len as usize])
+            }
+            None => Ok(std::mem::take(&mut p.data)),
+        };
+        p.slot.deliver(reply);
     }
     Ok(())
 }
@@ -1007,8 +1364,8 @@ impl Drop for Client {
                 let _w = lock(&c.writer);
                 let _ = c.stream.write_all_vectored(&[&header]);
             }
-            kill(&c.state, &c.stream, &c.name, "the client closed it");
-            if let Some(h) = lock(&c.reader).take() {
+            c.kill("the client closed it");
+            if let Some(h) = lock(&c.watcher).take() {
                 let _ = h.join();
             }
         }
@@ -1285,9 +1642,12 @@ fn negotiate(
         max_payload_bytes: max_bytes.min(MAX_REQUEST_BYTES),
         structured_replies: structured,
     };
-    // Transmission: the reader waits as long as the connection is idle; each request has
-    // its own timeout, and a send may block at most `timeout`.
-    stream.set_read_timeout(None).map_err(|e| hs.io(e))?;
+    // Transmission: a read waits at most `timeout` (a reader that sees nothing for that
+    // long while requests are pending closes the connection), and so may a send.
+    stream
+        .set_read_timeout(Some(config.timeout))
+        .map_err(|e| hs.io(e))?;
+    let watch = WakePipe::new().map_err(|e| hs.io(e))?;
     let conn = Arc::new(Conn {
         writer: Mutex::new(()),
         stream,
@@ -1295,20 +1655,30 @@ fn negotiate(
             pending: HashMap::new(),
             next_cookie: 1,
             dead: None,
+            reading: false,
+            sleepers: VecDeque::new(),
         }),
+        input: Mutex::new(Input {
+            buf: vec![0; INPUT_BUFFER_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            scratch: Vec::new(),
+        }),
+        watch,
         name: uri.text.as_str().into(),
-        reader: Mutex::new(None),
+        timeout: config.timeout,
+        watcher: Mutex::new(None),
         latency: Latency::default(),
     });
     let c = conn.clone();
     let handle = std::thread::Builder::new()
         .name("nbd-client".into())
-        .spawn(move || reader_loop(&c))
+        .spawn(move || watcher_loop(&c))
         .map_err(|source| ClientError::Io {
             uri: uri.text.clone(),
             source,
         })?;
-    *lock(&conn.reader) = Some(handle);
+    *lock(&conn.watcher) = Some(handle);
     Ok((conn, info))
 }
 

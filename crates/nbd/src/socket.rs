@@ -131,7 +131,7 @@ impl Stream {
         }
     }
 
-    fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         match self {
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tcp(s) => s.as_raw_fd(),
@@ -139,8 +139,9 @@ impl Stream {
     }
 
     /// One `sendmsg` of `bufs` with `MSG_NOSIGNAL`: a client that went away
-    /// gives `EPIPE`, never a `SIGPIPE` that would kill the process.
-    fn send_vectored(&self, bufs: &[&[u8]]) -> io::Result<usize> {
+    /// gives `EPIPE`, never a `SIGPIPE` that would kill the process. With `wait`
+    /// false, `MSG_DONTWAIT`: a full socket gives `WouldBlock` at once.
+    fn send_vectored(&self, bufs: &[&[u8]], wait: bool) -> io::Result<usize> {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -156,7 +157,8 @@ impl Stream {
         msg.msg_iovlen = bufs.len() as _;
         // SAFETY: `msg` points at `bufs.len()` iovecs that describe live,
         // readable slices for the duration of the call.
-        let n = unsafe { libc::sendmsg(self.raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let flags = libc::MSG_NOSIGNAL | if wait { 0 } else { libc::MSG_DONTWAIT };
+        let n = unsafe { libc::sendmsg(self.raw_fd(), &msg, flags) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -166,6 +168,18 @@ impl Stream {
 
     /// Writes all of `bufs` (one `sendmsg` in the common case).
     pub(crate) fn write_all_vectored(&self, bufs: &[&[u8]]) -> io::Result<()> {
+        self.write_all_vectored_or(bufs, || {})
+    }
+
+    /// [`Stream::write_all_vectored`], calling `before_blocking` once, first, if the
+    /// socket cannot take all of `bufs` at once (the NBD client makes sure someone
+    /// reads replies before it blocks: a server may stop reading until its replies go).
+    pub(crate) fn write_all_vectored_or(
+        &self,
+        bufs: &[&[u8]],
+        mut before_blocking: impl FnMut(),
+    ) -> io::Result<()> {
+        let mut wait = false;
         let mut left: [&[u8]; 4] = [&[]; 4];
         assert!(bufs.len() <= left.len());
         left[..bufs.len()].copy_from_slice(bufs);
@@ -176,12 +190,17 @@ impl Stream {
                 first += 1;
                 continue;
             }
-            let mut written = match self.send_vectored(&left[first..n_bufs]) {
+            let mut written = match self.send_vectored(&left[first..n_bufs], wait) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !wait => 0,
                 Err(e) => return Err(e),
             };
+            if !wait && written < left[first..n_bufs].iter().map(|b| b.len()).sum::<usize>() {
+                wait = true;
+                before_blocking();
+            }
             while written > 0 {
                 let take = written.min(left[first].len());
                 left[first] = &left[first][take..];
@@ -234,6 +253,19 @@ impl WakePipe {
         // SAFETY: writes one byte from a valid buffer to a descriptor we own.
         // A full pipe (EAGAIN) already means a wakeup is pending.
         unsafe { libc::write(self.write_end.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+    }
+
+    /// The end [`WakePipe::wait_readable`] polls, for callers with their own `poll`.
+    pub(crate) fn read_fd(&self) -> RawFd {
+        self.read_end.as_raw_fd()
+    }
+
+    /// Empties the pipe (after its wake-up was seen).
+    pub(crate) fn drain(&self) {
+        let mut b = [0u8; 64];
+        // SAFETY: reads into a valid local buffer from a non-blocking descriptor we own.
+        while unsafe { libc::read(self.read_end.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) } > 0 {
+        }
     }
 
     /// Waits until `fd` is readable or the pipe is woken; true if woken.

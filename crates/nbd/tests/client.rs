@@ -373,6 +373,96 @@ fn uraids_own_server() {
     concurrent_roundtrip(&c, 32);
 }
 
+/// Many threads, each with requests in flight, on one connection: whoever waits reads the
+/// socket for everyone in turn (leader and followers). A turn lost between them would leave
+/// every waiter asleep until the timeout (20 s), and the requests would fail.
+#[test]
+fn many_waiters_take_turns_reading_without_losing_one() {
+    let server = common::TestServer::start(16 << 20);
+    let c = Arc::new(Client::open(&server.uri(), &config(20)).unwrap());
+    let block = 4096usize;
+    bounded("32 threads of small requests", move || {
+        let threads: Vec<_> = (0..32u64)
+            .map(|t| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for i in 0..300u64 {
+                        let b = (t * 300 + i) % 4096;
+                        let data = pattern(block, b + 7 * t + 1);
+                        c.write(&data, b * block as u64, false).unwrap();
+                        // Two reads in flight from this thread, waited in reverse order.
+                        let t1 = c.start_read(b * block as u64, block as u32);
+                        let t2 = c.start_read(((b + 1) % 4096) * block as u64, block as u32);
+                        t2.wait().unwrap();
+                        assert_eq!(t1.wait().unwrap(), data, "thread {t} block {b}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// Replies the server sends for requests nobody waits for yet must still be read when a
+/// send would block: the server may stop taking requests until its replies have gone (here
+/// one worker per connection, which blocks writing a reply). 64 reads of 1 MiB are sent
+/// and not waited for, more than the sockets buffer; then a large write must get through.
+#[test]
+fn replies_nobody_waits_for_do_not_stop_a_send() {
+    let server = common::TestServer::start_with(
+        uraid_nbd::MemBackend::new(80 << 20),
+        uraid_nbd::ServerConfig {
+            workers_per_connection: 1,
+            ..uraid_nbd::ServerConfig::default()
+        },
+    );
+    let c = Arc::new(Client::open(&server.uri(), &config(60)).unwrap());
+    let mib = 1usize << 20;
+    bounded("a write behind unread replies", move || {
+        let tickets: Vec<_> = (0..64u64)
+            .map(|i| c.start_read(i * mib as u64, mib as u32))
+            .collect();
+        c.write(&pattern(8 * mib, 3), 64 * mib as u64, false)
+            .unwrap();
+        for t in tickets {
+            assert_eq!(t.wait().unwrap().len(), mib);
+        }
+        let mut back = vec![0u8; 8 * mib];
+        c.read(&mut back, 64 * mib as u64).unwrap();
+        assert!(back == pattern(8 * mib, 3));
+    });
+}
+
+/// A server that goes away while the connection is idle shows as lost at once (the
+/// watcher sees the hang-up), without a request to find it out.
+#[test]
+fn an_idle_connection_closed_by_the_server_shows_as_lost() {
+    if !need_tool(
+        "nbdkit",
+        "an_idle_connection_closed_by_the_server_shows_as_lost",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("client-idle-close");
+    let mut s = nbdkit_unix(&dir, &["memory", "4M"]);
+    let c = Arc::new(Client::open(&s.uri, &config(86_400)).unwrap());
+    c.write(&[1; 4096], 0, false).unwrap();
+    assert!(c.status().connected);
+    s.kill_and_wait();
+    let c2 = c.clone();
+    let status = bounded("the close seen while idle", move || loop {
+        let st = c2.status();
+        if !st.connected {
+            return st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    });
+    let why = status.error.unwrap_or_default();
+    assert!(why.contains("closed"), "{why}");
+}
+
 #[test]
 fn a_killed_server_fails_requests_at_once() {
     if !need_tool("nbdkit", "a_killed_server_fails_requests_at_once") {
