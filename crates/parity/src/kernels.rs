@@ -45,6 +45,18 @@ pub(crate) trait Vector: Copy {
     }
     unsafe fn mul_prep(c: u8) -> Self::Mul;
     unsafe fn mul(v: Self, m: Self::Mul) -> Self;
+    /// Whether syndrome passes get loops specialised per number of data slots
+    /// ([`syndrome_fixed`]): for the SIMD types, not for the portable ones, which finish
+    /// tails and would only grow the code.
+    const FIXED: bool = false;
+    /// Blocks up to this long get software prefetch ([`PF_BYTES`] ahead) in syndrome passes.
+    /// A 4 KiB block is too short for the hardware prefetcher to ramp up (it trains per
+    /// stream and stops at page boundaries), so with eight or more streams a fast loop waits
+    /// on L2: prefetching takes GFNI 8+2 x 4 KiB from ~90 to ~120 GB/s on Zen 4. A loop that
+    /// issues more ops per byte (AVX2, AVX-512 BW) hides that latency itself and the
+    /// prefetches only take load slots and L1 lines: on Zen 4 they cost AVX2 8+2 ~10 % at
+    /// 4 KiB and ~30 % at 16 KiB, and GFNI a little at 16 KiB. Hence off (0) by default.
+    const PREFETCH_MAX_LEN: usize = 0;
     /// Hint that `p` will be read soon.
     #[inline(always)]
     unsafe fn prefetch(_p: *const u8) {}
@@ -127,12 +139,12 @@ pub(crate) enum Job {
 /// Vectors per step of the main loops: enough independent chains to hide load and
 /// multiply latency, few enough to stay in registers (4 x 2 accumulators of 32 registers).
 const UNROLL: usize = 4;
-/// Software prefetch distance for short blocks. A 4 KiB block is too short for the hardware
-/// prefetcher to ramp up (it trains per stream and stops at page boundaries), so with eight
-/// or more streams the P+Q loop waits on L2; prefetching ~1.5 KiB ahead took 8+2 x 4 KiB
-/// from ~90 to ~120 GB/s on Zen 4. Longer blocks stream fine without it.
+/// Vectors per step of the XOR loop: one accumulator per vector, so registers allow more
+/// than in a syndrome pass, and the longer run per source (256 bytes on AVX2) helped XOR
+/// 8+1 x 1 MiB by ~10 % on Zen 4, where that pass streams from L3.
+const XOR_UNROLL: usize = 8;
+/// Software prefetch distance for short blocks (see [`Vector::PREFETCH_MAX_LEN`]).
 const PF_BYTES: usize = 1536;
-const PF_MAX_LEN: usize = 16 << 10;
 
 /// dst = first ^ rest[0] ^ rest[1] ^ ... over `[start, len)`, in whole vectors.
 #[inline(always)]
@@ -171,8 +183,8 @@ unsafe fn xor_loop<V: Vector, const NT: bool>(
 ) -> usize {
     let w = V::BYTES;
     let mut off = start;
-    while off + UNROLL * w <= len {
-        let mut a = [V::zero(); UNROLL];
+    while off + XOR_UNROLL * w <= len {
+        let mut a = [V::zero(); XOR_UNROLL];
         for (j, a) in a.iter_mut().enumerate() {
             *a = V::load(first.add(off + j * w));
         }
@@ -192,7 +204,7 @@ unsafe fn xor_loop<V: Vector, const NT: bool>(
         for (j, a) in a.into_iter().enumerate() {
             put::<V, NT>(dst.add(off + j * w), a);
         }
-        off += UNROLL * w;
+        off += XOR_UNROLL * w;
     }
     while off + w <= len {
         let mut a = V::load(first.add(off));
@@ -290,7 +302,11 @@ unsafe fn syndrome_loop<V: Vector, F: Finish<V>, const SKIP: bool>(
     let w = V::BYTES;
     let (top, below) = data.split_last().expect("at least one data slot");
     let mut off = start;
-    let pf = if len <= PF_MAX_LEN { PF_BYTES } else { 0 };
+    let pf = if len <= V::PREFETCH_MAX_LEN {
+        PF_BYTES
+    } else {
+        0
+    };
     // Every slot below the top is one Horner step, lost or not.
     let bias = match V::BIASED {
         true => V::splat(horner_bias(below.len())),
@@ -352,6 +368,91 @@ unsafe fn syndrome_loop<V: Vector, F: Finish<V>, const SKIP: bool>(
     off
 }
 
+/// [`syndrome_loop`] for exactly `N` data slots, none lost (generation and the Q-only pass):
+/// with `N` known the slot loop unrolls and the slot pointers stay in registers, so a step
+/// is its vector ops without loop and pointer bookkeeping, which matters where the loop is
+/// bound by the number of ops it issues (AVX2 in L1: ~5-10 % at 4 KiB on Zen 4).
+#[inline(always)]
+unsafe fn syndrome_fixed<V: Vector, F: Finish<V>, const N: usize>(
+    data: &[*const u8],
+    start: usize,
+    len: usize,
+    fin: &F,
+) -> usize {
+    let w = V::BYTES;
+    let d: [*const u8; N] = data.try_into().expect("N data slots");
+    let pf = if len <= V::PREFETCH_MAX_LEN {
+        PF_BYTES
+    } else {
+        0
+    };
+    let bias = match V::BIASED {
+        true => V::splat(horner_bias(N - 1)),
+        false => V::zero(),
+    };
+    let mut off = start;
+    while off + UNROLL * w <= len {
+        if pf != 0 && off + pf + UNROLL * w <= len {
+            for s in d {
+                for j in (0..UNROLL * w).step_by(64) {
+                    V::prefetch(s.add(off + pf + j));
+                }
+            }
+        }
+        let mut p = [V::zero(); UNROLL];
+        for (j, p) in p.iter_mut().enumerate() {
+            *p = V::load(d[N - 1].add(off + j * w));
+        }
+        let mut q = p;
+        // Slots N-2 down to 0, two at a time; the odd one out (slot 0) alone.
+        let mut k = N - 1;
+        while k >= 2 {
+            let (hi, lo) = (d[k - 1], d[k - 2]);
+            for j in 0..UNROLL {
+                let vh = V::load(hi.add(off + j * w));
+                let vl = V::load(lo.add(off + j * w));
+                p[j] = V::xor3(p[j], vh, vl);
+                q[j] = V::horner2(q[j], vh, vl);
+            }
+            k -= 2;
+        }
+        if k == 1 {
+            horner1::<V, false>(&mut p, &mut q, d[0], off);
+        }
+        for j in 0..UNROLL {
+            let q = if V::BIASED { V::xor(q[j], bias) } else { q[j] };
+            fin.finish(off + j * w, p[j], q);
+        }
+        off += UNROLL * w;
+    }
+    off
+}
+
+/// [`syndrome_loop`], through [`syndrome_fixed`] for the common widths when nothing is lost.
+#[inline(always)]
+unsafe fn syndrome_pass<V: Vector, F: Finish<V>, const SKIP: bool>(
+    data: &[*const u8],
+    start: usize,
+    len: usize,
+    fin: &F,
+) -> usize {
+    let mut off = start;
+    if V::FIXED && !SKIP {
+        off = match data.len() {
+            2 => syndrome_fixed::<V, F, 2>(data, start, len, fin),
+            3 => syndrome_fixed::<V, F, 3>(data, start, len, fin),
+            4 => syndrome_fixed::<V, F, 4>(data, start, len, fin),
+            5 => syndrome_fixed::<V, F, 5>(data, start, len, fin),
+            6 => syndrome_fixed::<V, F, 6>(data, start, len, fin),
+            7 => syndrome_fixed::<V, F, 7>(data, start, len, fin),
+            8 => syndrome_fixed::<V, F, 8>(data, start, len, fin),
+            _ => start,
+        };
+    }
+    // The rest: other widths, lost slots, and the last whole vectors.
+    syndrome_loop::<V, F, SKIP>(data, off, len, fin)
+}
+
 /// One Horner step over `N` consecutive vectors of slot `d` (null: a lost slot, zero).
 #[inline(always)]
 unsafe fn horner1<V: Vector, const SKIP: bool>(p: &mut [V], q: &mut [V], d: *const u8, off: usize) {
@@ -383,17 +484,17 @@ pub(crate) unsafe fn syndrome<V: Vector>(
 ) -> usize {
     match *job {
         Job::Pq { p, q } if may_stream::<V>(&[p, q], start, len) => {
-            let done = syndrome_loop::<V, _, false>(data, start, len, &FinPq::<true>(p, q));
+            let done = syndrome_pass::<V, _, false>(data, start, len, &FinPq::<true>(p, q));
             V::fence();
             done
         }
-        Job::Pq { p, q } => syndrome_loop::<V, _, false>(data, start, len, &FinPq::<false>(p, q)),
+        Job::Pq { p, q } => syndrome_pass::<V, _, false>(data, start, len, &FinPq::<false>(p, q)),
         Job::Q { q } if may_stream::<V>(&[q], start, len) => {
-            let done = syndrome_loop::<V, _, false>(data, start, len, &FinQ::<true>(q));
+            let done = syndrome_pass::<V, _, false>(data, start, len, &FinQ::<true>(q));
             V::fence();
             done
         }
-        Job::Q { q } => syndrome_loop::<V, _, false>(data, start, len, &FinQ::<false>(q)),
+        Job::Q { q } => syndrome_pass::<V, _, false>(data, start, len, &FinQ::<false>(q)),
         Job::DataData { x, y, p, q, a, b } => {
             let fin = FinDataData::<V> {
                 x,
@@ -403,7 +504,7 @@ pub(crate) unsafe fn syndrome<V: Vector>(
                 a: V::mul_prep(a),
                 b: V::mul_prep(b),
             };
-            syndrome_loop::<V, _, true>(data, start, len, &fin)
+            syndrome_pass::<V, _, true>(data, start, len, &fin)
         }
         Job::DataP { x, p, q, inv_gx } => {
             let fin = FinDataP::<V> {
@@ -412,7 +513,7 @@ pub(crate) unsafe fn syndrome<V: Vector>(
                 q,
                 inv_gx: V::mul_prep(inv_gx),
             };
-            syndrome_loop::<V, _, true>(data, start, len, &fin)
+            syndrome_pass::<V, _, true>(data, start, len, &fin)
         }
         Job::DataQ { x, p, q, gx } => {
             let fin = FinDataQ::<V> {
@@ -421,7 +522,7 @@ pub(crate) unsafe fn syndrome<V: Vector>(
                 q,
                 gx: V::mul_prep(gx),
             };
-            syndrome_loop::<V, _, true>(data, start, len, &fin)
+            syndrome_pass::<V, _, true>(data, start, len, &fin)
         }
     }
 }
