@@ -10,11 +10,14 @@
 //!   (right after the superblock, in the room before the bad block log or the data; its
 //!   area is written, all clean, before any superblock names it), or dropped.
 //! - md's takeovers (raid0.c, raid1.c, raid5.c, raid10.c `*_takeover`): raid0 -> raid4/5
-//!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid1 <-> raid5
-//!   with 2 members, raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6`
-//!   layouts, parity-last) -> raid5, raid0 <-> raid10 near-2.
+//!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid4/raid5
+//!   (parity-last, only the parity role missing) -> raid0, raid1 <-> raid5 with 2 members,
+//!   raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6` layouts,
+//!   parity-last) -> raid5, raid0 <-> raid10 near-2.
 //!
-//! Anything that moves data goes to [`Array::start_reshape`] as a [`ReshapeRequest`].
+//! Anything that moves data goes to the restripe engine ([`reshape_members`]) as a
+//! [`ReshapeRequest`]; a raid0 `--raid-devices` grow goes there as mdadm sends it, as a
+//! raid4 between two takeovers ([`grow_raid0`]).
 //!
 //! Safe at every instant: the new superblocks carry the events count plus one and keep
 //! every surviving role's data where it was, so a power cut after some of them were

@@ -7,8 +7,10 @@
 //! no backup file is needed:
 //!
 //! 1. **Start** ([`reshape_members`]): the request is checked against the array (md's
-//!    refusals, before anything is written); devices for new roles come from the array's
-//!    spares, then from [`ReshapeOptions::add`] (added as spares first); every superblock
+//!    refusals, before anything is written; a degraded array reshapes within its parity,
+//!    and a new role left without a device needs [`ReshapeOptions::force`], as mdadm's
+//!    `--force`); devices for new roles come from the array's spares, then from
+//!    [`ReshapeOptions::add`] (added as spares first); every superblock
 //!    is rewritten with FEATURE_RESHAPE_ACTIVE, `reshape_position` 0, the new level,
 //!    layout, chunk, `raid_disks` and `delta_disks`, and `new_offset` (the room before the
 //!    data, at most [`MAX_OFFSET_MOVE_SECTORS`]).
