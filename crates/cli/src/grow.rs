@@ -65,6 +65,10 @@ pub struct GrowArgs {
     /// recorded in the superblocks; `uraid grow --continue` or Linux md goes on from it).
     #[arg(long, value_name = "SECTOR")]
     pub stop_at: Option<u64>,
+    /// mdadm's --force: a restripe with fewer devices than new roles, the rest left
+    /// missing (the array ends degraded), where md allows it.
+    #[arg(short, long)]
+    pub force: bool,
     /// No progress output.
     #[arg(short, long)]
     pub quiet: bool,
@@ -124,6 +128,11 @@ pub fn grow(a: GrowArgs) -> Result<()> {
         bail!("nothing to change: give --raid-devices, --size, --level, --layout, --chunk or --bitmap");
     }
     match found {
+        Some(_) if a.force => bail!(
+            "--force (a restripe that leaves new roles missing) runs on the members of a \
+             stopped array in this build: stop the server, then uraid grow --force MEMBERS; \
+             nothing was changed"
+        ),
         Some(control) => served(&a, &control, values),
         None => {
             let mut all = paths.clone();
@@ -226,6 +235,7 @@ fn reshape_options(a: &GrowArgs, add: Vec<Arc<dyn Member>>) -> uraid_engine::Res
     let started = std::time::Instant::now();
     uraid_engine::ReshapeOptions {
         add,
+        force: a.force,
         stop_at: a.stop_at,
         max_bytes_per_sec: a.speed_max.map(|k| k * 1024),
         progress: Some(Box::new(move |done, total| {

@@ -147,3 +147,134 @@ fn continue_on_an_array_not_mid_reshape_says_so() {
     let err = fails_cleanly(cmd.args(["grow", "--continue"]).args(&imgs), &imgs);
     assert!(err.contains("not in the middle of a reshape"), "{err}");
 }
+
+/// mdadm's raid0 grow (`mdadm --grow /dev/md0 -n 3 --add DEV`): through a raid4 whose
+/// parity role is missing, restriped, and back to raid0. The bytes read back; mdadm reads
+/// the members as a raid0 of 3 whose size is md's raid0 arithmetic: 3 members of their
+/// data size in whole chunks.
+#[test]
+fn raid0_grows_from_two_to_three_devices_through_raid4() {
+    let d = TempDir::new("rs-grow0");
+    let imgs = d.images(2, 12, "m");
+    ok(uraid().args(["create", "-l", "0", "-c", "64K"]).args(&imgs));
+    let size_before = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)))["array_bytes"]
+        .as_u64()
+        .unwrap();
+    let data = fill(&d, &imgs, size_before as usize);
+    let new = d.image("m2.img", 12);
+    // Without the new device: mdadm's refusal, nothing changed.
+    let out = run(uraid()
+        .args(["grow", "-q", "--raid-devices", "3"])
+        .args(&imgs));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("to create working array"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = ok(uraid()
+        .args(["grow", "-q", "--raid-devices", "3", "--add"])
+        .arg(&new)
+        .arg("--")
+        .args(&imgs));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("raid0 -> raid4") && err.contains("-> raid0"),
+        "{err}"
+    );
+    let all = [imgs.clone(), vec![new.clone()]].concat();
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&all)));
+    assert_eq!(det["level"], "raid0", "{det}");
+    assert_eq!(det["raid_disks"], 3, "{det}");
+    let size_after = det["array_bytes"].as_u64().unwrap();
+    assert!(size_after >= size_before / 2 * 3, "{det}");
+    let got = read_all(&all);
+    assert_eq!(got.len() as u64, size_after);
+    assert!(got[..data.len()] == data[..], "the old bytes moved");
+    if let Some(md) = tool_path(
+        "mdadm",
+        "raid0_grows_from_two_to_three_devices_through_raid4",
+    ) {
+        let mut sizes = Vec::new();
+        for m in &all {
+            let ex = examine(&md, m);
+            assert_eq!(
+                mdadm_field(&ex, "Raid Level").as_deref(),
+                Some("raid0"),
+                "{ex}"
+            );
+            assert_eq!(
+                mdadm_field(&ex, "Raid Devices").as_deref(),
+                Some("3"),
+                "{ex}"
+            );
+            assert!(mdadm_field(&ex, "Reshape pos'n").is_none(), "{ex}");
+            let avail = mdadm_field(&ex, "Avail Dev Size").unwrap_or_else(|| panic!("{ex}"));
+            let sectors: u64 = avail.split_whitespace().next().unwrap().parse().unwrap();
+            sizes.push(sectors);
+        }
+        // md's raid0: every member's data in whole chunks (one zone when they are alike).
+        let chunk = 128;
+        let zone: u64 = sizes.iter().map(|s| s / chunk * chunk).sum();
+        assert_eq!(zone * 512, size_after, "members {sizes:?}");
+    }
+}
+
+/// A degraded raid5 grows as md grows one: with no device for the new role, mdadm's
+/// refusal; with one, the reshape reads the missing member's blocks from parity, the new
+/// device takes the new role and the missing role stays missing; a device added after
+/// recovers it, and md's check finds no mismatch.
+#[test]
+fn a_degraded_raid5_grows_and_its_missing_role_recovers_after() {
+    let d = TempDir::new("rs-grow-deg");
+    let imgs = d.images(3, 12, "m");
+    ok(uraid()
+        .args(["create", "-l", "5", "-c", "64K", "--assume-clean"])
+        .args(&imgs));
+    let size = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)))["array_bytes"]
+        .as_u64()
+        .unwrap();
+    let data = fill(&d, &imgs, size as usize);
+    // Member 1 left out: the array runs degraded.
+    let left = vec![imgs[0].clone(), imgs[2].clone()];
+    let out = run(uraid()
+        .args(["grow", "-q", "--raid-devices", "4"])
+        .args(&left));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("Need 1 spare to avoid degraded array"),
+        "{err}"
+    );
+    assert!(err.contains("--force"), "{err}");
+    let new = d.image("m3.img", 12);
+    let out = ok(uraid()
+        .args(["grow", "-q", "--raid-devices", "4", "--add"])
+        .arg(&new)
+        .arg("--")
+        .args(&left));
+    assert!(
+        text(&out.stderr).contains("finished"),
+        "{}",
+        text(&out.stderr)
+    );
+    let now = [left.clone(), vec![new.clone()]].concat();
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&now)));
+    assert_eq!(det["raid_disks"], 4, "{det}");
+    assert_eq!(det["degraded"], true, "{det}");
+    assert!(
+        read_all(&now)[..data.len()] == data[..],
+        "degraded, reshaped"
+    );
+    let fresh = d.image("m4.img", 12);
+    ok(uraid()
+        .args(["grow", "-q", "--raid-devices", "4", "--add"])
+        .arg(&fresh)
+        .arg("--")
+        .args(&now));
+    let all = [now.clone(), vec![fresh.clone()]].concat();
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&all)));
+    assert_eq!(det["degraded"], false, "{det}");
+    assert!(read_all(&all)[..data.len()] == data[..], "recovered");
+    check_clean(&all);
+}

@@ -297,6 +297,12 @@ impl ArrayCell {
                     reshape: Some(rep),
                 })
             }
+            Plan::Raid0Grow(_) => Err(ArrayError::Refused(
+                "a raid0 grows (through raid4, as mdadm) on the members of a stopped array in \
+                 this build: stop the server, then uraid grow --raid-devices N --add DEV... \
+                 MEMBERS: nothing was written"
+                    .into(),
+            )),
             Plan::Superblocks(_) => {
                 let (rep, _) =
                     self.replace(|devs| grow_members_with(devs, req, ReshapeOptions::default()))?;

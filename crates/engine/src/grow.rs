@@ -10,11 +10,14 @@
 //!   (right after the superblock, in the room before the bad block log or the data; its
 //!   area is written, all clean, before any superblock names it), or dropped.
 //! - md's takeovers (raid0.c, raid1.c, raid5.c, raid10.c `*_takeover`): raid0 -> raid4/5
-//!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid1 <-> raid5
-//!   with 2 members, raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6`
-//!   layouts, parity-last) -> raid5, raid0 <-> raid10 near-2.
+//!   (parity-last, the parity role missing), raid4 <-> raid5 (parity-last), raid4/raid5
+//!   (parity-last, only the parity role missing) -> raid0, raid1 <-> raid5 with 2 members,
+//!   raid5 -> raid6 with the `-6` layouts (Q role missing), raid6 (`-6` layouts,
+//!   parity-last) -> raid5, raid0 <-> raid10 near-2.
 //!
-//! Anything that moves data goes to [`Array::start_reshape`] as a [`ReshapeRequest`].
+//! Anything that moves data goes to the restripe engine ([`reshape_members`]) as a
+//! [`ReshapeRequest`]; a raid0 `--raid-devices` grow goes there as mdadm sends it, as a
+//! raid4 between two takeovers ([`grow_raid0`]).
 //!
 //! Safe at every instant: the new superblocks carry the events count plus one and keep
 //! every surviving role's data where it was, so a power cut after some of them were
@@ -157,6 +160,8 @@ pub(crate) struct Change {
 pub(crate) enum Plan {
     Superblocks(Change),
     Restripe(ReshapeRequest),
+    /// raid0 `--raid-devices N` (more): md's way through raid4 ([`grow_raid0`]).
+    Raid0Grow(usize),
     Nothing(String),
 }
 
@@ -270,6 +275,24 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         || req.chunk_sectors.is_some_and(|c| c != chunk);
     if !changes {
         return Ok(Plan::Nothing(format!("{level} already has this shape")));
+    }
+    if level == Level::Raid0 {
+        // mdadm grows a raid0 as a degraded raid4 (analyse_change: raid0 reshapes at
+        // level 4), and so does uraid, for more devices only.
+        if req.layout.is_some() || req.chunk_sectors.is_some() {
+            return Err(refuse(
+                "a raid0 --chunk or --layout change (md restripes it as a raid4) is not in this \
+                 build of uraid; only --raid-devices with more devices: nothing was written",
+            ));
+        }
+        let want = req.raid_disks.expect("a device count change");
+        if want < n {
+            return Err(refuse(format!(
+                "shrinking a raid0 from {n} to {want} devices (md's backwards reshape as a \
+                 raid4, after --array-size) is not in this build of uraid: nothing was written"
+            )));
+        }
+        return Ok(Plan::Raid0Grow(want));
     }
     Ok(Plan::Restripe(ReshapeRequest {
         level: None,
@@ -511,6 +534,46 @@ fn plan_takeover(
                 to,
                 "raid5 becomes raid4 only from the parity-last layout",
             )
+        }
+        (Level::Raid4 | Level::Raid5, Level::Raid0) => {
+            // md's raid0_takeover_raid45: parity-last, degraded by exactly its parity role
+            // (the last); the data roles keep their places.
+            if from == Level::Raid5 && t.layout != ALGORITHM_PARITY_N {
+                return restripe_or_refuse(
+                    req,
+                    to,
+                    "md takes over a raid5 as raid0 only from the parity-last layout",
+                );
+            }
+            if missing != [n - 1] {
+                return Err(refuse(format!(
+                    "md takes over a {from} as raid0 only when its parity role ({}) is the one \
+                     role missing; missing now: {}: fail and remove the parity member first \
+                     (uraid fail, uraid remove){}: nothing was written",
+                    n - 1,
+                    if missing.is_empty() {
+                        "none".to_string()
+                    } else {
+                        missing
+                            .iter()
+                            .map(|r| r.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                    if missing.iter().any(|&r| r < n - 1) {
+                        ", and recover the data roles"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            Change {
+                level: to,
+                layout: 0,
+                raid_disks: n - 1,
+                summary: format!("{from} -> raid0, parity role {} dropped", n - 1),
+                ..same((0..n - 1).map(Some).collect())
+            }
         }
         (Level::Raid1, Level::Raid5) => {
             // md's raid5_takeover_raid1.
@@ -900,6 +963,9 @@ pub fn grow_members_with(
                 reshape: None,
             });
         }
+        Ok(Plan::Raid0Grow(want)) => {
+            return grow_raid0(array, devs, &report, &st, want, reshape, utime);
+        }
         Ok(Plan::Restripe(r)) if r.level.is_some_and(|l| l != array.level()) => {
             return takeover_then_restripe(array, devs, &report, &st, &r, reshape, utime);
         }
@@ -962,6 +1028,7 @@ fn takeover_then_restripe(
             &then,
             &reshape.add,
             (c.level, c.layout, c.raid_disks),
+            reshape.force,
         ),
         Err(_) => Ok(()),
     };
@@ -996,6 +1063,88 @@ fn takeover_then_restripe(
         missing_roles: Vec::new(),
         restripe: true,
         reshape: Some(done),
+    })
+}
+
+/// mdadm's way to grow a raid0 (Grow.c analyse_change: a raid0 reshapes as a raid4): the
+/// takeover to a raid4 whose parity role is missing, the restripe of that raid4 to `want`
+/// data roles with its new parity role left missing, then the takeover back to raid0
+/// (md's raid0_takeover_raid45). Each step leaves superblocks Linux md assembles (level 4
+/// while the data moves, so that md can continue it). md gives the first new device the
+/// old parity role and lets the reshape fill it; uraid rebuilds that parity onto it first
+/// ([`takeover_then_restripe`]), so that the reshape starts from a whole raid4: the end is
+/// the same raid0. Every refusal comes before the first write.
+fn grow_raid0(
+    array: Array,
+    devs: Vec<Arc<dyn Member>>,
+    report: &crate::assemble::AssembleReport,
+    st: &GrowState,
+    want: usize,
+    mut reshape: ReshapeOptions,
+    utime: u64,
+) -> Result<GrowReport, ArrayError> {
+    let n = st.template.raid_disks as usize;
+    let needed = want - n;
+    if reshape.add.len() < needed {
+        // mdadm: "Need N spares to create working array, and only have M."
+        let e = refuse(format!(
+            "growing a raid0 from {n} to {want} devices needs {needed} new device(s) and {} \
+             were given with --add (mdadm: \"Need {needed} spare{} to create working array, \
+             and only have {}\"): nothing was written",
+            reshape.add.len(),
+            if needed == 1 { "" } else { "s" },
+            reshape.add.len()
+        ));
+        array.stop()?;
+        return Err(e);
+    }
+    // The degraded raid4 the restripe leaves is md's way, not a choice: no --force needed.
+    reshape.force = true;
+    let adds = reshape.add.clone();
+    let r = ReshapeRequest {
+        level: Some(Level::Raid4),
+        raid_disks: Some(want + 1),
+        ..Default::default()
+    };
+    let done = takeover_then_restripe(array, devs.clone(), report, st, &r, reshape, utime)?;
+    let restriped = done.reshape.as_ref().is_some_and(|r| r.finished);
+    if !restriped {
+        return Ok(GrowReport {
+            summary: format!(
+                "{} (then md's takeover back to raid0 once it finishes: uraid grow --level 0)",
+                done.summary
+            ),
+            ..done
+        });
+    }
+    // The devices the steps took, in the order they took them (the takeover's role
+    // first, then the new roles): every --add up to the count the restripe reports.
+    let added = done.reshape.as_ref().map_or(0, |d| d.added);
+    let mut all = devs;
+    all.extend(adds.into_iter().take(added));
+    let (array, report) = assemble(all.clone(), &AssembleOptions::default())?;
+    let st = array.grow_state();
+    let planned = plan(
+        &st,
+        &GrowRequest {
+            level: Some(Level::Raid0),
+            ..Default::default()
+        },
+    );
+    array.stop()?;
+    drop(array);
+    let Plan::Superblocks(c) = planned? else {
+        return Err(refuse(
+            "the raid4 did not end with only its parity role missing after its restripe",
+        ));
+    };
+    let took = rewrite_superblocks(&all, &report, &st, c, utime)?;
+    Ok(GrowReport {
+        summary: format!("{}, then {}", done.summary, took.summary),
+        events: took.events,
+        missing_roles: took.missing_roles,
+        restripe: true,
+        reshape: done.reshape,
     })
 }
 

@@ -338,6 +338,21 @@ impl Array {
         dev: Arc<dyn Member>,
         flags: MemberFlags,
     ) -> Result<AddOutcome, ArrayError> {
+        self.add_device(dev, flags, true)
+    }
+
+    /// Add a device as a spare even where a role is missing (as md adds one to a frozen
+    /// array: mdadm --grow --add, where the reshape gives it its role).
+    pub(crate) fn add_spare(&self, dev: Arc<dyn Member>) -> Result<AddOutcome, ArrayError> {
+        self.add_device(dev, MemberFlags::default(), false)
+    }
+
+    fn add_device(
+        &self,
+        dev: Arc<dyn Member>,
+        flags: MemberFlags,
+        take_role: bool,
+    ) -> Result<AddOutcome, ArrayError> {
         self.check_writable("adding a member")?;
         if !self.pers().rebuilds() {
             return Err(ArrayError::Failed(
@@ -494,7 +509,7 @@ impl Array {
         };
         // A spare taking a role changes what writes skip: pending until recorded.
         let change = self.begin_sb_change();
-        let outcome = match free_role(old_role) {
+        let outcome = match free_role(old_role).filter(|_| take_role) {
             Some(role) => {
                 self.slot(MemberIdx(role))
                     .set_bitmap_recovery(bitmap_readd(role));

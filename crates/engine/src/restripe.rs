@@ -7,8 +7,10 @@
 //! no backup file is needed:
 //!
 //! 1. **Start** ([`reshape_members`]): the request is checked against the array (md's
-//!    refusals, before anything is written); devices for new roles come from the array's
-//!    spares, then from [`ReshapeOptions::add`] (added as spares first); every superblock
+//!    refusals, before anything is written; a degraded array reshapes within its parity,
+//!    and a new role left without a device needs [`ReshapeOptions::force`], as mdadm's
+//!    `--force`); devices for new roles come from the array's spares, then from
+//!    [`ReshapeOptions::add`] (added as spares first); every superblock
 //!    is rewritten with FEATURE_RESHAPE_ACTIVE, `reshape_position` 0, the new level,
 //!    layout, chunk, `raid_disks` and `delta_disks`, and `new_offset` (the room before the
 //!    data, at most [`MAX_OFFSET_MOVE_SECTORS`]).
@@ -83,6 +85,9 @@ pub struct ReshapeOptions {
     pub max_bytes_per_sec: Option<u64>,
     /// Called after each window with the sectors done and the sectors in all.
     pub progress: Option<Box<dyn FnMut(u64, u64) + Send>>,
+    /// mdadm's `--force`: start a grow with fewer devices than new roles, the rest left
+    /// missing (the array ends degraded), where md's own check allows it.
+    pub force: bool,
 }
 
 /// What a reshape did.
@@ -207,7 +212,7 @@ pub fn reshape_members(
     let planned = if array.level() == Level::Raid10 {
         raid10::plan_start10(&array, &report, req, &opts.add)
     } else {
-        plan_start(&array, &report, req, &opts.add, None)
+        plan_start(&array, &report, req, &opts.add, None, opts.force)
     };
     let stopped = array.stop();
     drop(array);
@@ -220,7 +225,8 @@ pub fn reshape_members(
         let (array, _) = assemble(all.clone(), &AssembleOptions::default())?;
         let need = start.roles_wanted.saturating_sub(start.spares_ready);
         for dev in std::mem::take(&mut opts.add) {
-            array.add_member(dev.clone())?;
+            // A spare, even where a role is missing: the reshape gives it a new role.
+            array.add_spare(dev.clone())?;
             all.push(dev);
             added += 1;
             if added == need {
@@ -254,7 +260,8 @@ pub fn reshape_members(
         }
         takers.push((sb.dev_number, (start.old_disks + k) as u16));
     }
-    if takers.len() < start.roles_wanted {
+    // Fewer than wanted only with --force (checked at the plan): those roles stay missing.
+    if takers.len() < start.roles_wanted && !opts.force {
         return Err(refused(format!(
             "growing to {} devices needs {} device(s) for the new roles and the array has {}: \
              give them with --add",
@@ -318,8 +325,9 @@ pub(crate) fn precheck_after_takeover(
     req: &ReshapeRequest,
     add: &[Arc<dyn Member>],
     after: (Level, u32, usize),
+    force: bool,
 ) -> Result<(), ArrayError> {
-    plan_start(a, report, req, add, Some(after)).map(|_| ())
+    plan_start(a, report, req, add, Some(after), force).map(|_| ())
 }
 
 fn plan_start(
@@ -328,12 +336,19 @@ fn plan_start(
     req: &ReshapeRequest,
     add: &[Arc<dyn Member>],
     after: Option<(Level, u32, usize)>,
+    force: bool,
 ) -> Result<Start, ArrayError> {
     a.check_writable("a reshape")?;
     let mut g = a.geometry().clone();
     let mut takeover_roles = 0;
     if let Some((level, layout, disks)) = after {
         takeover_roles = disks.saturating_sub(g.raid_disks);
+        if g.level == Level::Raid0 {
+            // md's raid0 takeover: each member's one zone, whole chunks (raid0 keeps no
+            // dev_sectors of its own).
+            let least = g.member_sectors.iter().copied().min().unwrap_or(0);
+            g.dev_sectors = least / g.chunk_sectors.max(1) * g.chunk_sectors.max(1);
+        }
         g.level = level;
         g.layout = layout;
         g.raid_disks = disks;
@@ -373,11 +388,22 @@ fn plan_start(
         ));
     }
     drop(meta);
-    if !a.missing_roles().is_empty() || !a.recovering_roles().is_empty() {
-        return Err(refused(
-            "the array is degraded or recovering: uraid reshapes only a whole array; recover it first",
-        ));
+    // md's raid5_start_reshape: no reshape while a recovery runs (EBUSY); a degraded array
+    // reshapes, its missing members rebuilt from parity as the old stripes are read.
+    let recovering = a.recovering_roles();
+    if !recovering.is_empty() || !a.replacing_roles().is_empty() {
+        return Err(refused(format!(
+            "a recovery or replace is in progress (role(s) {}): md does not start a reshape \
+             while one runs; let it finish (uraid wait), then grow",
+            recovering
+                .iter()
+                .chain(a.replacing_roles().iter())
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
     }
+    let degraded = a.missing_roles().len();
     let old = ParityGeometry::new(&g)?;
     let mut ng = g.clone();
     ng.raid_disks = req.raid_disks.unwrap_or(g.raid_disks);
@@ -435,13 +461,42 @@ fn plan_start(
         .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
         .count();
     let roles_wanted = new.raid_disks - old.raid_disks;
-    if spares_ready + add.len() < roles_wanted + takeover_roles {
+    if spares_ready + add.len() < takeover_roles {
         return Err(refused(format!(
-            "growing to {} devices needs {} device(s) for the new roles; the array has \
-             {spares_ready} spare(s) and {} were given with --add",
-            new.raid_disks,
-            roles_wanted + takeover_roles,
+            "the takeover to {level} needs {takeover_roles} device(s) for the new roles it \
+             makes; the array has {spares_ready} spare(s) and {} were given with --add",
             add.len()
+        )));
+    }
+    let devices = spares_ready + add.len() - takeover_roles;
+    // mdadm's check before it asks md: a new role without a device leaves the array
+    // degraded, which it does only with --force.
+    if devices < roles_wanted && !force {
+        return Err(refused(format!(
+            "growing to {} devices needs {roles_wanted} device(s) for the new roles and the \
+             array has {devices} (spares and --add): mdadm says \"Need {roles_wanted} spare{} \
+             to avoid degraded array, and only have {devices}\"; give them with --add, or \
+             --force to leave the new role(s) missing",
+            new.raid_disks,
+            if roles_wanted == 1 { "" } else { "s" },
+        )));
+    }
+    // md's raid5_start_reshape: the new shape must hold the data with the roles it has
+    // no device for (the missing ones and the new ones without a spare).
+    let lacking = degraded + roles_wanted.saturating_sub(devices);
+    if lacking > new.parity_disks() {
+        return Err(refused(format!(
+            "a {level} of {} devices would miss {lacking} role(s) ({degraded} missing now, {} \
+             new without a device) and keeps its data with at most {} missing, so md refuses \
+             this reshape: give devices with --add{}",
+            new.raid_disks,
+            roles_wanted.saturating_sub(devices),
+            new.parity_disks(),
+            if degraded > 0 {
+                " or recover the missing member(s) first"
+            } else {
+                ""
+            }
         )));
     }
     let need = (g.dev_sectors + devs_sbs[0].data_offset) * SECTOR_BYTES;

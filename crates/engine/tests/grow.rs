@@ -380,6 +380,43 @@ fn raid4_and_raid5_parity_last_take_over_each_other() {
     assert_eq!(read_all(&a, data.len()), data);
 }
 
+/// md's raid0_takeover_raid45: a raid4 becomes a raid0 only when its parity role (the
+/// last) is the one role missing; the data roles keep their places and bytes.
+#[test]
+fn raid4_becomes_raid0_only_without_its_parity_member() {
+    let devs = members(3, 4 * MB, "r40-");
+    let data = made(&devs, &opts(Level::Raid4, None), 14);
+    let to0 = GrowRequest {
+        level: Some(Level::Raid0),
+        ..Default::default()
+    };
+    let before = superblock_bytes(&devs);
+    let e = grow_members(devs.clone(), &to0).unwrap_err().to_string();
+    assert!(e.contains("parity role (2) is the one role missing"), "{e}");
+    assert!(e.contains("nothing was written"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+    // A data member missing instead: refused too.
+    let a = open(&devs);
+    assert_eq!(read_all(&a, data.len()), data);
+    a.fail_member(MemberIdx(0)).unwrap();
+    a.stop().unwrap();
+    let e = grow_members(devs[1..].to_vec(), &to0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing now: 0"), "{e}");
+    // The parity member missing: a raid0 of the two data members.
+    let devs = members(3, 4 * MB, "r40b-");
+    let data2 = made(&devs, &opts(Level::Raid4, None), 15);
+    let a = open(&devs);
+    a.fail_member(MemberIdx(2)).unwrap();
+    a.stop().unwrap();
+    let r = grow_members(devs[..2].to_vec(), &to0).unwrap();
+    assert!(r.missing_roles.is_empty(), "{r:?}");
+    let a = open(&devs[..2]);
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid0, 2));
+    assert_eq!(read_all(&a, data2.len()), data2);
+}
+
 #[test]
 fn restripes_go_to_the_reshape_engine_and_write_nothing_here() {
     let devs = members(3, 4 * MB, "rs-");

@@ -399,3 +399,65 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
     assert!(saw_mid, "seed {seed}: no cut fell mid-reshape");
     let _ = saw_end;
 }
+
+/// A degraded raid5 reshaped while served (md reshapes a degraded array): the reshape
+/// reads the missing member's blocks from parity, writers go on through it, and the end
+/// is the new shape with every byte and the missing role still missing.
+#[test]
+fn a_degraded_array_reshapes_while_served() {
+    let devs = members(5, 6 * MB, "served-deg");
+    let mut o = CreateOptions::new(Level::Raid5);
+    o.layout = Some(ALGORITHM_LEFT_SYMMETRIC);
+    o.chunk_sectors = Some(128);
+    o.assume_clean = true;
+    o.data_offset_sectors = Some(2048);
+    let a = create(devs[..4].iter().cloned().map(Some).collect(), &o).unwrap();
+    let mut data = vec![0u8; a.size_bytes() as usize];
+    rng(17).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    a.fail_member(MemberIdx(1)).unwrap();
+    a.stop().unwrap();
+    let left: Vec<Arc<dyn Member>> = [0, 2, 3, 4].iter().map(|&i| devs[i].clone()).collect();
+    let r = reshape_members(
+        left[..3].to_vec(),
+        &ReshapeRequest {
+            raid_disks: Some(5),
+            ..Default::default()
+        },
+        ReshapeOptions {
+            add: vec![left[3].clone()],
+            stop_at: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!r.finished, "{r:?}");
+    let (a, d, _events) = serve(&left, 4096);
+    assert_eq!(a.missing_roles(), vec![MemberIdx(1)]);
+    let model = Arc::new(Mutex::new(data));
+    let writes = {
+        let a2 = a.clone();
+        let until = move || !a2.is_reshaping();
+        writers(&a, &model, 7, &until)
+    };
+    assert!(
+        wait_done(&a, Duration::from_secs(120)),
+        "the reshape did not finish"
+    );
+    assert!(writes > 0);
+    let model = model.lock().unwrap().clone();
+    same(&read_all(&a, model.len()), &model, "served, at the end");
+    d.stop();
+    a.stop().unwrap();
+    // The missing role recovered onto a fresh device: md's check is clean.
+    let a = open(&left);
+    assert_eq!(a.missing_roles(), vec![MemberIdx(1)]);
+    let fresh: Arc<dyn Member> = Arc::new(MemMember::new("served-deg-fresh", 6 * MB));
+    a.add_member(fresh.clone()).unwrap();
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    assert!(a.missing_roles().is_empty());
+    a.stop().unwrap();
+    let mut all = left;
+    all.push(fresh);
+    verify_finished(&all, &model, 5, None);
+}

@@ -377,11 +377,47 @@ fn refusals_write_nothing_and_say_why() {
         vec![],
         "level change",
     );
-    // Degraded.
+    // Degraded, with no device for the new role: mdadm wants --force, and md refuses even
+    // then (the new shape would miss two roles).
     let a = open(&devs);
     a.fail_member(uraid_core::MemberIdx(2)).unwrap();
     a.stop().unwrap();
-    check(&devs[..2], &grow, members(1, 6 * MB, "x"), "degraded");
+    check(
+        &devs[..2],
+        &grow,
+        vec![],
+        "Need 1 spare to avoid degraded array",
+    );
+    let before = bytes(&devs[..2]);
+    let e = reshape_members(
+        devs[..2].to_vec(),
+        &grow,
+        ReshapeOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("would miss 2 role(s)"), "{e}");
+    assert!(e.contains("nothing was written"), "{e}");
+    assert_eq!(bytes(&devs[..2]), before, "--force: bytes changed");
+    // A recovery under way (a device added to the degraded array, not yet rebuilt).
+    let a = open(&devs[..2]);
+    let fresh = members(1, 6 * MB, "rec");
+    assert!(matches!(
+        a.add_member(fresh[0].clone()).unwrap(),
+        AddOutcome::Recovering(_)
+    ));
+    a.stop().unwrap();
+    let mut rec = devs[..2].to_vec();
+    rec.extend(fresh);
+    check(
+        &rec,
+        &grow,
+        members(1, 6 * MB, "x"),
+        "recovery or replace is in progress",
+    );
     // No room before the data (mdadm's backup-file case).
     let devs = members(3, 6 * MB, "nr");
     let mut o = opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64);
@@ -396,6 +432,110 @@ fn refusals_write_nothing_and_say_why() {
         vec![],
         "backup file",
     );
+}
+
+/// A degraded raid5 grows (md reshapes within its parity): the missing member's blocks
+/// are rebuilt from parity as the old stripes are read, the added device takes the new
+/// role, the missing role stays missing at its number; recovered after, md's check finds
+/// every parity block right.
+#[test]
+fn a_degraded_raid5_grows_and_recovers_after() {
+    let devs = members(4, 6 * MB, "d5");
+    let data = made(&devs, &opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64), 21);
+    let a = open(&devs);
+    a.fail_member(uraid_core::MemberIdx(1)).unwrap();
+    a.stop().unwrap();
+    let left: Vec<Arc<dyn Member>> = [0, 2, 3].iter().map(|&i| devs[i].clone()).collect();
+    let add = members(1, 6 * MB, "d5-add");
+    let r = reshape_members(
+        left.clone(),
+        &ReshapeRequest {
+            raid_disks: Some(5),
+            ..Default::default()
+        },
+        ReshapeOptions {
+            add: add.clone(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.finished, "{r:?}");
+    assert_eq!(r.added, 1);
+    let mut all = left.clone();
+    all.extend(add);
+    let a = open(&all);
+    assert_eq!(a.raid_disks(), 5);
+    assert_eq!(a.missing_roles(), vec![uraid_core::MemberIdx(1)]);
+    let sb = read_superblock(all[3].as_ref()).unwrap();
+    assert_eq!(
+        sb.role_of_this_device(),
+        Some(4),
+        "the added device holds the new role"
+    );
+    let got = read_all(&a, a.size_bytes() as usize);
+    same(&got[..data.len()], &data, "degraded, after the reshape");
+    let spare = members(1, 6 * MB, "d5-spare");
+    assert!(matches!(
+        a.add_member(spare[0].clone()).unwrap(),
+        AddOutcome::Recovering(_)
+    ));
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    a.stop().unwrap();
+    all.extend(spare);
+    verify_finished(&all, &data, Level::Raid5, 5, 128, ALGORITHM_LEFT_SYMMETRIC);
+}
+
+/// A raid6 with one member missing grows by one with --force and no new device (md allows
+/// it: two missing is what raid6 holds), then gets both roles back by recovery.
+#[test]
+fn a_degraded_raid6_grows_with_force_to_two_missing() {
+    let devs = members(5, 6 * MB, "d6");
+    let data = made(&devs, &opts(Level::Raid6, ALGORITHM_LEFT_SYMMETRIC, 64), 22);
+    let a = open(&devs);
+    a.fail_member(uraid_core::MemberIdx(2)).unwrap();
+    a.stop().unwrap();
+    let left: Vec<Arc<dyn Member>> = [0, 1, 3, 4].iter().map(|&i| devs[i].clone()).collect();
+    let req = ReshapeRequest {
+        raid_disks: Some(6),
+        ..Default::default()
+    };
+    // Without --force: mdadm's refusal, nothing written.
+    let before = all_bytes(&left);
+    let e = reshape_members(left.clone(), &req, ReshapeOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("Need 1 spare to avoid degraded array"), "{e}");
+    assert_eq!(all_bytes(&left), before);
+    let r = reshape_members(
+        left.clone(),
+        &req,
+        ReshapeOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.finished, "{r:?}");
+    let a = open(&left);
+    assert_eq!(a.raid_disks(), 6);
+    assert_eq!(
+        a.missing_roles(),
+        vec![uraid_core::MemberIdx(2), uraid_core::MemberIdx(5)]
+    );
+    let got = read_all(&a, a.size_bytes() as usize);
+    same(&got[..data.len()], &data, "two missing, after the reshape");
+    let spares = members(2, 6 * MB, "d6-spare");
+    for s in &spares {
+        a.add_member(s.clone()).unwrap();
+    }
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    if !a.missing_roles().is_empty() || !a.recovering_roles().is_empty() {
+        a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    }
+    a.stop().unwrap();
+    let mut all = left;
+    all.extend(spares);
+    verify_finished(&all, &data, Level::Raid6, 6, 128, ALGORITHM_LEFT_SYMMETRIC);
 }
 
 /// An array with a spare uses it for the new role (mdadm --add, then --grow).
@@ -430,140 +570,154 @@ fn a_spare_takes_the_new_role() {
 /// from there ends with the new shape and consistent parity.
 #[test]
 fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
+    let grow = ReshapeRequest {
+        raid_disks: Some(4),
+        ..Default::default()
+    };
+    let chunk = ReshapeRequest {
+        chunk_sectors: Some(64),
+        ..Default::default()
+    };
+    cut_everywhere("pc0-", Level::Raid5, 3, &grow, None, 40);
+    cut_everywhere("pc1-", Level::Raid6, 4, &chunk, None, 41);
+}
+
+/// The same for a degraded array (md reshapes one within its parity): the missing member's
+/// blocks are rebuilt from parity as the old stripes are read, its role stays missing in
+/// the new shape, and every cut assembles with every byte and continues to the end.
+#[test]
+fn a_power_cut_anywhere_in_a_degraded_reshape_loses_nothing() {
+    let grow = ReshapeRequest {
+        raid_disks: Some(4),
+        ..Default::default()
+    };
+    let grow6 = ReshapeRequest {
+        raid_disks: Some(5),
+        ..Default::default()
+    };
+    cut_everywhere("dc0-", Level::Raid5, 3, &grow, Some(1), 50);
+    cut_everywhere("dc1-", Level::Raid6, 4, &grow6, Some(0), 51);
+}
+
+/// Cut the power after 0, 1, 2, 3, ... (then sparser) writes of `req` on a `disks`-member
+/// array (member `missing` failed first), check each cut and continue it.
+fn cut_everywhere(
+    tag: &str,
+    level: Level,
+    disks: usize,
+    req: &ReshapeRequest,
+    missing: Option<usize>,
+    seed: u64,
+) {
     let size = 2 * MB;
-    for (n, (level, disks, req)) in [
-        (
-            Level::Raid5,
-            3,
-            ReshapeRequest {
-                raid_disks: Some(4),
+    let world = SimWorld::new();
+    let new_disks = req.raid_disks.unwrap_or(disks);
+    let disks_v: Vec<Arc<SimDisk>> = (0..new_disks)
+        .map(|i| Arc::new(SimDisk::new(format!("{tag}{i}"), size, world.clone())))
+        .collect();
+    let devs: Vec<Arc<dyn Member>> = disks_v
+        .iter()
+        .map(|d| d.clone() as Arc<dyn Member>)
+        .collect();
+    let mut o = opts(level, ALGORITHM_LEFT_SYMMETRIC, 16);
+    o.data_offset_sectors = Some(256);
+    let data = made(&devs[..disks], &o, seed);
+    if let Some(m) = missing {
+        let a = open(&devs[..disks]);
+        a.fail_member(uraid_core::MemberIdx(m)).unwrap();
+        a.stop().unwrap();
+    }
+    let images: Vec<Vec<u8>> = disks_v.iter().map(|d| d.durable_image()).collect();
+    let (mut saw_mid, mut saw_done) = (false, false);
+    let mut ops = 0i64;
+    let old: Vec<usize> = (0..disks).filter(|&i| Some(i) != missing).collect();
+    loop {
+        let power = Power::new(ops);
+        let cut = SimDisk::crash_set(tag, &power, &images);
+        let cut_devs: Vec<Arc<dyn Member>> =
+            cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
+        let _ = reshape_members(
+            old.iter().map(|&i| cut_devs[i].clone()).collect(),
+            req,
+            ReshapeOptions {
+                add: cut_devs[disks..].to_vec(),
                 ..Default::default()
             },
-        ),
-        (
-            Level::Raid6,
-            4,
-            ReshapeRequest {
-                chunk_sectors: Some(64),
-                ..Default::default()
-            },
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let world = SimWorld::new();
-        let new_disks = req.raid_disks.unwrap_or(disks);
-        let disks_v: Vec<Arc<SimDisk>> = (0..new_disks)
-            .map(|i| Arc::new(SimDisk::new(format!("pc{n}-{i}"), size, world.clone())))
-            .collect();
-        let devs: Vec<Arc<dyn Member>> = disks_v
+        );
+        let finished = power.on();
+        let after = SimDisk::after_cut(&cut);
+        // Only the devices that joined before the cut (an added disk without a superblock
+        // is not offered), and never the failed member.
+        let joined: Vec<Arc<dyn Member>> = after
             .iter()
-            .map(|d| d.clone() as Arc<dyn Member>)
+            .enumerate()
+            .filter(|(i, d)| Some(*i) != missing && read_superblock(d.as_ref()).is_ok())
+            .map(|(_, d)| d.clone())
             .collect();
-        let mut o = opts(level, ALGORITHM_LEFT_SYMMETRIC, 16);
-        o.data_offset_sectors = Some(256);
-        let data = made(&devs[..disks], &o, 40 + n as u64);
-        let images: Vec<Vec<u8>> = disks_v.iter().map(|d| d.durable_image()).collect();
-        let (mut saw_mid, mut saw_done) = (false, false);
-        let mut ops = 0i64;
-        loop {
-            let power = Power::new(ops);
-            let cut = SimDisk::crash_set(&format!("pc{n}-"), &power, &images);
-            let cut_devs: Vec<Arc<dyn Member>> =
-                cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
-            let _ = reshape_members(
-                cut_devs[..disks].to_vec(),
-                &req,
-                ReshapeOptions {
-                    add: cut_devs[disks..].to_vec(),
-                    ..Default::default()
-                },
-            );
-            let finished = power.on();
-            let after = SimDisk::after_cut(&cut);
-            // Only the devices that joined before the cut: an added disk without a
-            // superblock is not offered.
-            let joined: Vec<Arc<dyn Member>> = after
-                .iter()
-                .filter(|d| read_superblock(d.as_ref()).is_ok())
-                .cloned()
-                .collect();
-            let a = open(&joined);
-            if read_all(&a, data.len()) != data {
-                for d in &joined {
-                    let sb = read_superblock(d.as_ref()).unwrap();
-                    eprintln!(
-                        "{}: events {} features {:#x} pos {} roles {:?} dev_number {} do {} no {}",
-                        d.name(),
-                        sb.events,
-                        sb.feature_map,
-                        sb.reshape_position,
-                        &sb.dev_roles[..6],
-                        sb.dev_number,
-                        sb.data_offset,
-                        sb.new_offset
-                    );
-                }
-                let (_, rep) = assemble(joined.clone(), &AssembleOptions::default()).unwrap();
-                eprintln!("{rep:?} missing {:?}", a.missing_roles());
-            }
-            same(
-                &read_all(&a, data.len()),
-                &data,
-                &format!("case {n}: cut after {ops} writes"),
-            );
-            let mid = a.is_reshaping();
-            saw_mid |= mid;
-            a.stop().unwrap();
-            if mid {
-                let r = continue_reshape(joined.clone(), ReshapeOptions::default())
-                    .unwrap_or_else(|e| panic!("case {n}: cut after {ops}: {e}"));
-                assert!(r.finished);
-            }
-            let (a, rep) = assemble(joined.clone(), &AssembleOptions::default()).unwrap();
-            if !a.missing_roles().is_empty() {
-                for d in &joined {
-                    let sb = read_superblock(d.as_ref()).unwrap();
-                    eprintln!(
-                        "{}: events {} features {:#x} pos {} roles {:?} dev_number {} do {}",
-                        d.name(),
-                        sb.events,
-                        sb.feature_map,
-                        sb.reshape_position,
-                        &sb.dev_roles[..6],
-                        sb.dev_number,
-                        sb.data_offset
-                    );
-                }
-                panic!("case {n}: cut after {ops}: degraded after continuing (mid {mid}): {rep:?}");
-            }
-            if a.raid_disks() == new_disks
-                && a.geometry().chunk_sectors == req.chunk_sectors.unwrap_or(32)
-            {
-                saw_done = true;
+        let a = open(&joined);
+        same(
+            &read_all(&a, data.len()),
+            &data,
+            &format!("{tag}: cut after {ops} writes"),
+        );
+        let mid = a.is_reshaping();
+        saw_mid |= mid;
+        a.stop().unwrap();
+        if mid {
+            let r = continue_reshape(joined.clone(), ReshapeOptions::default())
+                .unwrap_or_else(|e| panic!("{tag}: cut after {ops}: {e}"));
+            assert!(r.finished);
+        }
+        let (a, rep) = assemble(joined.clone(), &AssembleOptions::default()).unwrap();
+        let want_missing: Vec<uraid_core::MemberIdx> =
+            missing.into_iter().map(uraid_core::MemberIdx).collect();
+        assert_eq!(
+            a.missing_roles(),
+            want_missing,
+            "{tag}: cut after {ops}: missing roles after continuing (mid {mid}): {rep:?}"
+        );
+        if a.raid_disks() == new_disks
+            && a.geometry().chunk_sectors == req.chunk_sectors.unwrap_or(32)
+        {
+            saw_done = true;
+            if missing.is_none() {
                 assert_eq!(
                     a.run_sync(SyncKind::Check, |_| {}).unwrap(),
                     0,
-                    "case {n}: cut after {ops}"
+                    "{tag}: cut after {ops}"
                 );
             }
-            same(
-                &read_all(&a, data.len()),
-                &data,
-                &format!("case {n}: cut after {ops} writes, continued"),
-            );
-            a.stop().unwrap();
-            if finished {
-                break;
-            }
-            ops += 1 + ops / 8;
         }
-        assert!(
-            saw_mid && saw_done,
-            "case {n}: mid {saw_mid} done {saw_done}"
+        same(
+            &read_all(&a, data.len()),
+            &data,
+            &format!("{tag}: cut after {ops} writes, continued"),
         );
+        a.stop().unwrap();
+        if finished {
+            if let Some(m) = missing {
+                // The missing role recovered onto a fresh device: md's check finds every
+                // parity block of the new shape right.
+                let fresh: Arc<dyn Member> = Arc::new(MemMember::new(format!("{tag}fresh"), size));
+                let mut whole = joined.clone();
+                whole.push(fresh.clone());
+                let a = open(&joined);
+                a.add_member(fresh).unwrap();
+                a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+                assert!(a.missing_roles().is_empty(), "{tag}: role {m} recovered");
+                assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0, "{tag}");
+                same(
+                    &read_all(&a, data.len()),
+                    &data,
+                    &format!("{tag}: recovered"),
+                );
+                a.stop().unwrap();
+            }
+            break;
+        }
+        ops += 1 + ops / 8;
     }
+    assert!(saw_mid && saw_done, "{tag}: mid {saw_mid} done {saw_done}");
 }
 
 /// Write the superblocks of a reshape as Linux md starts one going backwards (a shrink, or a
@@ -823,4 +977,70 @@ fn a_raid6_reshape_continues_with_two_members_missing() {
     let a = open(&without);
     assert_eq!((a.raid_disks(), a.missing_roles().len()), (5, 2));
     same(&read_all(&a, data.len()), &data, "raid6 without two");
+}
+
+/// mdadm's raid0 grow (`--grow -n 3 --add DEV`): a raid4 with its parity role missing,
+/// restriped to 3 data roles with the new parity role missing, then a raid0 again: 3
+/// members, every byte where it was, the size md's raid0 gives 3 members; the superblocks
+/// say raid0 with 3 devices. With too few devices, mdadm's refusal and nothing written.
+#[test]
+fn a_raid0_grows_through_raid4_as_mdadm_does_it() {
+    use uraid_engine::{grow_members_with, GrowRequest};
+    for (tag, from, to) in [("g0a", 2usize, 3usize), ("g0b", 2, 4)] {
+        let devs = members(from, 6 * MB, tag);
+        let mut o = opts(Level::Raid0, 0, 64);
+        o.layout = None;
+        let data = made(&devs, &o, 31);
+        let req = GrowRequest {
+            raid_disks: Some(to),
+            ..Default::default()
+        };
+        let adds = members(to - from, 6 * MB, &format!("{tag}-add"));
+        let before = all_bytes(&devs);
+        let e = grow_members_with(
+            devs.clone(),
+            &req,
+            ReshapeOptions {
+                add: adds[1..].to_vec(),
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("to create working array"), "{tag}: {e}");
+        assert!(all_bytes(&devs) == before, "{tag}: a refusal wrote");
+        let r = grow_members_with(
+            devs.clone(),
+            &req,
+            ReshapeOptions {
+                add: adds.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(r.summary.contains("raid0 -> raid4"), "{tag}: {}", r.summary);
+        assert!(r.summary.ends_with("parity role dropped") || r.summary.contains("-> raid0"));
+        assert!(r.missing_roles.is_empty(), "{tag}: {r:?}");
+        assert_eq!(r.reshape.as_ref().map(|d| d.added), Some(to - from));
+        let mut all = devs.clone();
+        all.extend(adds);
+        let a = open(&all);
+        assert_eq!(a.level(), Level::Raid0);
+        assert_eq!(a.raid_disks(), to);
+        let per_member = a.geometry().member_sectors.clone();
+        assert_eq!(per_member.len(), to);
+        assert!(
+            per_member.iter().all(|&s| s == per_member[0]),
+            "{per_member:?}"
+        );
+        assert_eq!(a.size_bytes(), to as u64 * per_member[0] * 512, "{tag}");
+        same(&read_all(&a, data.len()), &data, tag);
+        a.stop().unwrap();
+        for d in &all {
+            let sb = read_superblock(d.as_ref()).unwrap();
+            assert_eq!(sb.level, 0, "{tag}: {}", d.name());
+            assert_eq!(sb.raid_disks as usize, to, "{tag}: {}", d.name());
+            assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
+        }
+    }
 }
