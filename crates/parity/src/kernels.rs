@@ -137,7 +137,8 @@ pub(crate) enum Job {
 }
 
 /// Vectors per step of the main loops: enough independent chains to hide load and
-/// multiply latency, few enough to stay in registers (4 x 2 accumulators of 32 registers).
+/// multiply latency, few enough to stay in registers (4 x 2 accumulators, plus the
+/// constants and temporaries, fit AVX2's 16 registers as well as AVX-512's 32).
 const UNROLL: usize = 4;
 /// Vectors per step of the XOR loop: one accumulator per vector, so registers allow more
 /// than in a syndrome pass, and the longer run per source (256 bytes on AVX2) helped XOR
