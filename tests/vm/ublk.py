@@ -3,7 +3,9 @@
 Python 3.11 stdlib only; one VM boot (the harness's Debian 6.12 kernel, TCG).
 
     tests/vm/ublk.sh            # quick: fio verify on /dev/ublkb0, server SIGKILLed mid-run
-                                # and `serve --recover` taking over; a read-only export
+                                # and `serve --recover` taking over; the same with the
+                                # server handing the device over (`stop --keep-ublk`);
+                                # a read-only export
     tests/vm/ublk.sh --full     # and the same kill and recovery with ext4 over the device
     URAID=path/to/uraid tests/vm/ublk.sh     # default: target/debug/uraid, then release
 
@@ -12,7 +14,9 @@ run inside the guest. Each recovery scenario: `serve --ublk --ublk-id 0`, fio wr
 verify (crc32c, libaio QD32, direct), the server is SIGKILLed while fio still runs (checked),
 the device must stay, `serve --ublk --ublk-id 0 --recover` takes it over, fio must finish
 with no error and its verify pass; a second fio (`verify_only`) reads it all back through the
-new server; `uraid stop` exits 0 and the device goes away. Read-only: `serve --readonly`
+new server; `uraid stop` exits 0 and the device goes away. The hand-over scenario (an upgrade
+or restart in place) is the same with `uraid stop --keep-ublk` in place of the SIGKILL: the
+server exits 0, the array is clean on disk (no resync owed), the device stays and fio waits. Read-only: `serve --readonly`
 gives a device the kernel marks read-only (`/sys/block/ublkbN/ro` = 1) that refuses a write
 and serves reads.
 Prints `PASS name` / `FAIL name` lines; exits non-zero on failure.
@@ -72,14 +76,16 @@ FIO_ARGS="--name=v --rw=randwrite --bs=4k --ioengine=libaio --iodepth=32 --direc
     --verify=crc32c --verify_fatal=1 --randrepeat=1"
 # writes_to DEV: writes the kernel has completed on block device DEV (/sys/block/*/stat).
 writes_to() { awk '{print $5}' "/sys/block/${1#/dev/}/stat"; }
-# killed_mid_fio NAME FILE SIZE: fio with verify on FILE, the server SIGKILLed while it runs,
-# `serve --recover` takes over, fio must finish clean; then a verify-only pass.
+# interrupted_mid_fio NAME FILE SIZE HOW: fio with verify on FILE; while it runs the server
+# is SIGKILLed (HOW=kill) or hands the device over (HOW=handover: `uraid stop --keep-ublk`,
+# the array stopped clean and /dev/ublkb0 kept); `serve --recover` takes over, fio must
+# finish clean; then a verify-only pass.
 # fio's writes are held to 400 per second, so its write pass over SIZE in 4 KiB blocks lasts
-# at least SIZE/4k/400 seconds (10 s for 16M) however fast the guest is; the kill comes once
-# 200 writes have reached the ublk device (at least 0.5 s in), so fio is mid-run by
-# construction, not by a guess at the guest's speed.
-killed_mid_fio() {
-    _k=$1 _f=$2 _s=$3
+# at least SIZE/4k/400 seconds (10 s for 16M) however fast the guest is; the interruption
+# comes once 200 writes have reached the ublk device (at least 0.5 s in), so fio is mid-run
+# by construction, not by a guess at the guest's speed.
+interrupted_mid_fio() {
+    _k=$1 _f=$2 _s=$3 _how=$4
     _w0=$(writes_to $U)
     fio $FIO_ARGS --rate_iops=400 --filename="$_f" --size="$_s" --do_verify=1 \
         --output="$O/$_k.fio" 2>"$O/$_k.fio.err" &
@@ -91,8 +97,18 @@ killed_mid_fio() {
     done
     check "$_k-fio-writing-at-kill" test $(($(writes_to $U) - _w0)) -ge 200
     check "$_k-fio-running-at-kill" kill -0 $_fio
-    kill -KILL $SPID
-    wait $SPID 2>/dev/null
+    if [ "$_how" = handover ]; then
+        check "$_k-stop-keep-ublk" sh -c \
+            "uraid stop --keep-ublk --control /tmp/ctl.sock >$O/$_k.stop 2>&1 && grep -q 'ublkb0 kept' $O/$_k.stop"
+        wait $SPID
+        check "$_k-server-exit0" test $? = 0
+        # Handed over clean: the next server owes no resync.
+        check "$_k-clean-at-handover" sh -c "uraid examine /dev/disk/1 | grep -q 'State : clean'"
+        check "$_k-fio-waits" kill -0 $_fio
+    else
+        kill -KILL $SPID
+        wait $SPID 2>/dev/null
+    fi
     check "$_k-device-stays" test -b $U
     if serve "$_k-recover" --ublk-id 0 --recover; then
         wait $_fio
@@ -110,11 +126,23 @@ mkdir -p /mnt
 
 mark "ublk: raw device, SIGKILL and --recover"
 if serve raw --ublk-id 0; then
-    killed_mid_fio raw $U 16M
+    interrupted_mid_fio raw $U 16M kill
     check raw-stop stop_served
     check raw-device-gone test ! -e $U
 else
     check raw-serve false
+fi
+
+mark "ublk: raw device, handed over (stop --keep-ublk) and --recover"
+if serve handover --ublk-id 0; then
+    # The kill above left a resync owed: let it finish, so that "clean" after the hand-over
+    # is the hand-over's doing.
+    check handover-resynced-first uraid wait --control /tmp/ctl.sock
+    interrupted_mid_fio handover $U 16M handover
+    check handover-stop stop_served
+    check handover-device-gone test ! -e $U
+else
+    check handover-serve false
 fi
 
 if [ "$MODE" = full ]; then
@@ -123,7 +151,7 @@ if [ "$MODE" = full ]; then
         check ext4-mkfs mkfs.ext4 -q -F $U
         check ext4-mount mount -t ext4 $U /mnt
         if grep -q ' /mnt ' /proc/mounts; then
-            killed_mid_fio ext4 /mnt/fio.dat 16M
+            interrupted_mid_fio ext4 /mnt/fio.dat 16M kill
             check ext4-umount umount /mnt
             check ext4-fsck fsck.ext4 -n -f $U
         fi

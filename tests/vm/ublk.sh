@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ublk export under a real Linux kernel (issues 12, 17): one VM boot. See ublk.py.
 #
-#   tests/vm/ublk.sh            # quick: raw /dev/ublkb0 SIGKILL + --recover, read-only
+#   tests/vm/ublk.sh            # quick: raw /dev/ublkb0 SIGKILL + --recover, stop --keep-ublk
+#                               # + --recover (hand-over), read-only
 #   tests/vm/ublk.sh --full     # and ext4 over the device
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

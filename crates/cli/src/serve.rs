@@ -377,16 +377,27 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
     // member, and a service manager's second SIGTERM must not be ignored.
     phase.store(STOPPING, Ordering::SeqCst);
     crate::systemd::stopping(&format!("stopping array {uuid}"));
-    let stop_reply = match event {
+    let (stop_reply, keep_ublk) = match event {
         Ok(Event::Signal(sig)) => {
             eprintln!("uraid: signal {sig}: stopping");
-            None
+            (None, false)
         }
-        Ok(Event::Stop { reply, written }) => {
-            eprintln!("uraid: stop requested through the control socket");
-            Some((reply, written))
+        Ok(Event::Stop {
+            keep_ublk,
+            reply,
+            written,
+        }) => {
+            eprintln!(
+                "uraid: stop requested through the control socket{}",
+                if keep_ublk {
+                    ", the ublk device kept for the next server"
+                } else {
+                    ""
+                }
+            );
+            (Some((reply, written)), keep_ublk)
         }
-        Err(_) => None,
+        Err(_) => (None, false),
     };
 
     // Tear down: clients first, so every acknowledged write is in the array before it is
@@ -397,8 +408,13 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
             errors.push(format!("nbd: {e}"));
         }
     }
+    let mut kept_ublk = None;
     if let Some(u) = ublk.take() {
-        if let Err(e) = u.stop() {
+        if keep_ublk {
+            // Nothing runs on the array from here; what the kernel sends now waits for the
+            // next server, and the array below is stopped clean under it.
+            kept_ublk = Some(u.hand_over());
+        } else if let Err(e) = u.stop() {
             errors.push(format!("ublk: {e:#}"));
         }
     }
@@ -430,6 +446,12 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
         bail!("{}", errors.join("; "));
     }
     eprintln!("uraid: array {uuid} stopped cleanly");
+    if let Some(id) = kept_ublk {
+        eprintln!(
+            "uraid: /dev/ublkb{id} kept: its requests wait for `uraid serve --ublk --ublk-id \
+             {id} --recover` on this array's members"
+        );
+    }
     Ok(())
 }
 

@@ -22,7 +22,10 @@
 //! usual), checks that device N is this array's (its size, read-only flag, and the array UUID
 //! kept in libublk's json under /run/ublksrvd), then START_USER_RECOVERY, new queues, and
 //! END_USER_RECOVERY: the held requests are served. Reissuing is safe because a block write
-//! may be repeated (the array is unclean until the resync, as after any crash).
+//! may be repeated (the array is unclean until the resync, as after any crash). `uraid stop
+//! --keep-ublk` is the same hand-over without the crash ([`UblkExport::hand_over`]): the pool
+//! lets its running requests finish, holds every later one unanswered, the array is stopped
+//! clean, and the process exits leaving the device to `--recover`.
 //!
 //! **Read-only.** With `serve --readonly` the device gets `UBLK_ATTR_READ_ONLY`: the kernel
 //! refuses writes (EROFS/EPERM) before they reach us; a write that reached us anyway fails
@@ -130,11 +133,50 @@ struct Job<B> {
     done: Arc<Completions<B>>,
 }
 
+/// Which requests may still run: all of them until a hand-over closes it; then the ones
+/// running finish and every later one is held, never run and never answered, so that the
+/// kernel reissues it to the next server (`UBLK_F_USER_RECOVERY_REISSUE`).
+#[derive(Default)]
+struct Admission {
+    state: Mutex<(bool, usize)>,
+    idle: std::sync::Condvar,
+}
+
+impl Admission {
+    /// Whether a request may run now (then [`Admission::leave`] follows); false once closed.
+    fn enter(&self) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.0 {
+            return false;
+        }
+        st.1 += 1;
+        true
+    }
+
+    fn leave(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.1 -= 1;
+        if st.1 == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Closes, then waits until no request runs.
+    fn close_and_drain(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 = true;
+        while st.1 > 0 {
+            st = self.idle.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
 /// Worker threads that run requests on the (synchronous) array and hand each one back to
 /// its queue's [`Completions`].
 pub struct Pool<B: Send + 'static> {
     tx: Option<mpsc::Sender<Job<B>>>,
     threads: Vec<JoinHandle<()>>,
+    admission: Arc<Admission>,
 }
 
 impl<B: Send + 'static> Pool<B> {
@@ -147,24 +189,42 @@ impl<B: Send + 'static> Pool<B> {
         let (tx, rx) = mpsc::channel::<Job<B>>();
         let rx = Arc::new(Mutex::new(rx));
         let run = Arc::new(run);
+        let admission = Arc::new(Admission::default());
         let mut threads = Vec::new();
         for i in 0..workers.max(1) {
             let rx = rx.clone();
             let run = run.clone();
+            let admission = admission.clone();
             let t = std::thread::Builder::new()
                 .name(format!("ublk-w{i}"))
                 .spawn(move || loop {
                     let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                     let Ok(mut job) = job else { return };
+                    if !admission.enter() {
+                        // Handed over: this request is the next server's. Its buffer stays
+                        // untouched (the tag is never committed) until the process exits.
+                        std::mem::forget(job);
+                        continue;
+                    }
                     let res = run(&job.req, &mut job.buf);
+                    // Answered before it counts as done: a hand-over waits for the answer
+                    // to be queued, so the request is complete or reissued, never half run.
                     job.done.push((job.tag, job.buf, res));
+                    admission.leave();
                 })?;
             threads.push(t);
         }
         Ok(Pool {
             tx: Some(tx),
             threads,
+            admission,
         })
+    }
+
+    /// For a hand-over to the next server: lets the running requests finish and holds every
+    /// later one unanswered; returns once none runs.
+    pub fn hold(&self) {
+        self.admission.close_and_drain();
     }
 
     /// Queues one request; its result comes back on `done`.
@@ -227,6 +287,8 @@ mod imp {
     pub struct UblkExport {
         dev_id: u32,
         thread: Option<JoinHandle<()>>,
+        /// The workers, once the device runs: a hand-over holds them.
+        pool: Arc<std::sync::OnceLock<Arc<Pool<Buf>>>>,
     }
 
     impl UblkExport {
@@ -242,10 +304,12 @@ mod imp {
             }
             let (tx, rx) = mpsc::channel::<Result<u32, String>>();
             let tx_started = tx.clone();
+            let pool = Arc::new(std::sync::OnceLock::new());
+            let pool_slot = pool.clone();
             let thread = std::thread::Builder::new()
                 .name("ublk".into())
                 .spawn(move || {
-                    if let Err(e) = run(cell, opts, observer, tx_started) {
+                    if let Err(e) = run(cell, opts, observer, tx_started, &pool_slot) {
                         let _ = tx.send(Err(format!("{e:#}")));
                     }
                 })
@@ -255,6 +319,7 @@ mod imp {
                 Ok(Ok(dev_id)) => Ok(UblkExport {
                     dev_id,
                     thread: Some(thread),
+                    pool,
                 }),
                 Ok(Err(e)) => {
                     let _ = thread.join();
@@ -284,6 +349,21 @@ mod imp {
                 t.join().map_err(|_| anyhow!("the ublk thread panicked"))?;
             }
             Ok(())
+        }
+
+        /// `uraid stop --keep-ublk`: the requests running finish and are answered, every
+        /// later one is held unanswered, and the device is left as it is: when this process
+        /// exits the kernel keeps `/dev/ublkbN` and its requests (as after a crash) for
+        /// `serve --recover`, which gets the held ones reissued. Returns the device id once
+        /// no request runs; the array can then be stopped clean. Nothing of the device is
+        /// torn down here or later (no drop): the process is to exit.
+        pub fn hand_over(self) -> u32 {
+            if let Some(pool) = self.pool.get() {
+                pool.hold();
+            }
+            let id = self.dev_id;
+            std::mem::forget(self);
+            id
         }
     }
 
@@ -350,6 +430,7 @@ mod imp {
         opts: UblkOptions,
         observer: Option<Arc<dyn RequestObserver>>,
         started: mpsc::Sender<Result<u32, String>>,
+        pool_slot: &std::sync::OnceLock<Arc<Pool<Buf>>>,
     ) -> Result<()> {
         // The device's size is the array's when it is added; a grow later does not change
         // it (the kernel here has no ublk command for that).
@@ -441,6 +522,7 @@ mod imp {
             })
             .context("starting the ublk workers")?,
         );
+        let _ = pool_slot.set(pool.clone());
         let q_pool = pool.clone();
         let q_fn = move |qid: u16, dev: &UblkDev| queue_loop(qid, dev, &q_pool);
         let recovered = opts.recover;
@@ -627,6 +709,10 @@ mod imp {
         pub fn stop(self) -> Result<()> {
             Ok(())
         }
+
+        pub fn hand_over(self) -> u32 {
+            0
+        }
     }
 }
 
@@ -718,6 +804,62 @@ mod tests {
                 "tag {tag} got another's buffer"
             );
         }
+    }
+
+    /// A hand-over (`stop --keep-ublk`): `hold` returns only once the request running has
+    /// been answered, and a request after it is never run nor answered (the kernel reissues
+    /// it to the next server).
+    #[test]
+    fn hold_waits_for_running_requests_and_holds_later_ones() {
+        let (entered_tx, entered_rx) = mpsc::channel::<u64>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let ran_in = ran.clone();
+        let pool = Arc::new(
+            Pool::new(2, move |req: &Req, _buf: &mut Vec<u8>| {
+                ran_in.lock().unwrap().push(req.offset);
+                entered_tx.send(req.offset).unwrap();
+                release_rx.lock().unwrap().recv().unwrap();
+                7
+            })
+            .unwrap(),
+        );
+        let done = Arc::new(Completions::<Vec<u8>>::new().unwrap());
+        let req = |offset| Req {
+            op: 0,
+            flags: 0,
+            offset,
+            len: 512,
+        };
+        pool.submit(1, req(100), vec![0u8; 4], &done);
+        assert_eq!(entered_rx.recv().unwrap(), 100);
+        let (held_tx, held_rx) = mpsc::channel();
+        let p = pool.clone();
+        let holder = std::thread::spawn(move || {
+            p.hold();
+            held_tx.send(()).unwrap();
+        });
+        // hold cannot return while request 100 runs: it is still unanswered.
+        assert!(done.take().is_empty());
+        release_tx.send(()).unwrap();
+        held_rx.recv().unwrap();
+        holder.join().unwrap();
+        let answered = done.take();
+        assert_eq!(
+            answered.len(),
+            1,
+            "the running request is answered before hold returns"
+        );
+        assert_eq!((answered[0].0, answered[0].2), (1, 7));
+        // After the hold: taken by a worker, never run, never answered.
+        pool.submit(2, req(200), vec![0u8; 4], &done);
+        drop(Arc::try_unwrap(pool).ok().expect("the only handle")); // joins the workers
+        assert_eq!(*ran.lock().unwrap(), vec![100]);
+        assert!(
+            done.take().is_empty(),
+            "a held request must not be answered"
+        );
     }
 
     /// The sizing keeps more requests in flight than there are queues (the old export ran

@@ -534,3 +534,37 @@ fn journal_mode_write_back_survives_a_kill() {
     let out = ok(uraid().args(["check", "-q"]).args(&all));
     assert!(stdout(&out).contains("mismatch_cnt: 0"), "{}", stdout(&out));
 }
+
+/// `stop --keep-ublk` on a server without a ublk export is refused by name, and the server
+/// goes on serving (nothing stopped); a plain stop then stops it clean.
+#[test]
+fn stop_keep_ublk_without_a_ublk_export_is_refused_and_stops_nothing() {
+    let dir = TempDir::new("keep-ublk-nbd");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let mut srv = Served::start(&dir, &members, &[]);
+    let err = fails_with(
+        srv.cmd()
+            .arg("stop")
+            .arg("--keep-ublk")
+            .arg("--control")
+            .arg(&srv.control),
+        "no ublk export to keep",
+    );
+    assert!(err.contains("Nothing was stopped"), "{err}");
+    assert_eq!(
+        err.matches("no ublk export").count(),
+        1,
+        "said once:\n{err}"
+    );
+    // Still served: detail answers, and the array is not stopped.
+    let d = stdout(&ok(srv
+        .cmd()
+        .arg("detail")
+        .arg("--json")
+        .arg("--control")
+        .arg(&srv.control)));
+    assert!(d.contains("\"uuid\""), "{d}");
+    ok(srv.cmd().arg("stop").arg("--control").arg(&srv.control));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    assert!(member_states(&members).iter().all(|s| s == "clean"));
+}

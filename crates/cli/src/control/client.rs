@@ -183,6 +183,11 @@ pub struct StopArgs {
     pub target: ArrayArgs,
     #[arg(long)]
     pub json: bool,
+    /// Keep the ublk device for the next server (a restart or an upgrade in place): the
+    /// array is stopped clean, /dev/ublkbN stays, and its requests wait until `uraid serve
+    /// --ublk --ublk-id N --recover` takes it over.
+    #[arg(long)]
+    pub keep_ublk: bool,
     /// Member paths of the running array, as --array.
     #[arg(value_name = "MEMBER")]
     pub devices: Vec<PathBuf>,
@@ -453,22 +458,34 @@ fn set_member(a: &SetArgs, vals: serde_json::Map<String, Value>) -> Result<()> {
 
 pub fn stop(a: StopArgs) -> Result<()> {
     let control = a.target.control_socket(&a.devices)?;
-    let v = request(&control, &json!({"cmd": "stop"}))?;
+    let req = crate::control::request::Request::Stop {
+        keep_ublk: a.keep_ublk,
+    };
+    let v = request(&control, &req.to_json())?;
     // The reply comes once the array is clean; wait for the process to let go of the
-    // members too, so the next command can open them.
+    // members too, so the next command can open them (and, for a kept ublk device, so
+    // that `serve --recover` finds it served by nobody).
     if let Some(pid) = v["pid"].as_u64() {
-        for _ in 0..200 {
+        for _ in 0..if a.keep_ublk { 1200 } else { 200 } {
             if !locks::pid_alive(pid as u32) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+    let kept = match v["kept_ublk"].as_str() {
+        Some(dev) => format!(
+            "; {dev} kept, its requests waiting for `uraid serve --ublk --ublk-id {} \
+             --recover`",
+            dev.trim_start_matches("/dev/ublkb")
+        ),
+        None => String::new(),
+    };
     print_result(
         &v,
         a.json,
         &format!(
-            "array {} stopped, superblocks marked {}",
+            "array {} stopped, superblocks marked {}{kept}",
             v["detail"]["uuid"].as_str().unwrap_or("?"),
             v["detail"]["state"].as_str().unwrap_or("?")
         ),

@@ -44,7 +44,11 @@ pub enum Request {
     Grow {
         values: Vec<(String, String)>,
     },
-    Stop,
+    /// With `keep_ublk`, the ublk device stays for the next server (`serve --recover`):
+    /// an upgrade or restart in place.
+    Stop {
+        keep_ublk: bool,
+    },
 }
 
 fn member(req: &Value) -> Result<String, String> {
@@ -124,7 +128,9 @@ pub fn parse(line: &str) -> Result<Request, String> {
                 })
                 .collect(),
         },
-        "stop" => Request::Stop,
+        "stop" => Request::Stop {
+            keep_ublk: flag(&req, "keep_ublk")?,
+        },
         other => return Err(format!("unknown command {other:?}")),
     })
 }
@@ -184,7 +190,8 @@ impl Request {
                     .collect();
                 json!({"cmd": "grow", "values": vals})
             }
-            Request::Stop => json!({"cmd": "stop"}),
+            Request::Stop { keep_ublk: false } => json!({"cmd": "stop"}),
+            Request::Stop { keep_ublk: true } => json!({"cmd": "stop", "keep_ublk": true}),
         }
     }
 }
@@ -232,6 +239,7 @@ pub fn fuzz_seeds() -> Vec<Vec<u8>> {
         r#"{"cmd":"journal-mode","mode":"write-back"}"#,
         r#"{"cmd":"grow","values":{"raid_devices":"3","size":"max"}}"#,
         r#"{"cmd":"set","values":{"stripe_cache_size":"1024","skip_copy":1}}"#,
+        r#"{"cmd":"stop","keep_ublk":true}"#,
         "{\"cmd\":\"stop\"}\n{\"cmd\":\"detail\",\"x\":[1,2,{\"y\":null}]}",
     ]
     .iter()
@@ -245,6 +253,15 @@ mod tests {
 
     #[test]
     fn requests_parse_and_round_trip() {
+        assert_eq!(
+            parse(r#"{"cmd":"stop"}"#),
+            Ok(Request::Stop { keep_ublk: false })
+        );
+        assert_eq!(
+            parse(r#"{"cmd":"stop","keep_ublk":true}"#),
+            Ok(Request::Stop { keep_ublk: true })
+        );
+        assert!(parse(r#"{"cmd":"stop","keep_ublk":"yes"}"#).is_err());
         assert_eq!(
             parse(r#"{"cmd":"fail","member":2}"#),
             Ok(Request::Fail { member: "2".into() })

@@ -93,6 +93,8 @@ pub enum Event {
     /// `uraid stop`: the reply goes back once the array is clean; `written` says the
     /// requester has it, so the process does not exit under it.
     Stop {
+        /// `uraid stop --keep-ublk`: the ublk device is handed over, not deleted.
+        keep_ublk: bool,
         reply: mpsc::Sender<std::result::Result<serde_json::Value, String>>,
         written: mpsc::Receiver<()>,
     },
@@ -540,7 +542,22 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 Err(e) => (fail_reply(format!("{e:#}")), None),
             }
         }
-        Request::Stop => {
+        &Request::Stop { keep_ublk } => {
+            let ublk = ctx
+                .info
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .ublk_dev
+                .clone();
+            if keep_ublk && ublk.is_none() {
+                return (
+                    fail_reply(
+                        "--keep-ublk: this server has no ublk export to keep (it serves NBD \
+                         only); stop it without --keep-ublk. Nothing was stopped",
+                    ),
+                    None,
+                );
+            }
             let (rtx, rrx) = mpsc::channel();
             let (wtx, wrx) = mpsc::channel();
             let sent = ctx
@@ -548,6 +565,7 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .send(Event::Stop {
+                    keep_ublk,
                     reply: rtx,
                     written: wrx,
                 });
@@ -556,7 +574,8 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
             }
             match rrx.recv() {
                 Ok(Ok(d)) => (
-                    json!({"ok": true, "pid": std::process::id(), "detail": d}),
+                    json!({"ok": true, "pid": std::process::id(), "detail": d,
+                        "kept_ublk": if keep_ublk { ublk } else { None }}),
                     Some(wtx),
                 ),
                 Ok(Err(e)) => (fail_reply(e), Some(wtx)),
