@@ -297,24 +297,46 @@ fn qemu_nbd_structured_replies_with_holes() {
     );
 }
 
-/// nbd-server, which daemonizes: found by its (unique) config path, killed on drop.
+/// nbd-server, which daemonizes: its pid from the pid file it writes (`-p`), killed (with
+/// the children it forks per connection, its process group) on drop.
 struct NbdServer {
-    conf: PathBuf,
+    pid: i32,
+}
+
+impl NbdServer {
+    /// Waits for the daemon's pid in `pidfile`.
+    fn from_pidfile(pidfile: &std::path::Path) -> NbdServer {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = std::fs::read_to_string(pidfile).unwrap_or_default();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                return NbdServer { pid };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nbd-server wrote no pid to {}",
+                pidfile.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for NbdServer {
     fn drop(&mut self) {
-        let _ = Command::new("pkill")
-            .arg("-f")
-            .arg(format!("nbd-server -C {}", self.conf.display()))
-            .status();
+        // SAFETY: signals only the daemon this test started (and its connection children,
+        // which are in its process group, it being a session leader after daemonizing).
+        unsafe {
+            libc::kill(-self.pid, libc::SIGTERM);
+            libc::kill(self.pid, libc::SIGTERM);
+        }
     }
 }
 
 #[test]
 fn nbd_server_with_a_named_export_and_simple_replies() {
     const TEST: &str = "nbd_server_with_a_named_export_and_simple_replies";
-    if !need_tool("nbd-server", TEST) || !need_tool("pkill", TEST) {
+    if !need_tool("nbd-server", TEST) {
         return;
     }
     let dir = TempDir::new("client-nbd-server");
@@ -333,13 +355,16 @@ fn nbd_server_with_a_named_export_and_simple_replies() {
         ),
     )
     .unwrap();
+    let pidfile = dir.path("nbd-server.pid");
     let st = Command::new("nbd-server")
         .arg("-C")
         .arg(&conf)
+        .arg("-p")
+        .arg(&pidfile)
         .status()
         .unwrap();
     assert!(st.success(), "nbd-server -C {}: {st}", conf.display());
-    let _server = NbdServer { conf };
+    let _server = NbdServer::from_pidfile(&pidfile);
     let uri = format!("nbd://127.0.0.1:{port}/disk");
     let deadline = Instant::now() + Duration::from_secs(60);
     let c = loop {
