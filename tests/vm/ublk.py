@@ -6,7 +6,8 @@ Python 3.11 stdlib only; one VM boot (the harness's Debian 6.12 kernel, TCG).
                                 # and `serve --recover` taking over; the same with the
                                 # server handing the device over (`stop --keep-ublk`);
                                 # a read-only export
-    tests/vm/ublk.sh --full     # and the same kill and recovery with ext4 over the device
+    tests/vm/ublk.sh --full     # and the same kill, hand-over and recovery with ext4 over
+                                # the device
     URAID=path/to/uraid tests/vm/ublk.sh     # default: target/debug/uraid, then release
 
 A raid5 array of four 64 MiB images (internal bitmap) is created on the host; uraid and fio
@@ -152,6 +153,9 @@ if [ "$MODE" = full ]; then
         check ext4-mount mount -t ext4 $U /mnt
         if grep -q ' /mnt ' /proc/mounts; then
             interrupted_mid_fio ext4 /mnt/fio.dat 16M kill
+            # The hand-over under a mounted filesystem, once the kill's resync is done.
+            check ext4-resynced uraid wait --control /tmp/ctl.sock
+            interrupted_mid_fio ext4-handover /mnt/fio2.dat 16M handover
             check ext4-umount umount /mnt
             check ext4-fsck fsck.ext4 -n -f $U
         fi

@@ -3,7 +3,7 @@
 #
 #   tests/vm/ublk.sh            # quick: raw /dev/ublkb0 SIGKILL + --recover, stop --keep-ublk
 #                               # + --recover (hand-over), read-only
-#   tests/vm/ublk.sh --full     # and ext4 over the device
+#   tests/vm/ublk.sh --full     # and ext4 over the device (kill and hand-over)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/setup.sh"
