@@ -115,7 +115,8 @@ fn refusals_name_the_reason_and_write_nothing() {
 /// md grows a running array: `mdadm --grow -n 3 --add DEV` on a served raid1 gives the
 /// new device the new role and rebuilds it while the array stays served; the served raid5
 /// takes a layout restripe and finishes it; a level change that needs a restripe is
-/// refused with the two steps that do it, before anything is written.
+/// refused without a device for its new role, before anything is written, and with one
+/// runs as md's two steps from one command (takeover, rebuild, restripe).
 #[test]
 fn a_served_array_grows_while_served() {
     let d = TempDir::new("grow-served");
@@ -146,17 +147,24 @@ fn a_served_array_grows_while_served() {
     );
 
     let imgs = create_array(&d, "5", 3, 16, &[]);
+    let data5 = fill(&d, &imgs);
     let mut srv = Served::start(&d, &imgs, &[]);
-    // A takeover with a restripe is two steps on a served array; nothing is written.
+    // A takeover with a restripe needs a device for the role the takeover makes: without
+    // a spare it is refused before the takeover is written.
+    let before = uraid_testkit::data::snapshot(&imgs);
     let out = run(srv
         .cmd()
         .args(["grow", "-l", "6", "--layout", "left-symmetric", "--array"])
         .arg(&imgs[0]));
     let err = text(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("two steps"), "{err}");
+    assert!(err.contains("needs 1 device"), "{err}");
     let det = srv.detail(&imgs[0]);
     assert_eq!(det["level"], "raid5");
+    assert!(
+        before == uraid_testkit::data::snapshot(&imgs),
+        "the refused grow wrote to a member"
+    );
     // A layout restripe runs while served and ends in the new layout.
     let out = ok(srv
         .cmd()
@@ -174,11 +182,52 @@ fn a_served_array_grows_while_served() {
     assert!(srv.wait().success(), "{}", srv.stderr());
     let det = detail(&imgs);
     assert_eq!(det["layout"], "right-asymmetric", "{det}");
-    let out = ok(uraid().args(["check", "-q"]).args(&imgs));
+    assert_eq!(
+        read_back(&imgs, data5.len()),
+        data5,
+        "the bytes after the restripe"
+    );
+
+    // With a device, md's two steps as one command: the takeover to raid6 (its Q role
+    // rebuilt onto the new device while served), then the restripe to the rotating layout.
+    // A fresh array: the restripe above took the room before its data.
+    let d = TempDir::new("grow-served-6");
+    let imgs = create_array(&d, "5", 3, 16, &[]);
+    let data5 = fill(&d, &imgs);
+    let mut srv = Served::start(&d, &imgs, &[]);
+    let spare = d.image("q.img", 16);
+    let out = ok(srv
+        .cmd()
+        .args(["grow", "-l", "6", "--layout", "left-symmetric", "--add"])
+        .arg(&spare)
+        .arg("--control")
+        .arg(&srv.control));
+    let err = text(&out.stderr);
+    assert!(err.contains("the restripe starts once"), "{err}");
+    srv.wait_detail(&imgs[0], |d| {
+        d["level"] == "raid6"
+            && d["layout"] == "left-symmetric"
+            && d["sync"].is_null()
+            && d["degraded"] == false
+    });
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    let mut all = imgs.clone();
+    all.push(spare);
+    let det = detail(&all);
+    assert_eq!(det["level"], "raid6", "{det}");
+    assert_eq!(det["layout"], "left-symmetric", "{det}");
+    assert_eq!(det["raid_disks"], 4, "{det}");
+    let out = ok(uraid().args(["check", "-q"]).args(&all));
     assert!(
         text(&out.stdout).contains("mismatch_cnt: 0"),
         "{}",
         text(&out.stdout)
+    );
+    assert_eq!(
+        read_back(&all, data5.len()),
+        data5,
+        "the bytes after both steps"
     );
 }
 

@@ -235,7 +235,7 @@ impl ArrayCell {
     /// ([`reshape_members`]) is started (its superblocks written, nothing moved) and the
     /// array comes back as a reshaping one, whose reshape the daemons run while it is
     /// served.
-    pub fn grow(&self, req: &GrowRequest) -> Result<GrowReport, ArrayError> {
+    pub fn grow(self: &Arc<Self>, req: &GrowRequest) -> Result<GrowReport, ArrayError> {
         let a = self.current();
         a.check_writable("grow")?;
         let events = a.meta().events();
@@ -262,12 +262,7 @@ impl ArrayCell {
                 ));
             }
             if let Some(to) = r.level.filter(|&l| l != level) {
-                return Err(ArrayError::Refused(format!(
-                    "a {level} becomes a restriped {to} in two steps on a served array: the \
-                     takeover first (uraid grow --level {to}, with nothing else; its new role is \
-                     rebuilt while served), then the restripe (--raid-devices, --layout, \
-                     --chunk) once the rebuild has finished: nothing was written"
-                )));
+                return self.takeover_then_restripe(&st, req, to);
             }
         }
         match plan {
@@ -308,6 +303,111 @@ impl ArrayCell {
                     self.replace(|devs| grow_members_with(devs, req, ReshapeOptions::default()))?;
                 Ok(rep)
             }
+        }
+    }
+
+    /// A level change with a restripe (`--level 6 --layout left-symmetric` on a raid5), md's
+    /// two steps as one command: the takeover now (its superblocks; the new role(s) it
+    /// makes are rebuilt onto the array's spares while served), and the restripe, started
+    /// by a thread of the cell's once that rebuild has finished. Everything the restripe
+    /// will check (spares for the takeover's roles and for the restripe's, the new shape)
+    /// is checked first, against the array as it is, so that a refusal comes before the
+    /// takeover is written; what can still stop the restripe after (a member failing
+    /// during the rebuild) leaves a whole array at the takeover's level, said in the log.
+    fn takeover_then_restripe(
+        self: &Arc<Self>,
+        st: &crate::grow::GrowState,
+        req: &GrowRequest,
+        to: uraid_core::Level,
+    ) -> Result<GrowReport, ArrayError> {
+        let take = GrowRequest {
+            level: Some(to),
+            ..Default::default()
+        };
+        let then = GrowRequest {
+            level: None,
+            ..req.clone()
+        };
+        let change = match crate::grow::plan(st, &take)? {
+            Plan::Superblocks(c) => c,
+            _ => {
+                return Err(ArrayError::Refused(format!(
+                    "md has no takeover to {to} to start this restripe from: nothing was written"
+                )))
+            }
+        };
+        let restripe = match crate::grow::plan(st, req)? {
+            Plan::Restripe(r) => crate::restripe::ReshapeRequest { level: None, ..r },
+            _ => unreachable!("planned as a restripe by the caller"),
+        };
+        // The report of the members as they are, for the restripe's checks.
+        let ((), report) = self.replace(|_| Ok(()))?;
+        crate::restripe::precheck_after_takeover(
+            &self.current(),
+            &report,
+            &restripe,
+            &[],
+            change.shape(),
+            false,
+        )?;
+        let took = self.grow(&take)?;
+        let cell = self.clone();
+        let summary = took.summary.clone();
+        std::thread::Builder::new()
+            .name("grow-restripe".into())
+            .spawn(move || cell.restripe_after_rebuild(then, summary))
+            .map_err(|e| ArrayError::Failed(format!("starting the restripe's thread: {e}")))?;
+        Ok(GrowReport {
+            summary: format!(
+                "{}; the restripe starts once the new role(s) are rebuilt",
+                took.summary
+            ),
+            restripe: true,
+            ..took
+        })
+    }
+
+    /// The second step of [`ArrayCell::takeover_then_restripe`]: waits for the array to be
+    /// whole (its new roles rebuilt), then starts the restripe; gives up, said in the log,
+    /// when the cell stops or a role stays missing with no spare to rebuild it.
+    fn restripe_after_rebuild(self: Arc<Self>, then: GrowRequest, took: String) {
+        let mut idle = 0u32;
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            if *self.replacing.lock().unwrap_or_else(|e| e.into_inner()) {
+                tracing::warn!(
+                    "grow: the array stopped before the restripe after \"{took}\" started; \
+                     start it with uraid grow once the array is whole"
+                );
+                return;
+            }
+            let a = self.current();
+            let (missing, recovering) = (a.missing_roles(), a.recovering_roles());
+            if missing.is_empty() && recovering.is_empty() {
+                break;
+            }
+            // A missing role not being rebuilt, with no spare for it, for 30 s: nothing
+            // will fill it (a spare that is there is taken by the daemons first).
+            idle = if recovering.is_empty() && a.spares().is_empty() {
+                idle + 1
+            } else {
+                0
+            };
+            if idle >= 300 {
+                tracing::error!(
+                    "grow: role(s) {missing:?} are missing with no spare to rebuild them \
+                     after \"{took}\", so the restripe was not started: add a device (uraid \
+                     add), then uraid grow again"
+                );
+                return;
+            }
+        }
+        match self.grow(&then) {
+            Ok(r) => tracing::info!("grow: {}", r.summary),
+            Err(e) => tracing::error!(
+                "grow: the restripe after \"{took}\" could not start: {e}; the array is whole \
+                 at its new level"
+            ),
         }
     }
 

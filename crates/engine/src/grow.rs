@@ -155,6 +155,13 @@ pub(crate) struct Change {
     summary: String,
 }
 
+impl Change {
+    /// The (level, layout, raid_disks) the change leaves.
+    pub(crate) fn shape(&self) -> (Level, u32, usize) {
+        (self.level, self.layout, self.raid_disks)
+    }
+}
+
 /// What [`plan`] decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Plan {

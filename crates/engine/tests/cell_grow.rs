@@ -232,3 +232,64 @@ fn served_raid5_grows(seed: u64, tag: &str, bitmap: bool) -> Vec<Arc<dyn Member>
     a.stop().unwrap();
     devs
 }
+
+/// `--level 6 --layout left-symmetric` on a served raid5 with a spare: md's two steps from
+/// one request (the takeover to raid6 with the `-6` layout, its Q role rebuilt onto the
+/// spare while served, then the restripe to the rotating layout, started by the cell), with
+/// writers going on through both; the end is a whole raid6 in the rotating layout, every
+/// byte the writers left, and no parity mismatch.
+#[test]
+fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
+    use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
+    let seed = 31;
+    let devs = members(4, 6 * MB, "r56-");
+    let mut o = CreateOptions::new(Level::Raid5);
+    o.assume_clean = true;
+    o.chunk_sectors = Some(64);
+    o.data_offset_sectors = Some(4096);
+    let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
+    let size = a.size_bytes();
+    let mut data = vec![0u8; size as usize];
+    rng(seed).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    let cell = ArrayCell::new(Arc::new(a));
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let model = Arc::new(Mutex::new(data));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, size, &model, &stop, seed);
+    cell.get().add_member(devs[3].clone()).unwrap();
+    let r = cell
+        .grow(&GrowRequest {
+            level: Some(Level::Raid6),
+            layout: Some(ALGORITHM_LEFT_SYMMETRIC),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("the restripe starts once"), "{r:?}");
+    wait_until(
+        "the rebuild and then the restripe to end",
+        Duration::from_secs(180),
+        || {
+            let a = cell.get();
+            a.level() == Level::Raid6
+                && a.geometry().layout == ALGORITHM_LEFT_SYMMETRIC
+                && !a.is_reshaping()
+                && !a.is_degraded()
+                && a.recovering_roles().is_empty()
+        },
+    );
+    stop.store(true, Ordering::SeqCst);
+    for w in ws {
+        w.join().unwrap();
+    }
+    check(&cell, &model, "after the takeover and the restripe");
+    cell.stop_daemons();
+    let a = cell.current();
+    assert_eq!(a.raid_disks(), 4);
+    assert_eq!(
+        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
+        0,
+        "P/Q mismatches after both steps"
+    );
+    a.stop().unwrap();
+}
