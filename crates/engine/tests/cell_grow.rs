@@ -79,6 +79,14 @@ fn check(cell: &ArrayCell, model: &Mutex<Vec<u8>>, what: &str) {
     }
 }
 
+/// The array filled with seeded bytes, in a cell; the bytes, as the writers' model.
+fn filled(a: uraid_engine::Array, seed: u64) -> (Arc<ArrayCell>, Arc<Mutex<Vec<u8>>>) {
+    let mut data = vec![0u8; a.size_bytes() as usize];
+    rng(seed).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    (ArrayCell::new(Arc::new(a)), Arc::new(Mutex::new(data)))
+}
+
 #[test]
 fn a_served_raid1_gains_a_mirror_under_writers() {
     let seed = 11;
@@ -87,14 +95,10 @@ fn a_served_raid1_gains_a_mirror_under_writers() {
     o.assume_clean = true;
     let a = create(vec![Some(devs[0].clone()), Some(devs[1].clone())], &o).unwrap();
     let size = a.size_bytes();
-    let mut data = vec![0u8; size as usize];
-    rng(seed).fill(&mut data[..]);
-    a.write(0, &data).unwrap();
-    let cell = ArrayCell::new(Arc::new(a));
+    let (cell, model) = filled(a, seed);
     cell.start_daemons(DaemonOptions::default()).unwrap();
     let events = cell.get().subscribe();
     let old = cell.current();
-    let model = Arc::new(Mutex::new(data));
     let stop = Arc::new(AtomicBool::new(false));
     let ws = writers(&cell, size, &model, &stop, seed);
     std::thread::sleep(Duration::from_millis(50));
@@ -176,10 +180,7 @@ fn served_raid5_grows(seed: u64, tag: &str, bitmap: bool) -> Vec<Arc<dyn Member>
     o.bitmap_chunk_bytes = bitmap.then_some(64 * 1024);
     let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
     let before = a.size_bytes();
-    let mut data = vec![0u8; before as usize];
-    rng(seed).fill(&mut data[..]);
-    a.write(0, &data).unwrap();
-    let cell = ArrayCell::new(Arc::new(a));
+    let (cell, model) = filled(a, seed);
     cell.start_daemons(DaemonOptions {
         sync_limits: SyncLimits {
             min_kib_s: 1000,
@@ -188,7 +189,6 @@ fn served_raid5_grows(seed: u64, tag: &str, bitmap: bool) -> Vec<Arc<dyn Member>
         ..Default::default()
     })
     .unwrap();
-    let model = Arc::new(Mutex::new(data));
     let stop = Arc::new(AtomicBool::new(false));
     let ws = writers(&cell, before, &model, &stop, seed);
     cell.get().add_member(devs[3].clone()).unwrap();
@@ -249,12 +249,8 @@ fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
     o.data_offset_sectors = Some(4096);
     let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
     let size = a.size_bytes();
-    let mut data = vec![0u8; size as usize];
-    rng(seed).fill(&mut data[..]);
-    a.write(0, &data).unwrap();
-    let cell = ArrayCell::new(Arc::new(a));
+    let (cell, model) = filled(a, seed);
     cell.start_daemons(DaemonOptions::default()).unwrap();
-    let model = Arc::new(Mutex::new(data));
     let stop = Arc::new(AtomicBool::new(false));
     let ws = writers(&cell, size, &model, &stop, seed);
     cell.get().add_member(devs[3].clone()).unwrap();
