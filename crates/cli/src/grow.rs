@@ -144,7 +144,7 @@ pub fn grow(a: GrowArgs) -> Result<()> {
 }
 
 /// Through the control socket: each `--add` first (as mdadm does: the new devices wait as
-/// spares, and the grow gives them their roles), then the grow, which the server applies
+/// spares, and the grow gives them their roles; a raid0's go with the grow), then the grow, which the server applies
 /// while it serves (the array is built again in its new shape; a restripe then runs in
 /// the background).
 fn served(a: &GrowArgs, control: &std::path::Path, values: Map<String, Value>) -> Result<()> {
@@ -154,15 +154,27 @@ fn served(a: &GrowArgs, control: &std::path::Path, values: Map<String, Value>) -
              to its end; uraid stop leaves it at the recorded position): nothing was changed"
         );
     }
-    for dev in &a.add {
-        let dev = locks::canonical(dev);
-        let v = crate::control::request(
-            control,
-            &json!({"cmd": "add", "device": dev.display().to_string()}),
-        )?;
-        eprintln!("uraid: {} added: {}", dev.display(), v["added"]);
+    let adds: Vec<String> = a
+        .add
+        .iter()
+        .map(|d| locks::canonical(d).display().to_string())
+        .collect();
+    // A raid0 has no room for a spare: its new devices go with the grow, which adds them
+    // after md's takeover to raid4.
+    let raid0 = !adds.is_empty() && {
+        let v = crate::control::request(control, &json!({"cmd": "detail"}))?;
+        v["detail"]["level"] == "raid0"
+    };
+    let mut grow = json!({"cmd": "grow", "values": values});
+    if raid0 {
+        grow["add"] = json!(adds);
+    } else {
+        for dev in &adds {
+            let v = crate::control::request(control, &json!({"cmd": "add", "device": dev}))?;
+            eprintln!("uraid: {dev} added: {}", v["added"]);
+        }
     }
-    let v = crate::control::request(control, &json!({"cmd": "grow", "values": values}))?;
+    let v = crate::control::request(control, &grow)?;
     eprintln!(
         "uraid: {}",
         v["grow"]["summary"].as_str().unwrap_or("grown")

@@ -286,3 +286,67 @@ fn a_served_array_with_a_bitmap_grows_its_size() {
         }
     }
 }
+
+/// `uraid grow --raid-devices 3 --add DEV` on a served raid0 of 2: mdadm's raid0 growth
+/// (through a raid4 whose parity the new device first rebuilds, the restripe, the takeover
+/// back) from one command while served; without the device it is refused and nothing
+/// changes. The end is a raid0 of 3 at its new size holding the old bytes, which mdadm
+/// reads as a raid0 of 3.
+#[test]
+fn a_served_raid0_grows_by_a_device() {
+    let d = TempDir::new("grow-served-0");
+    let imgs = create_array(&d, "0", 2, 16, &[]);
+    let size_before = detail(&imgs)["array_bytes"].as_u64().unwrap();
+    let data = fill(&d, &imgs);
+    let mut srv = Served::start(&d, &imgs, &[]);
+    let out = run(srv
+        .cmd()
+        .args(["grow", "--raid-devices", "3", "--control"])
+        .arg(&srv.control));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("needs 1 new device") && err.contains("nothing was written"),
+        "{err}"
+    );
+    let new = d.image("m2.img", 16);
+    let out = ok(srv
+        .cmd()
+        .args(["grow", "--raid-devices", "3", "--add"])
+        .arg(&new)
+        .arg("--control")
+        .arg(&srv.control));
+    let err = text(&out.stderr);
+    assert!(err.contains("takeover back to raid0"), "{err}");
+    srv.wait_detail(&imgs[0], |d| d["level"] == "raid0" && d["raid_disks"] == 3);
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    let all = [imgs.clone(), vec![new]].concat();
+    let det = detail(&all);
+    assert_eq!(det["level"], "raid0", "{det}");
+    assert_eq!(det["raid_disks"], 3, "{det}");
+    assert!(
+        det["array_bytes"].as_u64().unwrap() >= size_before / 2 * 3,
+        "{det}"
+    );
+    assert_eq!(
+        read_back(&all, data.len()),
+        data,
+        "the bytes after the grow"
+    );
+    if let Some(md) = tool_path("mdadm", "a_served_raid0_grows_by_a_device") {
+        for m in &all {
+            let ex = examine(&md, m);
+            assert_eq!(
+                mdadm_field(&ex, "Raid Level").as_deref(),
+                Some("raid0"),
+                "{ex}"
+            );
+            assert_eq!(
+                mdadm_field(&ex, "Raid Devices").as_deref(),
+                Some("3"),
+                "{ex}"
+            );
+        }
+    }
+}

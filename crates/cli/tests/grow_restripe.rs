@@ -3,7 +3,7 @@
 //! mdadm as a reshape in progress, then finished with `uraid grow --continue`. The bytes
 //! read back, the grown part reads zeros, and md's check finds no mismatch.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use uraid_testkit::prelude::*;
 
 fn fill(d: &TempDir, members: &[PathBuf], len: usize) -> Vec<u8> {
@@ -25,14 +25,6 @@ fn check_clean(members: &[PathBuf]) {
         "{}",
         text(&out.stdout)
     );
-}
-
-fn examine(md: &Path, member: &Path) -> String {
-    let out = run(std::process::Command::new(md)
-        .args(["--examine"])
-        .arg(member));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    text(&out.stdout)
 }
 
 #[test]

@@ -25,7 +25,7 @@ use crate::daemon::{DaemonNote, DaemonOptions, Daemons};
 use crate::error::ArrayError;
 use crate::grow::{grow_members_with, GrowReport, GrowRequest, Plan};
 use crate::member::Member;
-use crate::restripe::{reshape_members, ReshapeOptions};
+use crate::restripe::{reshape_members, ReshapeOptions, ReshapeRequest};
 use arc_swap::{ArcSwap, Guard};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -234,22 +234,39 @@ impl ArrayCell {
     /// ([`grow_members_with`]) is served at once in its new shape; a restripe
     /// ([`reshape_members`]) is started (its superblocks written, nothing moved) and the
     /// array comes back as a reshaping one, whose reshape the daemons run while it is
-    /// served.
+    /// served. md's changes of two or three steps (a level change with a restripe, a raid0
+    /// growing through raid4, a rotating raid6 becoming a raid5) are one request: the
+    /// first step now, the others started by a thread of the cell's as each step before
+    /// them ends.
     pub fn grow(self: &Arc<Self>, req: &GrowRequest) -> Result<GrowReport, ArrayError> {
+        self.grow_adding(req, Vec::new())
+    }
+
+    /// [`ArrayCell::grow`] with devices to add, as `mdadm --grow --add` sequences them:
+    /// added first (as spares, or into missing roles), then the grow; a raid0's new
+    /// devices join after its takeover to raid4, as a raid0 has no room for a spare.
+    pub fn grow_adding(
+        self: &Arc<Self>,
+        req: &GrowRequest,
+        mut add: Vec<Arc<dyn Member>>,
+    ) -> Result<GrowReport, ArrayError> {
         let a = self.current();
         a.check_writable("grow")?;
         let events = a.meta().events();
         let st = a.grow_state();
         let level = a.level();
         drop(a);
+        let raid0 = matches!(crate::grow::plan(&st, req), Ok(Plan::Raid0Grow(_)));
+        if !raid0 {
+            self.add_devices(std::mem::take(&mut add))?;
+        }
+        let st = if raid0 {
+            st
+        } else {
+            self.current().grow_state()
+        };
         if crate::grow::raid6_needs_restripe_to_become_raid5(level, &st, req) {
-            return Err(ArrayError::Refused(
-                "a raid6 in a rotating layout becomes a raid5 in two steps on a served array: \
-                 restripe it to the matching -6 layout first (uraid grow --layout \
-                 left-symmetric-6), then, when that reshape has finished, uraid grow --level 5: \
-                 nothing was written"
-                    .into(),
-            ));
+            return self.restripe_then_takeover(&st, req);
         }
         let plan = crate::grow::plan(&st, req)?;
         if let Plan::Restripe(r) = &plan {
@@ -273,36 +290,65 @@ impl ArrayCell {
                 restripe: false,
                 reshape: None,
             }),
-            Plan::Restripe(r) => {
-                let (rep, _) = self.replace(|devs| {
-                    reshape_members(
-                        devs,
-                        &r,
-                        ReshapeOptions {
-                            stop_at: Some(0),
-                            ..ReshapeOptions::default()
-                        },
-                    )
-                })?;
-                Ok(GrowReport {
-                    summary: format!("reshape started: {}", rep.summary),
-                    events: rep.events,
-                    missing_roles: Vec::new(),
-                    restripe: true,
-                    reshape: Some(rep),
-                })
-            }
-            Plan::Raid0Grow(_) => Err(ArrayError::Refused(
-                "a raid0 grows (through raid4, as mdadm) on the members of a stopped array in \
-                 this build: stop the server, then uraid grow --raid-devices N --add DEV... \
-                 MEMBERS: nothing was written"
-                    .into(),
-            )),
+            Plan::Restripe(r) => self.start_restripe(&r, false),
+            Plan::Raid0Grow(want) => self.grow_raid0(&st, want, add),
             Plan::Superblocks(_) => {
                 let (rep, _) =
                     self.replace(|devs| grow_members_with(devs, req, ReshapeOptions::default()))?;
                 Ok(rep)
             }
+        }
+    }
+
+    /// `add` added to the served array (into missing roles, or as spares), the recovery
+    /// of the roles they took started.
+    fn add_devices(&self, add: Vec<Arc<dyn Member>>) -> Result<(), ArrayError> {
+        if add.is_empty() {
+            return Ok(());
+        }
+        for dev in add {
+            self.current().add_member(dev)?;
+        }
+        self.with_daemons(|d| d.start_recovery());
+        Ok(())
+    }
+
+    /// The restripe `r` started on the served array (its superblocks written, nothing
+    /// moved); `force`: it may leave new roles missing where md allows (mdadm --force).
+    fn start_restripe(&self, r: &ReshapeRequest, force: bool) -> Result<GrowReport, ArrayError> {
+        let (rep, _) = self.replace(|devs| {
+            reshape_members(
+                devs,
+                r,
+                ReshapeOptions {
+                    stop_at: Some(0),
+                    force,
+                    ..ReshapeOptions::default()
+                },
+            )
+        })?;
+        Ok(GrowReport {
+            summary: format!("reshape started: {}", rep.summary),
+            events: rep.events,
+            missing_roles: Vec::new(),
+            restripe: true,
+            reshape: Some(rep),
+        })
+    }
+
+    /// The takeover `take`, planned on the array as it is, or md's reason there is none.
+    fn takeover_change(
+        st: &crate::grow::GrowState,
+        take: &GrowRequest,
+        what: &str,
+    ) -> Result<crate::grow::Change, ArrayError> {
+        match crate::grow::plan(st, take)? {
+            Plan::Superblocks(c) => Ok(c),
+            _ => Err(ArrayError::Refused(format!(
+                "md has no takeover to {} to {what} from: nothing was written",
+                take.level
+                    .map_or("this level".to_string(), |l| l.to_string())
+            ))),
         }
     }
 
@@ -324,39 +370,17 @@ impl ArrayCell {
             level: Some(to),
             ..Default::default()
         };
-        let then = GrowRequest {
-            level: None,
-            ..req.clone()
-        };
-        let change = match crate::grow::plan(st, &take)? {
-            Plan::Superblocks(c) => c,
-            _ => {
-                return Err(ArrayError::Refused(format!(
-                    "md has no takeover to {to} to start this restripe from: nothing was written"
-                )))
-            }
-        };
+        let change = Self::takeover_change(st, &take, "start this restripe")?;
         let restripe = match crate::grow::plan(st, req)? {
-            Plan::Restripe(r) => crate::restripe::ReshapeRequest { level: None, ..r },
+            Plan::Restripe(r) => ReshapeRequest { level: None, ..r },
             _ => unreachable!("planned as a restripe by the caller"),
         };
-        // The report of the members as they are, for the restripe's checks.
-        let ((), report) = self.replace(|_| Ok(()))?;
-        crate::restripe::precheck_after_takeover(
-            &self.current(),
-            &report,
-            &restripe,
-            &[],
-            change.shape(),
-            false,
-        )?;
+        self.precheck_restripe_after(&restripe, &[], change.shape(), false)?;
         let took = self.grow(&take)?;
-        let cell = self.clone();
-        let summary = took.summary.clone();
-        std::thread::Builder::new()
-            .name("grow-restripe".into())
-            .spawn(move || cell.restripe_after_rebuild(then, summary))
-            .map_err(|e| ArrayError::Failed(format!("starting the restripe's thread: {e}")))?;
+        self.then(
+            vec![Step::Whole, Step::Restripe(restripe, false)],
+            &took.summary,
+        )?;
         Ok(GrowReport {
             summary: format!(
                 "{}; the restripe starts once the new role(s) are rebuilt",
@@ -367,48 +391,212 @@ impl ArrayCell {
         })
     }
 
-    /// The second step of [`ArrayCell::takeover_then_restripe`]: waits for the array to be
-    /// whole (its new roles rebuilt), then starts the restripe; gives up, said in the log,
-    /// when the cell stops or a role stays missing with no spare to rebuild it.
-    fn restripe_after_rebuild(self: Arc<Self>, then: GrowRequest, took: String) {
-        let mut idle = 0u32;
-        loop {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            if *self.replacing.lock().unwrap_or_else(|e| e.into_inner()) {
-                tracing::warn!(
-                    "grow: the array stopped before the restripe after \"{took}\" started; \
-                     start it with uraid grow once the array is whole"
+    /// What the restripe `r` will check after a takeover to `after`, checked against the
+    /// array as it is now (with `add` to come), before the takeover is written.
+    fn precheck_restripe_after(
+        &self,
+        r: &ReshapeRequest,
+        add: &[Arc<dyn Member>],
+        after: (uraid_core::Level, u32, usize),
+        force: bool,
+    ) -> Result<(), ArrayError> {
+        // The report of the members as they are, for the restripe's checks.
+        let ((), report) = self.replace(|_| Ok(()))?;
+        crate::restripe::precheck_after_takeover(&self.current(), &report, r, add, after, force)
+    }
+
+    /// mdadm's raid0 growth on the served array, its three steps from one request: the
+    /// takeover to a raid4 whose parity role is missing, the new devices added (the first
+    /// rebuilds that parity, as uraid does it offline), the restripe of the raid4 to the
+    /// new count of data roles with its new parity role left missing, and the takeover
+    /// back to raid0. Everything is checked before the first takeover is written.
+    fn grow_raid0(
+        self: &Arc<Self>,
+        st: &crate::grow::GrowState,
+        want: usize,
+        add: Vec<Arc<dyn Member>>,
+    ) -> Result<GrowReport, ArrayError> {
+        let n = st.template.raid_disks as usize;
+        let needed = want - n;
+        if add.len() != needed {
+            return Err(ArrayError::Refused(if add.len() < needed {
+                format!(
+                    "growing a raid0 from {n} to {want} devices needs {needed} new device(s) \
+                     and {} were given with --add (mdadm: \"Need {needed} spare{} to create \
+                     working array, and only have {}\"): nothing was written",
+                    add.len(),
+                    if needed == 1 { "" } else { "s" },
+                    add.len()
+                )
+            } else {
+                format!(
+                    "growing a raid0 from {n} to {want} devices takes {needed} new device(s) \
+                     and {} were given with --add; a raid0 keeps no spares: give {needed}, \
+                     nothing was written",
+                    add.len()
+                )
+            }));
+        }
+        let take = GrowRequest {
+            level: Some(uraid_core::Level::Raid4),
+            ..Default::default()
+        };
+        let change = Self::takeover_change(st, &take, "grow this raid0 through")?;
+        let restripe = ReshapeRequest {
+            raid_disks: Some(want + 1),
+            ..Default::default()
+        };
+        // The degraded raid4 the restripe leaves is md's way, not a choice: forced.
+        self.precheck_restripe_after(&restripe, &add, change.shape(), true)?;
+        let took = self.grow(&take)?;
+        self.add_devices(add)?;
+        let back = GrowRequest {
+            level: Some(uraid_core::Level::Raid0),
+            ..Default::default()
+        };
+        self.then(
+            vec![
+                Step::Whole,
+                Step::Restripe(restripe, true),
+                Step::Reshaped,
+                Step::Grow(back),
+            ],
+            &took.summary,
+        )?;
+        Ok(GrowReport {
+            summary: format!(
+                "{}; its parity is rebuilt onto the first new device, then the restripe to \
+                 {want} data devices, then md's takeover back to raid0",
+                took.summary
+            ),
+            restripe: true,
+            ..took
+        })
+    }
+
+    /// A rotating raid6 asked to become a raid5 on the served array: the restripe within
+    /// raid6 to the matching `-6` layout now, and md's takeover to raid5 (Q's device becomes
+    /// a spare) started by a thread of the cell's when it has finished. The takeover is
+    /// planned on the state the restripe leaves before anything is written.
+    fn restripe_then_takeover(
+        self: &Arc<Self>,
+        st: &crate::grow::GrowState,
+        req: &GrowRequest,
+    ) -> Result<GrowReport, ArrayError> {
+        let want5 = req.layout.unwrap_or(st.template.layout);
+        let l6 = uraid_core::geometry::takeover::raid6_layout_of_raid5(want5).ok_or_else(|| {
+            ArrayError::Refused(format!(
+                "md has no raid6 layout that becomes raid5 layout {want5}: nothing was written"
+            ))
+        })?;
+        let take = GrowRequest {
+            level: Some(uraid_core::Level::Raid5),
+            layout: req.layout,
+            ..Default::default()
+        };
+        let mut after = st.clone();
+        after.template.layout = l6;
+        Self::takeover_change(&after, &take, "end this restripe")?;
+        let started = self.start_restripe(
+            &ReshapeRequest {
+                layout: Some(l6),
+                ..Default::default()
+            },
+            false,
+        )?;
+        self.then(vec![Step::Reshaped, Step::Grow(take)], &started.summary)?;
+        Ok(GrowReport {
+            summary: format!(
+                "{}; md's takeover to raid5 follows once it finishes",
+                started.summary
+            ),
+            ..started
+        })
+    }
+
+    /// Runs `steps` on a thread of the cell's, in order (see [`Step`]); `took`: what the
+    /// request did already, for the log.
+    fn then(self: &Arc<Self>, steps: Vec<Step>, took: &str) -> Result<(), ArrayError> {
+        let cell = self.clone();
+        let took = took.to_string();
+        std::thread::Builder::new()
+            .name("grow-steps".into())
+            .spawn(move || cell.run_steps(steps, &took))
+            .map(drop)
+            .map_err(|e| ArrayError::Failed(format!("starting the grow's next steps: {e}")))
+    }
+
+    fn run_steps(self: Arc<Self>, steps: Vec<Step>, took: &str) {
+        for step in steps {
+            let done = match &step {
+                Step::Whole => self.wait_whole(took),
+                Step::Reshaped => self.wait_reshaped(took),
+                Step::Restripe(r, force) => self.start_restripe(r, *force).map(|_| ()),
+                Step::Grow(g) => self.grow(g).map(|_| ()),
+            };
+            if let Err(e) = done {
+                tracing::error!(
+                    "grow: after \"{took}\", the next step ({}) did not start: {e}; the \
+                     array is served as it is now, and uraid grow can take it on from there",
+                    step.name()
                 );
                 return;
             }
-            let a = self.current();
+            tracing::info!("grow: after \"{took}\": {} done", step.name());
+        }
+    }
+
+    /// Waits until `f` is true of the array served; refused when the cell stops first.
+    fn wait_for(&self, took: &str, mut f: impl FnMut(&Array) -> bool) -> Result<(), ArrayError> {
+        loop {
+            if *self.replacing.lock().unwrap_or_else(|e| e.into_inner()) {
+                return Err(ArrayError::Refused(format!(
+                    "the array stopped before the steps after \"{took}\" were done"
+                )));
+            }
+            if f(&self.current()) {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Waits for the array to be whole (the roles a takeover made rebuilt); refused when a
+    /// role stays missing, with no spare to rebuild it, for 30 s.
+    fn wait_whole(&self, took: &str) -> Result<(), ArrayError> {
+        let mut idle = 0u32;
+        let mut stuck = None;
+        self.wait_for(took, |a| {
             let (missing, recovering) = (a.missing_roles(), a.recovering_roles());
             if missing.is_empty() && recovering.is_empty() {
-                break;
+                return true;
             }
-            // A missing role not being rebuilt, with no spare for it, for 30 s: nothing
-            // will fill it (a spare that is there is taken by the daemons first).
+            // A spare that is there is taken by the daemons first.
             idle = if recovering.is_empty() && a.spares().is_empty() {
                 idle + 1
             } else {
                 0
             };
             if idle >= 300 {
-                tracing::error!(
-                    "grow: role(s) {missing:?} are missing with no spare to rebuild them \
-                     after \"{took}\", so the restripe was not started: add a device (uraid \
-                     add), then uraid grow again"
-                );
-                return;
+                stuck = Some(missing);
+                return true;
             }
+            false
+        })?;
+        match stuck {
+            Some(missing) => Err(ArrayError::Refused(format!(
+                "role(s) {missing:?} are missing with no spare to rebuild them: add a device \
+                 (uraid add), then uraid grow again"
+            ))),
+            None => Ok(()),
         }
-        match self.grow(&then) {
-            Ok(r) => tracing::info!("grow: {}", r.summary),
-            Err(e) => tracing::error!(
-                "grow: the restripe after \"{took}\" could not start: {e}; the array is whole \
-                 at its new level"
-            ),
-        }
+    }
+
+    /// Waits for the array's reshape to finish and the array to be served in its new shape.
+    fn wait_reshaped(&self, took: &str) -> Result<(), ArrayError> {
+        self.wait_for(took, |a| {
+            a.reshaping().is_none() && a.reshaping10().is_none()
+        })
     }
 
     /// Serve the shape the superblocks say now: after a reshape finished while served,
@@ -416,5 +604,28 @@ impl ArrayCell {
     /// the new size).
     pub fn reload(&self) -> Result<AssembleReport, ArrayError> {
         self.replace(|_| Ok(())).map(|((), r)| r)
+    }
+}
+
+/// A step of a grow that md does as several (see [`ArrayCell::grow`]).
+enum Step {
+    /// The array whole: the role(s) a takeover made rebuilt.
+    Whole,
+    /// The reshape finished, and the array served in its new shape.
+    Reshaped,
+    /// This restripe started (`true`: it may leave roles missing, mdadm's --force).
+    Restripe(ReshapeRequest, bool),
+    /// This grow (a takeover).
+    Grow(GrowRequest),
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Whole => "the rebuild of the new role(s)",
+            Step::Reshaped => "the end of the reshape",
+            Step::Restripe(..) => "the restripe",
+            Step::Grow(_) => "the takeover",
+        }
     }
 }

@@ -289,3 +289,111 @@ fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
     );
     a.stop().unwrap();
 }
+
+/// `--raid-devices 4 --add d3` on a served raid0 of 3: mdadm's three steps from one request
+/// (the takeover to a raid4 with its parity role missing, d3 rebuilding that parity, the
+/// restripe to 4 data roles with the new parity role left missing, the takeover back to
+/// raid0), writers going on through all of them; the end is a raid0 of 4 at its new size
+/// with every byte the writers left. Without a device the same request is refused and
+/// nothing changes.
+#[test]
+fn a_served_raid0_grows_through_raid4_from_one_request() {
+    let seed = 41;
+    let devs = members(4, 6 * MB, "r0g-");
+    let mut o = CreateOptions::new(Level::Raid0);
+    o.chunk_sectors = Some(64);
+    o.data_offset_sectors = Some(4096);
+    let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
+    let size = a.size_bytes();
+    let (cell, model) = filled(a, seed);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let grow = GrowRequest {
+        raid_disks: Some(4),
+        ..Default::default()
+    };
+    let e = cell.grow(&grow).unwrap_err().to_string();
+    assert!(
+        e.contains("needs 1 new device") && e.contains("nothing was written"),
+        "{e}"
+    );
+    assert_eq!(
+        (cell.get().level(), cell.get().raid_disks()),
+        (Level::Raid0, 3)
+    );
+    let e = cell
+        .grow_adding(&grow, vec![devs[3].clone(), devs[3].clone()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("keeps no spares"), "{e}");
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, size, &model, &stop, seed);
+    let r = cell.grow_adding(&grow, vec![devs[3].clone()]).unwrap();
+    assert!(r.summary.contains("takeover back to raid0"), "{r:?}");
+    wait_until(
+        "the rebuild, the restripe and the takeover back to raid0",
+        Duration::from_secs(180),
+        || {
+            let a = cell.get();
+            a.level() == Level::Raid0 && a.raid_disks() == 4
+        },
+    );
+    stop.store(true, Ordering::SeqCst);
+    for w in ws {
+        w.join().unwrap();
+    }
+    check(&cell, &model, "after the raid0 grew");
+    let a = cell.current();
+    assert!(
+        a.size_bytes() >= size / 3 * 4,
+        "{} after {size}",
+        a.size_bytes()
+    );
+    cell.stop_daemons();
+    a.stop().unwrap();
+}
+
+/// `--level 5` on a served raid6 in a rotating layout: the restripe to its `-6` layout
+/// started now, and md's takeover to raid5 by the cell when it ends, writers going on;
+/// the end is a raid5 of one device fewer, every byte the writers left, no mismatch.
+#[test]
+fn a_served_rotating_raid6_becomes_a_raid5_from_one_request() {
+    let seed = 43;
+    let devs = members(5, 6 * MB, "r65-");
+    let mut o = CreateOptions::new(Level::Raid6);
+    o.assume_clean = true;
+    o.chunk_sectors = Some(64);
+    o.data_offset_sectors = Some(4096);
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let size = a.size_bytes();
+    let (cell, model) = filled(a, seed);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, size, &model, &stop, seed);
+    let r = cell
+        .grow(&GrowRequest {
+            level: Some(Level::Raid5),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("takeover to raid5 follows"), "{r:?}");
+    wait_until(
+        "the restripe and then the takeover to raid5",
+        Duration::from_secs(180),
+        || cell.get().level() == Level::Raid5,
+    );
+    stop.store(true, Ordering::SeqCst);
+    for w in ws {
+        w.join().unwrap();
+    }
+    check(&cell, &model, "after the restripe and the takeover");
+    cell.stop_daemons();
+    let a = cell.current();
+    assert_eq!(a.raid_disks(), 4);
+    assert!(!a.is_reshaping());
+    assert_eq!(
+        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
+        0,
+        "parity mismatches after both steps"
+    );
+    a.stop().unwrap();
+}

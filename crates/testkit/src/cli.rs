@@ -112,6 +112,13 @@ pub fn mdadm_field(text: &str, key: &str) -> Option<String> {
     })
 }
 
+/// `mdadm --examine MEMBER` by the mdadm at `md`, which must succeed: its text.
+pub fn examine(md: &std::path::Path, member: &std::path::Path) -> String {
+    let out = run(Command::new(md).arg("--examine").arg(member));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,9 +40,11 @@ pub enum Request {
         values: Vec<(String, String)>,
     },
     /// mdadm --grow's changes by option name, as text (`raid_devices`, `size`, `level`,
-    /// `layout`, `chunk`, `bitmap`, `array_size`), read against the array's level.
+    /// `layout`, `chunk`, `bitmap`, `array_size`), read against the array's level; `add`:
+    /// devices to add as mdadm sequences `--grow --add` (a raid0's after its takeover).
     Grow {
         values: Vec<(String, String)>,
+        add: Vec<String>,
     },
     /// With `keep_ublk`, the ublk device stays for the next server (`serve --recover`):
     /// an upgrade or restart in place.
@@ -127,6 +129,15 @@ pub fn parse(line: &str) -> Result<Request, String> {
                     other => (k.clone(), other.to_string()),
                 })
                 .collect(),
+            add: match &req["add"] {
+                Value::Null => Vec::new(),
+                Value::Array(a) => a
+                    .iter()
+                    .map(|d| d.as_str().map(str::to_string))
+                    .collect::<Option<_>>()
+                    .ok_or("grow's \"add\" must be a list of device paths")?,
+                _ => return Err("grow's \"add\" must be a list of device paths".into()),
+            },
         },
         "stop" => Request::Stop {
             keep_ublk: flag(&req, "keep_ublk")?,
@@ -183,12 +194,16 @@ impl Request {
                 }
                 v
             }
-            Request::Grow { values } => {
+            Request::Grow { values, add } => {
                 let vals: Map<String, Value> = values
                     .iter()
                     .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                     .collect();
-                json!({"cmd": "grow", "values": vals})
+                let mut v = json!({"cmd": "grow", "values": vals});
+                if !add.is_empty() {
+                    v["add"] = json!(add);
+                }
+                v
             }
             Request::Stop { keep_ublk: false } => json!({"cmd": "stop"}),
             Request::Stop { keep_ublk: true } => json!({"cmd": "stop", "keep_ublk": true}),
@@ -238,6 +253,7 @@ pub fn fuzz_seeds() -> Vec<Vec<u8>> {
         r#"{"cmd":"set","member":"1","values":{"writemostly":"1","failfast":"0"}}"#,
         r#"{"cmd":"journal-mode","mode":"write-back"}"#,
         r#"{"cmd":"grow","values":{"raid_devices":"3","size":"max"}}"#,
+        r#"{"cmd":"grow","values":{"raid_devices":"3"},"add":["/d/c.img"]}"#,
         r#"{"cmd":"set","values":{"stripe_cache_size":"1024","skip_copy":1}}"#,
         r#"{"cmd":"stop","keep_ublk":true}"#,
         "{\"cmd\":\"stop\"}\n{\"cmd\":\"detail\",\"x\":[1,2,{\"y\":null}]}",
@@ -262,6 +278,15 @@ mod tests {
             Ok(Request::Stop { keep_ublk: true })
         );
         assert!(parse(r#"{"cmd":"stop","keep_ublk":"yes"}"#).is_err());
+        assert_eq!(
+            parse(r#"{"cmd":"grow","values":{"raid_devices":3},"add":["/d/c"]}"#),
+            Ok(Request::Grow {
+                values: vec![("raid_devices".into(), "3".into())],
+                add: vec!["/d/c".into()]
+            })
+        );
+        assert!(parse(r#"{"cmd":"grow","values":{},"add":"/d/c"}"#).is_err());
+        assert!(parse(r#"{"cmd":"grow","values":{},"add":[1]}"#).is_err());
         assert_eq!(
             parse(r#"{"cmd":"fail","member":2}"#),
             Ok(Request::Fail { member: "2".into() })

@@ -33,7 +33,8 @@ use uraid_core::MemberIdx;
 use uraid_engine::JournalMode;
 use uraid_engine::Place;
 use uraid_engine::{
-    AddOutcome, Array, ArrayCell, DaemonNote, DaemonOptions, MemberFlags, SlotState,
+    AddOutcome, Array, ArrayCell, DaemonNote, DaemonOptions, GrowReport, Member, MemberFlags,
+    SlotState,
 };
 use uraid_nbd::WakePipe;
 
@@ -520,10 +521,8 @@ fn handle_request(req: &Request, ctx: &Ctx) -> (Value, Option<mpsc::Sender<()>>)
                 .collect();
             (json!({"ok": true, "tunables": t}), None)
         }
-        Request::Grow { values } => {
-            let grown = crate::grow_request::request_of(values, a.level())
-                .and_then(|r| Ok(ctx.cell.grow(&r)?));
-            match grown {
+        Request::Grow { values, add } => {
+            match engine_grow(ctx, values, add) {
                 Ok(r) => {
                     eprintln!("uraid: grow: {}", r.summary);
                     // The detail of the array now served (the grown one).
@@ -678,9 +677,8 @@ fn engine_remove(ctx: &Ctx, role: MemberIdx) -> Result<()> {
     Ok(())
 }
 
-/// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
-/// background, or waits as a spare.
-fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
+/// A device to add, opened and locked: refused when it is in the array already.
+fn open_for_add(ctx: &Ctx, path: &Path) -> Result<(Arc<dyn Member>, Option<File>)> {
     // What the device is, before its lock (a member under another name collides with our
     // own lock on it): the engine checks again under its reconfig lock.
     let dev = crate::open::open_member(path)?;
@@ -713,6 +711,40 @@ fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
                 .ok_or_else(|| anyhow::anyhow!("{}", locks::in_use_message(path)))?,
         )
     };
+    Ok((dev, lock))
+}
+
+/// `mdadm --grow` on the served array, with the devices of `--add` (the engine adds them
+/// where mdadm would: first, or, for a raid0, after its takeover to raid4).
+fn engine_grow(ctx: &Ctx, values: &[(String, String)], add: &[String]) -> Result<GrowReport> {
+    let r = crate::grow_request::request_of(values, ctx.cell.current().level())?;
+    let opened = add
+        .iter()
+        .map(|p| open_for_add(ctx, Path::new(p)))
+        .collect::<Result<Vec<_>>>()?;
+    let devs: Vec<Arc<dyn Member>> = opened.iter().map(|(d, _)| d.clone()).collect();
+    let grown = ctx.cell.grow_adding(&r, devs);
+    // The locks of the devices that joined the array stay with the server.
+    let a = ctx.cell.current();
+    for ((dev, lock), path) in opened.into_iter().zip(add) {
+        if a.locate_device(dev.as_ref()).is_some() {
+            eprintln!("uraid: {path} added");
+            if let Some(lock) = lock {
+                ctx.extra_locks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(lock);
+            }
+        }
+    }
+    Ok(grown?)
+}
+
+/// `mdadm --add`: the device takes a missing or faulty role and is rebuilt in the
+/// background, or waits as a spare.
+fn engine_add(ctx: &Ctx, path: &Path, flags: MemberFlags) -> Result<Value> {
+    let (dev, lock) = open_for_add(ctx, path)?;
+    let a = ctx.cell.current();
     let outcome = a.add_member_with(dev, flags)?;
     if let Some(lock) = lock {
         ctx.extra_locks
