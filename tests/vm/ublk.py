@@ -17,7 +17,7 @@ the device must stay, `serve --ublk --ublk-id 0 --recover` takes it over, fio mu
 with no error and its verify pass; a second fio (`verify_only`) reads it all back through the
 new server; `uraid stop` exits 0 and the device goes away. The hand-over scenario (an upgrade
 or restart in place) is the same with `uraid stop --keep-ublk` in place of the SIGKILL: the
-server exits 0, the array is clean on disk (no resync owed), the device stays and fio waits. Read-only: `serve --readonly`
+server exits 75 (the status the systemd unit restarts on), the array is clean on disk (no resync owed), the device stays and fio waits. Read-only: `serve --readonly`
 gives a device the kernel marks read-only (`/sys/block/ublkbN/ro` = 1) that refuses a write
 and serves reads.
 Prints `PASS name` / `FAIL name` lines; exits non-zero on failure.
@@ -102,7 +102,8 @@ interrupted_mid_fio() {
         check "$_k-stop-keep-ublk" sh -c \
             "uraid stop --keep-ublk --control /tmp/ctl.sock >$O/$_k.stop 2>&1 && grep -q 'ublkb0 kept' $O/$_k.stop"
         wait $SPID
-        check "$_k-server-exit0" test $? = 0
+        # 75 (EX_TEMPFAIL): the status the systemd unit restarts on (RestartForceExitStatus).
+        check "$_k-server-exit75" test $? = 75
         # Handed over clean: the next server owes no resync.
         check "$_k-clean-at-handover" sh -c "uraid examine /dev/disk/1 | grep -q 'State : clean'"
         check "$_k-fio-waits" kill -0 $_fio
@@ -111,7 +112,13 @@ interrupted_mid_fio() {
         wait $SPID 2>/dev/null
     fi
     check "$_k-device-stays" test -b $U
-    if serve "$_k-recover" --ublk-id 0 --recover; then
+    # The kill's server comes back as the systemd unit starts it (--recover=auto: the device
+    # is there, so it is taken over); the hand-over's with --recover.
+    if [ "$_how" = handover ]; then _rec=--recover; else _rec=--recover=auto; fi
+    if serve "$_k-recover" --ublk-id 0 $_rec; then
+        if [ "$_how" != handover ]; then
+            check "$_k-auto-takes-over" grep -q 'is there: taking it over' "/tmp/serve.$_k-recover.err"
+        fi
         wait $_fio
         check "$_k-fio-exit0" test $? = 0
         check "$_k-fio-no-error" grep -q 'err= 0' "$O/$_k.fio"
@@ -126,7 +133,9 @@ interrupted_mid_fio() {
 mkdir -p /mnt
 
 mark "ublk: raw device, SIGKILL and --recover"
-if serve raw --ublk-id 0; then
+# --recover=auto with no device left: a first start adds it.
+if serve raw --ublk-id 0 --recover=auto; then
+    check raw-auto-adds grep -q 'is not there: adding it' /tmp/serve.raw.err
     interrupted_mid_fio raw $U 16M kill
     check raw-stop stop_served
     check raw-device-gone test ! -e $U

@@ -141,4 +141,5 @@ pub fn demo(a: DemoArgs) -> Result<()> {
             readd_interval: None,
         },
     )
+    .map(drop)
 }

@@ -323,6 +323,31 @@ mod tests {
         }
     }
 
+    /// `--recover` alone must not take the first member path for its value.
+    #[test]
+    fn recover_takes_a_value_only_with_an_equals_sign() {
+        use super::{serve::RecoverMode, Cli, Cmd};
+        use clap::Parser;
+        let serve = |args: &[&str]| {
+            let cli = Cli::try_parse_from(
+                ["uraid", "serve", "--ublk", "--ublk-id", "0"]
+                    .iter()
+                    .chain(args),
+            )
+            .unwrap();
+            match cli.cmd {
+                Cmd::Serve(a) => (a.recover, a.devices),
+                _ => unreachable!(),
+            }
+        };
+        let (r, devs) = serve(&["--recover", "m0.img"]);
+        assert_eq!((r, devs.len()), (Some(RecoverMode::Yes), 1));
+        let (r, devs) = serve(&["--recover=auto", "m0.img"]);
+        assert_eq!((r, devs.len()), (Some(RecoverMode::Auto), 1));
+        let (r, _) = serve(&["m0.img"]);
+        assert_eq!(r, None);
+    }
+
     #[test]
     fn every_cause_is_said_once() {
         let e = anyhow::Error::new(Outer(Inner)).context("cannot read the superblock");

@@ -55,11 +55,20 @@ pub struct ServeArgs {
     /// The ublk device id to use (/dev/ublkbN); the kernel picks one if not given.
     #[arg(long, value_name = "N", requires = "ublk")]
     pub ublk_id: Option<u32>,
-    /// Take over ublk device --ublk-id N left by a server that was killed or crashed: its
-    /// waiting requests are served by this one (also an upgrade in place: SIGKILL the old
-    /// server, start the new binary with --recover).
-    #[arg(long, requires = "ublk_id")]
-    pub recover: bool,
+    /// Take over ublk device --ublk-id N left by a server that was killed, crashed or
+    /// handed it over (uraid stop --keep-ublk): its waiting requests are served by this
+    /// one. `--recover=auto`: take it over if it is there, else add it (the systemd
+    /// unit's way: one command for a first start and for a restart).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "auto",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "yes",
+        requires = "ublk_id"
+    )]
+    pub recover: Option<RecoverMode>,
     /// NBD export name (default: the array's name).
     #[arg(long)]
     pub name: Option<String>,
@@ -191,6 +200,19 @@ fn scan_members(a: &ServeArgs) -> Result<Vec<PathBuf>> {
     Ok(p.found.paths())
 }
 
+/// `--recover`'s modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecoverMode {
+    /// The device must be there to take over.
+    Yes,
+    /// Take the device over if it is there, else add it.
+    Auto,
+}
+
+/// The exit status of a server that handed its ublk device over (`uraid stop --keep-ublk`):
+/// EX_TEMPFAIL, "come back", which the systemd unit restarts on (RestartForceExitStatus).
+pub const HANDED_OVER_EXIT: i32 = 75;
+
 pub fn serve(mut a: ServeArgs) -> Result<()> {
     init_logging();
     // Checked before anything is opened: a refusal touches nothing.
@@ -224,7 +246,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
         let full = array.meta().template().set_name.clone();
         full.rsplit(':').next().unwrap_or("").to_string()
     });
-    run(
+    let kept = run(
         array,
         &a.devices,
         locks,
@@ -235,7 +257,8 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
             ublk_opts: crate::ublk::UblkOptions {
                 readonly: a.readonly,
                 id: a.ublk_id,
-                recover: a.recover,
+                recover: a.recover == Some(RecoverMode::Yes),
+                recover_if_kept: a.recover == Some(RecoverMode::Auto),
             },
             export_name,
             control: a.control.clone(),
@@ -248,7 +271,13 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
             metrics,
             readd_interval: readd_interval(a.nbd_readd)?,
         },
-    )
+    )?;
+    if kept.is_some() {
+        // Not 0: a supervisor that restarts on this status (the systemd unit) starts the
+        // next server, which takes the device over (--recover=auto).
+        std::process::exit(HANDED_OVER_EXIT);
+    }
+    Ok(())
 }
 
 /// `--nbd-readd SECS`: 0 is never.
@@ -259,8 +288,14 @@ fn readd_interval(secs: f64) -> Result<Option<std::time::Duration>> {
     Ok((secs > 0.0).then(|| std::time::Duration::from_secs_f64(secs)))
 }
 
-/// Serves `array` until a signal or `uraid stop`, then stops it cleanly.
-pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptions) -> Result<()> {
+/// Serves `array` until a signal or `uraid stop`, then stops it cleanly; the id of the ublk
+/// device it kept for the next server, if it handed it over.
+pub fn run(
+    array: Array,
+    paths: &[PathBuf],
+    locks: MemberLocks,
+    opts: ServeOptions,
+) -> Result<Option<u32>> {
     // Everything below reaches the array through its cell: a grow replaces it.
     let cell = ArrayCell::new(Arc::new(array));
     let array = cell.current();
@@ -452,7 +487,7 @@ pub fn run(array: Array, paths: &[PathBuf], locks: MemberLocks, opts: ServeOptio
              {id} --recover` on this array's members"
         );
     }
-    Ok(())
+    Ok(kept_ublk)
 }
 
 /// The one line `systemctl status` shows while the array is served.

@@ -57,6 +57,8 @@ pub struct UblkOptions {
     pub id: Option<u32>,
     /// Take over device `id`, left by a server that died, instead of adding one.
     pub recover: bool,
+    /// Take over device `id` if it is there (else add it): `--recover=auto`.
+    pub recover_if_kept: bool,
 }
 
 /// One request as the kernel described it (the fields of `ublksrv_io_desc` we use).
@@ -444,7 +446,19 @@ mod imp {
             .filter(|&n| n > 0)
             .unwrap_or(workers);
         let id = opts.id.map_or(-1, |i| i as i32);
-        let ctrl = if opts.recover {
+        let recover = opts.recover
+            || (opts.recover_if_kept && std::path::Path::new(&format!("/dev/ublkc{id}")).exists());
+        if opts.recover_if_kept {
+            eprintln!(
+                "uraid: ublk device {id} {}",
+                if recover {
+                    "is there: taking it over"
+                } else {
+                    "is not there: adding it"
+                }
+            );
+        }
+        let ctrl = if recover {
             let id = opts
                 .id
                 .context("--recover needs --ublk-id N: the device to take over")?;
@@ -525,7 +539,7 @@ mod imp {
         let _ = pool_slot.set(pool.clone());
         let q_pool = pool.clone();
         let q_fn = move |qid: u16, dev: &UblkDev| queue_loop(qid, dev, &q_pool);
-        let recovered = opts.recover;
+        let recovered = recover;
         ctrl.run_target(tgt_init, q_fn, move |ctrl: &UblkCtrl| {
             let _ = started.send(Ok(ctrl.dev_info().dev_id));
         })

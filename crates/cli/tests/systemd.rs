@@ -1,7 +1,8 @@
 //! contrib/systemd/uraid@.service (issue 17): the unit passes `systemd-analyze verify`,
-//! and its ExecStart line, expanded as systemd expands it for an instance, serves the
-//! array under a `Type=notify` protocol: READY=1 arrives once the NBD export answers,
-//! STOPPING=1 on SIGTERM, then a clean exit with every superblock clean.
+//! its ExecStart line, expanded as systemd expands it for an instance, serves the
+//! array under a `Type=notify` protocol: READY=1 arrives once the NBD export answers, its
+//! ExecReload line (the ublk hand-over) reaches the server and is refused there without a
+//! ublk export, STOPPING=1 on SIGTERM, then a clean exit with every superblock clean.
 //!
 //! The service manager is played by the test: a Unix datagram socket in NOTIFY_SOCKET
 //! (systemd cannot run as PID 1 here); the 60 s receive timeout is a hang bound.
@@ -48,11 +49,17 @@ fn assign(env: &mut HashMap<String, String>, line: &str) {
 /// ExecStart's words as systemd makes them: `%I` the instance, `${X}` one word, `$X` split
 /// at whitespace (nothing when empty).
 fn exec_start(unit: &str, instance: &str, env: &HashMap<String, String>) -> Vec<String> {
+    exec_line(unit, "ExecStart", instance, env)
+}
+
+/// The words of the `[Service]` command line `key` (ExecStart, ExecReload), expanded as
+/// [`exec_start`] says.
+fn exec_line(unit: &str, key: &str, instance: &str, env: &HashMap<String, String>) -> Vec<String> {
     let service = section(unit, "Service");
     let line = &service
         .iter()
-        .find(|(k, _)| k == "ExecStart")
-        .expect("ExecStart")
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("{key}"))
         .1;
     let mut words = Vec::new();
     for w in line.split_whitespace() {
@@ -253,6 +260,25 @@ fn exec_start_notifies_ready_and_stopping() {
     let size = nbd_size(&uri);
     assert!(size > 6 * MIB && size <= 8 * MIB, "export of {size} bytes");
     qemu_io_if_there(&uri);
+
+    // `systemctl reload` (ExecReload) hands a ublk device over; this server has none, so
+    // it is refused and the server goes on serving. The exit status it would leave with is
+    // the one the unit restarts on.
+    assert_eq!(get("RestartForceExitStatus").as_deref(), Some("75"));
+    let reload = exec_line(&unit, "ExecReload", "md0", &env);
+    assert_eq!(reload[0], UNIT_BIN);
+    let out = run(Command::new(uraid_bin()).args(&reload[1..]).envs(&env));
+    assert!(
+        !out.status.success(),
+        "reload without ublk: {}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stderr).contains("no ublk export to keep"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(nbd_size(&uri), size, "served after the refused reload");
 
     let pid = child.0.as_ref().unwrap().id();
     // SAFETY: signalling our own child.
