@@ -12,7 +12,10 @@
 # bytes, parity consistent); uraid starts a 3 -> 4 grow and a chunk change of its own and
 # stops them mid-way (--stop-at); in a second boot Linux md assembles uraid's finished
 # grow (same bytes, check 0 mismatches) and finishes uraid's two reshapes (same bytes,
-# check 0 mismatches, the new shape).
+# check 0 mismatches, the new shape). Two more of uraid's, stopped mid-way and finished by
+# Linux in the second boot: a raid0 grown 2 -> 3 (on disk a raid4 mid-reshape, which Linux
+# finishes and mdadm --grow --level=0 takes back to a raid0 of 3, same bytes) and a degraded
+# raid5 grown 4 -> 5 (Linux finishes it degraded, same bytes).
 # Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
 # mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
 # Served (issue 15, sv_* below): two more arrays in the first boot, Linux's 3 -> 4 grow
@@ -470,7 +473,7 @@ fi
 # Linux -> uraid, served: uraid serves Linux's stopped grows read-write under fio.
 for t in SV SVB; do sv_host $t || fail=1; done
 
-# uraid -> Linux: uraid starts two reshapes and stops them mid-way; Linux md finishes them.
+# uraid -> Linux: uraid starts reshapes and stops them mid-way; Linux md finishes them.
 truncate -s 32M c0 c1 c2 c3 d0 d1 d2 d3
 "$URAID" create -l 5 -c 64K --assume-clean c0 c1 c2 >/dev/null 2>&1
 "$URAID" create -l 5 -c 64K --assume-clean d0 d1 d2 d3 >/dev/null 2>&1
@@ -484,7 +487,24 @@ sum_c="$(sha256sum < pat-c | cut -d' ' -f1)"; sum_d="$(sha256sum < pat-d | cut -
     { echo "FAIL reshape uraid grow-3to4: uraid grow failed"; cat grow-c.log; exit 1; }
 "$URAID" grow -q --chunk 32K --stop-at 40000 d0 d1 d2 d3 >grow-d.log 2>&1 ||
     { echo "FAIL reshape uraid chunk-64to32: uraid grow failed"; cat grow-d.log; exit 1; }
-for m in c0 d0; do
+# Two more (issue 15): a raid0 grown 2 -> 3 as mdadm grows it (uraid's raid4 takeover with
+# the parity rebuilt onto the new device, then the raid4 restripe to 3 data roles stopped
+# mid-way, its new parity role missing), which Linux finishes as a raid4 and then takes back
+# to raid0 itself (mdadm --grow --level=0); and a degraded raid5 (one role missing) grown 4 ->
+# 5, stopped mid-way, which Linux finishes degraded.
+truncate -s 32M g0 g1 g2 h0 h1 h2 h3
+"$URAID" create -l 0 -c 64K g0 g1 >/dev/null 2>&1
+"$URAID" create -l 5 -c 64K --assume-clean -n 4 h0 h1 h2 missing >/dev/null 2>&1
+sg="$(size_of g0 g1)"; sh_="$(size_of h0 h1 h2)"
+head -c "$sg" /dev/urandom > pat-g; head -c "$sh_" /dev/urandom > pat-h
+"$URAID" write --input pat-g g0 g1 >/dev/null
+"$URAID" write --input pat-h h0 h1 h2 >/dev/null
+sum_g="$(sha256sum < pat-g | cut -d' ' -f1)"; sum_h="$(sha256sum < pat-h | cut -d' ' -f1)"
+"$URAID" grow -q -n 3 --add g2 --stop-at 40000 -- g0 g1 >grow-g.log 2>&1 ||
+    { echo "FAIL reshape uraid raid0-grow-2to3: uraid grow failed"; cat grow-g.log; exit 1; }
+"$URAID" grow -q -n 5 --add h3 --stop-at 40000 -- h0 h1 h2 >grow-h.log 2>&1 ||
+    { echo "FAIL reshape uraid degraded-grow-4to5: uraid grow failed"; cat grow-h.log; exit 1; }
+for m in c0 d0 g0 h0; do
     mdadm --examine "$m" 2>/dev/null | grep -q "Reshape pos'n" ||
         { echo "FAIL reshape: mdadm --examine $m shows no reshape in progress"; mdadm --examine "$m"; exit 1; }
 done
@@ -504,13 +524,23 @@ mdadm --stop /dev/md1
 finish md2 /dev/disk/9 /dev/disk/10 /dev/disk/11 /dev/disk/12
 echo "D \$(prefix md2 $sd)"
 mdadm --stop /dev/md2
+finish md7 /dev/disk/13 /dev/disk/14 /dev/disk/15
+echo "G \$(prefix md7 $sg)"
+mdadm --grow /dev/md7 --level=0 2>&1 || true
+echo "md7 back level=\$(cat /sys/block/md7/md/level) disks=\$(cat /sys/block/md7/md/raid_disks)"
+echo "G0 \$(prefix md7 $sg)"
+mdadm --stop /dev/md7
+finish md8 /dev/disk/16 /dev/disk/17 /dev/disk/18 /dev/disk/19
+echo "H \$(prefix md8 $sh_)"
+mdadm --stop /dev/md8
 JOB
-sv_job2 13 >>job2.sh
+sv_job2 20 >>job2.sh
 echo "echo GUEST-OK" >>job2.sh
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk c0 --disk c1 --disk c2 --disk c3 \
-    --disk d0 --disk d1 --disk d2 --disk d3 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
+    --disk d0 --disk d1 --disk d2 --disk d3 --disk g0 --disk g1 --disk g2 \
+    --disk h0 --disk h1 --disk h2 --disk h3 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -532,6 +562,15 @@ verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a resha
 verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
 verdict "uraid grow-3to4 finished by linux" md1 "$sum_c" 4 65536 C 1
 verdict "uraid chunk-64to32 finished by linux" md2 "$sum_d" 4 32768 D 1
+verdict "uraid raid0-grow-2to3 (a raid4 mid-reshape) finished by linux" md7 "$sum_g" 4 65536 G 1
+if [ "$(grep -m1 "^md7 back " <<<"$out2")" != "md7 back level=raid0 disks=3" ] ||
+    [ "$(grep -m1 "^G0 " <<<"$out2" | cut -d' ' -f2)" != "$sum_g" ]; then
+    echo "FAIL reshape uraid raid0-grow-2to3: Linux's takeover back to raid0: $(grep -m1 "^md7 back " <<<"$out2"), $(grep -m1 "^G0 " <<<"$out2")"
+    tail -30 <<<"$out2"; fail=1
+else
+    echo "PASS reshape uraid raid0-grow-2to3: mdadm --grow --level=0 took Linux's finished raid4 back to a raid0 of 3 with the same bytes"
+fi
+verdict "uraid degraded-grow-4to5 finished by linux" md8 "$sum_h" 5 65536 H 1
 sv_verdict || fail=1
 fi # RESHAPE_ONLY
 # A 0.90 raid5 Linux md left mid-grow (issue 15, md's 0.91 record): in a third boot mdadm
