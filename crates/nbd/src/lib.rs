@@ -72,6 +72,7 @@ pub mod proto;
 mod server;
 mod socket;
 pub mod tls;
+mod tls_psk;
 
 pub use backend::{errno_of, Backend, DirtyExtent, Extent, MemBackend};
 pub use error::NbdError;
