@@ -1552,10 +1552,14 @@ fn psk_config(uri: &NbdUri, config: &ClientConfig) -> Result<Option<ClientConfig
         return Ok(None);
     }
     let user = uri.tls_username.as_deref();
-    let tls = match (&uri.tls_psk_file, user, &config.tls) {
-        (Some(file), user, _) => crate::tls::TlsClient::from_psk_file(file, user),
-        (None, Some(user), Some(t)) if t.psk_identity().is_some() => t.with_username(user),
-        _ => return Ok(None),
+    let tls = match (&uri.tls_psk_file, &config.tls) {
+        (Some(file), _) => crate::tls::TlsClient::from_psk_file(file, user),
+        (None, Some(t)) => match t.for_username(user) {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => return Ok(None),
+            Err(e) => Err(e),
+        },
+        (None, None) => return Ok(None),
     }
     .map_err(|source| ClientError::TlsPsk {
         uri: uri.text.clone(),
@@ -1865,7 +1869,10 @@ mod tests {
         assert!(u.tls);
         assert_eq!(u.tls_hostname.as_deref(), Some("srv"));
         let u = NbdUri::parse("nbds://h:1/e?tls-psk-file=/k%20s&tls-username=al").unwrap();
-        assert_eq!(u.tls_psk_file.as_deref(), Some(std::path::Path::new("/k s")));
+        assert_eq!(
+            u.tls_psk_file.as_deref(),
+            Some(std::path::Path::new("/k s"))
+        );
         assert_eq!(u.tls_username.as_deref(), Some("al"));
         assert_eq!(
             u.address,
@@ -1887,7 +1894,11 @@ mod tests {
         let u = NbdUri::parse("nbds+unix:///e?socket=/s&tls-psk-file=/k").unwrap();
         assert_eq!(u.tls_psk_file.as_deref(), Some(std::path::Path::new("/k")));
         assert!(u.tls_username.is_none());
-        for plain in ["nbd://h/e?tls-psk-file=/k", "nbd://al@h/e", "nbd://h/e?tls-username=a"] {
+        for plain in [
+            "nbd://h/e?tls-psk-file=/k",
+            "nbd://al@h/e",
+            "nbd://h/e?tls-username=a",
+        ] {
             let e = NbdUri::parse(plain).unwrap_err().to_string();
             assert!(e.contains("nbds://"), "{plain}: {e}");
         }

@@ -202,6 +202,8 @@ enum ClientKind {
         file: Arc<PskFile>,
         identity: String,
     },
+    /// A key file of several identities, none named yet: each URI names its own.
+    PskUnchosen(Arc<PskFile>),
 }
 
 /// The client's side: the CA certificates that the server's certificate must chain to
@@ -219,6 +221,7 @@ impl std::fmt::Debug for TlsClient {
             ClientKind::Psk { file, identity, .. } => {
                 d.field("psk_file", &file.path).field("identity", identity)
             }
+            ClientKind::PskUnchosen(file) => d.field("psk_file", &file.path),
         };
         d.finish()
     }
@@ -299,12 +302,32 @@ impl TlsClient {
         })
     }
 
-    /// A PSK client with identity `username` from the same key file (a URI's own
-    /// username); an X.509 client is returned as it is.
-    pub fn with_username(&self, username: &str) -> Result<TlsClient, TlsError> {
-        match &self.kind {
-            ClientKind::Psk { file, .. } => TlsClient::psk(file.clone(), Some(username)),
-            ClientKind::X509(_) => Ok(self.clone()),
+    /// For the members of a command (`--nbd-tls-psk`, `--nbd-tls-username`): as
+    /// [`TlsClient::from_psk_file`], but a file of several identities without `username`
+    /// is taken too; each URI then names its own identity
+    /// ([`TlsClient::for_username`]).
+    pub fn from_psk_file_for_members(
+        path: &Path,
+        username: Option<&str>,
+    ) -> Result<TlsClient, TlsError> {
+        let file = Arc::new(PskFile::read(path)?);
+        if username.is_none() && file.identities().count() > 1 {
+            return Ok(TlsClient {
+                kind: ClientKind::PskUnchosen(file),
+            });
+        }
+        TlsClient::psk(file, username)
+    }
+
+    /// This client for a URI that names `username` (or none): a PSK client with that
+    /// identity from the same key file; `None` where this one serves as it is (X.509,
+    /// or no username and an identity chosen already).
+    pub fn for_username(&self, username: Option<&str>) -> Result<Option<TlsClient>, TlsError> {
+        match (&self.kind, username) {
+            (ClientKind::X509(_), _) | (ClientKind::Psk { .. }, None) => Ok(None),
+            (ClientKind::Psk { file, .. } | ClientKind::PskUnchosen(file), user) => {
+                TlsClient::psk(file.clone(), user).map(Some)
+            }
         }
     }
 
@@ -312,7 +335,7 @@ impl TlsClient {
     pub fn psk_identity(&self) -> Option<&str> {
         match &self.kind {
             ClientKind::Psk { identity, .. } => Some(identity),
-            ClientKind::X509(_) => None,
+            ClientKind::X509(_) | ClientKind::PskUnchosen(_) => None,
         }
     }
 
@@ -338,6 +361,12 @@ impl TlsClient {
                 ))
             }
             ClientKind::Psk { ctx, .. } => Box::new(OsslSession::new(ctx, false)?),
+            ClientKind::PskUnchosen(file) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: no identity chosen", file.path),
+                ))
+            }
         };
         start(stream, tls, timeout)
     }

@@ -157,10 +157,15 @@ impl PskFile {
             Some(name) => self
                 .key(name.as_bytes())
                 .map(|k| (name.to_string(), k.to_vec()))
-                .ok_or_else(|| bad(format!("it has no identity {name:?} (the username asked for)"))),
+                .ok_or_else(|| {
+                    bad(format!(
+                        "it has no identity {name:?} (the username asked for)"
+                    ))
+                }),
             None if self.entries.len() == 1 => Ok(self.entries[0].clone()),
             None => Err(bad(format!(
-                "it holds {} identities: say which with ?tls-username=NAME",
+                "it holds {} identities: say which with ?tls-username=NAME (or \
+                 --nbd-tls-username NAME)",
                 self.entries.len()
             ))),
         }
@@ -223,7 +228,10 @@ mod tests {
         assert!(e.contains("no identity \"bob\"") && e.contains("/k"), "{e}");
         let two = PskFile::parse("/k", "alice:0102\nbob:0304").unwrap();
         let e = two.choose(None).unwrap_err().to_string();
-        assert!(e.contains("holds 2 identities") && e.contains("?tls-username=NAME"), "{e}");
+        assert!(
+            e.contains("holds 2 identities") && e.contains("?tls-username=NAME"),
+            "{e}"
+        );
         assert_eq!(two.choose(Some("bob")).unwrap(), ("bob".into(), vec![3, 4]));
     }
 }

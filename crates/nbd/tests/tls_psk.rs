@@ -135,6 +135,17 @@ fn uraid_client_and_server_over_tls_psk() {
     let c3 = Client::open(&format!("nbds://127.0.0.1:{}/disk", s.port), &global).unwrap();
     c3.read(&mut b, 0).unwrap();
     assert!(b == pattern(64 << 10, 11), "what bob wrote");
+    // A members' key file of two identities: each URI names its own, or is refused.
+    let both = ClientConfig {
+        tls: Some(TlsClient::from_psk_file_for_members(&keys, None).unwrap()),
+        ..config()
+    };
+    let e = Client::open(&format!("nbds://127.0.0.1:{}/disk", s.port), &both).unwrap_err();
+    assert!(matches!(e, ClientError::TlsPsk { .. }), "{e}");
+    assert!(e.to_string().contains("holds 2 identities"), "{e}");
+    let c4 = Client::open(&format!("nbds://alice@127.0.0.1:{}/disk", s.port), &both).unwrap();
+    c4.read(&mut b, 0).unwrap();
+    assert!(b == pattern(64 << 10, 11), "what bob wrote");
 }
 
 #[test]
