@@ -1,11 +1,13 @@
 //! TLS for remote members and for `uraid serve` (issue 16): an nbds:// member on nbdkit
 //! --tls=require checked against `--nbd-tls-ca`, a certificate from another CA refused
 //! with a clear error and nothing written, `serve --tls-cert/--tls-key` requiring TLS of
-//! its clients (nbdinfo over TLS reads it), TLS required by default off loopback, and
-//! `--tls-psk` refused by name. Across network namespaces: raid1 over two TLS-only hosts
-//! (nbdkit and qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a
-//! certificate from another CA or for another address refused by name with nothing
-//! written, and a plain `nbd://` URI to a TLS-only host refused.
+//! its clients (nbdinfo over TLS reads it), TLS required by default off loopback. TLS-PSK:
+//! members on nbdkit `--tls-psk` and qemu-nbd `tls-creds-psk`, a wrong key refused with
+//! nothing written, `serve --tls-psk` read by nbdinfo and qemu-img, bad PSK setups
+//! refused. Across network namespaces: raid1 over two TLS-only hosts (nbdkit and
+//! qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a certificate
+//! from another CA or for another address refused by name with nothing written, and a
+//! plain `nbd://` URI to a TLS-only host refused.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
