@@ -10,8 +10,8 @@
 //! Either side closing ends the pump and closes the other.
 //!
 //! rustls has no external-PSK support, so a PSK session is OpenSSL's, run on an
-//! in-memory transport ([`MemIo`]) so that it is driven as rustls's state machine is: one
-//! handshake and one pump ([`Session`]) serve both.
+//! in-memory transport (`MemIo`) so that it is driven as rustls's state machine is: one
+//! handshake and one pump (`Session`) serve both.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
