@@ -280,8 +280,18 @@ impl TlsClient {
     }
 
     fn psk(file: Arc<PskFile>, username: Option<&str>) -> Result<TlsClient, TlsError> {
+        TlsClient::psk_upto(file, username, None)
+    }
+
+    /// [`TlsClient::psk`] offering TLS versions up to `max` (tests: TLS 1.2 alone).
+    fn psk_upto(
+        file: Arc<PskFile>,
+        username: Option<&str>,
+        max: Option<SslVersion>,
+    ) -> Result<TlsClient, TlsError> {
         let (identity, key) = file.choose(username)?;
         let mut b = psk_context(SslMethod::tls_client())?;
+        b.set_max_proto_version(max).map_err(ossl("TLS versions"))?;
         let id = identity.clone();
         b.set_psk_client_callback(move |_ssl, _hint, id_buf, psk_buf| {
             // The identity goes NUL-terminated into OpenSSL's buffer.
@@ -883,4 +893,70 @@ fn flush_blocking(tls: &mut dyn Session, net: RawFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(s: Stream) -> UnixStream {
+        match s {
+            Stream::Unix(u) => u,
+            Stream::Tcp(_) => panic!("the plain end is a socketpair"),
+        }
+    }
+
+    /// A PSK client and server over a socketpair: their plain ends.
+    fn connected(server: &TlsServer, client: &TlsClient) -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = UnixStream::pair()?;
+        let srv = server.clone();
+        let t = std::thread::spawn(move || srv.accept(&Stream::Unix(a), Duration::from_secs(10)));
+        let c = client.connect(&Stream::Unix(b), "localhost", Duration::from_secs(10));
+        let s = t.join().expect("server thread");
+        Ok((plain(c?), plain(s?)))
+    }
+
+    fn exchange(c: &mut UnixStream, s: &mut UnixStream) {
+        // More than a record each way, both ways.
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut back = vec![0u8; data.len()];
+        let d = data.clone();
+        let mut c2 = c.try_clone().unwrap();
+        let w = std::thread::spawn(move || c2.write_all(&d).unwrap());
+        s.read_exact(&mut back).unwrap();
+        w.join().unwrap();
+        assert!(back == data);
+        s.write_all(&data[..5000]).unwrap();
+        c.read_exact(&mut back[..5000]).unwrap();
+        assert!(back[..5000] == data[..5000]);
+    }
+
+    #[test]
+    fn psk_sessions_over_tls_1_3_and_tls_1_2_and_a_wrong_key_fails() {
+        let file = |text: &str| Arc::new(PskFile::parse("/k.psk", text).unwrap());
+        let keys = "alice:000102030405060708090a0b0c0d0e0f\nbob:ff";
+        let dir = std::env::temp_dir().join(format!("uraid-psk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("keys.psk");
+        std::fs::write(&path, keys).unwrap();
+        let server = TlsServer::from_psk_file(&path, true).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        for max in [None, Some(SslVersion::TLS1_2)] {
+            let client = TlsClient::psk_upto(file(keys), Some("alice"), max).unwrap();
+            let (mut c, mut s) = connected(&server, &client).unwrap();
+            exchange(&mut c, &mut s);
+            // The client closing reaches the server as an end of file.
+            drop(c);
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).unwrap();
+            assert!(rest.is_empty());
+            let bob = TlsClient::psk_upto(file("bob:ff"), None, max).unwrap();
+            let (mut c, mut s) = connected(&server, &bob).unwrap();
+            exchange(&mut c, &mut s);
+            let wrong = TlsClient::psk_upto(file("alice:0001"), None, max).unwrap();
+            assert!(connected(&server, &wrong).is_err(), "{max:?}");
+            let unknown = TlsClient::psk_upto(file("carol:0001"), None, max).unwrap();
+            assert!(connected(&server, &unknown).is_err(), "{max:?}");
+        }
+    }
 }

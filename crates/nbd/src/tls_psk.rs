@@ -190,7 +190,7 @@ mod tests {
         let dbg = format!("{f:?}");
         assert!(dbg.contains("alice") && !dbg.contains("00ff10") && !dbg.contains("255"));
         // A key holding ':' cannot be, but an identity is split at the first one.
-        assert!(err("a:b:c").contains("not hexadecimal"));
+        assert!(err("a:b:cd").contains("not hexadecimal"));
     }
 
     #[test]
