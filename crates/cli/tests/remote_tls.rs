@@ -397,6 +397,51 @@ fn raid1_with_a_psk_member_on_nbdkit_and_a_wrong_key_refused() {
         c.read(&mut b, off).unwrap();
         b
     });
+
+    // The key file as the global option, for nbds:// members that name none.
+    let bare = host.uri.split('?').next().unwrap().to_string();
+    let v = json(&ok(uraid()
+        .arg("--nbd-tls-psk")
+        .arg(&keys)
+        .args(["examine", "--json", &bare])));
+    assert_eq!(v["role"], "Active device 1", "{v}");
+    let two = dir.path("two.psk");
+    let text = std::fs::read_to_string(&keys).unwrap();
+    std::fs::write(&two, format!("bob:0011\n{text}")).unwrap();
+    let err = fails_with(
+        uraid()
+            .arg("--nbd-tls-psk")
+            .arg(&two)
+            .args(["examine", "--json", &bare]),
+        "holds 2 identities",
+    );
+    assert!(
+        err.contains(&bare) && err.contains("--nbd-tls-username"),
+        "{err}"
+    );
+    ok(uraid().arg("--nbd-tls-psk").arg(&two).args([
+        "--nbd-tls-username",
+        "alice",
+        "examine",
+        &bare,
+    ]));
+    ok(uraid()
+        .arg("--nbd-tls-psk")
+        .arg(&two)
+        .args(["examine", &bare.replacen("nbds://", "nbds://alice@", 1)]));
+    fails_with(
+        uraid().args(["--nbd-tls-username", "alice", "examine", &bare]),
+        "give --nbd-tls-psk FILE",
+    );
+    fails_with(
+        uraid()
+            .arg("--nbd-tls-psk")
+            .arg(&keys)
+            .arg("--nbd-tls-ca")
+            .arg(&keys)
+            .args(["examine", &bare]),
+        "choose one",
+    );
 }
 
 /// Creates raid1 over `members` (the remote one `uri`), writes 256 KiB at 1 MiB and
