@@ -3,8 +3,8 @@
 //!
 //! The default is `require` whenever clients could come from another host (a TCP
 //! listener on an address other than loopback) or a certificate or key file is given;
-//! `off` on loopback and Unix sockets otherwise. Refused before the array is opened: nothing is
-//! written when the TLS setup is wrong.
+//! `off` on loopback and Unix sockets otherwise. Refused before the array is opened:
+//! nothing is written when the TLS setup is wrong.
 
 use anyhow::{bail, Result};
 use std::net::SocketAddr;

@@ -13,6 +13,7 @@
 //! in-memory transport (`MemIo`) so that it is driven as rustls's state machine is: one
 //! handshake and one pump (`Session`) serve both.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -20,8 +21,6 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-
-use std::collections::VecDeque;
 
 use openssl::ssl::{
     ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslStream, SslVerifyMode,
