@@ -1621,6 +1621,26 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
         })
 }
 
+/// `r`, or [`ClientError::TlsClosed`] where it failed because the server closed the
+/// connection (the first exchange after TLS).
+fn closed_once_tls_up<T>(r: Result<T, ClientError>, uri: &NbdUri) -> Result<T, ClientError> {
+    match r {
+        Err(ClientError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+            ) =>
+        {
+            Err(ClientError::TlsClosed {
+                uri: uri.text.clone(),
+            })
+        }
+        r => r,
+    }
+}
+
 /// Connects, negotiates and starts the reader thread of one connection.
 fn open_conn(uri: &NbdUri, config: &ClientConfig) -> Result<(Arc<Conn>, ExportInfo), ClientError> {
     negotiate(connect_stream(uri, config.timeout)?, uri, config)
@@ -1673,33 +1693,36 @@ fn negotiate(
 
     // A server that closes the connection as soon as TLS is up (nbd-server 3.24 with TLS
     // does, to a client without a certificate of its own) is named for it, not left as
-    // an end of file.
+    // an end of file; the first send may already find it closed (the pump gone): a
+    // broken pipe, named the same way.
     let mut first_after_tls = uri.tls;
     let mut reply = |option: u32| {
         let r = hs.reply(option);
         if std::mem::take(&mut first_after_tls) {
-            if let Err(ClientError::Io { source, .. }) = &r {
-                if matches!(
-                    source.kind(),
-                    io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                ) {
-                    return Err(ClientError::TlsClosed {
-                        uri: uri.text.clone(),
-                    });
-                }
-            }
+            return closed_once_tls_up(r, uri);
+        }
+        r
+    };
+    let send = |option: u32, data: &[u8], first: bool| {
+        let r = hs.option(option, data);
+        if first && uri.tls {
+            return closed_once_tls_up(r, uri);
         }
         r
     };
     let mut structured = false;
     if config.structured_replies {
-        hs.option(OPT_STRUCTURED_REPLY, &[])?;
+        send(OPT_STRUCTURED_REPLY, &[], true)?;
         let (r, _) = reply(OPT_STRUCTURED_REPLY)?;
         structured = r.reply == REP_ACK;
     }
 
     let name = uri.export.as_bytes();
-    hs.option(OPT_GO, &encode_info_request(name, &[INFO_BLOCK_SIZE]))?;
+    send(
+        OPT_GO,
+        &encode_info_request(name, &[INFO_BLOCK_SIZE]),
+        !config.structured_replies,
+    )?;
     let mut export: Option<(u64, u16)> = None;
     let mut blocks: Option<(u32, u32, u32)> = None;
     loop {
