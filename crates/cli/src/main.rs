@@ -78,6 +78,15 @@ struct Cli {
     /// The private key (PEM) of --nbd-tls-cert.
     #[arg(long, global = true, value_name = "FILE")]
     nbd_tls_key: Option<PathBuf>,
+    /// TLS-PSK for nbds:// members: a pre-shared key file (identity:hexkey lines, as
+    /// nbdkit's --tls-psk), in place of --nbd-tls-ca. A member URI's own
+    /// ?tls-psk-file=FILE takes the place of it.
+    #[arg(long, global = true, value_name = "FILE")]
+    nbd_tls_psk: Option<PathBuf>,
+    /// The identity in --nbd-tls-psk's file that uraid gives (needed when it holds more
+    /// than one; a member URI's ?tls-username=NAME or NAME@host takes the place of it).
+    #[arg(long, global = true, value_name = "NAME")]
+    nbd_tls_username: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -185,6 +194,7 @@ fn main() -> ExitCode {
         cli.nbd_connections,
         cli.nbd_tls_ca.as_deref(),
         (cli.nbd_tls_cert.as_deref(), cli.nbd_tls_key.as_deref()),
+        (cli.nbd_tls_psk.as_deref(), cli.nbd_tls_username.as_deref()),
     )
     .and_then(|()| open::configure_nbd_retry(cli.nbd_retry))
     {

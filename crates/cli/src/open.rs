@@ -32,6 +32,7 @@ pub fn configure_nbd(
     connections: usize,
     tls_ca: Option<&Path>,
     identity: (Option<&Path>, Option<&Path>),
+    psk: (Option<&Path>, Option<&str>),
 ) -> Result<()> {
     if !(timeout_secs.is_finite() && timeout_secs > 0.0) {
         anyhow::bail!("--nbd-timeout must be a positive number of seconds");
@@ -45,6 +46,7 @@ pub fn configure_nbd(
         timeout: std::time::Duration::from_secs_f64(timeout_secs),
         connections: connections.max(1),
         tls: match (tls_ca, identity) {
+            _ if psk.0.is_some() => None, // below
             (Some(ca), identity) => Some(uraid_engine::NbdTlsClient::with_identity(ca, identity)?),
             (None, Some(_)) => anyhow::bail!(
                 "--nbd-tls-cert needs --nbd-tls-ca: the CA that the members' servers are signed by"
@@ -52,6 +54,28 @@ pub fn configure_nbd(
             (None, None) => None,
         },
         ..NbdClientConfig::default()
+    };
+    let config = match psk {
+        (Some(file), username) => {
+            if tls_ca.is_some() || identity.is_some() {
+                anyhow::bail!(
+                    "--nbd-tls-psk is TLS with pre-shared keys, --nbd-tls-ca/--nbd-tls-cert \
+                     with certificates: choose one (a member may still have its own \
+                     ?tls-psk-file=)"
+                );
+            }
+            NbdClientConfig {
+                tls: Some(uraid_engine::NbdTlsClient::from_psk_file_for_members(
+                    file, username,
+                )?),
+                ..config
+            }
+        }
+        (None, Some(_)) => anyhow::bail!(
+            "--nbd-tls-username names an identity of --nbd-tls-psk's key file: give \
+             --nbd-tls-psk FILE (or put ?tls-username=NAME in a member's URI)"
+        ),
+        (None, None) => config,
     };
     NBD.set(config)
         .map_err(|_| anyhow::anyhow!("NBD members are configured already"))

@@ -1,14 +1,16 @@
 //! TLS for remote members and for `uraid serve` (issue 16): an nbds:// member on nbdkit
 //! --tls=require checked against `--nbd-tls-ca`, a certificate from another CA refused
 //! with a clear error and nothing written, `serve --tls-cert/--tls-key` requiring TLS of
-//! its clients (nbdinfo over TLS reads it), TLS required by default off loopback, and
-//! `--tls-psk` refused by name. Across network namespaces: raid1 over two TLS-only hosts
-//! (nbdkit and qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a
-//! certificate from another CA or for another address refused by name with nothing
-//! written, and a plain `nbd://` URI to a TLS-only host refused.
+//! its clients (nbdinfo over TLS reads it), TLS required by default off loopback. TLS-PSK:
+//! members on nbdkit `--tls-psk` and qemu-nbd `tls-creds-psk`, a wrong key refused with
+//! nothing written, `serve --tls-psk` read by nbdinfo and qemu-img, bad PSK setups
+//! refused. Across network namespaces: raid1 over two TLS-only hosts (nbdkit and
+//! qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a certificate
+//! from another CA or for another address refused by name with nothing written, and a
+//! plain `nbd://` URI to a TLS-only host refused.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,34 +20,95 @@ use uraid_testkit::netns::{need_netns, Host, ServerKind};
 use uraid_testkit::pki::Pki;
 use uraid_testkit::prelude::*;
 
-/// nbdkit on a TCP loopback port with TLS required, killed on drop.
-struct TlsNbdkit {
+/// A TLS-only NBD server process (nbdkit or qemu-nbd) on a TCP loopback port, killed on
+/// drop.
+struct TlsProc {
     child: Child,
     uri: String,
 }
 
-impl TlsNbdkit {
-    fn start(pki: &Pki, size: &str) -> TlsNbdkit {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("nbdkit")
-            .args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
+/// How a [`TlsProc`] proves itself: an X.509 certificate of the test's CA, or a
+/// pre-shared key file and the identity clients give.
+enum Creds<'a> {
+    X509(&'a Pki),
+    Psk { file: &'a Path, user: &'a str },
+}
+
+impl Creds<'_> {
+    /// The URI of the server on `port`, and the client configuration that opens it.
+    fn uri_and_config(&self, port: u16) -> (String, ClientConfig) {
+        match self {
+            Creds::X509(pki) => (format!("nbds://127.0.0.1:{port}/"), tls_config(pki)),
+            Creds::Psk { file, user } => (
+                format!(
+                    "nbds://127.0.0.1:{port}/?tls-psk-file={}&tls-username={user}",
+                    file.display()
+                ),
+                ClientConfig::default(),
+            ),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TlsProc {
+    /// nbdkit `--tls=require` with a memory disk of `size`.
+    fn nbdkit(creds: &Creds, size: &str) -> TlsProc {
+        let port = free_port();
+        let mut cmd = Command::new("nbdkit");
+        cmd.args(["-f", "--exit-with-parent", "-i", "127.0.0.1", "-p"])
             .arg(port.to_string())
-            .arg("--tls=require")
-            .arg(format!("--tls-certificates={}", pki.dir.display()))
-            .args(["memory", size])
+            .arg("--tls=require");
+        match creds {
+            Creds::X509(pki) => cmd.arg(format!("--tls-certificates={}", pki.dir.display())),
+            Creds::Psk { file, .. } => cmd.arg(format!("--tls-psk={}", file.display())),
+        };
+        cmd.args(["memory", size]);
+        TlsProc::spawn(cmd, creds, port)
+    }
+
+    /// qemu-nbd `--tls-creds` (X.509, or PSK: `tls-creds-psk` reads `DIR/keys.psk`)
+    /// serving the raw file `image`.
+    fn qemu_nbd(creds: &Creds, image: &Path) -> TlsProc {
+        let port = free_port();
+        let object = match creds {
+            Creds::X509(pki) => format!(
+                "tls-creds-x509,id=tls0,endpoint=server,verify-peer=off,dir={}",
+                pki.dir.display()
+            ),
+            Creds::Psk { file, .. } => {
+                assert_eq!(file.file_name().unwrap(), "keys.psk", "qemu's file name");
+                format!(
+                    "tls-creds-psk,id=tls0,endpoint=server,dir={}",
+                    file.parent().unwrap().display()
+                )
+            }
+        };
+        let mut cmd = Command::new("qemu-nbd");
+        cmd.args(["-f", "raw", "-b", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .args(["--object", &object, "--tls-creds", "tls0", "--persistent"])
+            .arg(image);
+        TlsProc::spawn(cmd, creds, port)
+    }
+
+    /// Starts `cmd` (a server on `port`) and waits until its export opens (60 s at most:
+    /// a safety net, not a measure).
+    fn spawn(mut cmd: Command, creds: &Creds, port: u16) -> TlsProc {
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .expect("spawn nbdkit");
-        let k = TlsNbdkit {
-            child,
-            uri: format!("nbds://127.0.0.1:{port}/"),
-        };
-        let config = tls_config(pki);
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        let (uri, config) = creds.uri_and_config(port);
+        let mut k = TlsProc { child, uri };
         let deadline = Instant::now() + Duration::from_secs(60);
         while let Err(e) = Client::open(&k.uri, &config) {
             assert!(
@@ -53,13 +116,16 @@ impl TlsNbdkit {
                 "{}: {e}",
                 k.uri
             );
+            if let Ok(Some(st)) = k.child.try_wait() {
+                panic!("{cmd:?} exited: {st}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         k
     }
 }
 
-impl Drop for TlsNbdkit {
+impl Drop for TlsProc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -84,7 +150,7 @@ fn raid1_with_a_tls_only_member_and_a_wrong_ca_refused() {
     let dir = TempDir::new("remote-tls-member");
     let pki = Pki::new(&dir.path("pki"), "uraid test CA");
     let other = Pki::new(&dir.path("other"), "some other CA");
-    let host = TlsNbdkit::start(&pki, "32M");
+    let host = TlsProc::nbdkit(&Creds::X509(&pki), "32M");
     let local = dir.image("m0.img", 32);
     let ca = pki.ca();
 
@@ -149,13 +215,15 @@ fn nbds_without_a_ca_is_refused_by_name() {
     assert_eq!(std::fs::read(&img).unwrap(), vec![0u8; 8 << 20]);
 }
 
-#[test]
-fn serve_with_a_certificate_requires_tls() {
-    let dir = TempDir::new("serve-tls");
-    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
-    let members = create_array(&dir, "1", 2, 8, &[]);
+fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `uraid serve` of `members` as md0 on a loopback TCP port, with `tls` (its TLS options);
+/// the server and its nbds:// URI from the banner.
+fn serve_tls(dir: &TempDir, members: &[PathBuf], tls: &[&str]) -> (Served, String) {
     let control = dir.path("ctl.sock");
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "serve".into(),
         "--nbd".into(),
         "tcp:127.0.0.1:0".into(),
@@ -163,12 +231,9 @@ fn serve_with_a_certificate_requires_tls() {
         control.display().to_string(),
         "--name".into(),
         "md0".into(),
-        "--tls-cert".into(),
-        pki.cert().display().to_string(),
-        "--tls-key".into(),
-        pki.key().display().to_string(),
     ];
-    let srv = Served::spawn(&dir, args, &members, dir.path("unused"), control);
+    args.extend(tls.iter().map(|a| a.to_string()));
+    let srv = Served::spawn(dir, args, members, dir.path("unused"), control);
     let uri = loop {
         let line = srv
             .lines
@@ -179,6 +244,24 @@ fn serve_with_a_certificate_requires_tls() {
         }
     };
     assert!(uri.starts_with("nbds://127.0.0.1:"), "{uri}");
+    (srv, uri)
+}
+
+#[test]
+fn serve_with_a_certificate_requires_tls() {
+    let dir = TempDir::new("serve-tls");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let (_srv, uri) = serve_tls(
+        &dir,
+        &members,
+        &[
+            "--tls-cert",
+            &path_str(&pki.cert()),
+            "--tls-key",
+            &path_str(&pki.key()),
+        ],
+    );
     let plain = uri.replacen("nbds", "nbd", 1);
     let e = Client::open(&plain, &ClientConfig::default()).unwrap_err();
     assert!(matches!(e, ClientError::TlsRequired { .. }), "{e}");
@@ -204,7 +287,7 @@ fn serve_with_a_certificate_requires_tls() {
 }
 
 #[test]
-fn serve_off_loopback_requires_a_certificate_and_psk_is_refused() {
+fn serve_off_loopback_requires_a_certificate_and_bad_psk_setups_are_refused() {
     let dir = TempDir::new("serve-tls-refuse");
     let members = create_array(&dir, "1", 2, 8, &[]);
     let err = fails_cleanly(
@@ -217,23 +300,273 @@ fn serve_off_loopback_requires_a_certificate_and_psk_is_refused() {
         err.contains("TLS is required") && err.contains("--tls off"),
         "{err}"
     );
+    // A key file with a bad line: the file, the line and the fault named, never the key.
+    let keys = dir.path("bad.psk");
+    std::fs::write(
+        &keys,
+        "alice:00112233445566778899aabbccddeeff\nbob:0011zz\n",
+    )
+    .unwrap();
     let err = fails_cleanly(
         uraid()
-            .args([
-                "serve",
-                "--nbd",
-                "tcp:127.0.0.1:0",
-                "--tls-psk",
-                "/etc/keys.psk",
-            ])
+            .args(["serve", "--nbd", "tcp:127.0.0.1:0", "--tls-psk"])
+            .arg(&keys)
             .args(&members),
         &members,
     );
     assert!(
-        err.contains("--tls-psk") && err.contains("pre-shared key is not supported"),
+        err.contains(&path_str(&keys)) && err.contains("line 2") && err.contains("not hexadecimal"),
+        "{err}"
+    );
+    assert!(!err.contains("00112233"), "the key is never printed: {err}");
+    assert_eq!(err.matches("line 2").count(), 1, "said once: {err}");
+    // Certificates and pre-shared keys together: choose one.
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let good = psk_file(&dir, "keys", "alice", 1);
+    let err = fails_cleanly(
+        uraid()
+            .args(["serve", "--nbd", "tcp:127.0.0.1:0", "--tls-psk"])
+            .arg(&good)
+            .arg("--tls-cert")
+            .arg(pki.cert())
+            .arg("--tls-key")
+            .arg(pki.key())
+            .args(&members),
+        &members,
+    );
+    assert!(err.contains("choose one"), "{err}");
+}
+
+/// A pre-shared key file `SUB/keys.psk` (the name qemu's tls-creds-psk reads) holding
+/// `user`'s 32-byte key made from `seed`, as psktool writes it.
+fn psk_file(dir: &TempDir, sub: &str, user: &str, seed: u64) -> PathBuf {
+    let d = dir.path(sub);
+    std::fs::create_dir_all(&d).unwrap();
+    let key: String = pattern(32, seed)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let path = d.join("keys.psk");
+    std::fs::write(&path, format!("{user}:{key}\n")).unwrap();
+    path
+}
+
+/// raid1 over a local file and an nbdkit `--tls=require --tls-psk` member
+/// (`nbds://...?tls-psk-file=FILE&tls-username=NAME`): written and read back over TLS-PSK;
+/// the same member with another key is refused by name and nothing is written.
+#[test]
+fn raid1_with_a_psk_member_on_nbdkit_and_a_wrong_key_refused() {
+    if !need_tool(
+        "nbdkit",
+        "raid1_with_a_psk_member_on_nbdkit_and_a_wrong_key_refused",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("remote-psk-member");
+    let keys = psk_file(&dir, "keys", "alice", 1);
+    let wrong = psk_file(&dir, "wrong", "alice", 2);
+    let host = TlsProc::nbdkit(
+        &Creds::Psk {
+            file: &keys,
+            user: "alice",
+        },
+        "32M",
+    );
+    let local = dir.image("m0.img", 32);
+
+    let wrong_uri = host.uri.replace(&path_str(&keys), &path_str(&wrong));
+    assert_ne!(wrong_uri, host.uri);
+    let err = fails_cleanly(
+        uraid()
+            .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+            .arg(&local)
+            .arg(&wrong_uri),
+        std::slice::from_ref(&local),
+    );
+    assert!(
+        err.contains(&wrong_uri)
+            && err.contains("refused the pre-shared key for identity \"alice\""),
         "{err}"
     );
     assert_eq!(err.matches("pre-shared").count(), 1, "said once: {err}");
+
+    let members = vec![local.clone(), PathBuf::from(&host.uri)];
+    write_and_read_back(&dir, &members, &host.uri, |off, len| {
+        let c = Client::open(&host.uri, &ClientConfig::default()).unwrap();
+        let mut b = vec![0u8; len];
+        c.read(&mut b, off).unwrap();
+        b
+    });
+
+    // The key file as the global option, for nbds:// members that name none.
+    let bare = host.uri.split('?').next().unwrap().to_string();
+    let v = json(&ok(uraid()
+        .arg("--nbd-tls-psk")
+        .arg(&keys)
+        .args(["examine", "--json", &bare])));
+    assert_eq!(v["role"], "Active device 1", "{v}");
+    let two = dir.path("two.psk");
+    let text = std::fs::read_to_string(&keys).unwrap();
+    std::fs::write(&two, format!("bob:0011\n{text}")).unwrap();
+    let err = fails_with(
+        uraid()
+            .arg("--nbd-tls-psk")
+            .arg(&two)
+            .args(["examine", "--json", &bare]),
+        "holds 2 identities",
+    );
+    assert!(
+        err.contains(&bare) && err.contains("--nbd-tls-username"),
+        "{err}"
+    );
+    ok(uraid().arg("--nbd-tls-psk").arg(&two).args([
+        "--nbd-tls-username",
+        "alice",
+        "examine",
+        &bare,
+    ]));
+    ok(uraid()
+        .arg("--nbd-tls-psk")
+        .arg(&two)
+        .args(["examine", &bare.replacen("nbds://", "nbds://alice@", 1)]));
+    fails_with(
+        uraid().args(["--nbd-tls-username", "alice", "examine", &bare]),
+        "give --nbd-tls-psk FILE",
+    );
+    fails_with(
+        uraid()
+            .arg("--nbd-tls-psk")
+            .arg(&keys)
+            .arg("--nbd-tls-ca")
+            .arg(&keys)
+            .args(["examine", &bare]),
+        "choose one",
+    );
+}
+
+/// Creates raid1 over `members` (the remote one `uri`), writes 256 KiB at 1 MiB and
+/// checks that the remote member's copy, read by `remote(offset, len)`, holds it.
+fn write_and_read_back(
+    dir: &TempDir,
+    members: &[PathBuf],
+    uri: &str,
+    remote: impl Fn(u64, usize) -> Vec<u8>,
+) {
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .args(members));
+    let v = json(&ok(uraid().args(["examine", "--json", uri])));
+    assert_eq!(v["role"], "Active device 1", "{v}");
+    let data = pattern(256 << 10, 21);
+    let input = dir.path("in.bin");
+    std::fs::write(&input, &data).unwrap();
+    ok(uraid()
+        .args(["write", "--offset", "1M", "--input"])
+        .arg(&input)
+        .args(members));
+    let data_offset = v["data_offset_sectors"].as_u64().unwrap() * 512;
+    assert!(
+        remote(data_offset + (1 << 20), data.len()) == data,
+        "the PSK member holds no copy"
+    );
+    let out = ok(uraid()
+        .args(["read", "--offset", "1M", "--length", "256K"])
+        .args(members));
+    assert!(out.stdout == data, "read back through the array");
+}
+
+/// A uraid member on qemu-nbd with `tls-creds-psk` (TLS-PSK, GnuTLS): written over
+/// TLS-PSK, the copy found in qemu-nbd's image file.
+#[test]
+fn raid1_with_a_psk_member_on_qemu_nbd() {
+    if !need_tool("qemu-nbd", "raid1_with_a_psk_member_on_qemu_nbd") {
+        return;
+    }
+    let dir = TempDir::new("remote-psk-qemu");
+    let keys = psk_file(&dir, "qkeys", "bob", 4);
+    let img = dir.image("q.img", 32);
+    let host = TlsProc::qemu_nbd(
+        &Creds::Psk {
+            file: &keys,
+            user: "bob",
+        },
+        &img,
+    );
+    let local = dir.image("m0.img", 32);
+    let members = vec![local, PathBuf::from(&host.uri)];
+    write_and_read_back(&dir, &members, &host.uri, |off, len| {
+        read_file_at(&img, off, len)
+    });
+}
+
+/// `uraid serve --tls-psk FILE`: TLS required, uraid's client with the key serves, and
+/// libnbd's nbdinfo (`nbds://NAME@host/?tls-psk-file=`) and qemu-img (`tls-creds-psk`)
+/// read the array's size over TLS-PSK.
+#[test]
+fn serve_with_a_psk_file_is_read_by_nbdinfo_and_qemu_img() {
+    let test = "serve_with_a_psk_file_is_read_by_nbdinfo_and_qemu_img";
+    let dir = TempDir::new("serve-psk");
+    let keys = psk_file(&dir, "keys", "alice", 5);
+    let members = create_array(&dir, "1", 2, 8, &[]);
+    let (_srv, uri) = serve_tls(&dir, &members, &["--tls-psk", &path_str(&keys)]);
+    let e = Client::open(&uri.replacen("nbds", "nbd", 1), &ClientConfig::default()).unwrap_err();
+    assert!(matches!(e, ClientError::TlsRequired { .. }), "{e}");
+    let with_key = format!("{uri}?tls-psk-file={}", keys.display());
+    let c = Client::open(&with_key, &ClientConfig::default()).unwrap();
+    let size = c.info().size_bytes;
+    assert!(size > 0 && size <= 8 * MIB, "{size}");
+    let data = pattern(128 << 10, 5);
+    c.write(&data, 1 << 20, true).unwrap();
+    let mut back = vec![0u8; data.len()];
+    c.read(&mut back, 1 << 20).unwrap();
+    assert!(back == data, "served over TLS-PSK");
+    drop(c);
+    let wrong = psk_file(&dir, "wrong", "alice", 6);
+    let e = Client::open(
+        &format!("{uri}?tls-psk-file={}", wrong.display()),
+        &ClientConfig::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ClientError::PskRefused { .. }), "{e}");
+
+    if need_tool("nbdinfo", test) {
+        let out = Command::new("nbdinfo")
+            .arg("--size")
+            .arg(format!(
+                "{}?tls-psk-file={}",
+                uri.replacen("nbds://", "nbds://alice@", 1),
+                keys.display()
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nbdinfo: {out:?}");
+        assert_eq!(
+            text(&out.stdout).trim(),
+            size.to_string(),
+            "nbdinfo: {out:?}"
+        );
+    }
+    if need_tool("qemu-img", test) {
+        let port = uri
+            .strip_prefix("nbds://127.0.0.1:")
+            .and_then(|r| r.split('/').next())
+            .unwrap();
+        let out = Command::new("qemu-img")
+            .args(["info", "--output=json", "--object"])
+            .arg(format!(
+                "tls-creds-psk,id=tls0,endpoint=client,dir={},username=alice",
+                keys.parent().unwrap().display()
+            ))
+            .arg("--image-opts")
+            .arg(format!(
+                "driver=nbd,host=127.0.0.1,port={port},export=md0,tls-creds=tls0"
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "qemu-img: {out:?}");
+        let v = json(&out);
+        assert_eq!(v["virtual-size"].as_u64(), Some(size), "qemu-img: {v}");
+    }
 }
 
 // TLS-only hosts in network namespaces (`uraid_testkit::netns`): each host's certificate

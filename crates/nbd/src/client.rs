@@ -26,8 +26,9 @@
 //! - **multi-conn**: with [`ClientConfig::connections`] > 1 and a server that advertises
 //!   `NBD_FLAG_CAN_MULTI_CONN`, requests are spread over that many connections; a flush on
 //!   one covers writes completed on all of them, as the flag promises.
-//! - TLS (`nbds://`, `nbds+unix://`): STARTTLS with rustls, the server verified against the
-//!   CA file given (`--nbd-tls-ca`); TLS-PSK is refused by name (rustls has none).
+//! - TLS (`nbds://`, `nbds+unix://`): STARTTLS, the server verified against the CA file
+//!   given (`--nbd-tls-ca`, X.509 with rustls), or by knowing a pre-shared key
+//!   (`?tls-psk-file=FILE[&tls-username=NAME]`, or `--nbd-tls-psk`: TLS-PSK with OpenSSL).
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
@@ -62,14 +63,33 @@ pub enum ClientError {
     #[error("{uri}: not an NBD URI: {why}")]
     BadUri { uri: String, why: String },
     #[error(
-        "{uri}: TLS with a pre-shared key is not supported (rustls has no TLS-PSK); give the \
-         server an X.509 certificate and the client its CA with --nbd-tls-ca"
+        "{uri}: an nbds:// member needs the CA that signed its server's certificate \
+         (--nbd-tls-ca FILE) or a pre-shared key (?tls-psk-file=FILE or --nbd-tls-psk FILE)"
     )]
-    TlsUnsupported { uri: String },
-    #[error("{uri}: an nbds:// member needs the CA that signed its server's certificate: --nbd-tls-ca FILE")]
     TlsNoCa { uri: String },
-    #[error("{uri}: the server requires TLS: use nbds:// (with --nbd-tls-ca FILE)")]
+    #[error(
+        "{uri}: the server requires TLS: use nbds:// (with --nbd-tls-ca FILE, or \
+         ?tls-psk-file=FILE)"
+    )]
     TlsRequired { uri: String },
+    /// The pre-shared key file is unusable, or has not the identity asked for.
+    #[error("{uri}: {source}")]
+    TlsPsk {
+        uri: String,
+        source: crate::tls::TlsError,
+    },
+    /// The TLS-PSK handshake failed: the server does not know the identity, or has another
+    /// key for it.
+    #[error(
+        "{uri}: the server refused the pre-shared key for identity {identity:?} ({why}): \
+         check that its --tls-psk file has {identity:?} with this key (and that it serves \
+         TLS-PSK)"
+    )]
+    PskRefused {
+        uri: String,
+        identity: String,
+        why: String,
+    },
     #[error("{uri}: TLS: {source}")]
     Tls { uri: String, source: io::Error },
     #[error(
@@ -107,7 +127,7 @@ impl ClientError {
     pub fn into_io(self) -> io::Error {
         let kind = match &self {
             ClientError::BadUri { .. }
-            | ClientError::TlsUnsupported { .. }
+            | ClientError::TlsPsk { .. }
             | ClientError::TlsNoCa { .. }
             | ClientError::TlsRequired { .. } => io::ErrorKind::InvalidInput,
             ClientError::Connect { source, .. } | ClientError::Io { source, .. } => source.kind(),
@@ -142,6 +162,10 @@ pub struct NbdUri {
     /// The name the server's certificate must carry (`?tls-hostname=`; else the host, or
     /// `localhost` on a Unix socket).
     pub tls_hostname: Option<String>,
+    /// TLS-PSK with the keys of this file (`?tls-psk-file=`, as libnbd).
+    pub tls_psk_file: Option<PathBuf>,
+    /// The PSK identity (`?tls-username=`, or the URI's user: `nbds://NAME@host/`).
+    pub tls_username: Option<String>,
     /// This export's request timeout (`?timeout=SECS`), in place of
     /// [`ClientConfig::timeout`].
     pub timeout: Option<Duration>,
@@ -172,7 +196,7 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 impl NbdUri {
-    /// Parses `s`; `?tls-psk-file=` is refused by name (no TLS-PSK in rustls).
+    /// Parses `s`.
     pub fn parse(s: &str) -> Result<NbdUri, ClientError> {
         let bad = |why: &str| ClientError::BadUri {
             uri: s.to_string(),
@@ -187,6 +211,8 @@ impl NbdUri {
             _ => return Err(bad("the scheme must be nbd, nbd+unix, nbds or nbds+unix")),
         };
         let mut tls_hostname = None;
+        let mut tls_psk_file = None;
+        let mut tls_username = None;
         let mut timeout = None;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
@@ -195,6 +221,21 @@ impl NbdUri {
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i + 1..]),
             None => (rest, ""),
+        };
+        // `user@host`: the user is the PSK identity (libnbd's reading).
+        let authority = match authority.rsplit_once('@') {
+            Some((user, host)) => {
+                if !tls {
+                    return Err(bad("a user (NAME@) is the TLS-PSK identity: nbds:// only"));
+                }
+                let user = percent_decode(user).ok_or_else(|| bad("bad %-escape in the user"))?;
+                if user.is_empty() {
+                    return Err(bad("an empty user before '@'"));
+                }
+                tls_username = Some(user);
+                host
+            }
+            None => authority,
         };
         let export = percent_decode(path).ok_or_else(|| bad("bad %-escape in the export"))?;
         let mut socket = None;
@@ -207,8 +248,24 @@ impl NbdUri {
                     tls_hostname = Some(percent_decode(v).ok_or_else(|| bad("bad %-escape"))?);
                 }
                 Some(("timeout", v)) => timeout = Some(parse_timeout(v).map_err(|w| bad(&w))?),
-                Some(("tls-psk-file", _)) => {
-                    return Err(ClientError::TlsUnsupported { uri: s.to_string() })
+                Some(("tls-psk-file", v)) if tls => {
+                    let v = percent_decode(v).ok_or_else(|| bad("bad %-escape"))?;
+                    if v.is_empty() {
+                        return Err(bad("?tls-psk-file= needs a file"));
+                    }
+                    tls_psk_file = Some(PathBuf::from(v));
+                }
+                Some(("tls-username", v)) if tls => {
+                    let v = percent_decode(v).ok_or_else(|| bad("bad %-escape"))?;
+                    if v.is_empty() {
+                        return Err(bad("?tls-username= needs a name"));
+                    }
+                    tls_username = Some(v);
+                }
+                Some(("tls-psk-file" | "tls-username" | "tls-hostname", _)) => {
+                    return Err(bad(&format!(
+                        "{param:?} is for TLS: use nbds:// or nbds+unix://"
+                    )))
                 }
                 _ => return Err(bad(&format!("unknown query parameter {param:?}"))),
             }
@@ -250,6 +307,8 @@ impl NbdUri {
             export,
             tls,
             tls_hostname,
+            tls_psk_file,
+            tls_username,
             timeout,
         })
     }
@@ -279,7 +338,9 @@ pub struct ClientConfig {
     pub connections: usize,
     /// Ask for structured replies (the server may still refuse).
     pub structured_replies: bool,
-    /// The CA an `nbds://` server's certificate must chain to (`--nbd-tls-ca`).
+    /// How `nbds://` servers are verified: the CA their certificate must chain to
+    /// (`--nbd-tls-ca`), or a pre-shared key (`--nbd-tls-psk`). A URI's own
+    /// `?tls-psk-file=` takes the place of either.
     pub tls: Option<crate::tls::TlsClient>,
 }
 
@@ -1057,6 +1118,14 @@ impl Client {
             }
             None => config,
         };
+        let with_psk;
+        let config = match psk_config(uri, config)? {
+            Some(c) => {
+                with_psk = c;
+                &with_psk
+            }
+            None => config,
+        };
         if uri.tls && config.tls.is_none() {
             // Before connecting: the missing option is the error, not an unreachable host.
             return Err(ClientError::TlsNoCa {
@@ -1476,8 +1545,34 @@ fn connect_stream(uri: &NbdUri, timeout: Duration) -> Result<Stream, ClientError
     }
 }
 
+/// `config` with the TLS-PSK client of `uri` (its own `?tls-psk-file=`, or its username
+/// with `config`'s key file); `None` when `config` serves as it is.
+fn psk_config(uri: &NbdUri, config: &ClientConfig) -> Result<Option<ClientConfig>, ClientError> {
+    if !uri.tls {
+        return Ok(None);
+    }
+    let user = uri.tls_username.as_deref();
+    let tls = match (&uri.tls_psk_file, &config.tls) {
+        (Some(file), _) => crate::tls::TlsClient::from_psk_file(file, user),
+        (None, Some(t)) => match t.for_username(user) {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => return Ok(None),
+            Err(e) => Err(e),
+        },
+        (None, None) => return Ok(None),
+    }
+    .map_err(|source| ClientError::TlsPsk {
+        uri: uri.text.clone(),
+        source,
+    })?;
+    Ok(Some(ClientConfig {
+        tls: Some(tls),
+        ..config.clone()
+    }))
+}
+
 /// STARTTLS and the TLS handshake, the server's certificate checked against the CA of
-/// `config`; returns the stream the rest goes over.
+/// `config` (or the pre-shared key proved); returns the stream the rest goes over.
 fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientError> {
     let uri = hs.uri;
     let tls = config.tls.as_ref().ok_or_else(|| ClientError::TlsNoCa {
@@ -1498,8 +1593,22 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
         (None, Address::Unix(_)) => "localhost",
     };
     tls.connect(hs.stream, host, config.timeout)
-        .map_err(
-            |source| match crate::tls::certificate_problem(&source, host) {
+        .map_err(|source| {
+            if let Some(identity) = tls.psk_identity() {
+                // With PSK the key is the only credential: a handshake the server breaks
+                // off (an alert, or a close) is the key refused. A timeout is not.
+                if !matches!(
+                    source.kind(),
+                    io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+                ) {
+                    return ClientError::PskRefused {
+                        uri: uri.text.clone(),
+                        identity: identity.to_string(),
+                        why: source.to_string(),
+                    };
+                }
+            }
+            match crate::tls::certificate_problem(&source, host) {
                 Some(why) => ClientError::Certificate {
                     uri: uri.text.clone(),
                     why,
@@ -1508,8 +1617,28 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
                     uri: uri.text.clone(),
                     source,
                 },
-            },
-        )
+            }
+        })
+}
+
+/// `r`, or [`ClientError::TlsClosed`] where it failed because the server closed the
+/// connection (the first exchange after TLS).
+fn closed_once_tls_up<T>(r: Result<T, ClientError>, uri: &NbdUri) -> Result<T, ClientError> {
+    match r {
+        Err(ClientError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+            ) =>
+        {
+            Err(ClientError::TlsClosed {
+                uri: uri.text.clone(),
+            })
+        }
+        r => r,
+    }
 }
 
 /// Connects, negotiates and starts the reader thread of one connection.
@@ -1564,33 +1693,36 @@ fn negotiate(
 
     // A server that closes the connection as soon as TLS is up (nbd-server 3.24 with TLS
     // does, to a client without a certificate of its own) is named for it, not left as
-    // an end of file.
+    // an end of file; the first send may already find it closed (the pump gone): a
+    // broken pipe, named the same way.
     let mut first_after_tls = uri.tls;
     let mut reply = |option: u32| {
         let r = hs.reply(option);
         if std::mem::take(&mut first_after_tls) {
-            if let Err(ClientError::Io { source, .. }) = &r {
-                if matches!(
-                    source.kind(),
-                    io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
-                ) {
-                    return Err(ClientError::TlsClosed {
-                        uri: uri.text.clone(),
-                    });
-                }
-            }
+            return closed_once_tls_up(r, uri);
+        }
+        r
+    };
+    let send = |option: u32, data: &[u8], first: bool| {
+        let r = hs.option(option, data);
+        if first && uri.tls {
+            return closed_once_tls_up(r, uri);
         }
         r
     };
     let mut structured = false;
     if config.structured_replies {
-        hs.option(OPT_STRUCTURED_REPLY, &[])?;
+        send(OPT_STRUCTURED_REPLY, &[], true)?;
         let (r, _) = reply(OPT_STRUCTURED_REPLY)?;
         structured = r.reply == REP_ACK;
     }
 
     let name = uri.export.as_bytes();
-    hs.option(OPT_GO, &encode_info_request(name, &[INFO_BLOCK_SIZE]))?;
+    send(
+        OPT_GO,
+        &encode_info_request(name, &[INFO_BLOCK_SIZE]),
+        !config.structured_replies,
+    )?;
     let mut export: Option<(u64, u16)> = None;
     let mut blocks: Option<(u32, u32, u32)> = None;
     loop {
@@ -1691,6 +1823,8 @@ pub(crate) fn exercise(stream: Stream) {
         export: "fuzz".into(),
         tls: false,
         tls_hostname: None,
+        tls_psk_file: None,
+        tls_username: None,
         timeout: None,
     };
     let config = ClientConfig {
@@ -1757,10 +1891,40 @@ mod tests {
         let u = NbdUri::parse("nbds+unix:///e?socket=/s&tls-hostname=srv").unwrap();
         assert!(u.tls);
         assert_eq!(u.tls_hostname.as_deref(), Some("srv"));
-        assert!(matches!(
-            NbdUri::parse("nbds://h/e?tls-psk-file=/k"),
-            Err(ClientError::TlsUnsupported { .. })
-        ));
+        let u = NbdUri::parse("nbds://h:1/e?tls-psk-file=/k%20s&tls-username=al").unwrap();
+        assert_eq!(
+            u.tls_psk_file.as_deref(),
+            Some(std::path::Path::new("/k s"))
+        );
+        assert_eq!(u.tls_username.as_deref(), Some("al"));
+        assert_eq!(
+            u.address,
+            Address::Tcp {
+                host: "h".into(),
+                port: 1
+            }
+        );
+        // libnbd's other spelling of the username: the URI's user.
+        let u = NbdUri::parse("nbds://alice@[::1]:2/e?tls-psk-file=/k").unwrap();
+        assert_eq!(u.tls_username.as_deref(), Some("alice"));
+        assert_eq!(
+            u.address,
+            Address::Tcp {
+                host: "::1".into(),
+                port: 2
+            }
+        );
+        let u = NbdUri::parse("nbds+unix:///e?socket=/s&tls-psk-file=/k").unwrap();
+        assert_eq!(u.tls_psk_file.as_deref(), Some(std::path::Path::new("/k")));
+        assert!(u.tls_username.is_none());
+        for plain in [
+            "nbd://h/e?tls-psk-file=/k",
+            "nbd://al@h/e",
+            "nbd://h/e?tls-username=a",
+        ] {
+            let e = NbdUri::parse(plain).unwrap_err().to_string();
+            assert!(e.contains("nbds://"), "{plain}: {e}");
+        }
         assert!(!NbdUri::parse("nbd://h/e").unwrap().tls);
         for bad in [
             "nbd+unix:///e",

@@ -9,7 +9,8 @@
 //! Layout: [`proto`] is the pure wire format (fuzzed), `handshake` the option
 //! haggling, `conn` the transmission phase, `server` the accept loop. [`client`] is
 //! the other side on the same wire code: an export on another host as a block
-//! device (uraid's remote members). [`tls`] is STARTTLS for both (rustls, X.509).
+//! device (uraid's remote members). [`tls`] is STARTTLS for both (X.509 with rustls,
+//! TLS-PSK with OpenSSL).
 //!
 //! # Design
 //!
@@ -72,6 +73,7 @@ pub mod proto;
 mod server;
 mod socket;
 pub mod tls;
+mod tls_psk;
 
 pub use backend::{errno_of, Backend, DirtyExtent, Extent, MemBackend};
 pub use error::NbdError;

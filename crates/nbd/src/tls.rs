@@ -1,16 +1,19 @@
-//! TLS for NBD (`NBD_OPT_STARTTLS`), with rustls, on both sides.
+//! TLS for NBD (`NBD_OPT_STARTTLS`), on both sides: X.509 with rustls, TLS-PSK (nbdkit's
+//! `--tls-psk`, qemu's `tls-creds-psk`) with OpenSSL.
 //!
-//! After STARTTLS the handshake is done at once (so a refused certificate is an error of
-//! the handshake, named), then a pump thread moves bytes between the TCP socket (TLS
-//! records) and one end of a Unix socketpair (plain NBD); the other end becomes the
+//! After STARTTLS the handshake is done at once (so a refused certificate or key is an
+//! error of the handshake, named), then a pump thread moves bytes between the TCP socket
+//! (TLS records) and one end of a Unix socketpair (plain NBD); the other end becomes the
 //! connection's `Stream`. So the server's leader/follower workers and the client's
 //! reader thread, which read and write one stream from several threads, work unchanged
-//! over TLS (a rustls connection is one state machine that cannot be shared that way).
+//! over TLS (a TLS session is one state machine that cannot be shared that way).
 //! Either side closing ends the pump and closes the other.
 //!
-//! X.509 only: rustls has no external-PSK (TLS-PSK) support, so nbdkit's `--tls-psk` is
-//! refused by name where it is asked for.
+//! rustls has no external-PSK support, so a PSK session is OpenSSL's, run on an
+//! in-memory transport (`MemIo`) so that it is driven as rustls's state machine is: one
+//! handshake and one pump (`Session`) serve both.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
@@ -19,10 +22,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openssl::ssl::{
+    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslStream, SslVerifyMode,
+    SslVersion,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::socket::Stream;
+use crate::tls_psk::PskFile;
 
 /// A TLS setup that could not be built from its files.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +45,8 @@ pub enum TlsError {
         /// Why it is unusable.
         why: String,
     },
-    /// rustls refused the combination (a key that does not match the certificate...).
+    /// rustls or OpenSSL refused the combination (a key that does not match the
+    /// certificate...).
     #[error("TLS: {0}")]
     Config(String),
 }
@@ -62,13 +71,57 @@ fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>
     Ok(certs)
 }
 
-/// The server's side: its certificate chain and key, and whether clients must use TLS.
-#[derive(Debug, Clone)]
+/// The TLS 1.2 suites of a PSK session: PSK key exchange (with (EC)DHE first: forward
+/// secrecy), AEAD ciphers, then CBC for old peers. TLS 1.3 keeps OpenSSL's default suites
+/// (the PSK callbacks work there with the SHA-256 ones).
+const PSK_CIPHERS: &str = "ECDHE-PSK-CHACHA20-POLY1305:DHE-PSK-AES256-GCM-SHA384:\
+    DHE-PSK-AES128-GCM-SHA256:DHE-PSK-CHACHA20-POLY1305:PSK-AES256-GCM-SHA384:\
+    PSK-AES128-GCM-SHA256:PSK-CHACHA20-POLY1305:ECDHE-PSK-AES256-CBC-SHA384:\
+    ECDHE-PSK-AES128-CBC-SHA256:PSK-AES256-CBC-SHA384:PSK-AES128-CBC-SHA256";
+
+fn ossl(what: &str) -> impl Fn(openssl::error::ErrorStack) -> TlsError + '_ {
+    move |e| TlsError::Config(format!("OpenSSL, {what}: {e}"))
+}
+
+/// An OpenSSL context for TLS-PSK: TLS 1.2 and 1.3, no certificates, no renegotiation, no
+/// session tickets (every connection has the key anyway).
+fn psk_context(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
+    let mut b = SslContext::builder(method).map_err(ossl("context"))?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_2))
+        .map_err(ossl("TLS versions"))?;
+    b.set_cipher_list(PSK_CIPHERS)
+        .map_err(ossl("PSK cipher suites"))?;
+    b.set_options(SslOptions::NO_RENEGOTIATION | SslOptions::NO_TICKET);
+    b.set_num_tickets(0).map_err(ossl("session tickets"))?;
+    b.set_verify(SslVerifyMode::NONE);
+    Ok(b)
+}
+
+#[derive(Clone)]
+enum ServerKind {
+    X509(Arc<rustls::ServerConfig>),
+    Psk { ctx: SslContext, file: Arc<PskFile> },
+}
+
+/// The server's side: its certificate chain and key (X.509) or its pre-shared keys, and
+/// whether clients must use TLS.
+#[derive(Clone)]
 pub struct TlsServer {
-    config: Arc<rustls::ServerConfig>,
+    kind: ServerKind,
     /// Clients must STARTTLS before anything else (nbdkit's `--tls=require`); otherwise
     /// TLS is offered and plain NBD is served too.
     pub required: bool,
+}
+
+impl std::fmt::Debug for TlsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("TlsServer");
+        match &self.kind {
+            ServerKind::X509(_) => d.field("kind", &"X.509"),
+            ServerKind::Psk { file, .. } => d.field("psk", file),
+        };
+        d.field("required", &self.required).finish()
+    }
 }
 
 impl TlsServer {
@@ -88,22 +141,89 @@ impl TlsServer {
             .with_single_cert(chain, key)
             .map_err(|e| TlsError::Config(format!("certificate and key: {e}")))?;
         Ok(TlsServer {
-            config: Arc::new(config),
+            kind: ServerKind::X509(Arc::new(config)),
+            required,
+        })
+    }
+
+    /// From a pre-shared key file (`identity:hexkey` lines, as nbdkit's `--tls-psk` and
+    /// psktool): a client must give one of its identities with that identity's key; an
+    /// unknown identity or a wrong key fails the handshake. No certificate.
+    pub fn from_psk_file(path: &Path, required: bool) -> Result<TlsServer, TlsError> {
+        let file = Arc::new(PskFile::read(path)?);
+        let mut b = psk_context(SslMethod::tls_server())?;
+        let keys = file.clone();
+        b.set_psk_server_callback(move |_ssl, identity, psk| {
+            let Some(identity) = identity else {
+                return Ok(0);
+            };
+            match keys.key(identity) {
+                Some(key) if key.len() <= psk.len() => {
+                    psk[..key.len()].copy_from_slice(key);
+                    Ok(key.len())
+                }
+                _ => {
+                    tracing::warn!(
+                        "TLS-PSK: a client's identity {:?} is not in {}: refused",
+                        String::from_utf8_lossy(identity),
+                        keys.path
+                    );
+                    Ok(0) // unknown: the handshake fails
+                }
+            }
+        });
+        Ok(TlsServer {
+            kind: ServerKind::Psk {
+                ctx: b.build(),
+                file,
+            },
             required,
         })
     }
 
     /// TLS on an accepted connection whose client asked for STARTTLS (already answered).
     pub(crate) fn accept(&self, stream: &Stream, timeout: Duration) -> io::Result<Stream> {
-        let tls = rustls::ServerConnection::new(self.config.clone()).map_err(io::Error::other)?;
-        start(stream, tls.into(), timeout)
+        let tls: Box<dyn Session> = match &self.kind {
+            ServerKind::X509(config) => Box::new(rustls::Connection::from(
+                rustls::ServerConnection::new(config.clone()).map_err(io::Error::other)?,
+            )),
+            ServerKind::Psk { ctx, .. } => Box::new(OsslSession::new(ctx, true)?),
+        };
+        start(stream, tls, timeout)
     }
 }
 
-/// The client's side: the CA certificates that the server's certificate must chain to.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
+enum ClientKind {
+    X509(Arc<rustls::ClientConfig>),
+    Psk {
+        ctx: SslContext,
+        file: Arc<PskFile>,
+        identity: String,
+    },
+    /// A key file of several identities, none named yet: each URI names its own.
+    PskUnchosen(Arc<PskFile>),
+}
+
+/// The client's side: the CA certificates that the server's certificate must chain to
+/// (X.509), or the identity and pre-shared key it gives (PSK).
+#[derive(Clone)]
 pub struct TlsClient {
-    config: Arc<rustls::ClientConfig>,
+    kind: ClientKind,
+}
+
+impl std::fmt::Debug for TlsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("TlsClient");
+        match &self.kind {
+            ClientKind::X509(_) => d.field("kind", &"X.509"),
+            ClientKind::Psk { file, identity, .. } => {
+                d.field("psk_file", &file.path).field("identity", identity)
+            }
+            ClientKind::PskUnchosen(file) => d.field("psk_file", &file.path),
+        };
+        d.finish()
+    }
 }
 
 impl TlsClient {
@@ -147,27 +267,117 @@ impl TlsClient {
             }
         };
         Ok(TlsClient {
-            config: Arc::new(config),
+            kind: ClientKind::X509(Arc::new(config)),
         })
     }
 
+    /// TLS-PSK from a pre-shared key file (`identity:hexkey` lines; `?tls-psk-file=`,
+    /// `--nbd-tls-psk`): the identity is `username` (`?tls-username=`, libnbd's name),
+    /// else the file's only one. The server is verified by knowing the key.
+    pub fn from_psk_file(path: &Path, username: Option<&str>) -> Result<TlsClient, TlsError> {
+        TlsClient::psk(Arc::new(PskFile::read(path)?), username)
+    }
+
+    fn psk(file: Arc<PskFile>, username: Option<&str>) -> Result<TlsClient, TlsError> {
+        TlsClient::psk_upto(file, username, None)
+    }
+
+    /// [`TlsClient::psk`] offering TLS versions up to `max` (tests: TLS 1.2 alone).
+    fn psk_upto(
+        file: Arc<PskFile>,
+        username: Option<&str>,
+        max: Option<SslVersion>,
+    ) -> Result<TlsClient, TlsError> {
+        let (identity, key) = file.choose(username)?;
+        let mut b = psk_context(SslMethod::tls_client())?;
+        b.set_max_proto_version(max).map_err(ossl("TLS versions"))?;
+        let id = identity.clone();
+        b.set_psk_client_callback(move |_ssl, _hint, id_buf, psk_buf| {
+            // The identity goes NUL-terminated into OpenSSL's buffer.
+            if id.len() >= id_buf.len() || key.len() > psk_buf.len() {
+                return Err(openssl::error::ErrorStack::get());
+            }
+            id_buf[..id.len()].copy_from_slice(id.as_bytes());
+            id_buf[id.len()] = 0;
+            psk_buf[..key.len()].copy_from_slice(&key);
+            Ok(key.len())
+        });
+        Ok(TlsClient {
+            kind: ClientKind::Psk {
+                ctx: b.build(),
+                file,
+                identity,
+            },
+        })
+    }
+
+    /// For the members of a command (`--nbd-tls-psk`, `--nbd-tls-username`): as
+    /// [`TlsClient::from_psk_file`], but a file of several identities without `username`
+    /// is taken too; each URI then names its own identity
+    /// ([`TlsClient::for_username`]).
+    pub fn from_psk_file_for_members(
+        path: &Path,
+        username: Option<&str>,
+    ) -> Result<TlsClient, TlsError> {
+        let file = Arc::new(PskFile::read(path)?);
+        if username.is_none() && file.identities().count() > 1 {
+            return Ok(TlsClient {
+                kind: ClientKind::PskUnchosen(file),
+            });
+        }
+        TlsClient::psk(file, username)
+    }
+
+    /// This client for a URI that names `username` (or none): a PSK client with that
+    /// identity from the same key file; `None` where this one serves as it is (X.509,
+    /// or no username and an identity chosen already).
+    pub fn for_username(&self, username: Option<&str>) -> Result<Option<TlsClient>, TlsError> {
+        match (&self.kind, username) {
+            (ClientKind::X509(_), _) | (ClientKind::Psk { .. }, None) => Ok(None),
+            (ClientKind::Psk { file, .. } | ClientKind::PskUnchosen(file), user) => {
+                TlsClient::psk(file.clone(), user).map(Some)
+            }
+        }
+    }
+
+    /// The identity a PSK client gives; `None` for X.509.
+    pub fn psk_identity(&self) -> Option<&str> {
+        match &self.kind {
+            ClientKind::Psk { identity, .. } => Some(identity),
+            ClientKind::X509(_) | ClientKind::PskUnchosen(_) => None,
+        }
+    }
+
     /// TLS on a connection whose server accepted STARTTLS; `host` is the name (or
-    /// address) the server's certificate must carry.
+    /// address) the server's certificate must carry (X.509; unused with PSK).
     pub(crate) fn connect(
         &self,
         stream: &Stream,
         host: &str,
         timeout: Duration,
     ) -> io::Result<Stream> {
-        let name = ServerName::try_from(host.to_string()).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("server name {host:?}: {e}"),
-            )
-        })?;
-        let tls =
-            rustls::ClientConnection::new(self.config.clone(), name).map_err(io::Error::other)?;
-        start(stream, tls.into(), timeout)
+        let tls: Box<dyn Session> = match &self.kind {
+            ClientKind::X509(config) => {
+                let name = ServerName::try_from(host.to_string()).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("server name {host:?}: {e}"),
+                    )
+                })?;
+                Box::new(rustls::Connection::from(
+                    rustls::ClientConnection::new(config.clone(), name)
+                        .map_err(io::Error::other)?,
+                ))
+            }
+            ClientKind::Psk { ctx, .. } => Box::new(OsslSession::new(ctx, false)?),
+            ClientKind::PskUnchosen(file) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{}: no identity chosen", file.path),
+                ))
+            }
+        };
+        start(stream, tls, timeout)
     }
 }
 
@@ -250,47 +460,243 @@ impl Write for Fd {
     }
 }
 
-/// The TLS handshake on `stream` (blocking, each step bounded by `timeout`), then the pump
-/// thread; returns the plain end.
-fn start(stream: &Stream, mut tls: rustls::Connection, timeout: Duration) -> io::Result<Stream> {
-    let Stream::Tcp(tcp) = stream else {
-        // TLS over a Unix socket works the same; the pump needs only the descriptor.
-        return start_fd(stream, tls, timeout);
-    };
-    let tcp = tcp.try_clone()?;
-    let fd = tcp.as_raw_fd();
-    handshake(fd, stream, &mut tls, timeout)?;
-    spawn_pump(Box::new(tcp), fd, tls)
+/// One TLS session as the handshake and the pump drive it: records in and out through
+/// the caller's socket, plain bytes in and out through the session. rustls's connection
+/// is one; OpenSSL's is made one by [`MemIo`].
+trait Session: Send {
+    /// The handshake is not done yet.
+    fn is_handshaking(&self) -> bool;
+    /// Records are waiting to be sent.
+    fn wants_write(&self) -> bool;
+    /// Sends waiting records to `io` (once; some may be left).
+    fn write_tls(&mut self, io: &mut dyn Write) -> io::Result<usize>;
+    /// Takes records from `io` (once); 0: the peer closed.
+    fn read_tls(&mut self, io: &mut dyn Read) -> io::Result<usize>;
+    /// Processes the records taken: handshake steps, alerts. An error means the session
+    /// is over (an alert for the peer may be waiting to be sent).
+    fn process_new_packets(&mut self) -> io::Result<()>;
+    /// Plain bytes received: `WouldBlock` when none are ready, 0 once the peer closed.
+    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Plain bytes to send (as records, once [`Session::write_tls`] sends them).
+    fn write_plain(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// Queues the close_notify alert.
+    fn send_close_notify(&mut self);
 }
 
-fn start_fd(stream: &Stream, mut tls: rustls::Connection, timeout: Duration) -> io::Result<Stream> {
-    let Stream::Unix(u) = stream else {
-        unreachable!("a stream is TCP or Unix")
+impl Session for rustls::Connection {
+    fn is_handshaking(&self) -> bool {
+        let common: &rustls::CommonState = self;
+        common.is_handshaking()
+    }
+    fn wants_write(&self) -> bool {
+        let common: &rustls::CommonState = self;
+        common.wants_write()
+    }
+    fn write_tls(&mut self, mut io: &mut dyn Write) -> io::Result<usize> {
+        rustls::Connection::write_tls(self, &mut io)
+    }
+    fn read_tls(&mut self, mut io: &mut dyn Read) -> io::Result<usize> {
+        rustls::Connection::read_tls(self, &mut io)
+    }
+    fn process_new_packets(&mut self) -> io::Result<()> {
+        // The rustls error kept inside: `certificate_problem` reads it.
+        rustls::Connection::process_new_packets(self)
+            .map(|_| ())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.reader().read(buf)
+    }
+    fn write_plain(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.writer().write_all(buf)
+    }
+    fn send_close_notify(&mut self) {
+        let common: &mut rustls::CommonState = self;
+        common.send_close_notify()
+    }
+}
+
+/// OpenSSL's transport for a session driven as rustls's: records from the peer are put
+/// in `inbound` (its reads say `WouldBlock` when it is empty: OpenSSL wants more), and
+/// what OpenSSL writes collects in `outbound` until it is sent.
+#[derive(Default)]
+struct MemIo {
+    inbound: VecDeque<u8>,
+    outbound: Vec<u8>,
+}
+
+impl Read for MemIo {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.inbound.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.inbound.read(buf)
+    }
+}
+
+impl Write for MemIo {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.outbound.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An OpenSSL (TLS-PSK) session on a [`MemIo`].
+struct OsslSession {
+    s: SslStream<MemIo>,
+    handshaking: bool,
+}
+
+/// An OpenSSL failure as an `io::Error` that says why (which alert).
+fn ossl_io(e: openssl::ssl::Error) -> io::Error {
+    match e.code() {
+        ErrorCode::SYSCALL if e.io_error().is_none() => io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the peer closed the connection without close_notify",
+        ),
+        _ => match e.into_io_error() {
+            Ok(io) => io,
+            Err(e) => {
+                // OpenSSL's reasons ("sslv3 alert illegal parameter"), not its source lines.
+                let reasons: Vec<&str> = e
+                    .ssl_error()
+                    .map(|s| s.errors().iter().filter_map(|e| e.reason()).collect())
+                    .unwrap_or_default();
+                if reasons.is_empty() {
+                    io::Error::new(io::ErrorKind::InvalidData, e)
+                } else {
+                    io::Error::new(io::ErrorKind::InvalidData, reasons.join("; "))
+                }
+            }
+        },
+    }
+}
+
+impl OsslSession {
+    fn new(ctx: &SslContext, server: bool) -> io::Result<OsslSession> {
+        let mut ssl = Ssl::new(ctx).map_err(io::Error::other)?;
+        if server {
+            ssl.set_accept_state();
+        } else {
+            ssl.set_connect_state();
+        }
+        Ok(OsslSession {
+            s: SslStream::new(ssl, MemIo::default()).map_err(io::Error::other)?,
+            handshaking: true,
+        })
+    }
+}
+
+impl Session for OsslSession {
+    fn is_handshaking(&self) -> bool {
+        self.handshaking
+    }
+    fn wants_write(&self) -> bool {
+        !self.s.get_ref().outbound.is_empty()
+    }
+    fn write_tls(&mut self, io: &mut dyn Write) -> io::Result<usize> {
+        let out = &mut self.s.get_mut().outbound;
+        let n = io.write(out)?;
+        out.drain(..n);
+        Ok(n)
+    }
+    fn read_tls(&mut self, io: &mut dyn Read) -> io::Result<usize> {
+        let mut buf = [0u8; 32 << 10];
+        let n = io.read(&mut buf)?;
+        self.s.get_mut().inbound.extend(&buf[..n]);
+        Ok(n)
+    }
+    fn process_new_packets(&mut self) -> io::Result<()> {
+        if !self.handshaking {
+            return Ok(()); // records after the handshake are read by read_plain
+        }
+        match self.s.do_handshake() {
+            Ok(()) => {
+                self.handshaking = false;
+                Ok(())
+            }
+            Err(e) if e.code() == ErrorCode::WANT_READ => Ok(()),
+            Err(e) => Err(ossl_io(e)),
+        }
+    }
+    fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.s.ssl_read(buf) {
+            Ok(n) => Ok(n),
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => Ok(0),
+            Err(e) if e.code() == ErrorCode::WANT_READ => Err(io::ErrorKind::WouldBlock.into()),
+            Err(e) => Err(ossl_io(e)),
+        }
+    }
+    fn write_plain(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = self.s.ssl_write(buf).map_err(ossl_io)?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+    fn send_close_notify(&mut self) {
+        let _ = self.s.shutdown();
+    }
+}
+
+/// The TLS handshake on `stream` (blocking, each step bounded by `timeout`), then the pump
+/// thread; returns the plain end.
+fn start(stream: &Stream, mut tls: Box<dyn Session>, timeout: Duration) -> io::Result<Stream> {
+    let (owner, fd): (Box<dyn Send + AsRawFdShutdown>, RawFd) = match stream {
+        Stream::Tcp(tcp) => {
+            let tcp = tcp.try_clone()?;
+            let fd = tcp.as_raw_fd();
+            (Box::new(tcp), fd)
+        }
+        // TLS over a Unix socket works the same; the pump needs only the descriptor.
+        Stream::Unix(u) => {
+            let u = u.try_clone()?;
+            let fd = u.as_raw_fd();
+            (Box::new(u), fd)
+        }
     };
-    let u = u.try_clone()?;
-    let fd = u.as_raw_fd();
-    handshake(fd, stream, &mut tls, timeout)?;
-    spawn_pump(Box::new(u), fd, tls)
+    handshake(fd, stream, tls.as_mut(), timeout)?;
+    spawn_pump(owner, fd, tls)
 }
 
 fn handshake(
     fd: RawFd,
     stream: &Stream,
-    tls: &mut rustls::Connection,
+    tls: &mut dyn Session,
     timeout: Duration,
 ) -> io::Result<()> {
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut io = Fd(fd);
-    while tls.is_handshaking() {
-        if let Err(e) = tls.complete_io(&mut io) {
-            // The alert that says why, if rustls has one queued.
-            let _ = tls.write_tls(&mut io);
-            return Err(e);
+    let mut steps = || -> io::Result<()> {
+        tls.process_new_packets()?; // a client's first flight
+        loop {
+            while tls.wants_write() {
+                tls.write_tls(&mut io)?;
+            }
+            if !tls.is_handshaking() {
+                return Ok(());
+            }
+            if tls.read_tls(&mut io)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection during the TLS handshake",
+                ));
+            }
+            tls.process_new_packets()?;
         }
-    }
-    while tls.wants_write() {
-        tls.write_tls(&mut io)?;
+    };
+    if let Err(e) = steps() {
+        // The alert that says why, if one is queued.
+        while tls.wants_write() {
+            if tls.write_tls(&mut io).is_err() {
+                break;
+            }
+        }
+        return Err(e);
     }
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
@@ -300,7 +706,7 @@ fn handshake(
 fn spawn_pump(
     owner: Box<dyn Send + AsRawFdShutdown>,
     fd: RawFd,
-    tls: rustls::Connection,
+    tls: Box<dyn Session>,
 ) -> io::Result<Stream> {
     let (mine, theirs) = UnixStream::pair()?;
     set_nonblocking(fd)?;
@@ -353,7 +759,7 @@ fn would_block(e: &io::Error) -> bool {
 
 /// Moves bytes until either side closes or fails. `net` is the TLS socket, `local` the
 /// plain end.
-fn pump(net: RawFd, local: &UnixStream, mut tls: rustls::Connection) {
+fn pump(net: RawFd, local: &UnixStream, mut tls: Box<dyn Session>) {
     let mut net_io = Fd(net);
     let mut local_io = Fd(local.as_raw_fd());
     let mut held: Vec<u8> = Vec::new();
@@ -361,7 +767,7 @@ fn pump(net: RawFd, local: &UnixStream, mut tls: rustls::Connection) {
     // Records that came with the handshake's last flight (a TLS 1.3 client may send its
     // first options right behind its Finished) are already decrypted: no poll would
     // announce them.
-    let mut peer_open = take_plain(&mut tls, &mut held, &mut buf);
+    let mut peer_open = take_plain(tls.as_mut(), &mut held, &mut buf);
     loop {
         // Send what is ready on each side.
         while tls.wants_write() {
@@ -429,18 +835,18 @@ fn pump(net: RawFd, local: &UnixStream, mut tls: rustls::Connection) {
                 let _ = tls.write_tls(&mut net_io); // the alert
                 return;
             }
-            peer_open &= take_plain(&mut tls, &mut held, &mut buf);
+            peer_open &= take_plain(tls.as_mut(), &mut held, &mut buf);
         }
         if fds[1].revents & !libc::POLLOUT != 0 {
             match local_io.read(&mut buf) {
                 Ok(0) => {
                     // The plain side closed: say so to the peer and end.
                     tls.send_close_notify();
-                    let _ = flush_blocking(&mut tls, net);
+                    let _ = flush_blocking(tls.as_mut(), net);
                     return;
                 }
                 Ok(n) => {
-                    if tls.writer().write_all(&buf[..n]).is_err() {
+                    if tls.write_plain(&buf[..n]).is_err() {
                         return;
                     }
                 }
@@ -451,10 +857,11 @@ fn pump(net: RawFd, local: &UnixStream, mut tls: rustls::Connection) {
     }
 }
 
-/// Moves the plain bytes rustls has decrypted to `held`; false once the peer has closed.
-fn take_plain(tls: &mut rustls::Connection, held: &mut Vec<u8>, buf: &mut [u8]) -> bool {
+/// Moves the plain bytes the session has decrypted to `held`; false once the peer has
+/// closed.
+fn take_plain(tls: &mut dyn Session, held: &mut Vec<u8>, buf: &mut [u8]) -> bool {
     loop {
-        match tls.reader().read(buf) {
+        match tls.read_plain(buf) {
             Ok(0) => return false, // close_notify
             Ok(n) => held.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
@@ -465,7 +872,7 @@ fn take_plain(tls: &mut rustls::Connection, held: &mut Vec<u8>, buf: &mut [u8]) 
 
 /// Sends what TLS holds, waiting up to a second for the socket (the last records before
 /// a close).
-fn flush_blocking(tls: &mut rustls::Connection, net: RawFd) -> io::Result<()> {
+fn flush_blocking(tls: &mut dyn Session, net: RawFd) -> io::Result<()> {
     let mut io = Fd(net);
     while tls.wants_write() {
         match tls.write_tls(&mut io) {
@@ -485,4 +892,70 @@ fn flush_blocking(tls: &mut rustls::Connection, net: RawFd) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plain(s: Stream) -> UnixStream {
+        match s {
+            Stream::Unix(u) => u,
+            Stream::Tcp(_) => panic!("the plain end is a socketpair"),
+        }
+    }
+
+    /// A PSK client and server over a socketpair: their plain ends.
+    fn connected(server: &TlsServer, client: &TlsClient) -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = UnixStream::pair()?;
+        let srv = server.clone();
+        let t = std::thread::spawn(move || srv.accept(&Stream::Unix(a), Duration::from_secs(10)));
+        let c = client.connect(&Stream::Unix(b), "localhost", Duration::from_secs(10));
+        let s = t.join().expect("server thread");
+        Ok((plain(c?), plain(s?)))
+    }
+
+    fn exchange(c: &mut UnixStream, s: &mut UnixStream) {
+        // More than a record each way, both ways.
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut back = vec![0u8; data.len()];
+        let d = data.clone();
+        let mut c2 = c.try_clone().unwrap();
+        let w = std::thread::spawn(move || c2.write_all(&d).unwrap());
+        s.read_exact(&mut back).unwrap();
+        w.join().unwrap();
+        assert!(back == data);
+        s.write_all(&data[..5000]).unwrap();
+        c.read_exact(&mut back[..5000]).unwrap();
+        assert!(back[..5000] == data[..5000]);
+    }
+
+    #[test]
+    fn psk_sessions_over_tls_1_3_and_tls_1_2_and_a_wrong_key_fails() {
+        let file = |text: &str| Arc::new(PskFile::parse("/k.psk", text).unwrap());
+        let keys = "alice:000102030405060708090a0b0c0d0e0f\nbob:ff";
+        let dir = std::env::temp_dir().join(format!("uraid-psk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("keys.psk");
+        std::fs::write(&path, keys).unwrap();
+        let server = TlsServer::from_psk_file(&path, true).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        for max in [None, Some(SslVersion::TLS1_2)] {
+            let client = TlsClient::psk_upto(file(keys), Some("alice"), max).unwrap();
+            let (mut c, mut s) = connected(&server, &client).unwrap();
+            exchange(&mut c, &mut s);
+            // The client closing reaches the server as an end of file.
+            drop(c);
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).unwrap();
+            assert!(rest.is_empty());
+            let bob = TlsClient::psk_upto(file("bob:ff"), None, max).unwrap();
+            let (mut c, mut s) = connected(&server, &bob).unwrap();
+            exchange(&mut c, &mut s);
+            let wrong = TlsClient::psk_upto(file("alice:0001"), None, max).unwrap();
+            assert!(connected(&server, &wrong).is_err(), "{max:?}");
+            let unknown = TlsClient::psk_upto(file("carol:0001"), None, max).unwrap();
+            assert!(connected(&server, &unknown).is_err(), "{max:?}");
+        }
+    }
 }
