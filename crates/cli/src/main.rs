@@ -268,6 +268,8 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::bench(a),
         Cmd::Overlay(a) => overlay::overlay(a),
     };
+    // Every TLS connection left open sends its close_notify before the process goes.
+    uraid_nbd::tls::close_all(std::time::Duration::from_secs(1));
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

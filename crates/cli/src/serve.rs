@@ -275,6 +275,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
     if kept.is_some() {
         // Not 0: a supervisor that restarts on this status (the systemd unit) starts the
         // next server, which takes the device over (--recover=auto).
+        uraid_nbd::tls::close_all(std::time::Duration::from_secs(1));
         std::process::exit(HANDED_OVER_EXIT);
     }
     Ok(())

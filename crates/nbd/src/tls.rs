@@ -711,13 +711,59 @@ fn spawn_pump(
     let (mine, theirs) = UnixStream::pair()?;
     set_nonblocking(fd)?;
     mine.set_nonblocking(true)?;
+    let live = Live::enter(mine.as_raw_fd());
     std::thread::Builder::new()
         .name("nbd-tls".into())
         .spawn(move || {
             pump(fd, &mine, tls);
             owner.close();
+            // Out of the registry before `mine` is closed: its descriptor number is not
+            // shut down by [`close_all`] once another file may have it.
+            drop(live);
         })?;
     Ok(Stream::Unix(theirs))
+}
+
+/// The plain ends (the pump's side of each socketpair) of the pumps running, for
+/// [`close_all`].
+static LIVE: (std::sync::Mutex<Vec<RawFd>>, std::sync::Condvar) =
+    (std::sync::Mutex::new(Vec::new()), std::sync::Condvar::new());
+
+/// One running pump, in [`LIVE`] until dropped.
+struct Live(RawFd);
+
+impl Live {
+    fn enter(local: RawFd) -> Live {
+        LIVE.0.lock().unwrap_or_else(|e| e.into_inner()).push(local);
+        Live(local)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let mut live = LIVE.0.lock().unwrap_or_else(|e| e.into_inner());
+        live.retain(|&fd| fd != self.0);
+        LIVE.1.notify_all();
+    }
+}
+
+/// Ends every TLS connection still open, as a process does before it exits: each pump
+/// takes its plain side as closed, sends the peer its close_notify and ends; waits up to
+/// `limit` for them. An exit would otherwise cut the pump threads short, and each peer
+/// would see a TLS connection that was not properly closed (nbdkit logs it as an error).
+/// True when every one ended.
+pub fn close_all(limit: Duration) -> bool {
+    let live = LIVE.0.lock().unwrap_or_else(|e| e.into_inner());
+    for &fd in live.iter() {
+        // SAFETY: `fd` is a pump's open socket: it leaves LIVE (under this lock) before
+        // it is closed. Shutting its reading side makes the pump read an end of file.
+        unsafe { libc::shutdown(fd, libc::SHUT_RD) };
+    }
+    let (live, _) = LIVE
+        .1
+        .wait_timeout_while(live, limit, |l| !l.is_empty())
+        .unwrap_or_else(|e| e.into_inner());
+    live.is_empty()
 }
 
 /// The socket under TLS, kept open by the pump and shut down when it ends.

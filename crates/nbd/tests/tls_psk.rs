@@ -1,7 +1,8 @@
 //! NBD over TLS-PSK (pre-shared keys, as nbdkit's `--tls-psk`; OpenSSL), uraid's server
 //! with uraid's client over loopback TCP: data round trip from several threads, then a
 //! wrong key, an unknown identity and a plain client refused, each named; the server still
-//! serves after them.
+//! serves after them. `tls::close_all` (a process's last step) ends every open TLS
+//! connection; it acts on the whole process, so the tests here run one at a time.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +65,14 @@ impl Drop for PskServed {
     }
 }
 
+/// One test at a time in this binary: [`uraid_nbd::tls::close_all`] ends every TLS
+/// connection of the process.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn config() -> ClientConfig {
     ClientConfig {
         timeout: Duration::from_secs(30),
@@ -102,6 +111,7 @@ fn roundtrip(c: &Arc<Client>, seed: u64) {
 
 #[test]
 fn uraid_client_and_server_over_tls_psk() {
+    let _one = one_at_a_time();
     let dir = TempDir::new("tls-psk-own");
     let keys = key_file(&dir, "server.psk", &[("alice", 1), ("bob", 2)]);
     let s = PskServed::start(&keys);
@@ -150,6 +160,7 @@ fn uraid_client_and_server_over_tls_psk() {
 
 #[test]
 fn a_wrong_key_an_unknown_identity_and_a_plain_client_are_refused_by_name() {
+    let _one = one_at_a_time();
     let dir = TempDir::new("tls-psk-refuse");
     let keys = key_file(&dir, "server.psk", &[("alice", 1)]);
     let s = PskServed::start(&keys);
@@ -200,4 +211,33 @@ fn a_wrong_key_an_unknown_identity_and_a_plain_client_are_refused_by_name() {
     );
     let c = Arc::new(Client::open(&uri, &config()).unwrap());
     roundtrip(&c, 3);
+}
+
+/// What a process does last (`uraid`'s main): every TLS connection still open is ended, its
+/// close_notify sent, within the limit; the client held open finds its connection closed,
+/// and the server goes on serving new ones.
+#[test]
+fn close_all_ends_every_open_tls_connection() {
+    let _one = one_at_a_time();
+    let dir = TempDir::new("tls-psk-close");
+    let keys = key_file(&dir, "server.psk", &[("alice", 1)]);
+    let s = PskServed::start(&keys);
+    let uri = format!(
+        "nbds://127.0.0.1:{}/disk?tls-psk-file={}",
+        s.port,
+        keys.display()
+    );
+    let held = Arc::new(Client::open(&uri, &config()).unwrap());
+    roundtrip(&held, 5);
+    assert!(
+        uraid_nbd::tls::close_all(Duration::from_secs(20)),
+        "a TLS pump was left running"
+    );
+    let mut b = vec![0u8; 4096];
+    assert!(
+        held.read(&mut b, 0).is_err(),
+        "read over an ended connection"
+    );
+    let c = Arc::new(Client::open(&uri, &config()).unwrap());
+    roundtrip(&c, 6);
 }
