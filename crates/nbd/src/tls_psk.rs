@@ -31,15 +31,6 @@ impl fmt::Debug for PskFile {
     }
 }
 
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
 impl PskFile {
     /// Reads and checks the file at `path`.
     pub fn read(path: &Path) -> Result<PskFile, TlsError> {
@@ -94,12 +85,7 @@ impl PskFile {
                     format!("the key of {identity:?} has an odd number of hex digits"),
                 ));
             }
-            let key: Option<Vec<u8>> = hex
-                .as_bytes()
-                .chunks(2)
-                .map(|p| Some(hex_digit(p[0])? << 4 | hex_digit(p[1])?))
-                .collect();
-            let Some(key) = key else {
+            let Ok(key) = hex::decode(hex) else {
                 return Err(bad(
                     n,
                     format!("the key of {identity:?} is not hexadecimal"),
