@@ -22,7 +22,7 @@ pub struct GrowArgs {
     #[command(flatten)]
     pub target: crate::control::ArrayArgs,
     /// The number of member roles (mdadm -n): raid1 adds or drops mirrors; raid4/5/6
-    /// restripe.
+    /// restripe; raid0 grows through raid4 (with --add), as mdadm.
     #[arg(short = 'n', long, value_name = "N")]
     pub raid_devices: Option<usize>,
     /// Space used on each member: `max`, or a size (KiB unless K/M/G/T follow).
