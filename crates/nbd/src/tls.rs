@@ -30,7 +30,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::socket::Stream;
-use crate::tls_psk::PskFile;
+use crate::tls_psk::{PskFile, PskFileError};
 
 /// A TLS setup that could not be built from its files.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +49,16 @@ pub enum TlsError {
     /// certificate...).
     #[error("TLS: {0}")]
     Config(String),
+}
+
+impl From<PskFileError> for TlsError {
+    fn from(e: PskFileError) -> TlsError {
+        TlsError::File {
+            what: "pre-shared key file",
+            path: e.path,
+            why: e.why,
+        }
+    }
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {

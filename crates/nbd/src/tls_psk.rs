@@ -7,7 +7,16 @@
 use std::fmt;
 use std::path::Path;
 
-use crate::tls::TlsError;
+/// A key file that cannot be used: the file, and what is wrong (never the key). The TLS
+/// setup reports it as a [`crate::TlsError::File`].
+#[derive(Debug, thiserror::Error)]
+#[error("TLS: pre-shared key file {path}: {why}")]
+pub struct PskFileError {
+    /// The file.
+    pub path: String,
+    /// What is wrong, with the line where there is one.
+    pub why: String,
+}
 
 /// Longest identity accepted (bytes), as GnuTLS and nbdkit take them.
 pub const MAX_IDENTITY: usize = 128;
@@ -33,10 +42,9 @@ impl fmt::Debug for PskFile {
 
 impl PskFile {
     /// Reads and checks the file at `path`.
-    pub fn read(path: &Path) -> Result<PskFile, TlsError> {
+    pub fn read(path: &Path) -> Result<PskFile, PskFileError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TlsError::File {
-            what: "pre-shared key file",
+        let text = std::fs::read_to_string(path).map_err(|e| PskFileError {
             path: shown.clone(),
             why: e.to_string(),
         })?;
@@ -44,9 +52,8 @@ impl PskFile {
     }
 
     /// Checks `text`, the contents of the file `path`.
-    pub fn parse(path: &str, text: &str) -> Result<PskFile, TlsError> {
-        let bad = |line: usize, why: String| TlsError::File {
-            what: "pre-shared key file",
+    pub fn parse(path: &str, text: &str) -> Result<PskFile, PskFileError> {
+        let bad = |line: usize, why: String| PskFileError {
             path: path.to_string(),
             why: format!("line {line}: {why} (each line is identity:hexkey)"),
         };
@@ -106,8 +113,7 @@ impl PskFile {
             entries.push((identity.to_string(), key));
         }
         if entries.is_empty() {
-            return Err(TlsError::File {
-                what: "pre-shared key file",
+            return Err(PskFileError {
                 path: path.to_string(),
                 why: "it holds no key (each line is identity:hexkey)".into(),
             });
@@ -133,9 +139,8 @@ impl PskFile {
 
     /// The identity a client uses: `username` (which the file must have), else the file's
     /// only one.
-    pub fn choose(&self, username: Option<&str>) -> Result<(String, Vec<u8>), TlsError> {
-        let bad = |why: String| TlsError::File {
-            what: "pre-shared key file",
+    pub fn choose(&self, username: Option<&str>) -> Result<(String, Vec<u8>), PskFileError> {
+        let bad = |why: String| PskFileError {
             path: self.path.clone(),
             why,
         };
