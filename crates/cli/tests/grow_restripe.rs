@@ -189,17 +189,7 @@ fn raid0_grows_from_two_to_three_devices_through_raid4() {
     ) {
         let mut sizes = Vec::new();
         for m in &all {
-            let ex = examine(&md, m);
-            assert_eq!(
-                mdadm_field(&ex, "Raid Level").as_deref(),
-                Some("raid0"),
-                "{ex}"
-            );
-            assert_eq!(
-                mdadm_field(&ex, "Raid Devices").as_deref(),
-                Some("3"),
-                "{ex}"
-            );
+            let ex = examine_says(&md, m, &[("Raid Level", "raid0"), ("Raid Devices", "3")]);
             assert!(mdadm_field(&ex, "Reshape pos'n").is_none(), "{ex}");
             let avail = mdadm_field(&ex, "Avail Dev Size").unwrap_or_else(|| panic!("{ex}"));
             let sectors: u64 = avail.split_whitespace().next().unwrap().parse().unwrap();

@@ -79,6 +79,36 @@ fn check(cell: &ArrayCell, model: &Mutex<Vec<u8>>, what: &str) {
     }
 }
 
+/// Options for an array that reshapes: 32 KiB chunks and room before the data to move
+/// into (assume-clean where the level has redundancy).
+fn reshape_options(level: Level) -> CreateOptions {
+    let mut o = CreateOptions::new(level);
+    o.assume_clean = level != Level::Raid0;
+    o.chunk_sectors = Some(64);
+    o.data_offset_sectors = Some(4096);
+    o
+}
+
+/// Stops the writers; the writes they made.
+fn stop_writers(stop: &AtomicBool, ws: Vec<std::thread::JoinHandle<u64>>) -> u64 {
+    stop.store(true, Ordering::SeqCst);
+    ws.into_iter().map(|w| w.join().unwrap()).sum()
+}
+
+/// The daemons stopped, md's check finds no parity mismatch in the array served now, which
+/// is then stopped; the array, for more checks.
+fn check_parity_and_stop(cell: &ArrayCell, what: &str) -> Arc<uraid_engine::Array> {
+    cell.stop_daemons();
+    let a = cell.current();
+    assert_eq!(
+        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
+        0,
+        "parity mismatches {what}"
+    );
+    a.stop().unwrap();
+    a
+}
+
 /// The array filled with seeded bytes, in a cell; the bytes, as the writers' model.
 fn filled(a: uraid_engine::Array, seed: u64) -> (Arc<ArrayCell>, Arc<Mutex<Vec<u8>>>) {
     let mut data = vec![0u8; a.size_bytes() as usize];
@@ -123,8 +153,7 @@ fn a_served_raid1_gains_a_mirror_under_writers() {
             a.raid_disks() == 3 && !a.is_degraded() && a.recovering_roles().is_empty()
         },
     );
-    stop.store(true, Ordering::SeqCst);
-    let writes: u64 = ws.into_iter().map(|w| w.join().unwrap()).sum();
+    let writes = stop_writers(&stop, ws);
     assert!(writes > 0);
     check(&cell, &model, "after the grow");
     // The monitor subscribed before the grow hears the new array's rebuild.
@@ -172,10 +201,7 @@ fn a_served_raid5_with_a_bitmap_grows_by_a_member() {
 /// A raid5 of 3 served with writers, grown to 4 live; the members, stopped clean.
 fn served_raid5_grows(seed: u64, tag: &str, bitmap: bool) -> Vec<Arc<dyn Member>> {
     let devs = members(4, 6 * MB, tag);
-    let mut o = CreateOptions::new(Level::Raid5);
-    o.assume_clean = true;
-    o.chunk_sectors = Some(64);
-    o.data_offset_sectors = Some(4096);
+    let mut o = reshape_options(Level::Raid5);
     o.bitmap = bitmap;
     o.bitmap_chunk_bytes = bitmap.then_some(64 * 1024);
     let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
@@ -204,10 +230,7 @@ fn served_raid5_grows(seed: u64, tag: &str, bitmap: bool) -> Vec<Arc<dyn Member>
         let a = cell.get();
         !a.is_reshaping() && a.size_bytes() > before
     });
-    stop.store(true, Ordering::SeqCst);
-    for w in ws {
-        w.join().unwrap();
-    }
+    stop_writers(&stop, ws);
     check(&cell, &model, "after the reshape");
     let a = cell.current();
     assert_eq!(a.raid_disks(), 4);
@@ -243,10 +266,7 @@ fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
     use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
     let seed = 31;
     let devs = members(4, 6 * MB, "r56-");
-    let mut o = CreateOptions::new(Level::Raid5);
-    o.assume_clean = true;
-    o.chunk_sectors = Some(64);
-    o.data_offset_sectors = Some(4096);
+    let o = reshape_options(Level::Raid5);
     let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
     let size = a.size_bytes();
     let (cell, model) = filled(a, seed);
@@ -274,20 +294,10 @@ fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
                 && a.recovering_roles().is_empty()
         },
     );
-    stop.store(true, Ordering::SeqCst);
-    for w in ws {
-        w.join().unwrap();
-    }
+    stop_writers(&stop, ws);
     check(&cell, &model, "after the takeover and the restripe");
-    cell.stop_daemons();
-    let a = cell.current();
+    let a = check_parity_and_stop(&cell, "after both steps");
     assert_eq!(a.raid_disks(), 4);
-    assert_eq!(
-        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
-        0,
-        "P/Q mismatches after both steps"
-    );
-    a.stop().unwrap();
 }
 
 /// `--raid-devices 4 --add d3` on a served raid0 of 3: mdadm's three steps from one request
@@ -300,9 +310,7 @@ fn a_served_raid5_becomes_a_rotating_raid6_from_one_request() {
 fn a_served_raid0_grows_through_raid4_from_one_request() {
     let seed = 41;
     let devs = members(4, 6 * MB, "r0g-");
-    let mut o = CreateOptions::new(Level::Raid0);
-    o.chunk_sectors = Some(64);
-    o.data_offset_sectors = Some(4096);
+    let o = reshape_options(Level::Raid0);
     let a = create(devs[..3].iter().cloned().map(Some).collect(), &o).unwrap();
     let size = a.size_bytes();
     let (cell, model) = filled(a, seed);
@@ -337,10 +345,7 @@ fn a_served_raid0_grows_through_raid4_from_one_request() {
             a.level() == Level::Raid0 && a.raid_disks() == 4
         },
     );
-    stop.store(true, Ordering::SeqCst);
-    for w in ws {
-        w.join().unwrap();
-    }
+    stop_writers(&stop, ws);
     check(&cell, &model, "after the raid0 grew");
     let a = cell.current();
     assert!(
@@ -359,10 +364,7 @@ fn a_served_raid0_grows_through_raid4_from_one_request() {
 fn a_served_rotating_raid6_becomes_a_raid5_from_one_request() {
     let seed = 43;
     let devs = members(5, 6 * MB, "r65-");
-    let mut o = CreateOptions::new(Level::Raid6);
-    o.assume_clean = true;
-    o.chunk_sectors = Some(64);
-    o.data_offset_sectors = Some(4096);
+    let o = reshape_options(Level::Raid6);
     let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
     let size = a.size_bytes();
     let (cell, model) = filled(a, seed);
@@ -381,19 +383,9 @@ fn a_served_rotating_raid6_becomes_a_raid5_from_one_request() {
         Duration::from_secs(180),
         || cell.get().level() == Level::Raid5,
     );
-    stop.store(true, Ordering::SeqCst);
-    for w in ws {
-        w.join().unwrap();
-    }
+    stop_writers(&stop, ws);
     check(&cell, &model, "after the restripe and the takeover");
-    cell.stop_daemons();
-    let a = cell.current();
+    let a = check_parity_and_stop(&cell, "after both steps");
     assert_eq!(a.raid_disks(), 4);
     assert!(!a.is_reshaping());
-    assert_eq!(
-        a.run_sync(SyncKind::Check, |_| {}).unwrap(),
-        0,
-        "parity mismatches after both steps"
-    );
-    a.stop().unwrap();
 }

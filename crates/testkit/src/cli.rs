@@ -119,6 +119,24 @@ pub fn examine(md: &std::path::Path, member: &std::path::Path) -> String {
     text(&out.stdout)
 }
 
+/// [`examine`], asserting that each `(key, value)` of `want` is what mdadm prints: its text.
+pub fn examine_says(
+    md: &std::path::Path,
+    member: &std::path::Path,
+    want: &[(&str, &str)],
+) -> String {
+    let ex = examine(md, member);
+    for (key, value) in want {
+        assert_eq!(
+            mdadm_field(&ex, key).as_deref(),
+            Some(*value),
+            "{key} of {}: {ex}",
+            member.display()
+        );
+    }
+    ex
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

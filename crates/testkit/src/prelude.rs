@@ -2,8 +2,8 @@
 //! (a test's own item of the same name wins over these).
 
 pub use crate::cli::{
-    examine, fails_cleanly, fails_with, json, json_exact, mdadm_field, ok, run, stdout, text,
-    uraid, uraid_bin, SYNC,
+    examine, examine_says, fails_cleanly, fails_with, json, json_exact, mdadm_field, ok, run,
+    stdout, text, uraid, uraid_bin, SYNC,
 };
 pub use crate::data::{byte_pattern, checksums, pattern, snapshot, write_at};
 pub use crate::loopdev::Loop;
