@@ -418,24 +418,16 @@ impl ArrayCell {
     ) -> Result<GrowReport, ArrayError> {
         let n = st.template.raid_disks as usize;
         let needed = want - n;
-        if add.len() != needed {
-            return Err(ArrayError::Refused(if add.len() < needed {
-                format!(
-                    "growing a raid0 from {n} to {want} devices needs {needed} new device(s) \
-                     and {} were given with --add (mdadm: \"Need {needed} spare{} to create \
-                     working array, and only have {}\"): nothing was written",
-                    add.len(),
-                    if needed == 1 { "" } else { "s" },
-                    add.len()
-                )
-            } else {
-                format!(
-                    "growing a raid0 from {n} to {want} devices takes {needed} new device(s) \
-                     and {} were given with --add; a raid0 keeps no spares: give {needed}, \
-                     nothing was written",
-                    add.len()
-                )
-            }));
+        if add.len() < needed {
+            return Err(crate::grow::raid0_lacks_devices(n, want, add.len()));
+        }
+        if add.len() > needed {
+            return Err(ArrayError::Refused(format!(
+                "growing a raid0 from {n} to {want} devices takes {needed} new device(s) and {} \
+                 were given with --add; a raid0 keeps no spares: give {needed}, nothing was \
+                 written",
+                add.len()
+            )));
         }
         let take = GrowRequest {
             level: Some(uraid_core::Level::Raid4),
@@ -483,20 +475,7 @@ impl ArrayCell {
         st: &crate::grow::GrowState,
         req: &GrowRequest,
     ) -> Result<GrowReport, ArrayError> {
-        let want5 = req.layout.unwrap_or(st.template.layout);
-        let l6 = uraid_core::geometry::takeover::raid6_layout_of_raid5(want5).ok_or_else(|| {
-            ArrayError::Refused(format!(
-                "md has no raid6 layout that becomes raid5 layout {want5}: nothing was written"
-            ))
-        })?;
-        let take = GrowRequest {
-            level: Some(uraid_core::Level::Raid5),
-            layout: req.layout,
-            ..Default::default()
-        };
-        let mut after = st.clone();
-        after.template.layout = l6;
-        Self::takeover_change(&after, &take, "end this restripe")?;
+        let (l6, take) = crate::grow::plan_raid6_to_raid5(st, req)?;
         let started = self.start_restripe(
             &ReshapeRequest {
                 layout: Some(l6),

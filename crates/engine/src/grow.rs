@@ -1093,15 +1093,7 @@ fn grow_raid0(
     let n = st.template.raid_disks as usize;
     let needed = want - n;
     if reshape.add.len() < needed {
-        // mdadm: "Need N spares to create working array, and only have M."
-        let e = refuse(format!(
-            "growing a raid0 from {n} to {want} devices needs {needed} new device(s) and {} \
-             were given with --add (mdadm: \"Need {needed} spare{} to create working array, \
-             and only have {}\"): nothing was written",
-            reshape.add.len(),
-            if needed == 1 { "" } else { "s" },
-            reshape.add.len()
-        ));
+        let e = raid0_lacks_devices(n, want, reshape.add.len());
         array.stop()?;
         return Err(e);
     }
@@ -1155,6 +1147,46 @@ fn grow_raid0(
     })
 }
 
+/// mdadm's refusal of a raid0 growth from `n` to `want` devices with only `given` new ones:
+/// "Need N spares to create working array, and only have M."
+pub(crate) fn raid0_lacks_devices(n: usize, want: usize, given: usize) -> ArrayError {
+    let needed = want - n;
+    refuse(format!(
+        "growing a raid0 from {n} to {want} devices needs {needed} new device(s) and {given} \
+         were given with --add (mdadm: \"Need {needed} spare{} to create working array, and \
+         only have {given}\"): nothing was written",
+        if needed == 1 { "" } else { "s" },
+    ))
+}
+
+/// A rotating raid6 -> raid5 planned on `st`: the `-6` layout to restripe to first (of the
+/// raid5 layout asked for, or of the raid6's own), and md's takeover after it, checked on
+/// the state that restripe leaves.
+pub(crate) fn plan_raid6_to_raid5(
+    st: &GrowState,
+    req: &GrowRequest,
+) -> Result<(u32, GrowRequest), ArrayError> {
+    let want5 = req.layout.unwrap_or(st.template.layout);
+    let l6 = takeover::raid6_layout_of_raid5(want5).ok_or_else(|| {
+        refuse(format!(
+            "md has no raid6 layout that becomes raid5 layout {want5}: nothing was written"
+        ))
+    })?;
+    let take = GrowRequest {
+        level: Some(Level::Raid5),
+        layout: req.layout,
+        ..Default::default()
+    };
+    let mut after = st.clone();
+    after.template.layout = l6;
+    match plan(&after, &take)? {
+        Plan::Superblocks(_) => Ok((l6, take)),
+        _ => Err(refuse(
+            "the takeover after the restripe would not be md's raid6 -> raid5: nothing was written",
+        )),
+    }
+}
+
 /// A raid6 in a rotating layout asked to become a raid5 (and nothing else): md's way is a
 /// restripe within raid6 to the matching `-6` layout (Q on the last device), then the
 /// takeover.
@@ -1182,31 +1214,12 @@ fn restripe_then_takeover(
     req: &GrowRequest,
     reshape: ReshapeOptions,
 ) -> Result<GrowReport, ArrayError> {
-    let want5 = req.layout.unwrap_or(st.template.layout);
-    let l6 = takeover::raid6_layout_of_raid5(want5);
-    let take = GrowRequest {
-        level: Some(Level::Raid5),
-        layout: req.layout,
-        ..Default::default()
-    };
-    let checked = array.check_writable("grow").and_then(|()| {
-        let l6 = l6.ok_or_else(|| {
-            refuse(format!(
-                "md has no raid6 layout that becomes raid5 layout {want5}: nothing was written"
-            ))
-        })?;
-        let mut after = st.clone();
-        after.template.layout = l6;
-        match plan(&after, &take)? {
-            Plan::Superblocks(_) => Ok(l6),
-            _ => Err(refuse(
-                "the takeover after the restripe would not be md's raid6 -> raid5: nothing was written",
-            )),
-        }
-    });
+    let checked = array
+        .check_writable("grow")
+        .and_then(|()| plan_raid6_to_raid5(st, req));
     array.stop()?;
     drop(array);
-    let l6 = checked?;
+    let (l6, take) = checked?;
     let done = reshape_members(
         devs.clone(),
         &ReshapeRequest {
