@@ -504,7 +504,27 @@ sum_g="$(sha256sum < pat-g | cut -d' ' -f1)"; sum_h="$(sha256sum < pat-h | cut -
     { echo "FAIL reshape uraid raid0-grow-2to3: uraid grow failed"; cat grow-g.log; exit 1; }
 "$URAID" grow -q -n 5 --add h3 --stop-at 40000 -- h0 h1 h2 >grow-h.log 2>&1 ||
     { echo "FAIL reshape uraid degraded-grow-4to5: uraid grow failed"; cat grow-h.log; exit 1; }
-for m in c0 d0 g0 h0; do
+# And (issue 15) a shrink 4 -> 3 as mdadm asks for it (--array-size with --raid-devices),
+# uraid's backwards reshape with the data offset moving up into room made by the component
+# size, stopped mid-way, which Linux finishes (3 devices, the kept bytes); and a raid0's
+# chunk change 64K -> 128K through a raid4 with its parity role missing, stopped mid-way,
+# which Linux finishes as that raid4 and mdadm --grow --level=0 takes back to a raid0.
+truncate -s 32M i0 i1 i2 i3 j0 j1 j2
+"$URAID" create -l 5 -c 64K --assume-clean i0 i1 i2 i3 >/dev/null 2>&1
+"$URAID" create -l 0 -c 64K j0 j1 j2 >/dev/null 2>&1
+si="$(size_of i0 i1 i2 i3)"; sj="$(size_of j0 j1 j2)"
+keep_i=$(( (si / 3 * 2 / 1048576 - 1) * 1048576 ))
+head -c "$si" /dev/urandom > pat-i; head -c "$sj" /dev/urandom > pat-j
+"$URAID" write --input pat-i i0 i1 i2 i3 >/dev/null
+"$URAID" write --input pat-j j0 j1 j2 >/dev/null
+sum_i="$(head -c "$keep_i" pat-i | sha256sum | cut -d' ' -f1)"; sum_j="$(sha256sum < pat-j | cut -d' ' -f1)"
+"$URAID" grow -q -n 3 --array-size "$((keep_i / 1024))K" --stop-at $((keep_i / 1024)) i0 i1 i2 i3 >grow-i.log 2>&1 ||
+    { echo "FAIL reshape uraid shrink-4to3: uraid grow failed"; cat grow-i.log; exit 1; }
+"$URAID" grow -q --chunk 128K --stop-at 40000 j0 j1 j2 >grow-j.log 2>&1 ||
+    { echo "FAIL reshape uraid raid0-chunk-64to128: uraid grow failed"; cat grow-j.log; exit 1; }
+mdadm --examine i0 2>/dev/null | grep -q "Delta Devices : -1" ||
+    { echo "FAIL reshape uraid shrink-4to3: mdadm --examine shows no shrink"; mdadm --examine i0; exit 1; }
+for m in c0 d0 g0 h0 i0 j0; do
     mdadm --examine "$m" 2>/dev/null | grep -q "Reshape pos'n" ||
         { echo "FAIL reshape: mdadm --examine $m shows no reshape in progress"; mdadm --examine "$m"; exit 1; }
 done
@@ -533,14 +553,24 @@ mdadm --stop /dev/md7
 finish md8 /dev/disk/16 /dev/disk/17 /dev/disk/18 /dev/disk/19
 echo "H \$(prefix md8 $sh_)"
 mdadm --stop /dev/md8
+finish md9 /dev/disk/20 /dev/disk/21 /dev/disk/22 /dev/disk/23
+echo "I \$(prefix md9 $keep_i)"
+mdadm --stop /dev/md9
+finish md10 /dev/disk/24 /dev/disk/25 /dev/disk/26
+echo "J \$(prefix md10 $sj)"
+mdadm --grow /dev/md10 --level=0 2>&1 || true
+echo "md10 back level=\$(cat /sys/block/md10/md/level) disks=\$(cat /sys/block/md10/md/raid_disks) chunk=\$(cat /sys/block/md10/md/chunk_size)"
+echo "J0 \$(prefix md10 $sj)"
+mdadm --stop /dev/md10
 JOB
-sv_job2 20 >>job2.sh
+sv_job2 27 >>job2.sh
 echo "echo GUEST-OK" >>job2.sh
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk c0 --disk c1 --disk c2 --disk c3 \
     --disk d0 --disk d1 --disk d2 --disk d3 --disk g0 --disk g1 --disk g2 \
-    --disk h0 --disk h1 --disk h2 --disk h3 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
+    --disk h0 --disk h1 --disk h2 --disk h3 --disk i0 --disk i1 --disk i2 --disk i3 \
+    --disk j0 --disk j1 --disk j2 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -571,6 +601,15 @@ else
     echo "PASS reshape uraid raid0-grow-2to3: mdadm --grow --level=0 took Linux's finished raid4 back to a raid0 of 3 with the same bytes"
 fi
 verdict "uraid degraded-grow-4to5 finished by linux" md8 "$sum_h" 5 65536 H 1
+verdict "uraid shrink-4to3 (backwards, after --array-size) finished by linux" md9 "$sum_i" 3 65536 I 1
+verdict "uraid raid0-chunk-64to128 (a raid4 mid-reshape) finished by linux" md10 "$sum_j" 4 131072 J 1
+if [ "$(grep -m1 "^md10 back " <<<"$out2")" != "md10 back level=raid0 disks=3 chunk=131072" ] ||
+    [ "$(grep -m1 "^J0 " <<<"$out2" | cut -d' ' -f2)" != "$sum_j" ]; then
+    echo "FAIL reshape uraid raid0-chunk-64to128: Linux's takeover back to raid0: $(grep -m1 "^md10 back " <<<"$out2"), $(grep -m1 "^J0 " <<<"$out2")"
+    tail -30 <<<"$out2"; fail=1
+else
+    echo "PASS reshape uraid raid0-chunk-64to128: mdadm --grow --level=0 took Linux's finished raid4 back to a raid0 of 3 with a 128K chunk and the same bytes"
+fi
 sv_verdict || fail=1
 fi # RESHAPE_ONLY
 # A 0.90 raid5 Linux md left mid-grow (issue 15, md's 0.91 record): in a third boot mdadm

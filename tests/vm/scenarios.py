@@ -171,6 +171,14 @@ def quick() -> list[Spec]:
         U(5, 3, grow=("--bitmap", "internal"), grown=(5, 3, None)),
         U(1, 2, create_size_k=6144, grow=("--size", "max"), grown=(1, 2, None)),
         U(5, 3, create_size_k=6144, grow=("--size", "max"), grown=(5, 3, None)),
+        # A bitmap added to 1.0 arrays (it goes between the data's end and the superblock),
+        # and --size with a bitmap (its bits resized in place), each read back by Linux.
+        U(1, 2, metadata="1.0", grow=("--bitmap", "internal"), grown=(1, 2, None)),
+        U(5, 4, metadata="1.0", grow=("--bitmap", "internal"), grown=(5, 4, None)),
+        U(5, 3, bitmap="internal", create_size_k=6144, grow=("--size", "max"),
+          grown=(5, 3, None)),
+        U(1, 2, metadata="1.0", bitmap="internal", create_size_k=6144,
+          grow=("--size", "max"), grown=(1, 2, None)),
     ]
     # ... and uraid reads what mdadm --grow made of the same.
     l2u += [

@@ -22,13 +22,16 @@ pub struct GrowArgs {
     #[command(flatten)]
     pub target: crate::control::ArrayArgs,
     /// The number of member roles (mdadm -n): raid1 adds or drops mirrors; raid4/5/6
-    /// restripe; raid0 grows through raid4 (with --add), as mdadm.
+    /// restripe (fewer: a shrink, with --array-size); raid0 grows through raid4 (with
+    /// --add), as mdadm.
     #[arg(short = 'n', long, value_name = "N")]
     pub raid_devices: Option<usize>,
     /// Space used on each member: `max`, or a size (KiB unless K/M/G/T follow).
     #[arg(short = 'z', long, value_name = "max|SIZE")]
     pub size: Option<String>,
-    /// The size the array exports (md keeps it in memory only, never on the members).
+    /// The size the array keeps (KiB unless K/M/G/T follow): md keeps it in memory only;
+    /// uraid takes it with the --raid-devices of a raid4/5/6 shrink, as the confirmation
+    /// that the data past it goes (mdadm's --array-size before the shrink).
     #[arg(short = 'Z', long, value_name = "SIZE")]
     pub array_size: Option<String>,
     /// New chunk size (KiB unless K/M follow): a restripe.
@@ -249,6 +252,7 @@ fn reshape_options(a: &GrowArgs, add: Vec<Arc<dyn Member>>) -> uraid_engine::Res
         add,
         force: a.force,
         stop_at: a.stop_at,
+        start_only: false,
         max_bytes_per_sec: a.speed_max.map(|k| k * 1024),
         progress: Some(Box::new(move |done, total| {
             let p = uraid_engine::SyncProgress {

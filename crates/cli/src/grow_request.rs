@@ -43,10 +43,18 @@ pub fn request_of(values: &[(String, String)], current: Level) -> Result<GrowReq
                     GrowSize::Sectors(b / 512)
                 })
             }
-            "array_size" => bail!(
-                "--array-size {v}: the exported size is md's in-memory setting and uraid's \
-                 exports do not change size while served in this build; nothing was changed"
-            ),
+            "array_size" => {
+                if v == "max" {
+                    bail!(
+                        "--array-size max: uraid keeps no in-memory array size to restore (md's \
+                         array_size); nothing was changed"
+                    );
+                }
+                let b = parse_size_bytes(v, 1024).with_context(|| {
+                    format!("--array-size {v:?}: give a size such as 100M (K when no unit)")
+                })?;
+                r.array_sectors = Some(b / 512);
+            }
             "chunk" => {
                 r.chunk_sectors = Some(
                     parse_chunk(v)

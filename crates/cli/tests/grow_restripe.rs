@@ -260,3 +260,109 @@ fn a_degraded_raid5_grows_and_its_missing_role_recovers_after() {
     assert!(read_all(&all)[..data.len()] == data[..], "recovered");
     check_clean(&all);
 }
+
+/// mdadm's shrink, `--array-size` with `--raid-devices` fewer: refused without the size,
+/// nothing changed; with it, a backwards reshape (the room after the data made by the
+/// component size) stopped mid-way that mdadm --examine reads as md's own ("Delta
+/// Devices : -1", a reshape position, a new offset), then continued: 3 devices and a
+/// spare, the kept bytes, no mismatch.
+#[test]
+fn raid5_shrinks_from_four_to_three_devices_after_array_size() {
+    let d = TempDir::new("rs-shrink");
+    let imgs = d.images(4, 12, "m");
+    ok(uraid()
+        .args(["create", "-l", "5", "-c", "64K", "--assume-clean"])
+        .args(&imgs));
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)));
+    let size_before = det["array_bytes"].as_u64().unwrap();
+    let data = fill(&d, &imgs, size_before as usize);
+    let out = run(uraid().args(["grow", "-q", "-n", "3"]).args(&imgs));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--array-size") && err.contains("nothing was written"),
+        "{err}"
+    );
+    // The most 3 devices hold, less 1 MiB: room after the data for the offset to move.
+    let keep_k = size_before / 3 * 2 / 1024 - 1024;
+    let out = ok(uraid()
+        .args(["grow", "-q", "-n", "3", "--array-size"])
+        .arg(format!("{keep_k}K"))
+        .args(["--stop-at", "8192"])
+        .args(&imgs));
+    let err = text(&out.stderr);
+    assert!(err.contains("4 -> 3 devices"), "{err}");
+    if let Some(md) = tool_path(
+        "mdadm",
+        "raid5_shrinks_from_four_to_three_devices_after_array_size",
+    ) {
+        let ex = examine_says(&md, &imgs[0], &[("Raid Devices", "3")]);
+        assert!(mdadm_field(&ex, "Reshape pos'n").is_some(), "{ex}");
+        assert!(
+            mdadm_field(&ex, "Delta Devices").is_some_and(|v| v.starts_with("-1")),
+            "{ex}"
+        );
+        assert!(mdadm_field(&ex, "New Offset").is_some(), "{ex}");
+    }
+    let keep = (keep_k * 1024) as usize;
+    assert!(read_all(&imgs)[..keep] == data[..keep], "mid-way");
+    ok(uraid().args(["grow", "-q", "--continue"]).args(&imgs));
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)));
+    assert_eq!(det["raid_disks"], 3, "{det}");
+    assert_eq!(det["degraded"], false, "{det}");
+    let got = read_all(&imgs);
+    assert!(
+        got.len() >= keep && (got.len() as u64) < size_before,
+        "{}",
+        got.len()
+    );
+    assert!(got[..keep] == data[..keep], "the kept bytes");
+    check_clean(&imgs);
+    if let Some(md) = tool_path(
+        "mdadm",
+        "raid5_shrinks_from_four_to_three_devices_after_array_size",
+    ) {
+        let spares = imgs
+            .iter()
+            .filter(|m| {
+                mdadm_field(
+                    &examine_says(&md, m, &[("Raid Devices", "3")]),
+                    "Device Role",
+                )
+                .is_some_and(|r| r.contains("spare"))
+            })
+            .count();
+        assert_eq!(spares, 1);
+    }
+}
+
+/// mdadm's raid0 chunk change, through a raid4 with its parity role missing: a raid0 of
+/// the same members with the new chunk (mdadm --examine agrees), every byte.
+#[test]
+fn raid0_changes_its_chunk_through_raid4() {
+    let d = TempDir::new("rs-chunk0");
+    let imgs = d.images(3, 12, "m");
+    ok(uraid().args(["create", "-l", "0", "-c", "64K"]).args(&imgs));
+    let size_before = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)))["array_bytes"]
+        .as_u64()
+        .unwrap();
+    let data = fill(&d, &imgs, size_before as usize);
+    let out = ok(uraid().args(["grow", "-q", "--chunk", "128K"]).args(&imgs));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("raid0 -> raid4") && err.contains("-> raid0"),
+        "{err}"
+    );
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)));
+    assert_eq!(det["level"], "raid0", "{det}");
+    assert_eq!(det["raid_disks"], 3, "{det}");
+    let got = read_all(&imgs);
+    let n = got.len().min(data.len());
+    assert!(got[..n] == data[..n], "the bytes after the chunk change");
+    if let Some(md) = tool_path("mdadm", "raid0_changes_its_chunk_through_raid4") {
+        for m in &imgs {
+            let ex = examine_says(&md, m, &[("Raid Level", "raid0"), ("Chunk Size", "128K")]);
+            assert!(mdadm_field(&ex, "Reshape pos'n").is_none(), "{ex}");
+        }
+    }
+}

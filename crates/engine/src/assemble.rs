@@ -789,7 +789,9 @@ fn reshape_of(
             ReshapeState::from_superblock(sb)?.expect("reshape active")
         };
         let at = own.data_offset_sectors(Side::New, sb.data_offset);
-        let need = (at + sb.size) * SECTOR_BYTES;
+        // A lagging member's own size may be the one before a shrink made it smaller.
+        let size = if lagging { template.size } else { sb.size };
+        let need = (at + size) * SECTOR_BYTES;
         if devs[i].size_bytes() < need {
             return Err(ArrayError::Assemble(format!(
                 "{}: device is {} bytes but the reshape's new data area needs {need} \

@@ -256,7 +256,7 @@ impl ArrayCell {
         let st = a.grow_state();
         let level = a.level();
         drop(a);
-        let raid0 = matches!(crate::grow::plan(&st, req), Ok(Plan::Raid0Grow(_)));
+        let raid0 = matches!(crate::grow::plan(&st, req), Ok(Plan::Raid0Grow(..)));
         if !raid0 {
             self.add_devices(std::mem::take(&mut add))?;
         }
@@ -291,7 +291,7 @@ impl ArrayCell {
                 reshape: None,
             }),
             Plan::Restripe(r) => self.start_restripe(&r, false),
-            Plan::Raid0Grow(want) => self.grow_raid0(&st, want, add),
+            Plan::Raid0Grow(want, chunk) => self.grow_raid0(&st, (want, chunk), add),
             Plan::Superblocks(_) => {
                 let (rep, _) =
                     self.replace(|devs| grow_members_with(devs, req, ReshapeOptions::default()))?;
@@ -321,7 +321,7 @@ impl ArrayCell {
                 devs,
                 r,
                 ReshapeOptions {
-                    stop_at: Some(0),
+                    start_only: true,
                     force,
                     ..ReshapeOptions::default()
                 },
@@ -375,7 +375,7 @@ impl ArrayCell {
             Plan::Restripe(r) => ReshapeRequest { level: None, ..r },
             _ => unreachable!("planned as a restripe by the caller"),
         };
-        self.precheck_restripe_after(&restripe, &[], change.shape(), false)?;
+        self.precheck_restripe_after(&restripe, &[], change.shape(), (false, true))?;
         let took = self.grow(&take)?;
         self.then(
             vec![Step::Whole, Step::Restripe(restripe, false)],
@@ -398,11 +398,18 @@ impl ArrayCell {
         r: &ReshapeRequest,
         add: &[Arc<dyn Member>],
         after: (uraid_core::Level, u32, usize),
-        force: bool,
+        force_fill: (bool, bool),
     ) -> Result<(), ArrayError> {
         // The report of the members as they are, for the restripe's checks.
         let ((), report) = self.replace(|_| Ok(()))?;
-        crate::restripe::precheck_after_takeover(&self.current(), &report, r, add, after, force)
+        crate::restripe::precheck_after_takeover(
+            &self.current(),
+            &report,
+            r,
+            add,
+            after,
+            force_fill,
+        )
     }
 
     /// mdadm's raid0 growth on the served array, its three steps from one request: the
@@ -413,7 +420,7 @@ impl ArrayCell {
     fn grow_raid0(
         self: &Arc<Self>,
         st: &crate::grow::GrowState,
-        want: usize,
+        (want, chunk): (usize, Option<u64>),
         add: Vec<Arc<dyn Member>>,
     ) -> Result<GrowReport, ArrayError> {
         let n = st.template.raid_disks as usize;
@@ -436,31 +443,43 @@ impl ArrayCell {
         let change = Self::takeover_change(st, &take, "grow this raid0 through")?;
         let restripe = ReshapeRequest {
             raid_disks: Some(want + 1),
+            chunk_sectors: chunk,
             ..Default::default()
         };
         // The degraded raid4 the restripe leaves is md's way, not a choice: forced.
-        self.precheck_restripe_after(&restripe, &add, change.shape(), true)?;
+        self.precheck_restripe_after(&restripe, &add, change.shape(), (true, needed > 0))?;
         let took = self.grow(&take)?;
         self.add_devices(add)?;
         let back = GrowRequest {
             level: Some(uraid_core::Level::Raid0),
             ..Default::default()
         };
-        self.then(
-            vec![
-                Step::Whole,
-                Step::Restripe(restripe, true),
-                Step::Reshaped,
-                Step::Grow(back),
-            ],
-            &took.summary,
-        )?;
-        Ok(GrowReport {
-            summary: format!(
-                "{}; its parity is rebuilt onto the first new device, then the restripe to \
-                 {want} data devices, then md's takeover back to raid0",
-                took.summary
+        // Only a growth gives the parity a device (rebuilt first); a chunk change
+        // restripes the raid4 with its parity role missing, as md does.
+        let mut steps = if needed > 0 {
+            vec![Step::Whole]
+        } else {
+            Vec::new()
+        };
+        steps.extend([
+            Step::Restripe(restripe, true),
+            Step::Reshaped,
+            Step::Grow(back),
+        ]);
+        self.then(steps, &took.summary)?;
+        let what = match (needed > 0, chunk) {
+            (true, _) => format!(
+                "its parity is rebuilt onto the first new device, then the restripe to {want} \
+                 data devices"
             ),
+            (false, Some(c)) => format!(
+                "the restripe to a {}K chunk with its parity role missing",
+                c / 2
+            ),
+            (false, None) => "the restripe".into(),
+        };
+        Ok(GrowReport {
+            summary: format!("{}; {what}, then md's takeover back to raid0", took.summary),
             restripe: true,
             ..took
         })

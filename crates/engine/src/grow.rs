@@ -16,8 +16,9 @@
 //!   parity-last) -> raid5, raid0 <-> raid10 near-2.
 //!
 //! Anything that moves data goes to the restripe engine ([`reshape_members`]) as a
-//! [`ReshapeRequest`]; a raid0 `--raid-devices` grow goes there as mdadm sends it, as a
-//! raid4 between two takeovers ([`grow_raid0`]).
+//! [`ReshapeRequest`] (a shrink with the `--array-size` it needs as its confirmation); a
+//! raid0 `--raid-devices` grow or `--chunk` change goes there as mdadm sends it, as a raid4
+//! between two takeovers ([`grow_raid0`]).
 //!
 //! Safe at every instant: the new superblocks carry the events count plus one and keep
 //! every surviving role's data where it was, so a power cut after some of them were
@@ -82,6 +83,10 @@ pub struct GrowRequest {
     pub chunk_sectors: Option<u64>,
     /// `--bitmap`.
     pub bitmap: Option<BitmapChange>,
+    /// `--array-size`, in sectors: md's in-memory array size. uraid keeps none, so it is
+    /// taken only with the `--raid-devices` of a raid4/5/6 shrink, as the confirmation md
+    /// asks for (the array must be truncated to the smaller shape first).
+    pub array_sectors: Option<u64>,
 }
 
 /// What a grow did.
@@ -167,8 +172,9 @@ impl Change {
 pub(crate) enum Plan {
     Superblocks(Change),
     Restripe(ReshapeRequest),
-    /// raid0 `--raid-devices N` (more): md's way through raid4 ([`grow_raid0`]).
-    Raid0Grow(usize),
+    /// raid0 `--raid-devices N` (more) and `--chunk`: md's way through raid4
+    /// ([`grow_raid0`]): the new device count and the new chunk (`None`: as it is).
+    Raid0Grow(usize, Option<u64>),
     Nothing(String),
 }
 
@@ -225,6 +231,17 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
     if req.size.is_some() && shape {
         return Err(refuse(
             "--size cannot be combined with a change of level, devices, layout or chunk: grow one at a time",
+        ));
+    }
+    if req.array_sectors.is_some()
+        && !(level.has_parity()
+            && req.raid_disks.is_some_and(|d| d < n)
+            && req.level.is_none_or(|l| l == level))
+    {
+        return Err(refuse(
+            "--array-size: uraid keeps no in-memory array size (md's array_size), so it \
+             takes --array-size only with the --raid-devices of a raid4/5/6 shrink, as the \
+             confirmation that the data past the smaller shape goes; nothing was written",
         ));
     }
     let same = |role_map: Vec<Option<usize>>| Change {
@@ -284,28 +301,44 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         return Ok(Plan::Nothing(format!("{level} already has this shape")));
     }
     if level == Level::Raid0 {
-        // mdadm grows a raid0 as a degraded raid4 (analyse_change: raid0 reshapes at
-        // level 4), and so does uraid, for more devices only.
-        if req.layout.is_some() || req.chunk_sectors.is_some() {
+        // mdadm restripes a raid0 as a degraded raid4 (analyse_change: raid0 reshapes at
+        // level 4), and so does uraid: more devices, another chunk, or both.
+        if req.layout.is_some_and(|l| l != t.layout) {
             return Err(refuse(
-                "a raid0 --chunk or --layout change (md restripes it as a raid4) is not in this \
-                 build of uraid; only --raid-devices with more devices: nothing was written",
+                "a raid0's --layout names how md reads its zones (RAID0_ORIG/ALT_MULTIZONE), \
+                 not a restripe: uraid does not change it; nothing was written",
             ));
         }
-        let want = req.raid_disks.expect("a device count change");
+        let want = req.raid_disks.unwrap_or(n);
         if want < n {
             return Err(refuse(format!(
                 "shrinking a raid0 from {n} to {want} devices (md's backwards reshape as a \
                  raid4, after --array-size) is not in this build of uraid: nothing was written"
             )));
         }
-        return Ok(Plan::Raid0Grow(want));
+        return Ok(Plan::Raid0Grow(
+            want,
+            req.chunk_sectors.filter(|&c| c != chunk),
+        ));
+    }
+    let shrink = req.raid_disks.is_some_and(|d| d < n);
+    if shrink && req.array_sectors.is_none() {
+        let p = if level == Level::Raid6 { 2 } else { 1 };
+        let want = req.raid_disks.unwrap_or(n);
+        let keeps = (t.size * want.saturating_sub(p) as u64) / 2;
+        return Err(refuse(format!(
+            "shrinking a {level} from {n} to {want} devices reduces the array to at most \
+             {keeps}K: give --array-size SIZE (at most {keeps}K) with --raid-devices to confirm \
+             that the data past it goes (mdadm: \"use --grow --array-size first to truncate \
+             array\"); nothing was written"
+        )));
     }
     Ok(Plan::Restripe(ReshapeRequest {
         level: None,
         raid_disks: req.raid_disks.filter(|&d| d != n),
         chunk_sectors: req.chunk_sectors.filter(|&c| c != chunk),
         layout: req.layout.filter(|&l| l != t.layout),
+        array_sectors: req.array_sectors.filter(|_| shrink),
     }))
 }
 
@@ -733,6 +766,7 @@ fn plan_takeover(
             raid_disks: req.raid_disks,
             chunk_sectors: req.chunk_sectors,
             layout: req.layout,
+            array_sectors: None,
         }));
     }
     Ok(Plan::Superblocks(change))
@@ -747,6 +781,7 @@ fn restripe_or_refuse(req: &GrowRequest, to: Level, why: &str) -> Result<Plan, A
             raid_disks: req.raid_disks,
             chunk_sectors: req.chunk_sectors,
             layout: req.layout,
+            array_sectors: None,
         }));
     }
     Err(refuse(format!("{why}: nothing was written")))
@@ -970,11 +1005,11 @@ pub fn grow_members_with(
                 reshape: None,
             });
         }
-        Ok(Plan::Raid0Grow(want)) => {
-            return grow_raid0(array, devs, &report, &st, want, reshape, utime);
+        Ok(Plan::Raid0Grow(want, chunk)) => {
+            return grow_raid0(array, devs, &report, &st, (want, chunk), reshape, utime);
         }
         Ok(Plan::Restripe(r)) if r.level.is_some_and(|l| l != array.level()) => {
-            return takeover_then_restripe(array, devs, &report, &st, &r, reshape, utime);
+            return takeover_then_restripe(array, devs, &report, &st, &r, reshape, (utime, true));
         }
         Ok(Plan::Restripe(r)) => {
             array.stop()?;
@@ -997,8 +1032,9 @@ pub fn grow_members_with(
 
 /// md's way to a restripe at another level (mdadm --grow --level 6 --layout ... or with
 /// more devices): the takeover first (a superblock rewrite, its new role missing), that
-/// role rebuilt onto a spare or the first --add, then the restripe within the new level.
-/// Every step ends in an array md assembles; everything the steps will refuse is checked
+/// role rebuilt onto a spare or the first --add (unless `rebuild` is false: a raid0's
+/// chunk change restripes its raid4 with the parity role missing), then the restripe
+/// within the new level. Every step ends in an array md assembles; everything the steps will refuse is checked
 /// before the first is written.
 fn takeover_then_restripe(
     array: Array,
@@ -1007,7 +1043,7 @@ fn takeover_then_restripe(
     st: &GrowState,
     r: &ReshapeRequest,
     mut reshape: ReshapeOptions,
-    utime: u64,
+    (utime, rebuild): (u64, bool),
 ) -> Result<GrowReport, ArrayError> {
     let from = array.level();
     let to = r.level.expect("a level change");
@@ -1035,7 +1071,7 @@ fn takeover_then_restripe(
             &then,
             &reshape.add,
             (c.level, c.layout, c.raid_disks),
-            reshape.force,
+            (reshape.force, rebuild),
         ),
         Err(_) => Ok(()),
     };
@@ -1048,7 +1084,7 @@ fn takeover_then_restripe(
     let mut all = devs;
     let mut adds = std::mem::take(&mut reshape.add);
     let mut added = 0;
-    for _ in &took.missing_roles {
+    for _ in took.missing_roles.iter().filter(|_| rebuild) {
         if array.activate_spare()?.is_none() {
             let dev = adds.remove(0);
             array.add_member(dev.clone())?;
@@ -1065,7 +1101,12 @@ fn takeover_then_restripe(
     let mut done = reshape_members(all, &then, reshape)?;
     done.added += added;
     Ok(GrowReport {
-        summary: format!("{} (then rebuilt), then {}", took.summary, done.summary),
+        summary: format!(
+            "{}{}, then {}",
+            took.summary,
+            if rebuild { " (then rebuilt)" } else { "" },
+            done.summary
+        ),
         events: done.events,
         missing_roles: Vec::new(),
         restripe: true,
@@ -1086,7 +1127,7 @@ fn grow_raid0(
     devs: Vec<Arc<dyn Member>>,
     report: &crate::assemble::AssembleReport,
     st: &GrowState,
-    want: usize,
+    (want, chunk): (usize, Option<u64>),
     mut reshape: ReshapeOptions,
     utime: u64,
 ) -> Result<GrowReport, ArrayError> {
@@ -1099,13 +1140,27 @@ fn grow_raid0(
     }
     // The degraded raid4 the restripe leaves is md's way, not a choice: no --force needed.
     reshape.force = true;
+    // Only a growth gives the raid4's parity a device: a chunk change restripes the raid4
+    // with its parity role missing throughout, as md does.
+    if needed == 0 {
+        reshape.add.clear();
+    }
     let adds = reshape.add.clone();
     let r = ReshapeRequest {
         level: Some(Level::Raid4),
         raid_disks: Some(want + 1),
+        chunk_sectors: chunk,
         ..Default::default()
     };
-    let done = takeover_then_restripe(array, devs.clone(), report, st, &r, reshape, utime)?;
+    let done = takeover_then_restripe(
+        array,
+        devs.clone(),
+        report,
+        st,
+        &r,
+        reshape,
+        (utime, needed > 0),
+    )?;
     let restriped = done.reshape.as_ref().is_some_and(|r| r.finished);
     if !restriped {
         return Ok(GrowReport {

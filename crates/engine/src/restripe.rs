@@ -13,7 +13,10 @@
 //!    [`ReshapeOptions::add`] (added as spares first); every superblock
 //!    is rewritten with FEATURE_RESHAPE_ACTIVE, `reshape_position` 0, the new level,
 //!    layout, chunk, `raid_disks` and `delta_disks`, and `new_offset` (the room before the
-//!    data, at most [`MAX_OFFSET_MOVE_SECTORS`]).
+//!    data, at most [`MAX_OFFSET_MOVE_SECTORS`]). A shrink (fewer devices, with the array
+//!    size the user keeps) is md's backwards reshape instead: RESHAPE_BACKWARDS,
+//!    `reshape_position` at the end of the smaller shape, a positive `new_offset` into the
+//!    room after the data (made by a smaller component size where the kept size allows).
 //! 2. **Copy** ([`continue_reshape`], also after a crash or from Linux): windows of whole
 //!    new-geometry stripes are read through the old geometry (rebuilt from P where a
 //!    member is missing) and written with fresh parity at the new offset, as far as
@@ -59,6 +62,9 @@ pub struct ReshapeRequest {
     pub chunk_sectors: Option<u64>,
     /// The new md layout number.
     pub layout: Option<u32>,
+    /// A shrink: the array size the user keeps, in sectors (mdadm's `--array-size`, the
+    /// confirmation md asks for that the data past the smaller shape's end goes).
+    pub array_sectors: Option<u64>,
 }
 
 /// The most the data offset moves at the start of a reshape (32 MiB): enough for large
@@ -81,6 +87,9 @@ pub struct ReshapeOptions {
     /// sector (forwards; backwards: reached or gone below it), recorded in the superblocks,
     /// for a later [`continue_reshape`] or for Linux md to finish.
     pub stop_at: Option<u64>,
+    /// Only start the reshape (its superblocks written, nothing moved), whichever way it
+    /// runs: a served array's daemons move the data.
+    pub start_only: bool,
     /// Copy at most this many bytes of array data per second (md's sync_speed_max).
     pub max_bytes_per_sec: Option<u64>,
     /// Called after each window with the sectors done and the sectors in all.
@@ -273,16 +282,24 @@ pub fn reshape_members(
     let new = &start.new;
     let delta = new.raid_disks as i64 - start.old_disks as i64;
     let move_by = start.offset_move;
+    let shrink = start.shrink.as_ref();
     let events = rewrite(&targets(&all, &report), &|sb| {
         sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
         sb.feature_map &= !FEATURE_RESHAPE_BACKWARDS;
         sb.reshape_position = 0;
+        sb.new_offset = -(move_by as i32);
+        if let Some(s) = shrink {
+            // md's backwards reshape: from the end of the smaller shape, the data moving up.
+            sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
+            sb.reshape_position = s.position;
+            sb.new_offset = move_by as i32;
+            sb.size = s.dev_sectors;
+        }
         sb.new_level = new.level.md_level();
         sb.new_layout = new.layout;
         sb.new_chunk = new.chunk_sectors as u32;
         sb.delta_disks = delta as i32;
         sb.raid_disks = new.raid_disks as u32;
-        sb.new_offset = -(move_by as i32);
         for &(number, role) in &takers {
             if let Some(r) = sb.dev_roles.get_mut(number as usize) {
                 *r = role;
@@ -315,6 +332,172 @@ pub(crate) struct Start {
     /// The internal bitmap's area (0 without one): the data offset stays past it.
     pub(crate) bitmap_bytes: u64,
     pub(crate) summary: String,
+    /// A shrink: md's backwards reshape, the data offset moving up by `offset_move`.
+    pub(crate) shrink: Option<Shrink>,
+}
+
+/// What a shrink starts from (md's RESHAPE_BACKWARDS with a new offset above the old).
+pub(crate) struct Shrink {
+    /// The component size while and after it runs (smaller than before when the room
+    /// after the data was made by the smaller array size the user gave).
+    pub(crate) dev_sectors: u64,
+    /// The first reshape_position: the end of the smaller shape.
+    pub(crate) position: u64,
+}
+
+/// The sectors from a member's data offset that its data may use: md's `data_size` (its
+/// rdev sectors), within the device, and below any metadata that lies past the data start
+/// (1.0 keeps its superblock, bitmap and bad block log after the data).
+fn data_room(sb: &Superblock, dev: Option<&Arc<dyn Member>>) -> u64 {
+    let mut end = sb.data_offset + sb.data_size;
+    if let Some(d) = dev {
+        end = end.min(d.size_bytes() / SECTOR_BYTES);
+    }
+    let at = |rel: i64| (sb.super_offset as i64 + rel).max(0) as u64;
+    let mut starts = vec![sb.super_offset];
+    if sb.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+        starts.push(at(i64::from(sb.bitmap_offset)));
+    }
+    if sb.bblog_size != 0 {
+        starts.push(at(i64::from(sb.bblog_offset)));
+    }
+    for s in starts {
+        if s >= sb.data_offset {
+            end = end.min(s);
+        }
+    }
+    end.saturating_sub(sb.data_offset)
+}
+
+/// md's shrink of a raid4/5/6 (`--raid-devices` fewer, after `--array-size`): a backwards
+/// reshape from the end of the smaller shape down to sector 0, the data offset moving up
+/// into the room after the data (mdadm's way without a backup file). The component size
+/// shrinks where the kept size leaves room for that and the members have none after their
+/// data. md's checks, then uraid's: the array whole, the kept size within the smaller
+/// shape, room for the offset to move.
+fn plan_shrink(
+    a: &Array,
+    report: &AssembleReport,
+    g: &uraid_core::geometry::ArrayGeometry,
+    mut ng: uraid_core::geometry::ArrayGeometry,
+    keep: Option<u64>,
+    degraded: usize,
+    bitmap_bytes: u64,
+) -> Result<Start, ArrayError> {
+    let level = g.level;
+    let (from, to) = (g.raid_disks, ng.raid_disks);
+    if degraded > 0 {
+        return Err(refused(format!(
+            "shrinking a degraded {level} (role(s) missing) is not in this build of uraid: \
+             recover the missing member(s) first, then shrink"
+        )));
+    }
+    let old = ParityGeometry::new(g)?;
+    let new = ParityGeometry::new(&ng).map_err(|e| refused(format!("{to} devices: {e}")))?;
+    let unit = old.chunk_sectors.max(new.chunk_sectors);
+    let dev = g.dev_sectors / unit * unit;
+    let most = dev * new.data_disks() as u64;
+    let Some(keep) = keep else {
+        return Err(refused(format!(
+            "shrinking a {level} from {from} to {to} devices reduces the array to at most \
+             {}K: give --array-size SIZE (at most that) with --raid-devices to confirm that \
+             the data past it goes (mdadm: \"use --grow --array-size first to truncate array\")",
+            most / 2
+        )));
+    };
+    if keep == 0 || keep > most {
+        return Err(refused(format!(
+            "--array-size {}K: a {level} of {to} devices holds at most {}K of this array's \
+             data{}",
+            keep / 2,
+            most / 2,
+            if keep == 0 {
+                " and needs more than 0"
+            } else {
+                ""
+            }
+        )));
+    }
+    // What every member's data may use, and the room the offset moves up into.
+    let rooms: Vec<u64> = (0..g.raid_disks)
+        .filter_map(|r| {
+            let sb = a.meta().member_sb(MemberIdx(r)).cloned()?;
+            Some(data_room(&sb, a.live(MemberIdx(r)).as_ref()))
+        })
+        .collect();
+    let limit = rooms.iter().copied().min().unwrap_or(0);
+    // Rows the kept data needs in the smaller shape, and the component size: as it is
+    // when the members have room after it, smaller (not below what the kept data needs)
+    // to make that room when they have not.
+    let needs = keep.div_ceil(new.data_disks() as u64).div_ceil(unit) * unit;
+    let dev_after = dev
+        .min(limit.saturating_sub(MAX_OFFSET_MOVE_SECTORS) / unit * unit)
+        .max(needs);
+    let offset_move = limit.saturating_sub(dev_after).min(MAX_OFFSET_MOVE_SECTORS) / unit * unit;
+    let advice = || {
+        let best = limit.saturating_sub(unit) / unit * unit * new.data_disks() as u64;
+        format!(
+            "md moves the data offset up into room after the data, and the members have {} \
+             sectors there{}; mdadm would need a backup file, which uraid does not implement",
+            limit.saturating_sub(dev),
+            if best > 0 {
+                format!(": an --array-size of at most {}K leaves enough", best / 2)
+            } else {
+                String::new()
+            }
+        )
+    };
+    if offset_move == 0 {
+        return Err(refused(format!(
+            "shrinking to {to} devices keeping {}K: {}",
+            keep / 2,
+            advice()
+        )));
+    }
+    if dev_after != dev && bitmap_bytes > 0 {
+        return Err(refused(format!(
+            "shrinking to {to} devices keeping {}K makes room after the data by reducing the \
+             component size from {dev} to {dev_after} sectors, and uraid does not resize the \
+             internal bitmap within a reshape: remove it first (uraid grow --bitmap none) and \
+             add it again after",
+            keep / 2
+        )));
+    }
+    let mut os = old.clone();
+    os.dev_sectors = dev_after;
+    let mut ns = new.clone();
+    ns.dev_sectors = dev_after;
+    let st = ReshapeState::begin(os, ns, offset_move as i64)
+        .and_then(|st| st.can_finish().map(|()| st))
+        .map_err(|e| refused(format!("{e} ({})", advice())))?;
+    ng.dev_sectors = dev_after;
+    let spares_ready = report
+        .members
+        .iter()
+        .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
+        .count();
+    let mut summary = shape_change(&old, &new);
+    if dev_after != dev {
+        summary.push_str(&format!(", component size {dev} -> {dev_after} sectors"));
+    }
+    Ok(Start {
+        new: NewShape {
+            level: new.level,
+            layout: new.algorithm,
+            chunk_sectors: new.chunk_sectors,
+            raid_disks: new.raid_disks,
+        },
+        old_disks: old.raid_disks,
+        roles_wanted: 0,
+        spares_ready,
+        offset_move,
+        bitmap_bytes,
+        summary,
+        shrink: Some(Shrink {
+            dev_sectors: dev_after,
+            position: st.position_sectors,
+        }),
+    })
 }
 
 /// The checks a restripe after a takeover will make, made before the takeover is written:
@@ -325,24 +508,30 @@ pub(crate) fn precheck_after_takeover(
     req: &ReshapeRequest,
     add: &[Arc<dyn Member>],
     after: (Level, u32, usize),
-    force: bool,
+    (force, fill): (bool, bool),
 ) -> Result<(), ArrayError> {
-    plan_start(a, report, req, add, Some(after), force).map(|_| ())
+    plan_start(a, report, req, add, Some((after, fill)), force).map(|_| ())
 }
 
+/// `after`: the takeover the restripe follows, and whether its new roles get devices
+/// before the restripe (`false`: a raid0's chunk change, its raid4 parity left missing).
 fn plan_start(
     a: &Array,
     report: &AssembleReport,
     req: &ReshapeRequest,
     add: &[Arc<dyn Member>],
-    after: Option<(Level, u32, usize)>,
+    after: Option<((Level, u32, usize), bool)>,
     force: bool,
 ) -> Result<Start, ArrayError> {
     a.check_writable("a reshape")?;
     let mut g = a.geometry().clone();
     let mut takeover_roles = 0;
-    if let Some((level, layout, disks)) = after {
+    let mut unfilled = 0;
+    if let Some(((level, layout, disks), fill)) = after {
         takeover_roles = disks.saturating_sub(g.raid_disks);
+        if !fill {
+            unfilled = std::mem::take(&mut takeover_roles);
+        }
         if g.level == Level::Raid0 {
             // md's raid0 takeover: each member's one zone, whole chunks (raid0 keeps no
             // dev_sectors of its own).
@@ -410,11 +599,13 @@ fn plan_start(
     ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
     ng.layout = req.layout.unwrap_or(g.layout);
     if ng.raid_disks < g.raid_disks {
-        return Err(refused(format!(
-            "shrinking a {level} from {} to {} devices (md's backwards reshape after \
-             --array-size) is not in this build of uraid",
-            g.raid_disks, ng.raid_disks
-        )));
+        if after.is_some() {
+            return Err(refused(format!(
+                "a shrink to {} devices after a takeover is not something md does",
+                ng.raid_disks
+            )));
+        }
+        return plan_shrink(a, report, &g, ng, req.array_sectors, degraded, bitmap_bytes);
     }
     let new = ParityGeometry::new(&ng)?;
     if new.raid_disks == old.raid_disks
@@ -483,7 +674,7 @@ fn plan_start(
     }
     // md's raid5_start_reshape: the new shape must hold the data with the roles it has
     // no device for (the missing ones and the new ones without a spare).
-    let lacking = degraded + roles_wanted.saturating_sub(devices);
+    let lacking = degraded + unfilled + roles_wanted.saturating_sub(devices);
     if lacking > new.parity_disks() {
         return Err(refused(format!(
             "a {level} of {} devices would miss {lacking} role(s) ({degraded} missing now, {} \
@@ -521,6 +712,7 @@ fn plan_start(
         offset_move,
         bitmap_bytes,
         summary,
+        shrink: None,
     })
 }
 
@@ -597,7 +789,7 @@ pub fn continue_reshape(
     let mut pending: Option<(u64, u64, AlignedBuf)> = None;
     let result: Result<bool, ArrayError> = (|| loop {
         let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY && safe != st.position_sectors;
-        let stop_due = opts.stop_at.is_some_and(|at| reached(&st, at));
+        let stop_due = opts.start_only || opts.stop_at.is_some_and(|at| reached(&st, at));
         // The end is recorded as a position first, so that a power cut while the
         // superblocks are rewritten as finished leaves only states that read the same.
         let end_due = st.is_done() && safe != st.position_sectors;

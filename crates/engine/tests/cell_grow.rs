@@ -389,3 +389,101 @@ fn a_served_rotating_raid6_becomes_a_raid5_from_one_request() {
     assert_eq!(a.raid_disks(), 4);
     assert!(!a.is_reshaping());
 }
+
+/// mdadm's shrink on a served raid5 (`--array-size` and `--raid-devices` fewer, one
+/// request): refused without the size (nothing changed), then md's backwards reshape
+/// while writers go on in the kept part; the end is a raid5 of 3 served at the smaller
+/// shape's size, every byte the writers left, no mismatch, the device that left a spare.
+#[test]
+fn a_served_raid5_shrinks_keeping_the_size_given() {
+    let seed = 61;
+    let devs = members(4, 6 * MB, "r5s-");
+    let mut o = reshape_options(Level::Raid5);
+    o.size_sectors = Some(6144); // room after the data for the offset to move up into
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let (cell, model) = filled(a, seed);
+    let keep = 6144 * 2 * 512;
+    model.lock().unwrap().truncate(keep as usize);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let e = cell
+        .grow(&GrowRequest {
+            raid_disks: Some(3),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--array-size"), "{e}");
+    assert_eq!(cell.get().raid_disks(), 4);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, keep, &model, &stop, seed);
+    let r = cell
+        .grow(&GrowRequest {
+            raid_disks: Some(3),
+            array_sectors: Some(keep / 512),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.restripe, "{r:?}");
+    wait_until("the shrink to 3 devices", Duration::from_secs(180), || {
+        let a = cell.get();
+        a.raid_disks() == 3 && !a.is_reshaping()
+    });
+    let n = stop_writers(&stop, ws);
+    assert!(n > 0);
+    check(&cell, &model, "after the shrink");
+    assert_eq!(cell.get().size_bytes(), keep);
+    let a = check_parity_and_stop(&cell, "after the shrink");
+    drop(a);
+    let (a, rep) = uraid_engine::assemble(devs.clone(), &Default::default()).unwrap();
+    assert_eq!(a.raid_disks(), 3);
+    assert_eq!(
+        rep.members
+            .iter()
+            .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
+            .count(),
+        1,
+        "{rep:?}"
+    );
+    a.stop().unwrap();
+}
+
+/// mdadm's raid0 chunk change on a served raid0 (`--chunk`, one request): the takeover to
+/// a raid4 with its parity role missing, the restripe to the new chunk with that role
+/// still missing, and the takeover back, writers going on; the same members, every byte.
+#[test]
+fn a_served_raid0_changes_its_chunk_from_one_request() {
+    let seed = 62;
+    let devs = members(3, 6 * MB, "r0c-");
+    let o = reshape_options(Level::Raid0);
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let size = a.size_bytes();
+    let (cell, model) = filled(a, seed);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, size / 2, &model, &stop, seed);
+    let r = cell
+        .grow(&GrowRequest {
+            chunk_sectors: Some(128),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("64K chunk"), "{r:?}");
+    wait_until(
+        "the restripe to a 64K chunk and the takeover back",
+        Duration::from_secs(180),
+        || {
+            let a = cell.get();
+            a.level() == Level::Raid0 && a.geometry().chunk_sectors == 128
+        },
+    );
+    stop_writers(&stop, ws);
+    let a = cell.current();
+    assert_eq!(a.raid_disks(), 3);
+    let mut want = model.lock().unwrap().clone();
+    want.truncate(a.size_bytes() as usize);
+    let mut got = vec![0u8; want.len()];
+    a.read(0, &mut got).unwrap();
+    assert!(got == want, "the bytes after the chunk change");
+    cell.stop_daemons();
+    a.stop().unwrap();
+}

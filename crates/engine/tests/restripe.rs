@@ -145,6 +145,7 @@ fn cases() -> Vec<Case> {
         chunk_sectors: chunk_kib.map(|k| k * 2),
         layout,
         level: None,
+        array_sectors: None,
     };
     vec![
         Case {
@@ -580,6 +581,14 @@ fn a_power_cut_anywhere_in_a_reshape_loses_nothing() {
     };
     cut_everywhere("pc0-", Level::Raid5, 3, &grow, None, 40);
     cut_everywhere("pc1-", Level::Raid6, 4, &chunk, None, 41);
+    // A shrink (backwards, the data offset moving up into room that the smaller kept size
+    // makes after the data): 2 MiB members, 256 sectors of data offset, 16 KiB chunks.
+    let shrink = ReshapeRequest {
+        raid_disks: Some(3),
+        array_sectors: Some(3840 * 2 - 512),
+        ..Default::default()
+    };
+    cut_everywhere("pc2-", Level::Raid5, 4, &shrink, None, 42);
 }
 
 /// The same for a degraded array (md reshapes one within its parity): the missing member's
@@ -612,7 +621,7 @@ fn cut_everywhere(
     let size = 2 * MB;
     let world = SimWorld::new();
     let new_disks = req.raid_disks.unwrap_or(disks);
-    let disks_v: Vec<Arc<SimDisk>> = (0..new_disks)
+    let disks_v: Vec<Arc<SimDisk>> = (0..new_disks.max(disks))
         .map(|i| Arc::new(SimDisk::new(format!("{tag}{i}"), size, world.clone())))
         .collect();
     let devs: Vec<Arc<dyn Member>> = disks_v
@@ -621,7 +630,11 @@ fn cut_everywhere(
         .collect();
     let mut o = opts(level, ALGORITHM_LEFT_SYMMETRIC, 16);
     o.data_offset_sectors = Some(256);
-    let data = made(&devs[..disks], &o, seed);
+    let mut data = made(&devs[..disks], &o, seed);
+    // A shrink keeps the size it was given (the confirmation md asks for).
+    if let Some(keep) = req.array_sectors {
+        data.truncate((keep * 512) as usize);
+    }
     if let Some(m) = missing {
         let a = open(&devs[..disks]);
         a.fail_member(uraid_core::MemberIdx(m)).unwrap();
@@ -640,7 +653,7 @@ fn cut_everywhere(
             old.iter().map(|&i| cut_devs[i].clone()).collect(),
             req,
             ReshapeOptions {
-                add: cut_devs[disks..].to_vec(),
+                add: cut_devs[disks.min(new_disks)..new_disks].to_vec(),
                 ..Default::default()
             },
         );
@@ -1042,5 +1055,201 @@ fn a_raid0_grows_through_raid4_as_mdadm_does_it() {
             assert_eq!(sb.raid_disks as usize, to, "{tag}: {}", d.name());
             assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
         }
+    }
+}
+
+/// mdadm's shrink (`--grow --array-size SIZE` then `--raid-devices` fewer) as uraid takes
+/// it in one request: refused without the size or with one the smaller shape cannot hold
+/// (nothing written); then md's backwards reshape with the data offset moving up into the
+/// room after the data, stopped mid-way (the superblocks say so as md does: backwards, a
+/// positive new offset, raid_disks the new count), read there, continued to the end: the
+/// kept bytes, md's check right, the device that left a spare, the data offset moved.
+#[test]
+fn a_shrink_runs_backwards_into_the_room_after_the_data() {
+    use uraid_engine::{grow_members_with, GrowRequest};
+    let devs = members(4, 8 * MB, "sh");
+    let mut o = opts(Level::Raid5, ALGORITHM_LEFT_SYMMETRIC, 64);
+    o.size_sectors = Some(12288); // 6 MiB of each 8 MiB member: room after the data
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let mut data = vec![0u8; a.size_bytes() as usize];
+    rng(91).fill(&mut data[..]);
+    a.write(0, &data).unwrap();
+    a.stop().unwrap();
+    let most = 12288 * 2; // what 3 devices hold, in sectors
+    let before = all_bytes(&devs);
+    let grow = |n: usize, keep: Option<u64>| GrowRequest {
+        raid_disks: Some(n),
+        array_sectors: keep,
+        ..Default::default()
+    };
+    for (req, want) in [
+        (grow(3, None), "give --array-size"),
+        (grow(3, Some(most + 128)), "holds at most"),
+        (grow(3, Some(0)), "more than 0"),
+        (grow(1, Some(most)), "1 devices"),
+    ] {
+        let e = grow_members_with(devs.clone(), &req, ReshapeOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{req:?}: {e}");
+        assert!(e.contains("nothing was written"), "{e}");
+        assert!(all_bytes(&devs) == before, "{req:?}: a refusal wrote");
+    }
+    let e = grow_members_with(
+        devs.clone(),
+        &GrowRequest {
+            array_sectors: Some(most),
+            ..Default::default()
+        },
+        ReshapeOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("only with the --raid-devices of a raid4/5/6 shrink"),
+        "{e}"
+    );
+    let data = &data[..(most * 512) as usize];
+    let offset = read_superblock(devs[0].as_ref()).unwrap().data_offset;
+    let r = uraid_engine::reshape_members(
+        devs.clone(),
+        &ReshapeRequest {
+            raid_disks: Some(3),
+            array_sectors: Some(most),
+            ..Default::default()
+        },
+        ReshapeOptions {
+            stop_at: Some(most / 2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!r.finished && r.position_sectors <= most / 2, "{r:?}");
+    for d in &devs {
+        let sb = read_superblock(d.as_ref()).unwrap();
+        assert_eq!(
+            sb.feature_map
+                & (FEATURE_RESHAPE_ACTIVE | FEATURE_RESHAPE_BACKWARDS | FEATURE_NEW_OFFSET),
+            FEATURE_RESHAPE_ACTIVE | FEATURE_RESHAPE_BACKWARDS | FEATURE_NEW_OFFSET
+        );
+        assert_eq!((sb.raid_disks, sb.delta_disks), (3, -1));
+        assert!(sb.new_offset > 0, "{}", sb.new_offset);
+        assert_eq!(sb.reshape_position, r.position_sectors);
+    }
+    let a = open(&devs);
+    assert_eq!(
+        a.size_bytes(),
+        most * 512,
+        "the smaller shape's size while it runs"
+    );
+    same(&read_all(&a, data.len()), data, "half-way");
+    a.stop().unwrap();
+    let r = continue_reshape(devs.clone(), ReshapeOptions::default()).unwrap();
+    assert!(r.finished, "{r:?}");
+    verify_finished(&devs, data, Level::Raid5, 3, 128, ALGORITHM_LEFT_SYMMETRIC);
+    let (a, rep) = assemble(devs.clone(), &AssembleOptions::default()).unwrap();
+    assert_eq!(
+        rep.members
+            .iter()
+            .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
+            .count(),
+        1,
+        "{rep:?}"
+    );
+    a.stop().unwrap();
+    let sb = read_superblock(devs[0].as_ref()).unwrap();
+    assert!(sb.data_offset > offset, "{} -> {}", offset, sb.data_offset);
+    assert!(sb.data_offset + sb.data_size <= 8 * MB / 512);
+}
+
+/// A shrink of members with no room after their data (created to fill them, as mdadm and
+/// uraid do by default): keeping all the smaller shape holds needs mdadm's backup file and
+/// is refused, naming the size that would do; keeping a little less makes the room by a
+/// smaller component size, and the raid6 shrinks with every kept byte.
+#[test]
+fn a_shrink_without_room_after_the_data_makes_it_from_the_kept_size() {
+    use uraid_engine::{grow_members_with, GrowRequest};
+    let devs = members(5, 4 * MB, "sr");
+    let o = opts(Level::Raid6, ALGORITHM_LEFT_SYMMETRIC, 64);
+    let data = made(&devs, &o, 92);
+    let dev = read_superblock(devs[0].as_ref()).unwrap().size;
+    let most = dev / 128 * 128 * 2;
+    let before = all_bytes(&devs);
+    let req = |keep| GrowRequest {
+        raid_disks: Some(4),
+        array_sectors: Some(keep),
+        ..Default::default()
+    };
+    let e = grow_members_with(devs.clone(), &req(most), ReshapeOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("backup file") && e.contains("leaves enough"),
+        "{e}"
+    );
+    assert!(all_bytes(&devs) == before, "a refusal wrote");
+    let keep = most - 1024;
+    let r = grow_members_with(devs.clone(), &req(keep), ReshapeOptions::default()).unwrap();
+    assert!(r.reshape.is_some_and(|d| d.finished));
+    let sb = read_superblock(devs[0].as_ref()).unwrap();
+    assert!(
+        sb.size < dev,
+        "the component size made room: {} -> {}",
+        dev,
+        sb.size
+    );
+    let a = open(&devs);
+    assert_eq!(a.raid_disks(), 4);
+    assert!(a.size_bytes() >= keep * 512 && a.size_bytes() < most * 512);
+    same(
+        &read_all(&a, (keep * 512) as usize),
+        &data[..(keep * 512) as usize],
+        "kept",
+    );
+    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+    a.stop().unwrap();
+}
+
+/// mdadm's raid0 chunk change (`--grow --chunk`): a raid4 with its parity role missing,
+/// restriped to the new chunk with that role still missing, then a raid0 again with the
+/// same members and every byte.
+#[test]
+fn a_raid0_changes_its_chunk_through_raid4_as_mdadm_does_it() {
+    use uraid_engine::{grow_members_with, GrowRequest};
+    let devs = members(3, 6 * MB, "c0");
+    let mut o = opts(Level::Raid0, 0, 64);
+    o.layout = None;
+    let data = made(&devs, &o, 93);
+    let r = grow_members_with(
+        devs.clone(),
+        &GrowRequest {
+            chunk_sectors: Some(64),
+            ..Default::default()
+        },
+        ReshapeOptions::default(),
+    )
+    .unwrap();
+    assert!(r.summary.contains("raid0 -> raid4"), "{}", r.summary);
+    assert!(!r.summary.contains("rebuilt"), "{}", r.summary);
+    assert!(r.missing_roles.is_empty(), "{r:?}");
+    let a = open(&devs);
+    assert_eq!(a.level(), Level::Raid0);
+    assert_eq!(a.raid_disks(), 3);
+    assert_eq!(a.geometry().chunk_sectors, 64);
+    same(
+        &read_all(&a, data.len().min(a.size_bytes() as usize)),
+        &data[..data.len().min(a.size_bytes() as usize)],
+        "raid0 with a 32K chunk",
+    );
+    a.stop().unwrap();
+    for d in &devs {
+        let sb = read_superblock(d.as_ref()).unwrap();
+        assert_eq!(
+            (sb.level, sb.raid_disks, sb.chunksize),
+            (0, 3, 64),
+            "{}",
+            d.name()
+        );
+        assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
     }
 }

@@ -88,7 +88,7 @@ pub(crate) fn continue_reshape10(
     };
     let result: Result<bool, ArrayError> = (|| loop {
         let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY && safe != st.position_sectors;
-        let stop_due = opts.stop_at.is_some_and(|at| reached(&st, at));
+        let stop_due = opts.start_only || opts.stop_at.is_some_and(|at| reached(&st, at));
         // The end is recorded as a position first: a power cut while the superblocks are
         // rewritten as finished leaves only states that read the same.
         let end_due = st.is_done() && safe != st.position_sectors;
@@ -382,5 +382,6 @@ pub(crate) fn plan_start10(
         offset_move,
         bitmap_bytes: 0,
         summary: shape_change(&st),
+        shrink: None,
     })
 }
