@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Reshape throughput (issue 15's benchmark; not a test): a raid5 of 4 file members grown to 5
-# with `uraid grow -n 5 --add`, against the raw sequential copy rate of the same number of
-# bytes on the same file system in the same run (dd with O_DIRECT, read one file and write
-# another, as the reshape reads the old stripes and writes the new ones).
+# with `uraid grow -n 5 --add`, then shrunk back to 4 with `uraid grow -n 4 --array-size`
+# (md's backwards reshape, 32 MiB less kept so that the data offset can move up), against
+# the raw sequential copy rate of the same number of bytes on the same file system in the
+# same run (dd with O_DIRECT, read one file and write another, as the reshape reads the old
+# stripes and writes the new ones).
 #
 #   scripts/bench-reshape.sh [MEMBER_MIB]     (default 1024; URAID_BIN=path; DIR=where to make the scratch dir)
 #
@@ -44,3 +46,14 @@ grep -q finished grow.log || { cat grow.log; exit 1; }
 rs=$(python3 -c "print($bytes / ($t1 - $t0) / 1e6)")
 echo "reshape 4 -> 5: $bytes bytes of array data in $(python3 -c "print(round($t1 - $t0, 2))") s = $(printf %.0f "$rs") MB/s"
 echo "reshape / raw copy = $(python3 -c "print(round($rs / $raw, 2))")"
+# The shrink back to 4 devices, keeping 32 MiB less than the 4-device array held (room after
+# the data for the offset to move up into).
+keep_k=$(( bytes / 1024 - 32768 ))
+t0=$(date +%s.%N)
+"$B" grow -q -n 4 --array-size "${keep_k}K" m0 m1 m2 m3 m4 2>shrink.log
+sync
+t1=$(date +%s.%N)
+grep -q finished shrink.log || { cat shrink.log; exit 1; }
+sh=$(python3 -c "print($keep_k * 1024 / ($t1 - $t0) / 1e6)")
+echo "shrink 5 -> 4: $((keep_k * 1024)) bytes of array data in $(python3 -c "print(round($t1 - $t0, 2))") s = $(printf %.0f "$sh") MB/s"
+echo "shrink / raw copy = $(python3 -c "print(round($sh / $raw, 2))")"

@@ -18,6 +18,10 @@
 # raid5 grown 4 -> 5 (Linux finishes it degraded, same bytes).
 # Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
 # mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
+# Fourth: a raid6 grown 4 -> 5, stopped mid-way; uraid reads what Linux recorded and
+# finishes it. (mdadm 4.2 on 6.12 would not start a shrink with a new offset even with room
+# after the data, "Cannot set new_offset", so Linux's backwards shrink with a new offset is
+# checked with superblocks written as md writes them, in the engine's restripe tests.)
 # Served (issue 15, sv_* below): two more arrays in the first boot, Linux's 3 -> 4 grow
 # stopped mid-way, plain and with --bitmap=internal (mdadm 4.2 on 6.12 allows that grow);
 # on the host uraid serves each over NBD read-write while the reshape goes on, fio writes and
@@ -361,14 +365,24 @@ mdadm --examine /dev/disk/8 | grep -E "Reshape|Delta|Offset|Raid Devices" || tru
 if mdadm --examine /dev/disk/8 | grep -q "New Offset"; then
     linux_reads RO-E md2 /dev/disk/8 /dev/disk/9 /dev/disk/10 /dev/disk/11
 fi
+# Fourth array: a raid6 grown 4 -> 5 (Q's rotation with a new device count).
+mdadm --create --run /dev/md6 --metadata=1.2 --level=6 --layout=left-symmetric --chunk=64 \
+    --raid-devices=4 --assume-clean /dev/disk/12 /dev/disk/13 /dev/disk/14 /dev/disk/15 2>&1
+fill md6
+echo "SUM-R $(sum_of md6) $(cat /sys/block/md6/size)"
+mdadm /dev/md6 --add /dev/disk/16 2>&1
+mdadm --grow /dev/md6 --raid-devices=5 2>&1
+stop_mid md6 freeze
+mdadm --examine /dev/disk/12 | grep -E "Reshape|Delta|Offset" || true
 JOB
-sv_guest_job 12 >>job.sh
+sv_guest_job 17 >>job.sh
 echo "echo GUEST-OK" >>job.sh
 rc=0
-truncate -s 32M e0 e1 e2 e3
+truncate -s 32M e0 e1 e2 e3 r0 r1 r2 r3 r4
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 \
-    --disk e0 --disk e1 --disk e2 --disk e3 $(sv_disk_args SV SVB) 2>&1)" || rc=$?
+    --disk e0 --disk e1 --disk e2 --disk e3 \
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 $(sv_disk_args SV SVB) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
     echo "FAIL reshape (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
 fi
@@ -406,6 +420,7 @@ if grep -q CHUNK-GROW-REFUSED <<<"$out"; then
 else
     check chunk-64to32 SUM-B RO-B 0 b2 b1 b0
 fi
+check raid6-grow-4to5 SUM-R SUM-R 1 r4 r3 r2 r1 r0
 if [ $fail != 0 ]; then
     grep -v '^SUM' <<<"$out" | tail -40
     exit 1
@@ -469,6 +484,22 @@ else
     fi
     echo "PASS reshape continue shrink-4to3: uraid read and finished Linux md's shrink (3 devices, the bytes Linux read, parity consistent)"
 fi
+
+# Linux's raid6 grow, finished by uraid: the bytes, parity consistent, 5 devices.
+sum_r="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f2)"; sectors_r="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f3)"
+continue_linux() { # NAME WANT-DISKS SHA256 SECTORS MEMBERS...
+    local name=$1 want=$2 sum=$3 sectors=$4 disks; shift 4
+    if ! "$URAID" grow -q --continue "$@" >"cont-$name.log" 2>&1; then
+        echo "FAIL reshape continue $name: uraid grow --continue failed"; cat "cont-$name.log"; exit 1
+    fi
+    disks="$("$URAID" detail --json "$@" | python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])')"
+    if [ "$disks" != "$want" ] || [ "$(prefix_sum $((sectors * 512)) "$@")" != "$sum" ] || ! parity_ok "$@"; then
+        echo "FAIL reshape continue $name: after uraid finished Linux's reshape: $disks devices (want $want), or bytes/parity differ"
+        exit 1
+    fi
+    echo "PASS reshape continue $name: uraid finished Linux md's reshape ($want devices, the sha256 Linux recorded, parity consistent)"
+}
+continue_linux raid6-grow-4to5 5 "$sum_r" "$sectors_r" r0 r1 r2 r3 r4
 
 # Linux -> uraid, served: uraid serves Linux's stopped grows read-write under fio.
 for t in SV SVB; do sv_host $t || fail=1; done

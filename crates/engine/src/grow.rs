@@ -5,7 +5,8 @@
 //!   recovered into them) or fewer (md's raid1_reshape: only as many roles as there are
 //!   members; members above the new count move down into empty roles, mirrors being alike).
 //! - `--size max|SIZE`: the per-member size (md's dev_sectors); a grown region is resynced
-//!   (resync_offset is set to the old size, as md's recovery_cp).
+//!   (resync_offset is set to the old size, as md's recovery_cp); an internal bitmap is
+//!   resized in place, its chunk doubled where the bits would not fit (md_bitmap_resize).
 //! - `--bitmap internal|none`: an internal bitmap is added where md puts it for 1.1/1.2
 //!   (right after the superblock, in the room before the bad block log or the data; its
 //!   area is written, all clean, before any superblock names it), or dropped.
@@ -46,6 +47,10 @@ use uraid_core::{Level, MemberIdx};
 
 /// Where md puts an internal bitmap on 1.1/1.2: right after the 4 KiB superblock.
 const BITMAP_OFFSET_SECTORS: u64 = 8;
+
+/// The coarsest bitmap chunk md gives a resized bitmap (md_bitmap_resize doubles the chunk
+/// while its shift from sectors stays below 31 bits).
+const MAX_BITMAP_CHUNK_BYTES: u32 = 1 << 30;
 
 /// raid10's near-2 layout (2 near copies, 1 far copy), md's default.
 const RAID10_NEAR2: u32 = 0x102;
@@ -154,9 +159,10 @@ pub(crate) struct Change {
     /// A new internal bitmap and its `bitmap_offset` (8 sectors after a 1.1/1.2
     /// superblock, before a 1.0 one).
     add_bitmap: Option<Box<(BitmapSuper, i32)>>,
-    /// The internal bitmap's new sync size (a `--size` change): the bits of the old
-    /// range kept, those of a grown range set (its resync must not skip them).
-    resize_bitmap: Option<u64>,
+    /// The internal bitmap's new sync size and chunk bytes (a `--size` change): the bits
+    /// of the old range kept (merged where the chunk grew), those of a grown range set
+    /// (its resync must not skip them).
+    resize_bitmap: Option<(u64, u32)>,
     summary: String,
 }
 
@@ -485,27 +491,40 @@ fn plan_size(
     if want == t.size {
         return Ok(Plan::Nothing(format!("the size is {want} sectors already")));
     }
-    // The bitmap keeps its chunk and place, as md's resize does when the bits fit the
-    // room it has; md would move or coarsen it otherwise, which uraid does not do.
+    // The bitmap keeps its place, and its chunk when the bits fit the room it has; when
+    // they do not, the chunk doubles until they do, as md's md_bitmap_resize does (each new
+    // bit covers the old bits it merges; a dirty one keeps it dirty).
+    let mut summary = format!("component size {} -> {want} sectors", t.size);
     let resize_bitmap = if with_bitmap {
         let Some((b, space)) = &st.bitmap else {
             return Err(refuse("the array's internal bitmap could not be read"));
         };
-        let need = bm::space_bytes(want, b.chunksize) / 512;
         let room = if b.sectors_reserved != 0 {
             (*space).min(u64::from(b.sectors_reserved))
         } else {
             *space
         };
+        let mut chunk = b.chunksize;
+        while bm::space_bytes(want, chunk) / 512 > room && chunk < MAX_BITMAP_CHUNK_BYTES {
+            chunk *= 2;
+        }
+        let need = bm::space_bytes(want, chunk) / 512;
         if need > room {
             return Err(refuse(format!(
-                "the internal bitmap would need {need} sectors at its chunk of {}K for the \
+                "the internal bitmap would need {need} sectors even at a chunk of {}M for the \
                  new size, and it has {room}: remove it (uraid grow --bitmap none), change \
-                 the size, then add it again (with a larger chunk)",
-                b.chunksize / 1024
+                 the size, then add it again",
+                chunk >> 20
             )));
         }
-        Some(want)
+        if chunk != b.chunksize {
+            summary.push_str(&format!(
+                ", bitmap chunk {}K -> {}K",
+                b.chunksize / 1024,
+                chunk / 1024
+            ));
+        }
+        Some((want, chunk))
     } else {
         None
     };
@@ -516,7 +535,7 @@ fn plan_size(
         dev_sectors: want,
         resync_from,
         resize_bitmap,
-        summary: format!("component size {} -> {want} sectors", t.size),
+        summary,
         ..base
     }))
 }
@@ -865,24 +884,38 @@ fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
 /// A member's bitmap area for a new sync size: its superblock with `sync_size` and
 /// `events`, the bits of chunks both sizes have kept, those of a grown range set, those
 /// past a shrunk end cleared. `old` is the area as read (at least as long as the result).
-fn resized_bitmap_area(old: &[u8], sync_size: u64, events: u64) -> Result<Vec<u8>, ArrayError> {
+fn resized_bitmap_area(
+    old: &[u8],
+    sync_size: u64,
+    chunk: u32,
+    events: u64,
+) -> Result<Vec<u8>, ArrayError> {
     let mut b = BitmapSuper::decode(old)
         .map_err(|e| ArrayError::Failed(format!("internal bitmap: {e}")))?;
-    let old_chunks = b.chunks();
+    let (old_chunks, old_size, old_chunk) = (b.chunks(), b.sync_size, b.chunksize);
+    if chunk < old_chunk || !chunk.is_power_of_two() {
+        return Err(ArrayError::Failed(format!(
+            "internal bitmap: a chunk of {chunk} bytes cannot take the bits of {old_chunk}"
+        )));
+    }
+    let merge = u64::from(chunk / old_chunk);
     b.sync_size = sync_size;
+    b.chunksize = chunk;
     b.events = events;
     let new_chunks = b.chunks();
     let len = old.len().max(b.space_bytes() as usize);
-    let mut area = old.to_vec();
-    area.resize(len, 0);
+    let old_bits = &old[bm::BITMAP_SUPER_BYTES..];
+    let mut area = vec![0u8; len];
     area[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&b.encode());
     let bits = &mut area[bm::BITMAP_SUPER_BYTES..];
-    for c in old_chunks..new_chunks {
-        bm::set_dirty(bits, c, true);
-    }
-    let cap = bits.len() as u64 * 8;
-    for c in new_chunks..old_chunks.min(cap) {
-        bm::set_dirty(bits, c, false);
+    // A new chunk is dirty when an old chunk it covers was, or when it covers sectors past
+    // the old size (a grown range, to be resynced).
+    let chunk_sectors = u64::from(chunk) / 512;
+    for c in 0..new_chunks {
+        let first = c * merge;
+        let dirty = (first..(first + merge).min(old_chunks)).any(|o| bm::is_dirty(old_bits, o))
+            || (c + 1) * chunk_sectors > old_size;
+        bm::set_dirty(bits, c, dirty);
     }
     Ok(area)
 }
@@ -1321,7 +1354,7 @@ fn restripe_then_takeover(
 fn write_resized_bitmaps(
     targets: &[(Arc<dyn Member>, Superblock)],
     new: &[Superblock],
-    to: u64,
+    (to, chunk): (u64, u32),
     events: u64,
 ) -> Result<(), ArrayError> {
     for ((dev, old_sb), sb) in targets.iter().zip(new) {
@@ -1335,10 +1368,11 @@ fn write_resized_bitmaps(
             .map_err(|e| ArrayError::Failed(format!("{}: internal bitmap: {e}", dev.name())))?;
         let mut probe = b.clone();
         probe.sync_size = to;
+        probe.chunksize = chunk;
         let len = b.space_bytes().max(probe.space_bytes()) as usize;
         let mut old = crate::buf::AlignedBuf::new(len);
         dev.read_at(&mut old, from * 512)?;
-        let area = resized_bitmap_area(&old, to, events)
+        let area = resized_bitmap_area(&old, to, chunk, events)
             .map_err(|e| ArrayError::Failed(format!("{}: {e}", dev.name())))?;
         let mut buf = crate::buf::AlignedBuf::new(area.len());
         buf.copy_from_slice(&area);
@@ -1402,7 +1436,7 @@ fn rewrite_superblocks(
     // a crash leaves, so grown, the bitmap goes first (an old superblock reads the extra
     // bits as beyond its end), and shrunk, the superblocks (a new one reads the old, longer
     // bitmap; its older events make it stale: a full resync, never a skipped chunk).
-    let resize = c.resize_bitmap.map(|to| (to, to > st.template.size));
+    let resize = c.resize_bitmap.map(|to| (to, to.0 > st.template.size));
     if let Some((to, true)) = resize {
         write_resized_bitmaps(&targets, &new, to, events)?;
     }
@@ -1426,4 +1460,40 @@ fn rewrite_superblocks(
         restripe: false,
         reshape: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bitmap resized to a coarser chunk (md's md_bitmap_resize when the bits do not fit):
+    /// each new bit is dirty when an old bit it covers was, or when it reaches past the old
+    /// size; the others are clean, and the superblock says the new chunk and size.
+    #[test]
+    fn a_coarser_bitmap_keeps_every_dirty_bit_and_sets_the_grown_range() {
+        let chunk = 4096u32;
+        let old_size = 64 * 8; // 64 chunks of 8 sectors
+        let b = BitmapSuper::new([7; 16], old_size, chunk, 5).unwrap();
+        let mut area = vec![0u8; bm::BITMAP_SUPER_BYTES + 64];
+        area[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&b.encode());
+        for c in [0u64, 5, 6, 33, 63] {
+            bm::set_dirty(&mut area[bm::BITMAP_SUPER_BYTES..], c, true);
+        }
+        // 4 old chunks per new one, the size doubled.
+        let new = resized_bitmap_area(&area, old_size * 2, chunk * 4, 9).unwrap();
+        let nb = BitmapSuper::decode(&new).unwrap();
+        assert_eq!(
+            (nb.chunksize, nb.sync_size, nb.events),
+            (chunk * 4, old_size * 2, 9)
+        );
+        let bits = &new[bm::BITMAP_SUPER_BYTES..];
+        let dirty: Vec<u64> = (0..nb.chunks())
+            .filter(|&c| bm::is_dirty(bits, c))
+            .collect();
+        // Old 0 -> 0, 5 and 6 -> 1, 33 -> 8, 63 -> 15; the grown range is new 16..32.
+        let mut want = vec![0, 1, 8, 15];
+        want.extend(16..32);
+        assert_eq!(dirty, want);
+        assert!(resized_bitmap_area(&area, old_size, chunk / 2, 9).is_err());
+    }
 }

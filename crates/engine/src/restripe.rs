@@ -373,25 +373,23 @@ fn data_room(sb: &Superblock, dev: Option<&Arc<dyn Member>>) -> u64 {
 /// reshape from the end of the smaller shape down to sector 0, the data offset moving up
 /// into the room after the data (mdadm's way without a backup file). The component size
 /// shrinks where the kept size leaves room for that and the members have none after their
-/// data. md's checks, then uraid's: the array whole, the kept size within the smaller
-/// shape, room for the offset to move.
+/// data. md's checks, then uraid's: the kept size within the smaller shape, room for the
+/// offset to move. A degraded array shrinks as md shrinks one (its missing roles read from
+/// parity; one below the new count stays missing, for the device that leaves to recover).
 fn plan_shrink(
     a: &Array,
     report: &AssembleReport,
     g: &uraid_core::geometry::ArrayGeometry,
     mut ng: uraid_core::geometry::ArrayGeometry,
     keep: Option<u64>,
-    degraded: usize,
     bitmap_bytes: u64,
 ) -> Result<Start, ArrayError> {
     let level = g.level;
     let (from, to) = (g.raid_disks, ng.raid_disks);
-    if degraded > 0 {
-        return Err(refused(format!(
-            "shrinking a degraded {level} (role(s) missing) is not in this build of uraid: \
-             recover the missing member(s) first, then shrink"
-        )));
-    }
+    // md shrinks a degraded array too (raid5_start_reshape's spares check passes for any
+    // shrink within the parity): a missing role below the new count stays missing, for
+    // the device that leaves (a spare after the finish) to recover; one at or above it
+    // is read from parity and goes.
     let old = ParityGeometry::new(g)?;
     let new = ParityGeometry::new(&ng).map_err(|e| refused(format!("{to} devices: {e}")))?;
     let unit = old.chunk_sectors.max(new.chunk_sectors);
@@ -605,7 +603,7 @@ fn plan_start(
                 ng.raid_disks
             )));
         }
-        return plan_shrink(a, report, &g, ng, req.array_sectors, degraded, bitmap_bytes);
+        return plan_shrink(a, report, &g, ng, req.array_sectors, bitmap_bytes);
     }
     let new = ParityGeometry::new(&ng)?;
     if new.raid_disks == old.raid_disks

@@ -782,3 +782,50 @@ fn size_with_an_internal_bitmap_resizes_the_bitmap_and_survives_a_power_cut() {
     });
     assert!(saw_old && saw_new, "both sides of the cut were tried");
 }
+
+/// `--size` growing past what the bitmap's room holds at its chunk: the chunk doubles until
+/// the bits fit (md's md_bitmap_resize), said in the summary; the bitmap then covers the
+/// new size with the grown range dirty, the data stays, the resync leaves parity right.
+#[test]
+fn size_past_the_bitmap_room_coarsens_its_chunk_as_md_does() {
+    let mut o = opts(Level::Raid5, None);
+    o.bitmap = true;
+    o.bitmap_chunk_bytes = Some(4096);
+    // 8 sectors of bitmap room after the superblock: 30720 bits, 120 MiB at a 4 KiB chunk.
+    o.data_offset_sectors = Some(24);
+    o.size_sectors = Some(2 * MB / 512);
+    let devs = members(3, 136 * MB, "bk-");
+    let data = made(&devs, &o, 23);
+    let (_, old_chunks) = open(&devs).bitmap_dirty_chunks().unwrap();
+    assert_eq!(old_chunks, 2 * MB / 4096);
+    let r = grow_members(
+        devs.clone(),
+        &GrowRequest {
+            size: Some(GrowSize::Max),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.summary.contains("bitmap chunk 4K -> 8K"), "{}", r.summary);
+    let a = open(&devs);
+    let member = a.size_bytes() / 2;
+    let (dirty, chunks) = a.bitmap_dirty_chunks().unwrap();
+    assert_eq!(
+        chunks,
+        member.div_ceil(8192),
+        "8 KiB chunks over the new size"
+    );
+    assert_eq!(
+        dirty,
+        chunks - old_chunks / 2,
+        "the grown range's bits, and only those"
+    );
+    assert_eq!(read_all(&a, data.len()), data);
+    // The grown range takes writes through the coarser bitmap.
+    let far = a.size_bytes() - 64 * 1024;
+    a.write(far, &[0x5a; 4096]).unwrap();
+    let mut back = vec![0u8; 4096];
+    a.read(far, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0x5a));
+    a.stop().unwrap();
+}

@@ -606,6 +606,14 @@ fn a_power_cut_anywhere_in_a_degraded_reshape_loses_nothing() {
     };
     cut_everywhere("dc0-", Level::Raid5, 3, &grow, Some(1), 50);
     cut_everywhere("dc1-", Level::Raid6, 4, &grow6, Some(0), 51);
+    // Shrinks of a degraded raid5: the missing role stays (role 1) or leaves (role 3).
+    let shrink = ReshapeRequest {
+        raid_disks: Some(3),
+        array_sectors: Some(3840 * 2 - 512),
+        ..Default::default()
+    };
+    cut_everywhere("dc2-", Level::Raid5, 4, &shrink, Some(1), 52);
+    cut_everywhere("dc3-", Level::Raid5, 4, &shrink, Some(3), 53);
 }
 
 /// Cut the power after 0, 1, 2, 3, ... (then sparser) writes of `req` on a `disks`-member
@@ -682,8 +690,13 @@ fn cut_everywhere(
             assert!(r.finished);
         }
         let (a, rep) = assemble(joined.clone(), &AssembleOptions::default()).unwrap();
-        let want_missing: Vec<uraid_core::MemberIdx> =
-            missing.into_iter().map(uraid_core::MemberIdx).collect();
+        // A role the reshape keeps stays missing; one a shrink drops goes (a cut before
+        // the start leaves the old shape, which still has it).
+        let want_missing: Vec<uraid_core::MemberIdx> = missing
+            .filter(|&m| m < a.raid_disks())
+            .into_iter()
+            .map(uraid_core::MemberIdx)
+            .collect();
         assert_eq!(
             a.missing_roles(),
             want_missing,
@@ -708,7 +721,7 @@ fn cut_everywhere(
         );
         a.stop().unwrap();
         if finished {
-            if let Some(m) = missing {
+            if let Some(m) = missing.filter(|&m| m < new_disks) {
                 // The missing role recovered onto a fresh device: md's check finds every
                 // parity block of the new shape right.
                 let fresh: Arc<dyn Member> = Arc::new(MemMember::new(format!("{tag}fresh"), size));
