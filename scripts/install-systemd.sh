@@ -29,6 +29,7 @@ mkdir -p "$unitdir"
 sed "s|/usr/local/bin/uraid|$prefix/bin/uraid|g" "$here/contrib/systemd/uraid@.service" \
     > "$unitdir/uraid@.service"
 chmod 0644 "$unitdir/uraid@.service"
+install -m 0644 "$here/contrib/systemd/uraid@.socket" "$unitdir/uraid@.socket"
 mkdir -p "$dest/etc/uraid"
 if [ "$udev" = 1 ]; then
     mkdir -p "$dest/etc/udev/rules.d"
@@ -40,5 +41,5 @@ if [ -z "$dest" ]; then
     systemctl daemon-reload
     [ "$udev" = 1 ] && udevadm control --reload
 fi
-echo "installed $prefix/bin/uraid and uraid@.service; start an array with:"
+echo "installed $prefix/bin/uraid, uraid@.service and uraid@.socket; start an array with:"
 echo "  systemctl enable --now uraid@md0"

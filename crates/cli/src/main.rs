@@ -181,6 +181,8 @@ fn overlay_refusal(cmd: &Cmd) -> Option<&'static str> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: reading systemd's LISTEN_FDS clears it from the environment.
+    serve::take_activated_sockets();
     let cli = Cli::parse();
     // A command whose output goes to a pipe that closes (`uraid detail ... | head -1`) ends
     // quietly, as cat and mdadm do, instead of panicking in println!. The server keeps

@@ -153,6 +153,15 @@ impl NbdAddr {
     }
 }
 
+impl std::fmt::Display for NbdAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NbdAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            NbdAddr::Tcp(a) => write!(f, "tcp:{a}"),
+        }
+    }
+}
+
 /// How to serve, for `serve` and `demo`.
 pub struct ServeOptions {
     pub nbd: Option<NbdAddr>,
@@ -512,7 +521,52 @@ fn ready_status(array: &Array, info: &ServeInfo) -> String {
     s
 }
 
+/// The sockets systemd passed (socket activation: LISTEN_FDS, LISTEN_PID), read once at
+/// start, before any thread runs (reading them clears those environment variables).
+static ACTIVATED: std::sync::Mutex<Option<listenfd::ListenFd>> = std::sync::Mutex::new(None);
+
+/// Take the sockets systemd passed, if any; `main` calls it first thing.
+pub fn take_activated_sockets() {
+    let fds = listenfd::ListenFd::from_env();
+    if fds.len() > 0 {
+        *ACTIVATED.lock().unwrap_or_else(|e| e.into_inner()) = Some(fds);
+    }
+}
+
+/// The listener systemd passed for `--nbd` (the first socket), checked against the kind of
+/// address `--nbd` names; None when no socket was passed.
+fn activated(addr: &NbdAddr) -> Result<Option<Listener>> {
+    let mut g = ACTIVATED.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(fds) = g.as_mut() else {
+        return Ok(None);
+    };
+    let mismatch = |want: &str| {
+        format!(
+            "the socket systemd passed (LISTEN_FDS) is not a listening {want} socket, and \
+             --nbd {addr} asks for one: make the socket unit's ListenStream= the --nbd address"
+        )
+    };
+    let l = match addr {
+        NbdAddr::Unix(_) => fds
+            .take_unix_listener(0)
+            .with_context(|| mismatch("Unix"))?
+            .map(Listener::adopt_unix)
+            .transpose()?,
+        NbdAddr::Tcp(_) => fds
+            .take_tcp_listener(0)
+            .with_context(|| mismatch("TCP"))?
+            .map(Listener::adopt_tcp),
+    };
+    if l.is_some() {
+        tracing::info!("NBD: serving on the socket systemd passed (--nbd {addr})");
+    }
+    Ok(l)
+}
+
 fn bind(addr: &NbdAddr, any_port: bool) -> Result<Listener> {
+    if let Some(l) = activated(addr)? {
+        return Ok(l);
+    }
     match addr {
         NbdAddr::Unix(p) => Ok(Listener::bind_unix(p)?),
         NbdAddr::Tcp(a) => match Listener::bind_tcp(*a) {

@@ -156,7 +156,46 @@ fn unit_verifies_with_systemd_analyze() {
         return;
     };
     verify(&analyze, UNIT, UNIT_BIN, &uraid_bin(), "uraid@md0.service");
+    // The socket unit, beside the service it activates; its socket is the service's
+    // default --nbd address.
+    let dir = TempDir::new("sd-verify-socket");
+    let service = std::fs::read_to_string(UNIT)
+        .unwrap()
+        .replace(UNIT_BIN, &uraid_bin().display().to_string());
+    std::fs::write(dir.path("uraid@md0.service"), service).unwrap();
+    let socket = std::fs::read_to_string(SOCKET_UNIT).unwrap();
+    let listen = section(&socket, "Socket")
+        .into_iter()
+        .find(|(k, _)| k == "ListenStream")
+        .map(|(_, v)| v)
+        .unwrap();
+    let unit = std::fs::read_to_string(UNIT).unwrap();
+    assert!(
+        unit.contains(&format!("Environment=URAID_NBD=unix:{listen}")),
+        "the socket unit listens where the service's --nbd says: {listen}"
+    );
+    let path = dir.path("uraid@md0.socket");
+    std::fs::write(&path, socket).unwrap();
+    let out = Command::new(&analyze)
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify {SOCKET_UNIT}: {err}"
+    );
+    assert!(
+        !err.contains("uraid@"),
+        "systemd-analyze verify {SOCKET_UNIT} warns: {err}"
+    );
 }
+
+const SOCKET_UNIT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../contrib/systemd/uraid@.socket"
+);
 
 /// The storage host's unit of docs/REMOTE.md.
 const MEMBER_UNIT: &str = concat!(
@@ -613,4 +652,144 @@ fn serve_scan_passes_over_a_storage_host_that_is_down() {
     });
     let d = srv.detail(m0);
     assert_eq!(d["members"][1]["device"], uris[1].as_str(), "{d}");
+}
+
+/// `uraid serve` under systemd's socket activation (issue 17, restart without refusing a
+/// client): `systemd-socket-activate` (systemd's own implementation of the protocol)
+/// holds the NBD socket and starts the server at the first connection, which nbdinfo
+/// then completes; then the test holds the socket as a socket unit does across a restart:
+/// a server started with it serves, stops and leaves the socket file; a client that
+/// connects while no server runs is not refused but waits in the backlog, and the next
+/// server started with the same socket greets it (NBDMAGIC) and serves nbdinfo.
+#[test]
+fn serve_takes_the_nbd_socket_systemd_passes_and_a_restart_refuses_no_client() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::os::unix::process::CommandExt;
+    let test = "serve_takes_the_nbd_socket_systemd_passes_and_a_restart_refuses_no_client";
+    let (Some(activate), Some(nbdinfo)) = (
+        tool_path("systemd-socket-activate", test),
+        tool_path("nbdinfo", test),
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("sd-socket");
+    let members: Vec<PathBuf> = (0..2).map(|i| dir.image(&format!("m{i}.img"), 8)).collect();
+    ok(uraid()
+        .args(["create", "-l", "1", "-N", "md0", "--run", "--assume-clean"])
+        .args(&members));
+    let size = json(&ok(uraid().args(["detail", "--json"]).args(&members)))["array_bytes"]
+        .as_u64()
+        .unwrap();
+    let nbd_size = |sock: &Path| {
+        let out = Command::new(&nbdinfo)
+            .arg("--size")
+            .arg(format!("nbd+unix:///md0?socket={}", sock.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nbdinfo: {}", text(&out.stderr));
+        text(&out.stdout).trim().parse::<u64>().unwrap()
+    };
+    let stop = |control: &Path| {
+        ok(uraid().arg("stop").arg("--control").arg(control));
+    };
+
+    // 1. systemd-socket-activate: the server starts on the first connection.
+    let sock = dir.path("act.sock");
+    let control = dir.path("act.ctl");
+    let mut act = ChildGuard(Some(
+        Command::new(&activate)
+            .arg("-l")
+            .arg(&sock)
+            .arg(uraid_bin())
+            .args(["serve", "--name", "md0", "--nbd"])
+            .arg(format!("unix:{}", sock.display()))
+            .arg("--control")
+            .arg(&control)
+            .args(&members)
+            .env("URAID_RUN_DIR", dir.run_dir())
+            .stderr(std::fs::File::create(dir.path("act.stderr")).unwrap())
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !sock.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "systemd-socket-activate did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(nbd_size(&sock), size, "through the activated socket");
+    stop(&control);
+    let st = act.0.take().unwrap().wait().unwrap();
+    assert!(
+        st.success(),
+        "{st}: {}",
+        std::fs::read_to_string(dir.path("act.stderr")).unwrap_or_default()
+    );
+
+    // 2. The socket held across a restart, as a socket unit holds it.
+    let sock = dir.path("held.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let fd = listener.as_raw_fd();
+    let control = dir.path("held.ctl");
+    let start = |tag: &str| {
+        let mut c = Command::new(uraid_bin());
+        c.args(["serve", "--name", "md0", "--nbd"])
+            .arg(format!("unix:{}", sock.display()))
+            .arg("--control")
+            .arg(&control)
+            .args(&members)
+            .env("URAID_RUN_DIR", dir.run_dir())
+            .env("LISTEN_FDS", "1")
+            .stderr(std::fs::File::create(dir.path(&format!("{tag}.stderr"))).unwrap());
+        // SAFETY: dup2 and fcntl are async-signal-safe; the child then execs.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::fcntl(3, libc::F_SETFD, 0);
+                Ok(())
+            });
+        }
+        let child = ChildGuard(Some(c.spawn().unwrap()));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while UnixStream::connect(&control).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{tag} did not come up: {}",
+                std::fs::read_to_string(dir.path(&format!("{tag}.stderr"))).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    };
+    let mut first = start("first");
+    assert_eq!(nbd_size(&sock), size, "the first server");
+    stop(&control);
+    assert!(first.0.take().unwrap().wait().unwrap().success());
+    assert!(
+        sock.exists(),
+        "the stopped server left the socket it was given"
+    );
+    // No server now: the connection is not refused, it waits in the backlog.
+    let mut waiting = UnixStream::connect(&sock).expect("a client between two servers");
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut second = start("second");
+    let mut magic = [0u8; 8];
+    waiting.read_exact(&mut magic).unwrap();
+    assert_eq!(
+        &magic, b"NBDMAGIC",
+        "the next server greets the waiting client"
+    );
+    drop(waiting);
+    assert_eq!(nbd_size(&sock), size, "the second server");
+    stop(&control);
+    assert!(second.0.take().unwrap().wait().unwrap().success());
+    drop(listener);
 }

@@ -15,6 +15,9 @@ pub enum Listener {
     Unix {
         listener: UnixListener,
         path: PathBuf,
+        /// The socket file is removed when the listener goes (false for one systemd
+        /// passed: its socket unit owns the file and keeps it across restarts).
+        remove: bool,
     },
     Tcp(TcpListener),
 }
@@ -40,7 +43,38 @@ impl Listener {
             path: path.clone(),
             source,
         })?;
-        Ok(Listener::Unix { listener, path })
+        Ok(Listener::Unix {
+            listener,
+            path,
+            remove: true,
+        })
+    }
+
+    /// A listening socket made by someone else (systemd's socket activation): used as it
+    /// is, and a Unix socket's file is left in place when the listener goes, so that
+    /// clients connecting while the server restarts wait in its backlog.
+    pub fn adopt_unix(listener: UnixListener) -> Result<Listener, NbdError> {
+        let path = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+            .ok_or_else(|| NbdError::BindUnix {
+                path: PathBuf::from("(unnamed)"),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the socket passed has no path (an abstract or unnamed Unix socket)",
+                ),
+            })?;
+        Ok(Listener::Unix {
+            listener,
+            path,
+            remove: false,
+        })
+    }
+
+    /// A listening TCP socket made by someone else (systemd's socket activation).
+    pub fn adopt_tcp(listener: TcpListener) -> Listener {
+        Listener::Tcp(listener)
     }
 
     /// Listens on TCP at exactly `addr` (the caller picks 127.0.0.1 or another address).
@@ -89,7 +123,10 @@ impl AsRawFd for Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix { path, .. } = self {
+        if let Listener::Unix {
+            path, remove: true, ..
+        } = self
+        {
             let _ = std::fs::remove_file(path);
         }
     }
