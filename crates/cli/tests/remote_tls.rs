@@ -77,6 +77,11 @@ impl TlsProc {
     /// qemu-nbd `--tls-creds` (X.509, or PSK: `tls-creds-psk` reads `DIR/keys.psk`)
     /// serving the raw file `image`.
     fn qemu_nbd(creds: &Creds, image: &Path) -> TlsProc {
+        TlsProc::qemu_nbd_with(creds, image, "")
+    }
+
+    /// [`TlsProc::qemu_nbd`] with more properties on its tls-creds object (`,priority=...`).
+    fn qemu_nbd_with(creds: &Creds, image: &Path, more: &str) -> TlsProc {
         let port = free_port();
         let object = match creds {
             Creds::X509(pki) => format!(
@@ -91,6 +96,7 @@ impl TlsProc {
                 )
             }
         };
+        let object = format!("{object}{more}");
         let mut cmd = Command::new("qemu-nbd");
         cmd.args(["-f", "raw", "-b", "127.0.0.1", "-p"])
             .arg(port.to_string())
@@ -491,6 +497,35 @@ fn raid1_with_a_psk_member_on_qemu_nbd() {
             user: "bob",
         },
         &img,
+    );
+    let local = dir.image("m0.img", 32);
+    let members = vec![local, PathBuf::from(&host.uri)];
+    write_and_read_back(&dir, &members, &host.uri, |off, len| {
+        read_file_at(&img, off, len)
+    });
+}
+
+/// The same member over TLS 1.2: qemu-nbd's GnuTLS held to TLS 1.2 by its priority string
+/// (`NORMAL:-VERS-ALL:+VERS-TLS1.2`), so uraid's OpenSSL PSK client must negotiate a TLS 1.2 PSK
+/// suite with a server not its own.
+#[test]
+fn raid1_with_a_psk_member_on_qemu_nbd_over_tls_1_2() {
+    if !need_tool(
+        "qemu-nbd",
+        "raid1_with_a_psk_member_on_qemu_nbd_over_tls_1_2",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("remote-psk-qemu12");
+    let keys = psk_file(&dir, "qkeys", "bob", 7);
+    let img = dir.image("q.img", 32);
+    let host = TlsProc::qemu_nbd_with(
+        &Creds::Psk {
+            file: &keys,
+            user: "bob",
+        },
+        &img,
+        ",priority=NORMAL:-VERS-ALL:+VERS-TLS1.2",
     );
     let local = dir.image("m0.img", 32);
     let members = vec![local, PathBuf::from(&host.uri)];
