@@ -876,8 +876,11 @@ impl Array {
     /// the array is not reshaping.
     pub fn reshape_progress(&self) -> Option<(u64, u64)> {
         if let Some(r10) = self.reshaping10() {
-            let st = r10.state();
-            return Some((st.done_sectors(), st.new_array_sectors()));
+            let p = r10.progress();
+            if p.finished {
+                return None;
+            }
+            return Some((p.st.done_sectors(), p.st.new_array_sectors()));
         }
         let pers = self.reshaping()?;
         let p = pers.progress();
@@ -891,7 +894,8 @@ impl Array {
     /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
     /// while it is served).
     pub fn is_reshaping(&self) -> bool {
-        self.reshaping10().is_some() || self.reshaping().is_some_and(|p| !p.progress().finished)
+        self.reshaping10().is_some_and(|p| !p.progress().finished)
+            || self.reshaping().is_some_and(|p| !p.progress().finished)
     }
 
     /// The raid10 reshape this array is in the middle of, if any.
@@ -902,7 +906,8 @@ impl Array {
     }
 }
 
-/// Run the reshape of a served array (md's reshape in raid5d/md_do_sync) until it is
+/// Run the reshape of a served array (md's reshape in raid5d/md_do_sync; a raid10's in
+/// [`raid10::run_served10`]) until it is
 /// done, `stop` is set, or it fails: each window is moved under the window lock (requests
 /// wait for it, and it waits for those running), positions are recorded through the
 /// array's superblocks after the new stripes are flushed, at most `max_kib_s` KiB/s
@@ -915,6 +920,9 @@ pub(crate) fn run_served(
     percent: &mut dyn FnMut(u32),
 ) -> Result<bool, ArrayError> {
     use std::sync::atomic::Ordering;
+    if a.reshaping10().is_some() {
+        return raid10::run_served10(a, stop, max_kib_s, percent);
+    }
     let pers = a
         .reshaping()
         .ok_or_else(|| ArrayError::Refused("the array is not in the middle of a reshape".into()))?;
