@@ -1070,3 +1070,99 @@ fn a_raid10_mid_reshape_with_a_bitmap_is_served_read_only_by_name() {
         assert!(d.snapshot() == *b, "{} changed", d.name());
     }
 }
+
+/// Issue 15, a member failing while a raid10 reshape is served: once a third of the
+/// reshape is done member 2 is failed; the reshape goes on without it (its old and new
+/// copies skipped), a writer's every write reads back at once and at the end, and the
+/// finished array assembles in the new shape, degraded, with every byte.
+#[test]
+fn a_member_failing_during_a_served_raid10_reshape_leaves_every_byte() {
+    use rand::Rng;
+    use std::time::{Duration, Instant};
+    use uraid_engine::{reshape_members, DaemonOptions, MemberIdx, ReshapeRequest, SyncLimits};
+    let seed = 0x1017u64;
+    eprintln!("seed {seed}");
+    let devs: Vec<Arc<MemMember>> = (0..5)
+        .map(|i| Arc::new(MemMember::new(format!("f{i}"), 6 << 20)))
+        .collect();
+    let mut o = CreateOptions::new(Level::Raid10);
+    o.layout = Some(N2);
+    o.chunk_sectors = Some(64);
+    o.assume_clean = true;
+    o.data_offset_sectors = Some(4096);
+    let a = uraid_engine::create(as_members(&devs[..4]), &o).unwrap();
+    let mut model = pattern(a.size_bytes() as usize, seed);
+    a.write(0, &model).unwrap();
+    a.stop().unwrap();
+    drop(a);
+    reshape_members(
+        members(&devs[..4], None),
+        &ReshapeRequest {
+            raid_disks: Some(5),
+            ..Default::default()
+        },
+        ReshapeOptions {
+            add: members(&devs[4..], None),
+            stop_at: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+    let a = Arc::new(a);
+    assert!(a.is_reshaping() && !a.is_read_only());
+    let d = a
+        .start_daemons(DaemonOptions {
+            sync_limits: SyncLimits {
+                min_kib_s: 0,
+                max_kib_s: 4096,
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    let mut r = uraid_testkit::engine::rng(seed);
+    let mut failed = false;
+    let mut writes = 0;
+    let began = Instant::now();
+    while a.is_reshaping() {
+        assert!(began.elapsed() < Duration::from_secs(120), "not finished");
+        if let Some((done, total)) = a.reshape_progress() {
+            if !failed && done * 3 >= total {
+                a.fail_member(MemberIdx(2)).unwrap();
+                failed = true;
+            }
+        }
+        let sectors = r.gen_range(1..=64u64);
+        let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
+        let mut buf = vec![0u8; (sectors * 512) as usize];
+        r.fill(&mut buf[..]);
+        a.write(off, &buf)
+            .unwrap_or_else(|e| panic!("write at {off} (seed {seed}): {e}"));
+        let mut back = vec![0u8; buf.len()];
+        a.read(off, &mut back).unwrap();
+        assert!(back == buf, "read back at {off} (seed {seed})");
+        model[off as usize..off as usize + buf.len()].copy_from_slice(&buf);
+        writes += 1;
+    }
+    d.stop();
+    assert!(
+        failed,
+        "the reshape ended before a third of it was done (seed {seed})"
+    );
+    assert!(writes > 0);
+    let mut got = vec![0u8; model.len()];
+    a.read(0, &mut got).unwrap();
+    assert!(got == model, "the bytes at the end (seed {seed})");
+    a.stop().unwrap();
+    drop(a);
+    let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+    assert!(!a.is_reshaping());
+    assert_eq!(a.raid_disks(), 5);
+    assert!(a.is_degraded());
+    let mut got = vec![0u8; model.len()];
+    a.read(0, &mut got).unwrap();
+    if let Some(i) = got.iter().zip(&model).position(|(x, y)| x != y) {
+        panic!("in the new shape, degraded: first difference at byte {i} (seed {seed})");
+    }
+    a.stop().unwrap();
+}
