@@ -1166,3 +1166,77 @@ fn a_member_failing_during_a_served_raid10_reshape_leaves_every_byte() {
     }
     a.stop().unwrap();
 }
+
+/// Issue 15: every reshape md leaves mid-way (grows, a chunk change, near <-> offset,
+/// shrinks running backwards, each member's own new offset) goes on while served, a
+/// writer's every write read back at once, to the new shape in md's format: the same
+/// bytes where the writer left them, zeros in a grow's new part, every copy equal.
+#[test]
+fn every_md_raid10_reshape_left_mid_way_is_finished_while_served() {
+    use rand::Rng;
+    use std::time::{Duration, Instant};
+    use uraid_engine::{DaemonOptions, SyncLimits};
+    let seed = 0x1018u64;
+    for (n, c) in cases().into_iter().enumerate() {
+        let what = format!("{c:?} (seed {seed})");
+        let (devs, mut model) = mid_reshape(&c);
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        let a = Arc::new(a);
+        assert!(a.is_reshaping() && !a.is_read_only(), "{what}");
+        // Slowed (about a second a case) so that the writer meets every stage of it.
+        let d = a
+            .start_daemons(DaemonOptions {
+                sync_limits: SyncLimits {
+                    min_kib_s: 0,
+                    max_kib_s: 16384,
+                },
+                ..Default::default()
+            })
+            .unwrap();
+        let mut r = uraid_testkit::engine::rng(seed + n as u64);
+        let began = Instant::now();
+        let mut writes = 0;
+        while a.is_reshaping() {
+            assert!(
+                began.elapsed() < Duration::from_secs(120),
+                "{what}: not finished"
+            );
+            let sectors = r.gen_range(1..=48u64);
+            let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
+            let mut buf = vec![0u8; (sectors * 512) as usize];
+            r.fill(&mut buf[..]);
+            a.write(off, &buf)
+                .unwrap_or_else(|e| panic!("{what}: write at {off}: {e}"));
+            let mut back = vec![0u8; buf.len()];
+            a.read(off, &mut back).unwrap();
+            assert!(back == buf, "{what}: read back at {off}");
+            model[off as usize..off as usize + buf.len()].copy_from_slice(&buf);
+            writes += 1;
+        }
+        d.stop();
+        assert!(writes > 10, "{what}: {writes} writes while it ran");
+        a.stop().unwrap();
+        drop(a);
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping(), "{what}");
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        assert_eq!(
+            (sb.raid_disks as usize, sb.layout, u64::from(sb.chunksize)),
+            (c.new.disks, c.new.layout, c.new.chunk),
+            "{what}"
+        );
+        assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0, "{what}");
+        let mut got = vec![0u8; a.size_bytes() as usize];
+        a.read(0, &mut got).unwrap();
+        let keep = model.len().min(got.len());
+        if let Some(i) = got[..keep].iter().zip(&model).position(|(x, y)| x != y) {
+            panic!("{what}: first difference at byte {i}");
+        }
+        assert!(
+            got[keep..].iter().all(|&b| b == 0),
+            "{what}: the grown part"
+        );
+        assert_eq!(a.check().unwrap(), 0, "{what}: every copy equal");
+        a.stop().unwrap();
+    }
+}
