@@ -118,7 +118,7 @@ pub fn grow(a: GrowArgs) -> Result<()> {
     }
     if a.continue_reshape {
         if found.is_some() {
-            bail!("the array is served, and a served raid4/5/6 goes on with its reshape by itself (uraid detail and uraid status show where it is); a raid10 mid-reshape is served read-only: stop the server, then run uraid grow --continue on its members");
+            bail!("the array is served, and a served array goes on with its reshape by itself (uraid detail and uraid status show where it is); a raid10 mid-reshape with an internal bitmap is served read-only: stop the server, then run uraid grow --continue on its members");
         }
         let _locks = locks::guard(&paths)?;
         let devs = crate::open::open_all(&paths)?;

@@ -180,7 +180,7 @@ fn serve_goes_on_with_a_reshape_to_its_end() {
 
 /// A 4-member raid10 near=2 stopped at the start of a switch to offset=2 with its data area
 /// moving down (md's raid10 reshape): `examine` and `detail` show the reshape lines,
-/// `read` gives the data, a write is refused with the way out, and `grow --continue`
+/// `read` gives the data, a write goes through both geometries, and `grow --continue`
 /// finishes it: the new layout and data offset in every superblock, the same data, every
 /// copy equal.
 #[test]
@@ -225,15 +225,28 @@ fn a_raid10_mid_reshape_is_shown_read_and_continued() {
         Some("0% complete"),
         "{det}"
     );
-    let out = uraid()
+    // Served read-write mid-reshape (issue 15): the same bytes written again, and one
+    // sector changed and changed back.
+    ok(uraid()
         .args(["write", "--offset", "0", "--input"])
         .arg(&input)
-        .args(&imgs)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("grow --continue"), "{err}");
+        .args(&imgs));
+    let one = d.0.join("one.bin");
+    std::fs::write(&one, [0xeeu8; 512]).unwrap();
+    ok(uraid()
+        .args(["write", "--offset", "4096", "--input"])
+        .arg(&one)
+        .args(&imgs));
+    let mid = ok(uraid().arg("read").args(&imgs)).stdout;
+    assert!(
+        mid[4096..4608].iter().all(|&b| b == 0xee),
+        "the write mid-reshape"
+    );
+    std::fs::write(&one, &pattern[4096..4608]).unwrap();
+    ok(uraid()
+        .args(["write", "--offset", "4096", "--input"])
+        .arg(&one)
+        .args(&imgs));
     ok(uraid().args(["grow", "--continue"]).args(&imgs));
     let sb = sb_at(&imgs[0]);
     assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);

@@ -160,14 +160,18 @@ pub fn assemble(
         recs090.push(rec);
     }
     fold_lagging_reshapes(&mut sbs);
-    // A raid10 reshape is read, not written, until uraid grow --continue finishes it
-    // (raid4/5/6 reshapes are served read-write, the restripe going on): nothing reaches
-    // its members, assembly included, as with --readonly.
+    // A raid10 reshape with an internal bitmap is read, not written, until uraid grow
+    // --continue finishes it (a raid10 bitmap counts array sectors, which the reshape
+    // moves, and uraid does not resize it as md does): nothing reaches its members,
+    // assembly included, as with --readonly. Without a bitmap it is served read-write,
+    // the reshape going on, as raid4/5/6 reshapes are.
     let reshaping = sbs
         .iter()
         .any(|sb| sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0);
-    let raid10 = sbs.iter().any(|sb| sb.level == 10);
-    let readonly = opts.readonly || (reshaping && raid10);
+    let raid10_bitmap = sbs.iter().any(|sb| {
+        sb.level == 10 && sb.feature_map & uraid_core::superblock::FEATURE_BITMAP_OFFSET != 0
+    });
+    let readonly = opts.readonly || (reshaping && raid10_bitmap);
     let devs: Vec<Arc<dyn Member>> = if readonly {
         devs.into_iter()
             .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
@@ -548,7 +552,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let reshape_read_only = reshape10.is_some();
+    let reshape_read_only = reshape10.is_some() && raid10_bitmap;
     let mut array = match (reshape, reshape10) {
         (Some((state, new_offsets)), _) => crate::levels::new_reshaping_array(
             geometry,
@@ -562,6 +566,7 @@ pub fn assemble(
             geometry,
             state,
             new_offsets,
+            raid10_bitmap,
             array_slots.into(),
             meta,
             opts.clock.clone(),
@@ -570,7 +575,8 @@ pub fn assemble(
             crate::levels::new_array(geometry, array_slots.into(), meta, opts.clock.clone())?
         }
     };
-    // The raid10 reshape's reason stays (levels::new_reshaping10_array set it).
+    // The reason a raid10 reshape with a bitmap is read-only stays
+    // (levels::new_reshaping10_array set it).
     if !reshape_read_only {
         array.set_read_only(readonly);
     }

@@ -270,14 +270,8 @@ impl ArrayCell {
         }
         let plan = crate::grow::plan(&st, req)?;
         if let Plan::Restripe(r) = &plan {
-            if level == uraid_core::Level::Raid10 {
-                return Err(ArrayError::Refused(
-                    "a raid10 reshape runs on the members of a stopped array in this build \
-                     (uraid grow --raid-devices/--layout/--chunk MEMBERS; a served raid10 \
-                     mid-reshape is read-only): nothing was written"
-                        .into(),
-                ));
-            }
+            // A raid10 restripe is started as a raid4/5/6 one (start_restripe): its checks
+            // are plan_start10's, made by reshape_members before anything is written.
             if let Some(to) = r.level.filter(|&l| l != level) {
                 return self.takeover_then_restripe(&st, req, to);
             }

@@ -555,7 +555,10 @@ impl Shared {
     fn reshape_thread(&self) {
         let a = &self.array;
         (self.notify)(&DaemonNote::ReshapeStarted(
-            a.reshaping().map(|p| p.reason()).unwrap_or_default(),
+            a.reshaping()
+                .map(|p| p.reason())
+                .or_else(|| a.reshaping10().map(|p| p.reason()))
+                .unwrap_or_default(),
         ));
         a.events.emit(Event::RebuildStarted { role: None });
         let limit = self.opts.sync_limits.max_kib_s;

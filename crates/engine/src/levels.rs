@@ -49,12 +49,14 @@ pub(crate) fn new_reshaping_array(
 }
 
 /// An array in the middle of a raid10 reshape: `geometry` gives the roles (the slots),
-/// `state` both geometries. Served read-only with the reason until uraid grow --continue
-/// has finished the reshape.
+/// `state` both geometries. Served read-write, the reshape going on while served; with an
+/// internal bitmap (`bitmap`) read-only with the reason until uraid grow --continue has
+/// finished the reshape.
 pub(crate) fn new_reshaping10_array(
     geometry: ArrayGeometry,
     state: uraid_core::geometry::Raid10Reshape,
     new_data_offset_bytes: Vec<u64>,
+    bitmap: bool,
     slots: MemberMap<Slot>,
     meta: Meta,
     clock: crate::clock::Clock,
@@ -64,11 +66,15 @@ pub(crate) fn new_reshaping10_array(
     let (size, reason) = (pers.array_sectors(), pers.reason());
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);
-    a.set_read_only_for(format!(
-        "{reason}; uraid reads it through both geometries but does not write it while the \
-         reshape is unfinished: run uraid grow --continue on its members (or assemble it \
-         with Linux md / mdadm) to finish the reshape"
-    ));
+    if bitmap {
+        a.set_read_only_for(format!(
+            "{reason}, and the array has an internal bitmap, which counts raid10 array \
+             sectors that the reshape moves (md resizes it; uraid does not): uraid reads it \
+             through both geometries but does not write it while the reshape is unfinished: \
+             run uraid grow --continue on its members (or assemble it with Linux md / \
+             mdadm) to finish the reshape"
+        ));
+    }
     Ok(a)
 }
 

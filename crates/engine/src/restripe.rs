@@ -985,14 +985,20 @@ struct WindowFailed {
     failed: Vec<(MemberIdx, std::io::Error)>,
 }
 
-impl From<WindowFailed> for ArrayError {
-    fn from(w: WindowFailed) -> ArrayError {
-        let (r, e) = &w.failed[0];
+impl WindowFailed {
+    fn error(&self) -> ArrayError {
+        let (r, e) = &self.failed[0];
         ArrayError::Failed(format!(
             "reshape: writing the new stripes at member sector {} of member {r} failed: {e}; \
              the reshape stops at the recorded position and continues from there",
-            w.row0
+            self.row0
         ))
+    }
+}
+
+impl From<WindowFailed> for ArrayError {
+    fn from(w: WindowFailed) -> ArrayError {
+        w.error()
     }
 }
 
@@ -1066,8 +1072,11 @@ impl Array {
     /// the array is not reshaping.
     pub fn reshape_progress(&self) -> Option<(u64, u64)> {
         if let Some(r10) = self.reshaping10() {
-            let st = r10.state();
-            return Some((st.done_sectors(), st.new_array_sectors()));
+            let p = r10.progress();
+            if p.finished {
+                return None;
+            }
+            return Some((p.st.done_sectors(), p.st.new_array_sectors()));
         }
         let pers = self.reshaping()?;
         let p = pers.progress();
@@ -1081,7 +1090,8 @@ impl Array {
     /// Whether the array is in the middle of a reshape (and, read-write, goes on with it
     /// while it is served).
     pub fn is_reshaping(&self) -> bool {
-        self.reshaping10().is_some() || self.reshaping().is_some_and(|p| !p.progress().finished)
+        self.reshaping10().is_some_and(|p| !p.progress().finished)
+            || self.reshaping().is_some_and(|p| !p.progress().finished)
     }
 
     /// The raid10 reshape this array is in the middle of, if any.
@@ -1092,36 +1102,116 @@ impl Array {
     }
 }
 
-/// Run the reshape of a served array (md's reshape in raid5d/md_do_sync) until it is
-/// done, `stop` is set, or it fails: each window is moved under the window lock (requests
-/// wait for it, and it waits for those running), positions are recorded through the
-/// array's superblocks after the new stripes are flushed, at most `max_kib_s` KiB/s
-/// (0: no limit). `percent` hears each 20% step (mdadm's RebuildNN). Returns whether the
-/// reshape finished.
+/// What the served reshape loop ([`drive_served`]) asks of a reshape's plan: raid4/5/6's
+/// [`ReshapeState`] and raid10's [`uraid_core::geometry::Raid10Reshape`] plan their windows
+/// against the recorded position the same way.
+pub(crate) trait Windows: Clone {
+    fn position(&self) -> u64;
+    fn is_done(&self) -> bool;
+    fn window_unit(&self) -> u64;
+    fn next_step(
+        &self,
+        safe: u64,
+        max: u64,
+    ) -> Result<ReshapeStep, uraid_core::geometry::GeometryError>;
+    fn done_sectors(&self) -> u64;
+    fn new_array_sectors(&self) -> u64;
+}
+
+macro_rules! windows_of {
+    ($t:ty) => {
+        impl Windows for $t {
+            fn position(&self) -> u64 {
+                self.position_sectors
+            }
+            fn is_done(&self) -> bool {
+                <$t>::is_done(self)
+            }
+            fn window_unit(&self) -> u64 {
+                <$t>::window_unit(self)
+            }
+            fn next_step(
+                &self,
+                safe: u64,
+                max: u64,
+            ) -> Result<ReshapeStep, uraid_core::geometry::GeometryError> {
+                <$t>::next_step(self, safe, max)
+            }
+            fn done_sectors(&self) -> u64 {
+                <$t>::done_sectors(self)
+            }
+            fn new_array_sectors(&self) -> u64 {
+                <$t>::new_array_sectors(self)
+            }
+        }
+    };
+}
+windows_of!(ReshapeState);
+windows_of!(uraid_core::geometry::Raid10Reshape);
+
+/// A window whose new stripes or copies some members did not take: those members (to fail)
+/// and the error to stop with when the array cannot go on without them.
+pub(crate) struct Unmoved {
+    pub(crate) failed: Vec<(MemberIdx, std::io::Error)>,
+    pub(crate) error: ArrayError,
+}
+
+/// One personality's part of a served reshape (raid4/5/6's here, raid10's in
+/// `restripe/raid10.rs`).
+pub(crate) trait ServedReshape: crate::array::Personality {
+    type Plan: Windows;
+    /// The plan in memory, and the position the superblocks record.
+    fn now(&self) -> (Self::Plan, u64);
+    /// Move the window of `step` under the window lock: read through the old geometry,
+    /// written through the new, the position advanced (unless some member did not take it).
+    fn move_window(&self, a: &Array, step: ReshapeStep) -> Result<Option<Unmoved>, ArrayError>;
+    /// Flush, then record `at` in every superblock (md's reshape_safe).
+    fn record(&self, a: &Array, at: u64) -> Result<(), ArrayError>;
+    /// The new shape in every superblock, after the new data is durable.
+    fn finish(&self, a: &Array, st: &Self::Plan) -> Result<(), ArrayError>;
+}
+
+/// Run the reshape of a served array (md's reshape in raid5d/md_do_sync) until it is done,
+/// `stop` is set, or it fails: each window is moved under the window lock (requests wait
+/// for it, and it waits for those running), positions are recorded through the array's
+/// superblocks after the new stripes are flushed, at most `max_kib_s` KiB/s (0: no limit).
+/// `percent` hears each 20% step (mdadm's RebuildNN). Returns whether the reshape finished.
 pub(crate) fn run_served(
     a: &Array,
     stop: &std::sync::atomic::AtomicBool,
     max_kib_s: u64,
     percent: &mut dyn FnMut(u32),
 ) -> Result<bool, ArrayError> {
-    use std::sync::atomic::Ordering;
+    if let Some(pers) = a.reshaping10() {
+        return raid10::run_served10(a, pers, stop, max_kib_s, percent);
+    }
     let pers = a
         .reshaping()
         .ok_or_else(|| ArrayError::Refused("the array is not in the middle of a reshape".into()))?;
     a.check_writable("a reshape")?;
+    drive_served(a, pers, stop, max_kib_s, percent)
+}
+
+/// The served reshape loop both personalities share.
+pub(crate) fn drive_served<P: ServedReshape>(
+    a: &Array,
+    pers: &P,
+    stop: &std::sync::atomic::AtomicBool,
+    max_kib_s: u64,
+    percent: &mut dyn FnMut(u32),
+) -> Result<bool, ArrayError> {
+    use std::sync::atomic::Ordering;
     let began = Instant::now();
     let mut copied = 0u64;
     let mut last_checkpoint = Instant::now();
     let mut last_percent = 0;
     loop {
-        let (st, safe) = {
-            let p = pers.progress();
-            (p.st.clone(), p.safe)
-        };
+        let (st, safe) = pers.now();
         let stopping = stop.load(Ordering::SeqCst) || a.sync_intr.load(Ordering::SeqCst);
+        // The end is recorded as a position first.
         let due = last_checkpoint.elapsed() >= CHECKPOINT_EVERY || stopping || st.is_done();
-        if due && safe != st.position_sectors {
-            record_position(a, pers, st.position_sectors)?;
+        if due && safe != st.position() {
+            pers.record(a, st.position())?;
             last_checkpoint = Instant::now();
             continue;
         }
@@ -1133,40 +1223,28 @@ pub(crate) fn run_served(
         let step = st.next_step(safe, max)?;
         match step {
             ReshapeStep::Done => {
-                finish_served(a, pers, &st)?;
+                pers.finish(a, &st)?;
                 return Ok(true);
             }
             ReshapeStep::Checkpoint => {
-                record_position(a, pers, st.position_sectors)?;
+                pers.record(a, st.position())?;
                 last_checkpoint = Instant::now();
             }
-            ReshapeStep::Copy { start, sectors } => {
-                let result = {
-                    let mut p = pers.progress_mut();
-                    let data = read_window(a, pers, &p.st, start, sectors)?;
-                    let devs: Vec<Option<Arc<dyn Member>>> = (0..p.st.new.raid_disks)
-                        .map(|r| a.live(MemberIdx(r)))
-                        .collect();
-                    let r = write_window(a, pers, &devs, &p.st.new, start, sectors, &data);
-                    if r.is_ok() {
-                        p.st.advance(step);
-                    }
-                    r
-                };
-                if let Err(w) = result {
+            ReshapeStep::Copy { sectors, .. } => {
+                if let Some(w) = pers.move_window(a, step)? {
                     // Failed outside the window lock (the failure is written to the
                     // superblocks); the window is moved again without them.
                     for (r, e) in &w.failed {
                         a.member_error(*r, e);
                     }
-                    if !a.is_running() {
-                        return Err(w.into());
+                    if !a.is_running() || !pers.survives(&a.missing_roles()) {
+                        return Err(w.error);
                     }
                     continue;
                 }
                 copied += sectors;
                 let total = st.new_array_sectors().max(1);
-                let done = pers.progress().st.done_sectors();
+                let done = pers.now().0.done_sectors();
                 let pct = (done.min(total) * 100 / total) as u32 / 20 * 20;
                 if pct > last_percent && pct < 100 {
                     last_percent = pct;
@@ -1185,6 +1263,44 @@ pub(crate) fn run_served(
                 }
             }
         }
+    }
+}
+
+impl ServedReshape for ReshapePers {
+    type Plan = ReshapeState;
+
+    fn now(&self) -> (ReshapeState, u64) {
+        let p = self.progress();
+        (p.st.clone(), p.safe)
+    }
+
+    fn move_window(&self, a: &Array, step: ReshapeStep) -> Result<Option<Unmoved>, ArrayError> {
+        let ReshapeStep::Copy { start, sectors } = step else {
+            return Ok(None);
+        };
+        let mut p = self.progress_mut();
+        let data = read_window(a, self, &p.st, start, sectors)?;
+        let devs: Vec<Option<Arc<dyn Member>>> = (0..p.st.new.raid_disks)
+            .map(|r| a.live(MemberIdx(r)))
+            .collect();
+        match write_window(a, self, &devs, &p.st.new, start, sectors, &data) {
+            Ok(()) => {
+                p.st.advance(step);
+                Ok(None)
+            }
+            Err(w) => Ok(Some(Unmoved {
+                error: w.error(),
+                failed: w.failed,
+            })),
+        }
+    }
+
+    fn record(&self, a: &Array, at: u64) -> Result<(), ArrayError> {
+        record_position(a, self, at)
+    }
+
+    fn finish(&self, a: &Array, st: &ReshapeState) -> Result<(), ArrayError> {
+        finish_served(a, self, st)
     }
 }
 

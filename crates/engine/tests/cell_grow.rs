@@ -487,3 +487,70 @@ fn a_served_raid0_changes_its_chunk_from_one_request() {
     cell.stop_daemons();
     a.stop().unwrap();
 }
+
+/// Issue 15: `--raid-devices 5 --add d4` on a served raid10 near=2 of 4, one request: the
+/// device added as a spare, md's raid10 reshape started on the served array (the data
+/// offset moving down) and run by the daemons while writers go on, and at its end the
+/// array served in its new shape at its new size; every byte the writers left, and md's
+/// check finds every copy equal.
+#[test]
+fn a_served_raid10_grows_by_a_member_from_one_request() {
+    let seed = 47;
+    eprintln!("seed {seed}");
+    let devs = members(5, 6 * MB, "r10g-");
+    let mut o = reshape_options(Level::Raid10);
+    o.layout = Some(0x102);
+    let a = create(devs[..4].iter().cloned().map(Some).collect(), &o).unwrap();
+    let before = a.size_bytes();
+    let (cell, model) = filled(a, seed);
+    cell.start_daemons(DaemonOptions {
+        sync_limits: SyncLimits {
+            min_kib_s: 1000,
+            max_kib_s: 4000,
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, before, &model, &stop, seed);
+    let r = cell
+        .grow_adding(
+            &GrowRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            vec![devs[4].clone()],
+        )
+        .unwrap();
+    assert!(r.restripe, "{r:?}");
+    assert!(r.summary.contains("4 -> 5"), "{r:?}");
+    wait_until("the reshape to end", Duration::from_secs(120), || {
+        let a = cell.get();
+        !a.is_reshaping() && a.size_bytes() > before
+    });
+    let writes = stop_writers(&stop, ws);
+    assert!(writes > 0);
+    check(&cell, &model, "after the raid10 reshape");
+    let a = cell.current();
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid10, 5));
+    assert!(a.size_bytes() >= before / 4 * 5 - MB, "{}", a.size_bytes());
+    // The grown part is there and writable.
+    let tail = vec![0x5au8; MB as usize];
+    cell.run(|a| a.write(before, &tail)).unwrap();
+    let mut back = vec![0u8; MB as usize];
+    cell.run(|a| a.read(before, &mut back)).unwrap();
+    assert!(back == tail);
+    drop(a);
+    let a = check_parity_and_stop(&cell, "after the raid10 reshape");
+    assert!(!a.is_reshaping());
+    for d in &devs {
+        let sb = uraid_engine::read_superblock(d.as_ref()).unwrap();
+        assert_eq!(sb.raid_disks, 5, "{}", d.name());
+        assert_eq!(
+            sb.feature_map & uraid_core::superblock::FEATURE_RESHAPE_ACTIVE,
+            0,
+            "{}",
+            d.name()
+        );
+    }
+}

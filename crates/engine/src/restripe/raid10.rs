@@ -56,6 +56,9 @@ pub(crate) fn continue_reshape10(
     let pers = array
         .reshaping10()
         .expect("called for a raid10 mid-reshape");
+    // Only this function writes (copies and superblocks); the array, read-only, reads (it
+    // is assembled read-write now that a raid10 mid-reshape is served so).
+    array.set_read_only(true);
     let mut st = pers.state();
     let mut by_role: Vec<Option<Arc<dyn Member>>> = vec![None; st.new.raid_disks];
     for (d, m) in devs.iter().zip(&report.members) {
@@ -116,7 +119,9 @@ pub(crate) fn continue_reshape10(
             ReshapeStep::Copy { start, sectors } => {
                 let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
                 pers.read_side(&array, &st, Side::Old, start, &mut data)?;
-                write_window(&array, pers, &by_role, &st, start, &data)?;
+                if let Some(f) = write_window(&array, pers, &by_role, &st, start, &data).first() {
+                    return Err(window_failed(f));
+                }
                 st.advance(step);
                 windows += 1;
                 copied += sectors;
@@ -179,9 +184,20 @@ fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
     Ok(())
 }
 
+/// A member's write of a window's new copies failed: (role, member sector, error).
+type CopyFailed = (MemberIdx, u64, std::io::Error);
+
+fn window_failed((role, ms, e): &CopyFailed) -> ArrayError {
+    ArrayError::Failed(format!(
+        "reshape: writing the new copies at member sector {ms} of member {role} \
+         failed: {e}; the reshape stops at the recorded position and continues from there"
+    ))
+}
+
 /// Write one window's data, array sectors from `start`, to every copy of the new geometry
 /// at each member's new data offset (a role without a member is skipped: it is missing
-/// in both geometries' view and gets its copies when it is rebuilt).
+/// in both geometries' view and gets its copies when it is rebuilt). Returns the writes
+/// that failed.
 fn write_window(
     a: &Array,
     pers: &Reshape10Pers,
@@ -189,7 +205,7 @@ fn write_window(
     st: &Raid10Reshape,
     start: u64,
     data: &[u8],
-) -> Result<(), ArrayError> {
+) -> Vec<CopyFailed> {
     let g = &st.new;
     let mut ops: Vec<Op> = Vec::new();
     let mut at_of: Vec<(MemberIdx, u64)> = Vec::new();
@@ -209,14 +225,126 @@ fn write_window(
         s += n as u64 / SECTOR_BYTES;
     }
     let results = execute(&mut ops);
-    for (res, (role, ms)) in results.into_iter().zip(at_of) {
-        if let Err(e) = res {
-            return Err(ArrayError::Failed(format!(
-                "reshape: writing the new copies at member sector {ms} of member {role} \
-                 failed: {e}; the reshape stops at the recorded position and continues from there"
+    results
+        .into_iter()
+        .zip(at_of)
+        .filter_map(|(res, (role, ms))| res.err().map(|e| (role, ms, e)))
+        .collect()
+}
+
+/// Run the raid10 reshape of a served array (md's raid10 reshape_request from md_do_sync)
+/// in the loop the raid4/5/6 one runs in ([`crate::restripe::drive_served`]): each window
+/// read through the old geometry and written to every new copy under the window lock,
+/// positions recorded (the members flushed, then every superblock through the array's
+/// metadata) whenever [`Raid10Reshape::next_step`] asks, every few seconds, on a stop and
+/// at the end; then the superblocks get the new shape as [`continue_reshape10`] writes it.
+/// Returns whether the reshape finished.
+pub(crate) fn run_served10(
+    a: &Array,
+    pers: &Reshape10Pers,
+    stop: &std::sync::atomic::AtomicBool,
+    max_kib_s: u64,
+    percent: &mut dyn FnMut(u32),
+) -> Result<bool, ArrayError> {
+    a.check_writable("a reshape")?;
+    {
+        let p = pers.progress();
+        if p.finished {
+            return Ok(true);
+        }
+        if let Err(e) = p.st.can_finish() {
+            return Err(ArrayError::Refused(format!(
+                "uraid cannot continue this raid10 reshape to its end ({e}); nothing was \
+                 written: finish it with mdadm --grow --continue"
             )));
         }
     }
+    crate::restripe::drive_served(a, pers, stop, max_kib_s, percent)
+}
+
+impl crate::restripe::ServedReshape for Reshape10Pers {
+    type Plan = Raid10Reshape;
+
+    fn now(&self) -> (Raid10Reshape, u64) {
+        let p = self.progress();
+        (p.st.clone(), p.safe)
+    }
+
+    fn move_window(
+        &self,
+        a: &Array,
+        step: ReshapeStep,
+    ) -> Result<Option<crate::restripe::Unmoved>, ArrayError> {
+        let ReshapeStep::Copy { start, sectors } = step else {
+            return Ok(None);
+        };
+        let mut p = self.progress_mut();
+        let mut data = AlignedBuf::new((sectors * SECTOR_BYTES) as usize);
+        self.read_side(a, &p.st, Side::Old, start, &mut data)?;
+        let devs: Vec<Option<Arc<dyn Member>>> = (0..p.st.new.raid_disks)
+            .map(|r| a.live(MemberIdx(r)))
+            .collect();
+        let failed = write_window(a, self, &devs, &p.st, start, &data);
+        if failed.is_empty() {
+            p.st.advance(step);
+            return Ok(None);
+        }
+        Ok(Some(crate::restripe::Unmoved {
+            error: window_failed(&failed[0]),
+            failed: failed.into_iter().map(|(r, _, e)| (r, e)).collect(),
+        }))
+    }
+
+    fn record(&self, a: &Array, at: u64) -> Result<(), ArrayError> {
+        record_position10(a, self, at)
+    }
+
+    fn finish(&self, a: &Array, st: &Raid10Reshape) -> Result<(), ArrayError> {
+        finish_served10(a, self, st)
+    }
+}
+
+/// Flush what the windows wrote, then record `at` as the reshape position in every
+/// superblock; from then on writes on the new side of it go to the new geometry only.
+fn record_position10(a: &Array, pers: &Reshape10Pers, at: u64) -> Result<(), ArrayError> {
+    crate::restripe::flush_live(a);
+    {
+        let mut m = a.meta();
+        m.template.reshape_position = at;
+        m.write_all(a)?;
+    }
+    pers.progress_mut().safe = at;
+    Ok(())
+}
+
+/// The end of a served raid10 reshape: the new copies durable, then every superblock says
+/// the new shape ([`uraid_core::geometry::reshape10::finish_superblock10`], as
+/// [`continue_reshape10`] writes it). The array keeps serving through the new geometry
+/// until the cell assembles it again in its new shape.
+fn finish_served10(a: &Array, pers: &Reshape10Pers, st: &Raid10Reshape) -> Result<(), ArrayError> {
+    use uraid_core::geometry::reshape10::finish_superblock10;
+    crate::restripe::flush_live(a);
+    let new = st.new.clone();
+    {
+        let mut m = a.meta();
+        finish_superblock10(&mut m.template, &new);
+        for (_, own) in m.members.iter_mut() {
+            if let Some(own) = own {
+                finish_superblock10(own, &new);
+            }
+        }
+        for (_, own) in m.spares.iter_mut() {
+            finish_superblock10(own, &new);
+        }
+        if m.needs_resync {
+            // Copies written when the power went may differ, in either geometry: all of it.
+            m.template.resync_offset = 0;
+        }
+        m.write_all(a)?;
+    }
+    let mut p = pers.progress_mut();
+    p.safe = p.st.position_sectors;
+    p.finished = true;
     Ok(())
 }
 
