@@ -18,8 +18,10 @@
 # raid5 grown 4 -> 5 (Linux finishes it degraded, same bytes).
 # Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
 # mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
-# Fourth: a raid6 grown 4 -> 5, stopped mid-way; uraid reads what Linux recorded and
-# finishes it. (mdadm 4.2 on 6.12 would not start a shrink with a new offset even with room
+# Fourth to sixth: a raid6 grown 4 -> 5 and a raid5 layout change, each stopped mid-way
+# (uraid reads what Linux recorded, or what Linux itself reads, and finishes them), and a
+# raid5 of 4 made a raid6 of 5 (--level=6 --raid-devices=5), whose reshape also rebuilds the
+# new Q device: uraid refuses that one by name. (mdadm 4.2 on 6.12 would not start a shrink with a new offset even with room
 # after the data, "Cannot set new_offset", so Linux's backwards shrink with a new offset is
 # checked with superblocks written as md writes them, in the engine's restripe tests.)
 # Served (issue 15, sv_* below): two more arrays in the first boot, Linux's 3 -> 4 grow
@@ -374,15 +376,41 @@ mdadm /dev/md6 --add /dev/disk/16 2>&1
 mdadm --grow /dev/md6 --raid-devices=5 2>&1
 stop_mid md6 freeze
 mdadm --examine /dev/disk/12 | grep -E "Reshape|Delta|Offset" || true
+# Fifth: a raid5 of 4 becoming a raid6 of 5 (mdadm's takeover to the -6 layout, then the
+# restripe to left-symmetric over 5), stopped mid-way.
+mdadm --create --run /dev/md8 --metadata=1.2 --level=5 --layout=left-symmetric --chunk=64 \
+    --raid-devices=4 --assume-clean /dev/disk/17 /dev/disk/18 /dev/disk/19 /dev/disk/20 2>&1
+fill md8
+echo "SUM-S $(sum_of md8) $(cat /sys/block/md8/size)"
+mdadm /dev/md8 --add /dev/disk/21 2>&1
+if mdadm --grow /dev/md8 --level=6 --raid-devices=5 2>&1; then
+    stop_mid md8 freeze
+    mdadm --examine /dev/disk/17 | grep -E "Raid Level|Layout|Reshape|Delta|Offset" || true
+else
+    echo "LEVEL-GROW-REFUSED"
+fi
+# Sixth: a raid5 layout change (left-symmetric -> right-asymmetric), stopped mid-way.
+mdadm --create --run /dev/md9 --metadata=1.2 --level=5 --layout=left-symmetric --chunk=64 \
+    --raid-devices=3 --assume-clean /dev/disk/22 /dev/disk/23 /dev/disk/24 2>&1
+fill md9
+echo "SUM-T $(sum_of md9) $(cat /sys/block/md9/size)"
+if mdadm --grow /dev/md9 --layout=right-asymmetric 2>&1; then
+    stop_mid md9 mdadm
+    mdadm --examine /dev/disk/22 | grep -E "Layout|Reshape|Offset" || true
+    linux_reads RO-T md9 /dev/disk/22 /dev/disk/23 /dev/disk/24
+else
+    echo "LAYOUT-GROW-REFUSED"
+fi
 JOB
-sv_guest_job 17 >>job.sh
+sv_guest_job 25 >>job.sh
 echo "echo GUEST-OK" >>job.sh
 rc=0
-truncate -s 32M e0 e1 e2 e3 r0 r1 r2 r3 r4
+truncate -s 32M e0 e1 e2 e3 r0 r1 r2 r3 r4 s0 s1 s2 s3 s4 t0 t1 t2
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 \
     --disk e0 --disk e1 --disk e2 --disk e3 \
-    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 $(sv_disk_args SV SVB) 2>&1)" || rc=$?
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 --disk s0 --disk s1 --disk s2 \
+    --disk s3 --disk s4 --disk t0 --disk t1 --disk t2 $(sv_disk_args SV SVB) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
     echo "FAIL reshape (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
 fi
@@ -394,13 +422,13 @@ check() {
     name=$1 tag=$2 rotag=$3 strict=$4; shift 4
     want="$(grep -m1 "^$tag " <<<"$out" | cut -d' ' -f2)"
     linux="$(grep -m1 "^$rotag " <<<"$out" | cut -d' ' -f2)"
-    md_pos="$(mdadm --examine "$1" 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+    md_pos="$(mdadm --examine "$1" 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')" || true
     u_pos="$("$URAID" examine "$1" 2>&1 | grep "Reshape pos'n" | sed 's/.*: *//')" || true
     if [ -z "$md_pos" ] || [ "$md_pos" != "$u_pos" ]; then
         echo "FAIL reshape $name: mdadm --examine says reshape at '$md_pos', uraid examine '$u_pos'"
         fail=1; return
     fi
-    got="$("$URAID" read "$@" 2>"$name.err" | sha256sum | cut -d' ' -f1)"
+    got="$("$URAID" read "$@" 2>"$name.err" | sha256sum | cut -d' ' -f1)" || true
     if [ -z "$linux" ] || [ "$got" != "$linux" ]; then
         echo "FAIL reshape $name: uraid read sha256 $got; Linux md read '$linux' from the same members"
         cat "$name.err"; fail=1; return
@@ -421,6 +449,26 @@ else
     check chunk-64to32 SUM-B RO-B 0 b2 b1 b0
 fi
 check raid6-grow-4to5 SUM-R SUM-R 1 r4 r3 r2 r1 r0
+for t in "LEVEL-GROW-REFUSED raid5-to-raid6-4to5" "LAYOUT-GROW-REFUSED layout-ls-to-ra"; do
+    if grep -q "^${t%% *}" <<<"$out"; then echo "FAIL reshape ${t#* }: mdadm refused it"; fail=1; fi
+done
+# mdadm's raid5 -> raid6 of 5 is md's takeover to a degraded raid6 (left-symmetric-6, the Q
+# role missing) whose reshape to left-symmetric also writes the new device (md moves its
+# recovery_offset with the reshape): a member being rebuilt by the reshape, which uraid
+# does not read yet. It must refuse by name and change nothing.
+if ! grep -q "^LEVEL-GROW-REFUSED" <<<"$out"; then
+    s_before="$(cat s0 s1 s2 s3 s4 | sha256sum)"
+    rd="$("$URAID" read s0 s1 s2 s3 s4 2>&1 >/dev/null)" && rd_rc=0 || rd_rc=$?
+    ct="$("$URAID" grow -q --continue s0 s1 s2 s3 s4 2>&1)" && ct_rc=0 || ct_rc=$?
+    if [ $rd_rc = 0 ] || [ $ct_rc = 0 ] || ! grep -q "being rebuilt" <<<"$rd$ct" ||
+        [ "$(cat s0 s1 s2 s3 s4 | sha256sum)" != "$s_before" ]; then
+        echo "FAIL reshape raid5-to-raid6-4to5: uraid read rc $rd_rc ($rd), continue rc $ct_rc ($ct)"
+        fail=1
+    else
+        echo "PASS reshape raid5-to-raid6-4to5 (a member rebuilt by the reshape): uraid refuses to read or continue it by name, members unchanged ($(head -c 160 <<<"$rd"))"
+    fi
+fi
+grep -q "^LAYOUT-GROW-REFUSED" <<<"$out" || check layout-ls-to-ra SUM-T RO-T 0 t2 t1 t0
 if [ $fail != 0 ]; then
     grep -v '^SUM' <<<"$out" | tail -40
     exit 1
@@ -500,6 +548,16 @@ continue_linux() { # NAME WANT-DISKS SHA256 SECTORS MEMBERS...
     echo "PASS reshape continue $name: uraid finished Linux md's reshape ($want devices, the sha256 Linux recorded, parity consistent)"
 }
 continue_linux raid6-grow-4to5 5 "$sum_r" "$sectors_r" r0 r1 r2 r3 r4
+# The layout change: what Linux read of it mid-way, on the whole array, layout 1 at the end.
+ro_t="$(grep -m1 "^RO-T " <<<"$out" | cut -d' ' -f2)"
+sectors_t="$(grep -m1 "^SUM-T " <<<"$out" | cut -d' ' -f3)"
+if ! "$URAID" grow -q --continue t0 t1 t2 >cont-t.log 2>&1 ||
+    [ "$(prefix_sum $((sectors_t * 512)) t0 t1 t2)" != "$ro_t" ] || ! parity_ok t0 t1 t2 ||
+    [ "$("$URAID" detail --json t0 t1 t2 | python3 -c 'import json,sys; print(json.load(sys.stdin)["layout"])')" != right-asymmetric ]; then
+    echo "FAIL reshape continue layout-ls-to-ra: uraid did not finish Linux's layout change with the same bytes"
+    cat cont-t.log; "$URAID" detail t0 t1 t2; exit 1
+fi
+echo "PASS reshape continue layout-ls-to-ra: uraid finished Linux md's layout change (right-asymmetric, what Linux read, parity consistent)"
 
 # Linux -> uraid, served: uraid serves Linux's stopped grows read-write under fio.
 for t in SV SVB; do sv_host $t || fail=1; done
