@@ -173,7 +173,7 @@ pub use recovery::{AddOutcome, SyncKind, SyncLimits, SyncProgress, Throttle};
 
 // raid4/5/6: the journal, the stripe cache and the level's knobs.
 pub use raid5::writeback::{JournalMode, WriteBackStats, PERIODIC_AGE};
-pub use raid5::Tuning;
+pub use raid5::{JoinStats, Tuning};
 pub use stripe_cache::{CacheStats, StripeCache, DEFAULT_SIZE as DEFAULT_STRIPE_CACHE_SIZE};
 
 // On-disk metadata, for examine and for tools that inspect members.

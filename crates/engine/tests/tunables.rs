@@ -31,12 +31,15 @@ fn knobs_take_effect_and_show_md_names() {
     assert_eq!(get(&a, "group_thread_cnt"), "0");
     assert_eq!(get(&a, "rmw_level"), "1");
     assert_eq!(get(&a, "skip_copy"), "1");
+    assert_eq!(get(&a, "join_wait_us"), "500");
     for (k, v) in [
         ("stripe_cache_size", "1024"),
         ("group_thread_cnt", "3"),
         ("rmw_level", "2"),
         ("skip_copy", "0"),
         ("batching", "0"),
+        ("join_wait_us", "0"),
+        ("join_wait_us", "2000"),
     ] {
         a.set_tunable(k, v).unwrap();
         assert_eq!(get(&a, k), v, "{k}");
@@ -63,6 +66,7 @@ fn bad_values_are_refused_and_change_nothing() {
         ("stripe_cache_size", "lots"),
         ("rmw_level", "3"),
         ("skip_copy", "2"),
+        ("join_wait_us", "10000001"),
         ("group_thread_cnt", "-1"),
         ("no_such_knob", "1"),
     ] {

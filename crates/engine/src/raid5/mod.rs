@@ -22,6 +22,7 @@
 //! - `sync`: resync, recovery, check and repair of parity;
 //! - `stripe`: one stripe's blocks (loading, reconstruction, parity).
 
+mod join;
 pub(crate) mod pers;
 pub(crate) mod ppl;
 mod read;
@@ -30,6 +31,7 @@ mod sync;
 mod write;
 pub(crate) mod writeback;
 
+pub use join::JoinStats;
 pub(crate) use read::read;
 pub(crate) use stripe::gen_parity;
 #[cfg(test)]
@@ -42,7 +44,7 @@ use crate::error::ArrayError;
 use crate::journal::{Journal, LogTicket};
 use crate::raid5::writeback::WriteBack;
 use crate::stripe_workers::Workers;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::RwLock;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
@@ -71,6 +73,11 @@ pub struct Tuning {
     /// another process or the kernel: then a change during the write cannot make data and
     /// parity disagree.
     pub skip_copy: AtomicBool,
+    /// Microseconds a partial-stripe write of at least 64 KiB (or a chunk) waits, holding
+    /// no stripe head, for concurrent writes that fill the rest of its stripe, so that the
+    /// stripe goes out whole without reads (md's delayed stripes; [`join`]); it waits less
+    /// once the stripe is covered or when nobody else could come. 0 turns joining off.
+    pub join_wait_us: AtomicU64,
 }
 
 impl Default for Tuning {
@@ -80,9 +87,16 @@ impl Default for Tuning {
             rmw_level: AtomicU8::new(1),
             sync_batch_bytes: AtomicUsize::new(2 << 20),
             skip_copy: AtomicBool::new(true),
+            join_wait_us: AtomicU64::new(DEFAULT_JOIN_WAIT_US),
         }
     }
 }
+
+/// `join_wait_us`'s default.
+pub const DEFAULT_JOIN_WAIT_US: u64 = 500;
+/// `join_wait_us`'s largest value (10 s: more is never useful; tests use long waits so that
+/// they do not depend on timing).
+pub const MAX_JOIN_WAIT_US: u64 = 10_000_000;
 
 /// What only a raid4/5/6 array holds (md's r5conf). The array keeps one, for the parity
 /// levels only; the level's code reaches its state through it.
@@ -102,6 +116,8 @@ pub(crate) struct Conf {
     pub(crate) ppl: RwLock<Option<std::sync::Arc<ppl::Ppl>>>,
     /// The level's run-time knobs.
     pub(crate) tuning: Tuning,
+    /// Partial-stripe writes pending for joiners ([`join`]).
+    pub(crate) joins: join::Joins,
 }
 
 impl Conf {
@@ -117,6 +133,7 @@ impl Conf {
             wb: WriteBack::default(),
             ppl: RwLock::new(None),
             tuning: Tuning::default(),
+            joins: join::Joins::default(),
         }
     }
 

@@ -159,6 +159,10 @@ impl Personality for Raid5Pers {
                 u8::from(t.batching.load(Ordering::Relaxed)).to_string(),
             ),
             (
+                "join_wait_us",
+                t.join_wait_us.load(Ordering::Relaxed).to_string(),
+            ),
+            (
                 "consistency_policy",
                 if a.has_ppl() {
                     "ppl"
@@ -204,10 +208,20 @@ impl Personality for Raid5Pers {
                 self.conf.tuning.batching.store(flag()?, Ordering::Relaxed);
                 Ok(())
             }
+            "join_wait_us" => match num()? as u64 {
+                n @ 0..=super::MAX_JOIN_WAIT_US => {
+                    self.conf.tuning.join_wait_us.store(n, Ordering::Relaxed);
+                    Ok(())
+                }
+                n => Err(ArrayError::Failed(format!(
+                    "join_wait_us is 0..={}, not {n}",
+                    super::MAX_JOIN_WAIT_US
+                ))),
+            },
             "consistency_policy" => a.set_consistency_policy(value),
             _ => Err(ArrayError::Failed(format!(
                 "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
-                 rmw_level, skip_copy, batching, consistency_policy)"
+                 rmw_level, skip_copy, batching, join_wait_us, consistency_policy)"
             ))),
         }
     }
@@ -298,6 +312,12 @@ impl Array {
     /// None for the other levels, which have none. `set_tunable` checks what it stores.
     pub fn tuning(&self) -> Option<&super::Tuning> {
         self.r5_conf().map(|c| &c.tuning)
+    }
+
+    /// Counts of raid4/5/6's joined partial-stripe writes (`join_wait_us`); None for the
+    /// other levels.
+    pub fn join_stats(&self) -> Option<&super::JoinStats> {
+        self.r5_conf().map(|c| &c.joins.stats)
     }
 
     /// Attach the write journal (create and assemble do, before the array is shared).

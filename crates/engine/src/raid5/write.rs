@@ -26,6 +26,9 @@ pub(crate) fn write(
     let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
     let tuning = &a.r5().tuning;
     let skip_copy = tuning.skip_copy.load(Ordering::Relaxed);
+    // Counted while it runs, so that a leader knows whether anyone else could join.
+    let _writing = a.r5().joins.writing();
+    let sequential = a.r5().joins.sequential(sector, sector + sectors(buf.len()));
     while off < buf.len() {
         let loc = g.locate(s);
         // A run of whole stripes goes out in one pass (md's full-stripe batching).
@@ -58,33 +61,145 @@ pub(crate) fn write(
         let next_stripe = g.array_sector(loc.stripe + 1, 0);
         let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
-        {
-            let map = g.stripe_map(loc.stripe);
-            // Without a journal or PPL (both log per stripe) a write owns only the rows it
-            // writes: the rows [lo, hi) of its data chunks and of parity are all it reads
-            // and writes, so writes to other rows of the stripe go on meanwhile. A PPL
-            // switch quiesces the array first, so it cannot start under such a head.
-            let rows = if a.journal().is_none() && a.ppl().is_none() {
-                write_rows(g, &loc, n)
-            } else {
-                WHOLE
-            };
-            let mut head = a
-                .r5()
-                .stripe_cache
-                .get_rows(loc.stripe, rows, Get::Wait)
-                .expect("waited");
-            let bufs = head.bufs();
-            a.r5().run_stripe(|| {
-                retrying(a, &map, loc.stripe, g, |exclude| {
-                    write_stripe(a, g, &map, loc.stripe, s, data, exclude, bufs, skip_copy)
-                })
-            })?;
+        match join(a, g, &loc, data, stripe_bytes, sequential) {
+            Some(r) => r?,
+            None => write_in_stripe(a, g, &loc, s, data, skip_copy)?,
         }
         off += n;
         s += sectors(n);
     }
     Ok(())
+}
+
+/// Pieces of at least this many bytes (or a chunk, if smaller) lead a pending stripe
+/// ([`super::join`]); smaller ones only join: a small write reads little, and waiting for
+/// joiners that random small writes never bring would only add latency.
+const LEAD_MIN_BYTES: usize = 64 << 10;
+
+/// Write the part `data` of `loc`'s stripe (less than the whole stripe) together with
+/// other writes in flight that cover the rest, if it can join or lead ([`super::join`]):
+/// Some(result) when it went out so, None when it is to be written the ordinary way. Not
+/// with a journal or PPL (they log per request), nor on a degraded stripe.
+fn join(
+    a: &Array,
+    g: &ParityGeometry,
+    loc: &StripeLocation,
+    data: &[u8],
+    stripe_bytes: usize,
+    sequential: bool,
+) -> Option<Result<(), ArrayError>> {
+    let wait_us = a.r5().tuning.join_wait_us.load(Ordering::Relaxed);
+    if wait_us == 0 || data.len() >= stripe_bytes || a.journal().is_some() || a.ppl().is_some() {
+        return None;
+    }
+    let joins = &a.r5().joins;
+    let may_lead = data.len() >= LEAD_MIN_BYTES.min(chunk_bytes(g)) && joins.may_lead(sequential);
+    if !may_lead && !joins.any_open() {
+        // The common small write: nothing to join, nothing to look up.
+        return None;
+    }
+    let map = g.stripe_map(loc.stripe);
+    if !lost_roles(a, &map, loc.stripe, &[]).is_empty() {
+        return None;
+    }
+    let cb = chunk_bytes(g);
+    let start = loc.data_index * cb + (loc.offset_sectors * SECTOR_BYTES) as usize;
+    // With skip_copy a leader writes the whole chunks of its piece from its own buffer.
+    let keep = if a.r5().tuning.skip_copy.load(Ordering::Relaxed) {
+        start.next_multiple_of(cb)..(start + data.len()) / cb * cb
+    } else {
+        0..0
+    };
+    let keep = if keep.start < keep.end { keep } else { 0..0 };
+    let offer = joins.offer(loc.stripe, start, data, stripe_bytes, may_lead, keep);
+    let mut leader = match offer {
+        super::join::Offer::Alone => return None,
+        super::join::Offer::Joined(r) => return Some(r),
+        super::join::Offer::Lead(l) => l,
+    };
+    let mut gathered = leader.gather(std::time::Duration::from_micros(wait_us), sequential);
+    let r = write_gathered(a, g, loc.stripe, &mut gathered, start, data);
+    leader.finish(gathered, &r);
+    Some(r)
+}
+
+/// A leader's write: the whole stripe from the new data alone when the pieces cover it
+/// (unless a member was lost meanwhile), else each merged range the ordinary way. The
+/// buffer is the leader's own copy, so no further copy is made; the chunks it kept in
+/// its own piece (`own`, at stripe byte `start`) come from there.
+fn write_gathered(
+    a: &Array,
+    g: &ParityGeometry,
+    stripe: u64,
+    gathered: &mut super::join::Gathered,
+    start: usize,
+    own: &[u8],
+) -> Result<(), ArrayError> {
+    let kept = gathered.kept.clone();
+    if gathered.is_full() {
+        let cb = chunk_bytes(g);
+        let chunks: Vec<&[u8]> = (0..g.data_disks())
+            .map(|i| {
+                let c = i * cb..(i + 1) * cb;
+                if kept.start <= c.start && c.end <= kept.end {
+                    &own[c.start - start..c.end - start]
+                } else {
+                    &gathered.data[c]
+                }
+            })
+            .collect();
+        let head = a.r5().stripe_cache.get(stripe, Get::Wait).expect("waited");
+        let done = a
+            .r5()
+            .run_stripe(|| write_full_chunks(a, g, stripe, 1, &chunks))?;
+        drop(head);
+        if done {
+            return Ok(());
+        }
+    }
+    // Piece by piece: the kept bytes join the others in the buffer first.
+    if !kept.is_empty() {
+        gathered.data[kept.clone()].copy_from_slice(&own[kept.start - start..kept.end - start]);
+    }
+    let first = g.array_sector(stripe, 0);
+    for r in &gathered.ranges {
+        let s = first + sectors(r.start);
+        write_in_stripe(a, g, &g.locate(s), s, &gathered.data[r.clone()], true)?;
+    }
+    Ok(())
+}
+
+/// Write `data` at array sector `s` (`loc`), all inside one stripe, holding the stripe's
+/// head (only the rows it writes, without a journal or PPL).
+fn write_in_stripe(
+    a: &Array,
+    g: &ParityGeometry,
+    loc: &StripeLocation,
+    s: u64,
+    data: &[u8],
+    skip_copy: bool,
+) -> Result<(), ArrayError> {
+    let map = g.stripe_map(loc.stripe);
+    // Without a journal or PPL (both log per stripe) a write owns only the rows it
+    // writes: the rows [lo, hi) of its data chunks and of parity are all it reads
+    // and writes, so writes to other rows of the stripe go on meanwhile. A PPL
+    // switch quiesces the array first, so it cannot start under such a head.
+    let rows = if a.journal().is_none() && a.ppl().is_none() {
+        write_rows(g, loc, data.len())
+    } else {
+        WHOLE
+    };
+    let mut head = a
+        .r5()
+        .stripe_cache
+        .get_rows(loc.stripe, rows, Get::Wait)
+        .expect("waited");
+    let bufs = head.bufs();
+    a.r5().run_stripe(|| {
+        retrying(a, &map, loc.stripe, g, |exclude| {
+            write_stripe(a, g, &map, loc.stripe, s, data, exclude, bufs, skip_copy)
+        })
+    })
 }
 
 /// The rows (byte offsets inside the chunk) that a write of `len` bytes from `loc` covers
@@ -189,14 +304,6 @@ fn write_full_stripes(
     data: &[u8],
     skip_copy: bool,
 ) -> Result<bool, ArrayError> {
-    let maps: Vec<StripeMap> = (first..first + n as u64).map(|s| g.stripe_map(s)).collect();
-    if maps
-        .iter()
-        .zip(first..)
-        .any(|(m, s)| !lost_roles(a, m, s, &[]).is_empty())
-    {
-        return Ok(false);
-    }
     let copy;
     let data = if skip_copy {
         data
@@ -206,23 +313,43 @@ fn write_full_stripes(
         copy = b;
         &copy[..]
     };
+    let chunks: Vec<&[u8]> = data.chunks(chunk_bytes(g)).collect();
+    write_full_chunks(a, g, first, n, &chunks)
+}
+
+/// [`write_full_stripes`] from the stripes' data chunks (`n` x data disks of them, one
+/// chunk each, in stripe and data index order), wherever each lies.
+fn write_full_chunks(
+    a: &Array,
+    g: &ParityGeometry,
+    first: u64,
+    n: usize,
+    chunks: &[&[u8]],
+) -> Result<bool, ArrayError> {
+    let maps: Vec<StripeMap> = (first..first + n as u64).map(|s| g.stripe_map(s)).collect();
+    if maps
+        .iter()
+        .zip(first..)
+        .any(|(m, s)| !lost_roles(a, m, s, &[]).is_empty())
+    {
+        return Ok(false);
+    }
     let cb = chunk_bytes(g);
-    let stripe_bytes = cb * g.data_disks();
+    let dd = g.data_disks();
+    debug_assert_eq!(chunks.len(), n * dd);
     let mut parity: Vec<(AlignedBuf, Option<AlignedBuf>)> = Vec::with_capacity(n);
     for (k, map) in maps.iter().enumerate() {
-        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
-        let srcs: Vec<&[u8]> = sd.chunks(cb).collect();
+        let srcs = &chunks[k * dd..(k + 1) * dd];
         let mut p = AlignedBuf::scratch(cb);
         let mut q = map.q.map(|_| AlignedBuf::scratch(cb));
-        gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+        gen_parity(map, srcs, &mut p, q.as_deref_mut());
         parity.push((p, q));
     }
     let mut ops = OpList::new();
     for (k, (map, (p, q))) in maps.iter().zip(&parity).enumerate() {
         let stripe = first + k as u64;
         let msec = g.member_sector(stripe, 0);
-        let sd = &data[k * stripe_bytes..(k + 1) * stripe_bytes];
-        for (i, chunk) in sd.chunks(cb).enumerate() {
+        for (i, chunk) in chunks[k * dd..(k + 1) * dd].iter().enumerate() {
             let r = map.data[i];
             match a.usable(r, stripe) {
                 Some(dev) => ops.write(a, dev, r, Sector(msec), chunk),
