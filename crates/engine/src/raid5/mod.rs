@@ -75,7 +75,7 @@ pub struct Tuning {
     pub skip_copy: AtomicBool,
     /// Microseconds a partial-stripe write of at least 64 KiB (or a chunk) waits, holding
     /// no stripe head, for concurrent writes that fill the rest of its stripe, so that the
-    /// stripe goes out whole without reads (md's delayed stripes; [`join`]); it waits less
+    /// stripe goes out whole without reads (md's delayed stripes; `raid5::join`); it waits less
     /// once the stripe is covered or when nobody else could come. 0 turns joining off.
     pub join_wait_us: AtomicU64,
 }
