@@ -9,7 +9,9 @@
 # equal); in a second boot Linux md assembles the result with no reshape left, `echo check`
 # finds 0 mismatches and the sha256 reads back. The other way, in the same second boot:
 # uraid grows a raid10 of its own 4 -> 5 and stops mid-way (--stop-at); Linux md assembles
-# it, finishes the reshape, and finds 0 mismatches and the sha256 uraid wrote.
+# it, finishes the reshape, and finds 0 mismatches and the sha256 uraid wrote. And served:
+# uraid grows a served raid10 4 -> 5 (the reshape run by the server) while qemu-io writes
+# through NBD, is stopped, and Linux md finishes it (0 mismatches, the bytes uraid served).
 #
 #   tests/vm/reshape10.sh          (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -111,8 +113,52 @@ if [ -z "$x_pos" ] || [ "$(prefix_sum "$sx" x0 x1 x2 x3 x4)" != "$sum_x" ]; then
     echo "FAIL reshape10 uraid grow-4to5: mdadm --examine shows no reshape ('$x_pos') or uraid reads other bytes"
     mdadm --examine x0; cat grow-x.log; exit 1
 fi
+# uraid -> Linux, served (issue 15): uraid serves a raid10 of its own, grows it 4 -> 5 through
+# the control socket (the reshape run by the server, its speed held low), qemu-io writes
+# through NBD below and above the moving position while it runs, and the server is stopped
+# (the position recorded); Linux md assembles it in the second boot, finishes what is left,
+# and finds 0 mismatches and the bytes uraid served.
+truncate -s 32M y0 y1 y2 y3 y4
+"$URAID" create -l 10 -p n2 -c 64K -n 4 --assume-clean y0 y1 y2 y3 >/dev/null 2>&1
+sy="$("$URAID" detail --json y0 y1 y2 y3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])')"
+head -c "$sy" /dev/urandom > pat-y
+"$URAID" write --input pat-y y0 y1 y2 y3 >/dev/null
+"$URAID" serve --name md0 --nbd "unix:$W/y.sock" --control "$W/y.ctl" --speed-max 3000 \
+    y0 y1 y2 y3 >serve-y.log 2>&1 &
+ypid=$!
+for _ in $(seq 600); do [ -S "$W/y.ctl" ] && break; sleep 0.1; done
+if ! "$URAID" grow -q --control "$W/y.ctl" -n 5 --add "$W/y4" >grow-y.log 2>&1; then
+    echo "FAIL reshape10 served grow-4to5: uraid grow failed"; cat grow-y.log serve-y.log; kill $ypid; exit 1
+fi
+sleep 2
+for at in 1 24; do
+    qemu-io -f raw -c "write -P 0x5a ${at}M 2M" "nbd+unix:///md0?socket=$W/y.sock" >/dev/null ||
+        { echo "FAIL reshape10 served grow-4to5: qemu-io write at ${at}M"; cat serve-y.log; kill $ypid; exit 1; }
+    python3 -c "
+import sys; f=open('pat-y','r+b'); f.seek($at<<20); f.write(b'\x5a'*(2<<20))"
+done
+ydone="$("$URAID" detail --json --control "$W/y.ctl" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("raid_disks"), d.get("sync_action", ""))')"
+"$URAID" stop --control "$W/y.ctl" >/dev/null 2>&1 || { echo "FAIL reshape10 served grow-4to5: uraid stop"; cat serve-y.log; exit 1; }
+wait $ypid || true
+sum_y="$(head -c "$sy" pat-y | sha256sum | cut -d' ' -f1)"
+y_pos="$(mdadm --examine y0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')" || true
+if [ "$(prefix_sum "$sy" y0 y1 y2 y3 y4)" != "$sum_y" ]; then
+    echo "FAIL reshape10 served grow-4to5: uraid reads other bytes than it served ($ydone)"; cat serve-y.log; exit 1
+fi
 cat > job2.sh <<JOB
 set -e
+mdadm --assemble --run /dev/md2 /dev/disk/11 /dev/disk/12 /dev/disk/13 /dev/disk/14 /dev/disk/15 2>&1
+echo "md2 at-assembly reshape_position=\$(cat /sys/block/md2/md/reshape_position)"
+mdadm --wait /dev/md2 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md2/md/sync_action)" != idle ] ||
+      [ "\$(cat /sys/block/md2/md/reshape_position)" != none ]; do sleep 0.5; done
+echo check > /sys/block/md2/md/sync_action; sleep 0.5
+mdadm --wait /dev/md2 >/dev/null 2>&1 || true
+while [ "\$(cat /sys/block/md2/md/sync_action)" != idle ]; do sleep 0.2; done
+echo "Y disks=\$(cat /sys/block/md2/md/raid_disks) mismatch_cnt=\$(cat /sys/block/md2/md/mismatch_cnt)"
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "YSUM \$(head -c $sy /dev/md2 | sha256sum | cut -d' ' -f1)"
+mdadm --stop /dev/md2
 mdadm --assemble --run /dev/md1 /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 /dev/disk/10 2>&1
 echo "md1 at-assembly reshape_position=\$(cat /sys/block/md1/md/reshape_position)"
 mdadm --wait /dev/md1 >/dev/null 2>&1 || true
@@ -139,7 +185,8 @@ JOB
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 \
-    --disk x0 --disk x1 --disk x2 --disk x3 --disk x4 2>&1)" || rc=$?
+    --disk x0 --disk x1 --disk x2 --disk x3 --disk x4 \
+    --disk y0 --disk y1 --disk y2 --disk y3 --disk y4 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape10 read by linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -154,3 +201,10 @@ if [ -z "$x_at" ] || [ "$x_at" = none ] || ! grep -q "^X disks=5 mismatch_cnt=0$
     echo "FAIL reshape10 uraid grow-4to5 finished by linux (md found the reshape at '$x_at'):"; tail -30 <<<"$out2"; exit 1
 fi
 echo "PASS reshape10 uraid grow-4to5 finished by linux (uraid stopped at $x_pos, md assembled it at reshape_position $x_at and finished: 5 devices, check 0 mismatches, the sha256)"
+if ! grep -q "^Y disks=5 mismatch_cnt=0$" <<<"$out2" ||
+    [ "$(grep -m1 "^YSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_y" ]; then
+    echo "FAIL reshape10 served grow-4to5 read by linux (uraid stopped it at '$y_pos'):"; tail -30 <<<"$out2"; exit 1
+fi
+y_at="$(grep -m1 "^md2 at-assembly " <<<"$out2" | sed 's/.*=//')"
+if [ -n "$y_pos" ]; then y_where="mid-way at $y_pos"; else y_where="after the reshape ended"; fi
+echo "PASS reshape10 served grow-4to5: uraid grew its raid10 while serving it and qemu-io wrote through NBD at 1M and 24M meanwhile; stopped $y_where, Linux md assembled it (reshape_position $y_at) and finished: 5 devices, check 0 mismatches, the bytes uraid served"

@@ -32,6 +32,12 @@ pub const LATENCY_SAMPLE: u64 = 8;
 /// The NBD ops counted.
 const OPS: [&str; 5] = ["read", "write", "flush", "trim", "write_zeroes"];
 
+/// Which count of joined partial-stripe writes (`uraid_stripe_joins_total{what=...}`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JoinLabel {
+    what: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabel {
     op: &'static str,
@@ -162,6 +168,7 @@ struct StateMetrics {
     corrected_reads: Counter,
     stripe_cache_size: Gauge,
     stripe_cache_active: Gauge,
+    stripe_joins: Family<JoinLabel, Counter>,
     journal_faulty: Gauge,
     journal_write_back: Gauge,
     journal_cached_stripes: Gauge,
@@ -207,6 +214,7 @@ impl Metrics {
             corrected_reads: Counter::default(),
             stripe_cache_size: Gauge::default(),
             stripe_cache_active: Gauge::default(),
+            stripe_joins: Family::default(),
             journal_faulty: Gauge::default(),
             journal_write_back: Gauge::default(),
             journal_cached_stripes: Gauge::default(),
@@ -273,6 +281,13 @@ impl Metrics {
             "stripe_cache_active",
             "Stripe heads in use (md's stripe_cache_active; raid4/5/6)",
             s.stripe_cache_active.clone(),
+        );
+        r.register(
+            "stripe_joins",
+            "Partial-stripe writes joined into full-stripe writes (raid4/5/6, join_wait_us): \
+             what=led (pieces that waited for others), joined (pieces that joined one), \
+             full (stripes written whole, without reads), partial (stripes not covered in time)",
+            s.stripe_joins.clone(),
         );
         r.register(
             "journal_faulty",
@@ -380,6 +395,19 @@ impl Metrics {
             let c = a.stripe_cache();
             s.stripe_cache_size.set(c.size() as i64);
             s.stripe_cache_active.set(c.active() as i64);
+        }
+        if let Some(j) = a.join_stats() {
+            for (what, n) in [
+                ("led", &j.led),
+                ("joined", &j.joined),
+                ("full", &j.full),
+                ("partial", &j.partial),
+            ] {
+                catch_up(
+                    &s.stripe_joins.get_or_create(&JoinLabel { what }),
+                    n.load(Ordering::Relaxed),
+                );
+            }
         }
         if let Some(mode) = a.journal_mode() {
             s.journal_faulty.set(i64::from(a.journal_failed()));

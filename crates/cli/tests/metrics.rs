@@ -151,3 +151,30 @@ fn metrics_refuse_a_remote_address_unless_asked() {
     assert!(err.contains("--metrics-allow-remote"), "{err}");
     assert_eq!(err.matches("--metrics-allow-remote").count(), 1, "{err}");
 }
+
+/// A raid5's joined partial-stripe writes (`join_wait_us`) are counted in
+/// `uraid_stripe_joins_total`: qemu-io's sequential chunk-sized writes from the array's start
+/// lead a pending stripe (a sequential stream leads), and every stripe led ends written
+/// whole or in pieces (full + partial = led), with the data read back.
+#[test]
+fn metrics_count_joined_partial_stripe_writes() {
+    if !need_tool("qemu-io", "metrics_count_joined_partial_stripe_writes") {
+        return;
+    }
+    let dir = TempDir::new("metrics-join");
+    let members = create_array(&dir, "5", 4, 8, &[]);
+    let srv = Served::start(&dir, &members, &["--metrics", "127.0.0.1:0"]);
+    let addr = metrics_addr(&srv);
+    let chunk = 64 << 10; // create_array's chunk
+    let writes: Vec<String> = (0..3)
+        .map(|i| format!("aio_write -P 0x3c {} {chunk}", i * chunk))
+        .chain(["aio_flush".to_string()])
+        .collect();
+    let cmds: Vec<&str> = writes.iter().map(String::as_str).collect();
+    qemu_io(&srv.uri(), &cmds);
+    qemu_io(&srv.uri(), &[&format!("read -P 0x3c 0 {}", 3 * chunk)]);
+    let m = Scraped::get(&addr);
+    let n = |what: &str| m.value("uraid_stripe_joins_total", &[("what", what)]);
+    assert!(n("led") >= 1.0, "{}", m.text);
+    assert_eq!(n("full") + n("partial"), n("led"), "{}", m.text);
+}
