@@ -409,16 +409,36 @@ impl ReshapePers {
     }
 }
 
-/// The part of `[s, e)` (already in the new geometry) that the superblocks still place
-/// in the old one: between the recorded and the in-memory position.
-fn unrecorded(p: &Progress, s: u64, e: u64) -> Option<(u64, u64)> {
-    let (lo, hi) = if p.st.backwards {
-        (p.st.position_sectors, p.safe)
+/// A write of `buf` to an array mid-reshape (raid4/5/6 here, raid10 in `reshape10.rs`),
+/// cut into `pieces` at the position (`split` of either plan): each piece written in its
+/// side's geometry by `write_side`, and the part of a New-side piece that the superblocks
+/// still place in the old geometry (between the recorded position `safe` and the in-memory
+/// `position`) written there too, first (see the module doc).
+pub(crate) fn write_pieces(
+    pieces: Vec<(u64, u64, Side)>,
+    (backwards, position, safe): (bool, u64, u64),
+    buf: &[u8],
+    mut write_side: impl FnMut(Side, u64, &[u8]) -> Result<(), ArrayError>,
+) -> Result<(), ArrayError> {
+    let (lo, hi) = if backwards {
+        (position, safe)
     } else {
-        (p.safe, p.st.position_sectors)
+        (safe, position)
     };
-    let (a, b) = (s.max(lo), e.min(hi));
-    (a < b).then_some((a, b))
+    let mut off = 0usize;
+    for (start, n, side) in pieces {
+        let len = (n * SECTOR_BYTES) as usize;
+        let piece = &buf[off..off + len];
+        let (a, b) = (start.max(lo), (start + n).min(hi));
+        if side == Side::New && a < b {
+            let from = ((a - start) * SECTOR_BYTES) as usize;
+            let to = ((b - start) * SECTOR_BYTES) as usize;
+            write_side(Side::Old, a, &piece[from..to])?;
+        }
+        write_side(side, start, piece)?;
+        off += len;
+    }
+    Ok(())
 }
 
 impl Personality for ReshapePers {
@@ -435,22 +455,12 @@ impl Personality for ReshapePers {
 
     fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
         let p = self.progress();
-        let mut off = 0usize;
-        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
-            let len = (n * SECTOR_BYTES) as usize;
-            let piece = &buf[off..off + len];
-            if side == Side::New {
-                // Copied but not recorded: the old geometry gets it too (see the module doc).
-                if let Some((lo, hi)) = unrecorded(&p, start, start + n) {
-                    let from = ((lo - start) * SECTOR_BYTES) as usize;
-                    let to = ((hi - start) * SECTOR_BYTES) as usize;
-                    self.write_side(a, &p.st, Side::Old, lo, &piece[from..to])?;
-                }
-            }
-            self.write_side(a, &p.st, side, start, piece)?;
-            off += len;
-        }
-        Ok(())
+        write_pieces(
+            p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES),
+            (p.st.backwards, p.st.position_sectors, p.safe),
+            buf,
+            |side, start, data| self.write_side(a, &p.st, side, start, data),
+        )
     }
 
     /// Discard and write-zeroes write zeros (a discard may leave anything; zeros keep the

@@ -60,18 +60,6 @@ pub(crate) struct Reshape10Pers {
     max_degraded: usize,
 }
 
-/// The part of `[s, e)` (already in the new geometry) that the superblocks still place
-/// in the old one: between the recorded and the in-memory position.
-fn unrecorded10(p: &Progress10, s: u64, e: u64) -> Option<(u64, u64)> {
-    let (lo, hi) = if p.st.backwards {
-        (p.st.position_sectors, p.safe)
-    } else {
-        (p.safe, p.st.position_sectors)
-    };
-    let (a, b) = (s.max(lo), e.min(hi));
-    (a < b).then_some((a, b))
-}
-
 impl Reshape10Pers {
     pub(crate) fn new(state: Raid10Reshape, new_data_offset_bytes: Vec<u64>) -> Reshape10Pers {
         let max_degraded = state.old.max_degraded().min(state.new.max_degraded());
@@ -268,22 +256,12 @@ impl Personality for Reshape10Pers {
 
     fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
         let p = self.progress();
-        let mut off = 0usize;
-        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
-            let len = (n * SECTOR_BYTES) as usize;
-            let piece = &buf[off..off + len];
-            if side == Side::New {
-                // Copied but not recorded: the old geometry gets it too (see the module doc).
-                if let Some((lo, hi)) = unrecorded10(&p, start, start + n) {
-                    let from = ((lo - start) * SECTOR_BYTES) as usize;
-                    let to = ((hi - start) * SECTOR_BYTES) as usize;
-                    self.write_side(a, &p.st, Side::Old, lo, &piece[from..to])?;
-                }
-            }
-            self.write_side(a, &p.st, side, start, piece)?;
-            off += len;
-        }
-        Ok(())
+        crate::reshape::write_pieces(
+            p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES),
+            (p.st.backwards, p.st.position_sectors, p.safe),
+            buf,
+            |side, start, data| self.write_side(a, &p.st, side, start, data),
+        )
     }
 
     /// Discard and write-zeroes write zeros to every copy of the side (a discard may leave
