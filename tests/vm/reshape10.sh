@@ -23,7 +23,7 @@ W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-reshape10-vm.XXXXXX")"
 # RESHAPE_KEEP=1 keeps the member images (the folder is printed) to look at by hand.
 if [ -n "${RESHAPE_KEEP:-}" ]; then echo "images in $W"; else trap 'rm -rf "$W"' EXIT; fi
 cd "$W"
-truncate -s 32M r0 r1 r2 r3 r4
+truncate -s 32M r0 r1 r2 r3 r4 l0 l1 l2 l3
 cat > job.sh <<'JOB'
 set -e
 echo 200 > /proc/sys/dev/raid/speed_limit_min
@@ -58,18 +58,47 @@ echo "md0 at sync_completed $(cat /sys/block/md0/md/sync_completed) reshape_posi
 cat /proc/mdstat
 mdadm --stop /dev/md0 2>&1
 mdadm --examine /dev/disk/1 | grep -E "Reshape|Delta|Offset|Layout|Raid Devices" || true
+# Linux shrinks a raid10 4 -> 3 (md's backwards reshape, the data offset moving up into the
+# room --size left after the data) and is stopped mid-way.
+mdadm --create --run /dev/md5 --metadata=1.2 --level=10 --layout=n2 --chunk=64 --size=24M \
+    --raid-devices=4 --assume-clean /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 2>&1
+n=$(cat /sys/block/md5/size)
+dd if=/dev/disk/0 of=/dev/md5 bs=512 count=$n conv=fsync 2>/dev/null
+keep=$((36 * 2048))
+sync; echo 3 > /proc/sys/vm/drop_caches
+echo "SUM-S $(head -c $((keep * 512)) /dev/md5 | sha256sum | cut -d' ' -f1) $keep"
+if mdadm --grow /dev/md5 --array-size=36M 2>&1 && mdadm --grow /dev/md5 --raid-devices=3 2>&1; then
+    echo 200 > /sys/block/md5/md/sync_speed_min
+    echo 200 > /sys/block/md5/md/sync_speed_max
+    i=0
+    while :; do
+        sc="$(cat /sys/block/md5/md/sync_completed)"
+        case "$sc" in
+        none|"0 / "*) ;;
+        *) d="${sc%% /*}"; t="${sc##*/ }"; [ "$d" -gt 0 ] && [ "$d" -lt "$t" ] && break ;;
+        esac
+        i=$((i + 1)); [ $i -lt 600 ] || { echo "NO-PROGRESS $sc"; cat /proc/mdstat; exit 1; }
+        sleep 0.2
+    done
+    echo frozen > /sys/block/md5/md/sync_action
+    echo "md5 at sync_completed $(cat /sys/block/md5/md/sync_completed) reshape_position $(cat /sys/block/md5/md/reshape_position)"
+    mdadm --stop /dev/md5 2>&1
+else
+    echo "SHRINK-REFUSED"
+    mdadm --stop /dev/md5 2>&1
+fi
 echo GUEST-OK
 JOB
 rc=0
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
-    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 2>&1)" || rc=$?
+    --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 --disk l0 --disk l1 --disk l2 --disk l3 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out"; then
     echo "FAIL reshape10 (guest, rc $rc):"; tail -40 <<<"$out"; exit 1
 fi
 if grep -q GROW-REFUSED <<<"$out"; then
     echo "FAIL reshape10: mdadm refused to grow the raid10:"; grep -v '^SUM' <<<"$out" | tail -30; exit 1
 fi
-grep -E "^md0 at |^mdadm: |Reshape|New Offset|Delta" <<<"$out" | sed 's/^/  guest: /' || true
+grep -E "^md[05] at |^mdadm: |Reshape|New Offset|Delta" <<<"$out" | sed 's/^/  guest: /' || true
 sum="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f2)"
 sectors="$(grep -m1 "^SUM-R " <<<"$out" | cut -d' ' -f3)"
 md_pos="$(mdadm --examine r0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
@@ -98,6 +127,49 @@ if [ "$disks" != 5 ] || [ "$(prefix_sum $((sectors * 512)) r0 r1 r2 r3 r4)" != "
     cat cont.log; exit 1
 fi
 echo "PASS reshape10 continue: uraid finished Linux md's raid10 grow (5 devices, the sha256, every copy equal)"
+# Linux -> uraid, a shrink: Linux md's raid10 4 -> 3 (backwards, the data offset moving up),
+# stopped mid-way: uraid reads the bytes it keeps and finishes it; Linux md checks the result
+# in the second boot.
+if grep -q SHRINK-REFUSED <<<"$out"; then
+    echo "FAIL reshape10 linux-shrink: mdadm refused to shrink the raid10:"; grep -v '^SUM' <<<"$out" | tail -30; exit 1
+fi
+s_sum="$(grep -m1 "^SUM-S " <<<"$out" | cut -d' ' -f2)"
+s_keep="$(grep -m1 "^SUM-S " <<<"$out" | cut -d' ' -f3)"
+l_pos="$(mdadm --examine l0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+u_pos="$("$URAID" examine l0 2>&1 | grep "Reshape pos'n" | sed 's/.*: *//')" || true
+if [ -z "$l_pos" ] || [ "$l_pos" != "$u_pos" ] ||
+    ! mdadm --examine l0 | grep -q "Delta Devices : -1"; then
+    echo "FAIL reshape10 linux-shrink: mdadm --examine says '$l_pos' (a shrink?), uraid examine '$u_pos'"
+    mdadm --examine l0; exit 1
+fi
+if [ "$(prefix_sum $((s_keep * 512)) l0 l1 l2 l3)" != "$s_sum" ]; then
+    echo "FAIL reshape10 linux-shrink: uraid read other bytes of Linux's stopped raid10 shrink at $l_pos"; exit 1
+fi
+if ! "$URAID" grow -q --continue l0 l1 l2 l3 >cont-l.log 2>&1; then
+    echo "FAIL reshape10 linux-shrink: uraid grow --continue failed"; cat cont-l.log; exit 1
+fi
+disks="$("$URAID" detail --json l0 l1 l2 l3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["raid_disks"])')"
+if [ "$disks" != 3 ] || [ "$(prefix_sum $((s_keep * 512)) l0 l1 l2 l3)" != "$s_sum" ] ||
+    ! "$URAID" check -q l0 l1 l2 l3 | grep -q "mismatch_cnt: 0"; then
+    echo "FAIL reshape10 linux-shrink: after uraid finished Linux's shrink: $disks devices, or bytes/copies differ"
+    cat cont-l.log; exit 1
+fi
+echo "PASS reshape10 linux-shrink: Linux md's raid10 4 -> 3 stopped at $l_pos (backwards); uraid read the bytes it keeps and finished it (3 devices, the sha256, every copy equal)"
+# uraid -> Linux, a shrink: uraid shrinks a raid10 of its own 4 -> 3 keeping 40M (the
+# component size lowered to make room after the data) and stops mid-way; Linux md finishes it.
+truncate -s 32M z0 z1 z2 z3
+"$URAID" create -l 10 -p n2 -c 64K -n 4 --assume-clean z0 z1 z2 z3 >/dev/null 2>&1
+sz=$((40 << 20))
+head -c "$sz" /dev/urandom > pat-z
+"$URAID" write --input pat-z z0 z1 z2 z3 >/dev/null
+sum_z="$(sha256sum < pat-z | cut -d' ' -f1)"
+"$URAID" grow -q -n 3 --array-size 40M --stop-at 40000 -- z0 z1 z2 z3 >grow-z.log 2>&1 ||
+    { echo "FAIL reshape10 uraid shrink-4to3: uraid grow failed"; cat grow-z.log; exit 1; }
+z_pos="$(mdadm --examine z0 2>/dev/null | grep "Reshape pos'n" | sed 's/.*: *//')"
+if [ -z "$z_pos" ] || [ "$(prefix_sum "$sz" z0 z1 z2 z3)" != "$sum_z" ]; then
+    echo "FAIL reshape10 uraid shrink-4to3: mdadm --examine shows no reshape ('$z_pos') or uraid reads other bytes"
+    mdadm --examine z0; cat grow-z.log; exit 1
+fi
 # uraid -> Linux: uraid starts a raid10 grow 4 -> 5 of its own and stops it mid-way; Linux md
 # goes on with it in the second boot.
 truncate -s 32M x0 x1 x2 x3 x4
@@ -147,55 +219,44 @@ if [ "$(prefix_sum "$sy" y0 y1 y2 y3 y4)" != "$sum_y" ]; then
 fi
 cat > job2.sh <<JOB
 set -e
-mdadm --assemble --run /dev/md2 /dev/disk/11 /dev/disk/12 /dev/disk/13 /dev/disk/14 /dev/disk/15 2>&1
-echo "md2 at-assembly reshape_position=\$(cat /sys/block/md2/md/reshape_position)"
-mdadm --wait /dev/md2 >/dev/null 2>&1 || true
-while [ "\$(cat /sys/block/md2/md/sync_action)" != idle ] ||
-      [ "\$(cat /sys/block/md2/md/reshape_position)" != none ]; do sleep 0.5; done
-echo check > /sys/block/md2/md/sync_action; sleep 0.5
-mdadm --wait /dev/md2 >/dev/null 2>&1 || true
-while [ "\$(cat /sys/block/md2/md/sync_action)" != idle ]; do sleep 0.2; done
-echo "Y disks=\$(cat /sys/block/md2/md/raid_disks) mismatch_cnt=\$(cat /sys/block/md2/md/mismatch_cnt)"
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "YSUM \$(head -c $sy /dev/md2 | sha256sum | cut -d' ' -f1)"
-mdadm --stop /dev/md2
-mdadm --assemble --run /dev/md1 /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 /dev/disk/10 2>&1
-echo "md1 at-assembly reshape_position=\$(cat /sys/block/md1/md/reshape_position)"
-mdadm --wait /dev/md1 >/dev/null 2>&1 || true
-while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ] ||
-      [ "\$(cat /sys/block/md1/md/reshape_position)" != none ]; do sleep 0.5; done
-echo check > /sys/block/md1/md/sync_action; sleep 0.5
-mdadm --wait /dev/md1 >/dev/null 2>&1 || true
-while [ "\$(cat /sys/block/md1/md/sync_action)" != idle ]; do sleep 0.2; done
-echo "X disks=\$(cat /sys/block/md1/md/raid_disks) mismatch_cnt=\$(cat /sys/block/md1/md/mismatch_cnt)"
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "XSUM \$(head -c $sx /dev/md1 | sha256sum | cut -d' ' -f1)"
-mdadm --stop /dev/md1
-mdadm --assemble --run /dev/md0 /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 /dev/disk/5 2>&1
-echo "at-assembly reshape_position=\$(cat /sys/block/md0/md/reshape_position) disks=\$(cat /sys/block/md0/md/raid_disks)"
-echo check > /sys/block/md0/md/sync_action; sleep 0.5
-mdadm --wait /dev/md0 >/dev/null 2>&1 || true
-while [ "\$(cat /sys/block/md0/md/sync_action)" != idle ]; do sleep 0.2; done
-echo "MISMATCH \$(cat /sys/block/md0/md/mismatch_cnt)"
-sync; echo 3 > /proc/sys/vm/drop_caches
-echo "R \$(head -c $((sectors * 512)) /dev/md0 | sha256sum | cut -d' ' -f1)"
-mdadm --stop /dev/md0
+finish() { # MD TAG BYTES DEVICES...: assemble, let md finish what reshape is left, check it,
+           # print "MD at-assembly ...", "TAG disks=N mismatch_cnt=M" and "TAGSUM sha256"
+    local md=\$1 tag=\$2 bytes=\$3; shift 3
+    mdadm --assemble --run /dev/\$md "\$@" 2>&1
+    echo "\$md at-assembly reshape_position=\$(cat /sys/block/\$md/md/reshape_position) disks=\$(cat /sys/block/\$md/md/raid_disks)"
+    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
+    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ] ||
+          [ "\$(cat /sys/block/\$md/md/reshape_position)" != none ]; do sleep 0.5; done
+    echo check > /sys/block/\$md/md/sync_action; sleep 0.5
+    mdadm --wait /dev/\$md >/dev/null 2>&1 || true
+    while [ "\$(cat /sys/block/\$md/md/sync_action)" != idle ]; do sleep 0.2; done
+    echo "\$tag disks=\$(cat /sys/block/\$md/md/raid_disks) mismatch_cnt=\$(cat /sys/block/\$md/md/mismatch_cnt)"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    echo "\${tag}SUM \$(head -c \$bytes /dev/\$md | sha256sum | cut -d' ' -f1)"
+    mdadm --stop /dev/\$md
+}
+finish md2 Y $sy /dev/disk/11 /dev/disk/12 /dev/disk/13 /dev/disk/14 /dev/disk/15
+finish md1 X $sx /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 /dev/disk/10
+finish md0 R $((sectors * 512)) /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 /dev/disk/5
+finish md3 L $((s_keep * 512)) /dev/disk/16 /dev/disk/17 /dev/disk/18 /dev/disk/19
+finish md4 Z $sz /dev/disk/20 /dev/disk/21 /dev/disk/22 /dev/disk/23
 echo GUEST-OK
 JOB
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk r0 --disk r1 --disk r2 --disk r3 --disk r4 \
     --disk x0 --disk x1 --disk x2 --disk x3 --disk x4 \
-    --disk y0 --disk y1 --disk y2 --disk y3 --disk y4 2>&1)" || rc=$?
+    --disk y0 --disk y1 --disk y2 --disk y3 --disk y4 \
+    --disk l0 --disk l1 --disk l2 --disk l3 --disk z0 --disk z1 --disk z2 --disk z3 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape10 read by linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
-if ! grep -q "^at-assembly reshape_position=none disks=5" <<<"$out2" ||
-    ! grep -q "^MISMATCH 0$" <<<"$out2" || [ "$(grep -m1 "^R " <<<"$out2" | cut -d' ' -f2)" != "$sum" ]; then
+if ! grep -q "^md0 at-assembly reshape_position=none disks=5" <<<"$out2" ||
+    ! grep -q "^R disks=5 mismatch_cnt=0$" <<<"$out2" || [ "$(grep -m1 "^RSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum" ]; then
     echo "FAIL reshape10 read by linux:"; tail -30 <<<"$out2"; exit 1
 fi
 echo "PASS reshape10 finished by uraid, read by linux (5 devices, no reshape left, check 0 mismatches, the sha256)"
-x_at="$(grep -m1 "^md1 at-assembly " <<<"$out2" | sed 's/.*=//')"
+x_at="$(grep -m1 "^md1 at-assembly " <<<"$out2" | sed 's/.*reshape_position=//; s/ .*//')"
 if [ -z "$x_at" ] || [ "$x_at" = none ] || ! grep -q "^X disks=5 mismatch_cnt=0$" <<<"$out2" ||
     [ "$(grep -m1 "^XSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_x" ]; then
     echo "FAIL reshape10 uraid grow-4to5 finished by linux (md found the reshape at '$x_at'):"; tail -30 <<<"$out2"; exit 1
@@ -205,6 +266,18 @@ if ! grep -q "^Y disks=5 mismatch_cnt=0$" <<<"$out2" ||
     [ "$(grep -m1 "^YSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_y" ]; then
     echo "FAIL reshape10 served grow-4to5 read by linux (uraid stopped it at '$y_pos'):"; tail -30 <<<"$out2"; exit 1
 fi
-y_at="$(grep -m1 "^md2 at-assembly " <<<"$out2" | sed 's/.*=//')"
+y_at="$(grep -m1 "^md2 at-assembly " <<<"$out2" | sed 's/.*reshape_position=//; s/ .*//')"
 if [ -n "$y_pos" ]; then y_where="mid-way at $y_pos"; else y_where="after the reshape ended"; fi
 echo "PASS reshape10 served grow-4to5: uraid grew its raid10 while serving it and qemu-io wrote through NBD at 1M and 24M meanwhile; stopped $y_where, Linux md assembled it (reshape_position $y_at) and finished: 5 devices, check 0 mismatches, the bytes uraid served"
+l_at="$(grep -m1 "^md3 at-assembly " <<<"$out2" | sed 's/.*reshape_position=//')"
+if ! grep -q "^L disks=3 mismatch_cnt=0$" <<<"$out2" ||
+    [ "$(grep -m1 "^LSUM " <<<"$out2" | cut -d' ' -f2)" != "$s_sum" ]; then
+    echo "FAIL reshape10 linux-shrink read by linux (md assembled it at '$l_at'):"; tail -30 <<<"$out2"; exit 1
+fi
+echo "PASS reshape10 linux-shrink read by linux (assembled at reshape_position $l_at: 3 devices, check 0 mismatches, the sha256)"
+z_at="$(grep -m1 "^md4 at-assembly " <<<"$out2" | sed 's/.*reshape_position=//; s/ .*//')"
+if [ -z "$z_at" ] || [ "$z_at" = none ] || ! grep -q "^Z disks=3 mismatch_cnt=0$" <<<"$out2" ||
+    [ "$(grep -m1 "^ZSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_z" ]; then
+    echo "FAIL reshape10 uraid shrink-4to3 finished by linux (md found the reshape at '$z_at'):"; tail -30 <<<"$out2"; exit 1
+fi
+echo "PASS reshape10 uraid shrink-4to3 finished by linux (uraid stopped at $z_pos, md assembled it at reshape_position $z_at and finished: 3 devices, check 0 mismatches, the sha256 of the 40M kept)"

@@ -30,7 +30,7 @@ pub struct GrowArgs {
     #[arg(short = 'z', long, value_name = "max|SIZE")]
     pub size: Option<String>,
     /// The size the array keeps (KiB unless K/M/G/T follow): md keeps it in memory only;
-    /// uraid takes it with the --raid-devices of a raid4/5/6 shrink, as the confirmation
+    /// uraid takes it with the --raid-devices of a raid4/5/6/10 shrink, as the confirmation
     /// that the data past it goes (mdadm's --array-size before the shrink).
     #[arg(short = 'Z', long, value_name = "SIZE")]
     pub array_size: Option<String>,

@@ -557,6 +557,15 @@ pub struct CreateSpec {
 }
 
 impl Superblock {
+    /// Whether the reshape this superblock records runs from the end towards the start, by
+    /// md's rule (super_1_load, super_90_validate): always when it removes devices
+    /// (`delta_disks < 0`, where md does not write FEATURE_RESHAPE_BACKWARDS), and by that
+    /// bit when the device count stays (an offset moving up).
+    pub fn reshape_backwards(&self) -> bool {
+        self.delta_disks < 0
+            || (self.delta_disks == 0 && self.feature_map & FEATURE_RESHAPE_BACKWARDS != 0)
+    }
+
     /// The superblock mdadm would write on member `dev_number` (its slot in `dev_roles`) of a
     /// new v1.x array (`spec.version`), on a device of `device_sectors` with the given
     /// device UUID.
@@ -631,6 +640,21 @@ impl Superblock {
             // 1.0: data from data_offset (0) up to the bitmap area below the superblock.
             let p =
                 v10_placement(device_sectors, spec.size_sectors, bm_space).ok_or_else(too_small)?;
+            // The reserve below the superblock shrinks for a large component only where it
+            // holds no bitmap: an internal bitmap keeps its whole area.
+            if spec.internal_bitmap.is_some()
+                && p.data_size + bm_space + u64::from(BBLOG_SECTORS) > p.super_offset
+            {
+                return Err(invalid(
+                    "internal_bitmap",
+                    format!(
+                        "a component of {} sectors leaves no room for the {bm_space}-sector \
+                         bitmap and the bad block log below the 1.0 superblock at sector {} \
+                         (give a smaller --size or a larger bitmap chunk)",
+                        spec.size_sectors, p.super_offset
+                    ),
+                ));
+            }
             let size = p
                 .data_size
                 .checked_sub(spec.data_offset_sectors)

@@ -43,7 +43,9 @@ fn mid_reshape(
     let (new_layout, new_chunk, new_disks) = new;
     let mut s = sb(level, old_layout, old_chunk, new_disks, size);
     s.feature_map |= FEATURE_RESHAPE_ACTIVE;
-    if backwards {
+    // As md writes it (super_1_sync): the bit only where the device count stays; a shrink
+    // is backwards by its negative delta_disks, a grow forwards.
+    if backwards && old_disks == new_disks {
         s.feature_map |= FEATURE_RESHAPE_BACKWARDS;
     }
     if let Some(o) = new_offset {
@@ -214,7 +216,12 @@ fn cases() -> impl Strategy<Value = Case> {
                 new: (ls[l2 % ls.len()], 8 << c2, min + d2),
                 size: chunks * 64 + 5,
                 rows,
-                backwards: back,
+                // md's direction: a shrink backwards, a grow forwards, otherwise either.
+                backwards: match d2.cmp(&d1) {
+                    std::cmp::Ordering::Less => true,
+                    std::cmp::Ordering::Greater => false,
+                    std::cmp::Ordering::Equal => back,
+                },
                 new_offset: off,
             }
         })

@@ -89,7 +89,7 @@ pub struct GrowRequest {
     /// `--bitmap`.
     pub bitmap: Option<BitmapChange>,
     /// `--array-size`, in sectors: md's in-memory array size. uraid keeps none, so it is
-    /// taken only with the `--raid-devices` of a raid4/5/6 shrink, as the confirmation md
+    /// taken only with the `--raid-devices` of a raid4/5/6/10 shrink, as the confirmation md
     /// asks for (the array must be truncated to the smaller shape first).
     pub array_sectors: Option<u64>,
 }
@@ -240,13 +240,13 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         ));
     }
     if req.array_sectors.is_some()
-        && !(level.has_parity()
+        && !((level.has_parity() || level == Level::Raid10)
             && req.raid_disks.is_some_and(|d| d < n)
             && req.level.is_none_or(|l| l == level))
     {
         return Err(refuse(
             "--array-size: uraid keeps no in-memory array size (md's array_size), so it \
-             takes --array-size only with the --raid-devices of a raid4/5/6 shrink, as the \
+             takes --array-size only with the --raid-devices of a raid4/5/6/10 shrink, as the \
              confirmation that the data past the smaller shape goes; nothing was written",
         ));
     }
@@ -328,7 +328,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         ));
     }
     let shrink = req.raid_disks.is_some_and(|d| d < n);
-    if shrink && req.array_sectors.is_none() {
+    if shrink && req.array_sectors.is_none() && level.has_parity() {
         let p = if level == Level::Raid6 { 2 } else { 1 };
         let want = req.raid_disks.unwrap_or(n);
         let keeps = (t.size * want.saturating_sub(p) as u64) / 2;

@@ -348,7 +348,7 @@ pub(crate) struct Shrink {
 /// The sectors from a member's data offset that its data may use: md's `data_size` (its
 /// rdev sectors), within the device, and below any metadata that lies past the data start
 /// (1.0 keeps its superblock, bitmap and bad block log after the data).
-fn data_room(sb: &Superblock, dev: Option<&Arc<dyn Member>>) -> u64 {
+pub(crate) fn data_room(sb: &Superblock, dev: Option<&Arc<dyn Member>>) -> u64 {
     let mut end = sb.data_offset + sb.data_size;
     if let Some(d) = dev {
         end = end.min(d.size_bytes() / SECTOR_BYTES);

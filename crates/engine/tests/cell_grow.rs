@@ -390,61 +390,63 @@ fn a_served_rotating_raid6_becomes_a_raid5_from_one_request() {
     assert!(!a.is_reshaping());
 }
 
-/// mdadm's shrink on a served raid5 (`--array-size` and `--raid-devices` fewer, one
-/// request): refused without the size (nothing changed), then md's backwards reshape
-/// while writers go on in the kept part; the end is a raid5 of 3 served at the smaller
+/// mdadm's shrink on a served raid5 and raid10 (`--array-size` and `--raid-devices` fewer,
+/// one request): refused without the size (nothing changed), then md's backwards reshape
+/// while writers go on in the kept part; the end is an array of 3 served at the smaller
 /// shape's size, every byte the writers left, no mismatch, the device that left a spare.
 #[test]
-fn a_served_raid5_shrinks_keeping_the_size_given() {
-    let seed = 61;
-    let devs = members(4, 6 * MB, "r5s-");
-    let mut o = reshape_options(Level::Raid5);
-    o.size_sectors = Some(6144); // room after the data for the offset to move up into
-    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
-    let (cell, model) = filled(a, seed);
-    let keep = 6144 * 2 * 512;
-    model.lock().unwrap().truncate(keep as usize);
-    cell.start_daemons(DaemonOptions::default()).unwrap();
-    let e = cell
-        .grow(&GrowRequest {
-            raid_disks: Some(3),
-            ..Default::default()
-        })
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("--array-size"), "{e}");
-    assert_eq!(cell.get().raid_disks(), 4);
-    let stop = Arc::new(AtomicBool::new(false));
-    let ws = writers(&cell, keep, &model, &stop, seed);
-    let r = cell
-        .grow(&GrowRequest {
-            raid_disks: Some(3),
-            array_sectors: Some(keep / 512),
-            ..Default::default()
-        })
-        .unwrap();
-    assert!(r.restripe, "{r:?}");
-    wait_until("the shrink to 3 devices", Duration::from_secs(180), || {
-        let a = cell.get();
-        a.raid_disks() == 3 && !a.is_reshaping()
-    });
-    let n = stop_writers(&stop, ws);
-    assert!(n > 0);
-    check(&cell, &model, "after the shrink");
-    assert_eq!(cell.get().size_bytes(), keep);
-    let a = check_parity_and_stop(&cell, "after the shrink");
-    drop(a);
-    let (a, rep) = uraid_engine::assemble(devs.clone(), &Default::default()).unwrap();
-    assert_eq!(a.raid_disks(), 3);
-    assert_eq!(
-        rep.members
-            .iter()
-            .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
-            .count(),
-        1,
-        "{rep:?}"
-    );
-    a.stop().unwrap();
+fn a_served_raid5_or_raid10_shrinks_keeping_the_size_given() {
+    // raid5: 2 data disks of 6144 sectors; raid10 near=2: 3 disks of 6144, 2 copies.
+    for (level, keep_sectors, seed) in [(Level::Raid5, 6144 * 2, 61), (Level::Raid10, 9216, 63)] {
+        let devs = members(4, 6 * MB, &format!("{level}s-"));
+        let mut o = reshape_options(level);
+        o.size_sectors = Some(6144); // room after the data for the offset to move up into
+        let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+        let (cell, model) = filled(a, seed);
+        let keep = keep_sectors * 512;
+        model.lock().unwrap().truncate(keep as usize);
+        cell.start_daemons(DaemonOptions::default()).unwrap();
+        let e = cell
+            .grow(&GrowRequest {
+                raid_disks: Some(3),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--array-size"), "{level}: {e}");
+        assert_eq!(cell.get().raid_disks(), 4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ws = writers(&cell, keep, &model, &stop, seed);
+        let r = cell
+            .grow(&GrowRequest {
+                raid_disks: Some(3),
+                array_sectors: Some(keep_sectors),
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(r.restripe, "{level}: {r:?}");
+        wait_until("the shrink to 3 devices", Duration::from_secs(180), || {
+            let a = cell.get();
+            a.raid_disks() == 3 && !a.is_reshaping()
+        });
+        let n = stop_writers(&stop, ws);
+        assert!(n > 0);
+        check(&cell, &model, &format!("{level} after the shrink"));
+        assert_eq!(cell.get().size_bytes(), keep, "{level}");
+        let a = check_parity_and_stop(&cell, "after the shrink");
+        drop(a);
+        let (a, rep) = uraid_engine::assemble(devs.clone(), &Default::default()).unwrap();
+        assert_eq!(a.raid_disks(), 3);
+        assert_eq!(
+            rep.members
+                .iter()
+                .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
+                .count(),
+            1,
+            "{level}: {rep:?}"
+        );
+        a.stop().unwrap();
+    }
 }
 
 /// mdadm's raid0 chunk change on a served raid0 (`--chunk`, one request): the takeover to

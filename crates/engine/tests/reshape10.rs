@@ -157,7 +157,9 @@ fn mid_reshape_on(c: &Case, member_bytes: u64, data_offset: u64) -> (Vec<Arc<Mem
         sb.dev_roles = roles.clone();
         sb.raid_disks = c.new.disks as u32;
         sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
-        if c.backwards() {
+        // As md writes it (super_1_sync): the bit only where the device count stays; a
+        // shrink is backwards by its negative delta_disks.
+        if c.backwards() && c.new.disks == c.old.disks {
             sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
         }
         sb.reshape_position = c.position;
@@ -594,9 +596,153 @@ fn grow_starts_a_raid10_reshape_in_mds_format() {
     }
 }
 
+/// Issue 15: `uraid grow --raid-devices N --array-size SIZE` shrinks a raid10 as md does
+/// (raid10_start_reshape with reshape_backwards): stopped part-way, the members record a
+/// backwards reshape from the end of the smaller shape with the data offset moving up
+/// (FEATURE_RESHAPE_BACKWARDS, a positive new_offset), the component size lowered to make
+/// that room, and read the kept bytes; continued, the array ends with fewer devices, the
+/// kept bytes, every copy equal and the device that left a spare.
+#[test]
+fn grow_shrinks_a_raid10_in_mds_format() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    for (n, (layout, chunk, from, to, keep)) in [
+        (N2, 128u64, 4usize, 3usize, 16384u64),
+        (O2, 64, 5, 4, 16384),
+        (N3, 128, 4, 3, 12288),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let devs: Vec<Arc<MemMember>> = (0..from)
+            .map(|i| Arc::new(MemMember::new(format!("s{n}-{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(layout);
+        opts.chunk_sectors = Some(chunk);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
+        let data = pattern(a.size_bytes() as usize, 91 + n as u64);
+        a.write(0, &data).unwrap();
+        let dev_before = read_superblock(devs[0].as_ref()).unwrap().size;
+        a.stop().unwrap();
+        drop(a);
+        let kept = (keep * SECTOR_BYTES) as usize;
+        let req = ReshapeRequest {
+            raid_disks: Some(to),
+            array_sectors: Some(keep),
+            ..Default::default()
+        };
+        let r = reshape_members(
+            members(&devs, None),
+            &req,
+            ReshapeOptions {
+                stop_at: Some(keep / 2),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert!(!r.finished, "{n}: {r:?}");
+        for d in &devs {
+            let sb = read_superblock(d.as_ref()).unwrap();
+            assert_eq!(
+                sb.feature_map
+                    & (FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS),
+                FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS,
+                "{n}"
+            );
+            assert!(sb.new_offset > 0, "{n}: the data offset moves up");
+            assert!(
+                sb.size < dev_before,
+                "{n}: the component size made the room"
+            );
+            assert_eq!(sb.reshape_position, r.position_sectors);
+            assert!(
+                r.position_sectors <= keep / 2 && r.position_sectors > 0,
+                "{n}: {r:?}"
+            );
+            assert_eq!(sb.raid_disks, to as u32);
+            assert_eq!(sb.delta_disks, to as i32 - from as i32);
+            let st = uraid_core::geometry::Raid10Reshape::from_superblock(&sb)
+                .unwrap()
+                .unwrap();
+            assert!(st.array_sectors() >= keep, "{n}: md's size while it runs");
+        }
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(a.is_reshaping());
+        let mut got = vec![0u8; kept];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data[..kept], "{n}: mid-reshape");
+        a.stop().unwrap();
+        drop(a);
+        let r = continue_reshape(members(&devs, None), ReshapeOptions::default()).unwrap();
+        assert!(r.finished, "{n}: {r:?}");
+        let (a, rep) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping());
+        assert!(a.size_bytes() >= keep * SECTOR_BYTES);
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        assert_eq!(sb.raid_disks, to as u32);
+        assert_eq!(sb.feature_map & FEATURE_RESHAPE_ACTIVE, 0);
+        let spares = rep
+            .members
+            .iter()
+            .filter(|m| matches!(m.outcome, uraid_engine::MemberOutcome::Spare))
+            .count();
+        assert_eq!(spares, from - to, "{n}: the devices that left are spares");
+        let mut got = vec![0u8; kept];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data[..kept], "{n}: after the shrink");
+        assert_eq!(a.check().unwrap(), 0, "{n}");
+        a.stop().unwrap();
+    }
+}
+
+/// A raid10 shrink md would refuse is refused by name before anything is written: without
+/// --array-size, a size past what the smaller shape holds, a size that is not whole new
+/// chunks, no room after the data even at the smallest component size.
+#[test]
+fn a_raid10_shrink_md_refuses_is_refused_by_name() {
+    use uraid_engine::{reshape_members, ReshapeRequest};
+    for (keep, want) in [
+        (None, "array size must be reduced"),
+        (Some(21504 + 128), "holds at most"),
+        (Some(16384 + 8), "not a whole number"),
+        (Some(21504), "room after the data"),
+    ] {
+        let devs: Vec<Arc<MemMember>> = (0..4)
+            .map(|i| Arc::new(MemMember::new(format!("r{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut opts = CreateOptions::new(Level::Raid10);
+        opts.layout = Some(N2);
+        opts.chunk_sectors = Some(128);
+        opts.assume_clean = true;
+        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+        let err = reshape_members(
+            members(&devs, None),
+            &ReshapeRequest {
+                raid_disks: Some(3),
+                array_sectors: keep,
+                ..Default::default()
+            },
+            ReshapeOptions::default(),
+        )
+        .map(|r| r.summary)
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(err.contains("nothing was written"), "{err}");
+        for (d, b) in devs.iter().zip(&before) {
+            assert!(d.snapshot() == *b, "{want}: {} changed", d.name());
+        }
+    }
+}
+
 /// What md refuses to start is refused by name before anything is written: far copies,
-/// a change of copies, a switch to far, a shrink (not in this build), no room before the
-/// data.
+/// a change of copies, a switch to far, no room before the data.
 #[test]
 fn grow_refuses_what_md_refuses_for_raid10() {
     use uraid_engine::{reshape_members, ReshapeRequest};
@@ -628,16 +774,6 @@ fn grow_refuses_what_md_refuses_for_raid10() {
                 ..Default::default()
             },
             "far layout",
-        ),
-        (
-            N2,
-            DATA_OFFSET,
-            ReshapeRequest {
-                raid_disks: Some(3),
-                layout: Some(0x102),
-                ..Default::default()
-            },
-            "shrinking",
         ),
         (
             N2,

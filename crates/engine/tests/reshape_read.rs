@@ -145,7 +145,9 @@ fn mid_reshape(c: &Case) -> (Vec<Arc<MemMember>>, Vec<u8>, u64) {
         sb.dev_roles = roles.clone();
         sb.raid_disks = c.new.disks as u32;
         sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
-        if c.backwards {
+        // As md writes it (super_1_sync): the bit only where the device count stays; a
+        // shrink is backwards by its negative delta_disks.
+        if c.backwards && c.new.disks == c.old.disks {
             sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
         }
         sb.reshape_position = position;

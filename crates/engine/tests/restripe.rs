@@ -761,7 +761,12 @@ fn start_like_md_backwards(devs: &[Arc<dyn Member>], new_disks: u32, new_chunk: 
     let parity = if sbs[0].level == 6 { 2 } else { 1 };
     let dd = u64::from(old_disks.min(new_disks)) - parity;
     for (d, mut sb) in devs.iter().zip(sbs) {
-        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET | FEATURE_RESHAPE_BACKWARDS;
+        // As md writes it (super_1_sync): FEATURE_RESHAPE_BACKWARDS only where the device
+        // count stays; a shrink is backwards by its negative delta_disks.
+        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+        if new_disks == old_disks {
+            sb.feature_map |= FEATURE_RESHAPE_BACKWARDS;
+        }
         sb.new_level = sb.level;
         sb.new_layout = sb.layout;
         sb.new_chunk = new_chunk;
@@ -1119,7 +1124,7 @@ fn a_shrink_runs_backwards_into_the_room_after_the_data() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("only with the --raid-devices of a raid4/5/6 shrink"),
+        e.contains("only with the --raid-devices of a raid4/5/6/10 shrink"),
         "{e}"
     );
     let data = &data[..(most * 512) as usize];

@@ -92,6 +92,26 @@ pub enum ClientError {
     },
     #[error("{uri}: TLS: {source}")]
     Tls { uri: String, source: io::Error },
+    /// The server closed the connection without answering uraid's TLS hello.
+    #[error(
+        "{uri}: the server closed the connection without answering uraid's TLS hello: {}it \
+         shares no TLS version (uraid speaks TLS 1.2 and 1.3) or cipher suite with uraid \
+         (check its TLS version and priority settings)",
+        identity.as_ref().map_or(String::new(), |i| format!(
+            "it does not take the pre-shared key for identity {i:?} (check that its PSK file \
+             has {i:?} with this key), or "
+        ))
+    )]
+    TlsUnanswered {
+        uri: String,
+        identity: Option<String>,
+    },
+    /// The server speaks no TLS version uraid does.
+    #[error(
+        "{uri}: the server offers no TLS version uraid speaks (uraid speaks TLS 1.2 and 1.3) \
+         ({why}): allow TLS 1.2 or 1.3 on the server (its TLS priority or protocol settings)"
+    )]
+    TlsVersion { uri: String, why: String },
     #[error(
         "{uri}: the server closed the connection once TLS was up: it may want a client \
          certificate (nbd-server does with TLS) or refuse the one given: give uraid one \
@@ -1594,6 +1614,19 @@ fn starttls(hs: &Handshake<'_>, config: &ClientConfig) -> Result<Stream, ClientE
     };
     tls.connect(hs.stream, host, config.timeout)
         .map_err(|source| {
+            // No shared version is said as that, whatever the credentials.
+            if crate::tls::version_mismatch(&source) {
+                return ClientError::TlsVersion {
+                    uri: uri.text.clone(),
+                    why: source.to_string(),
+                };
+            }
+            if crate::tls::unanswered(&source) {
+                return ClientError::TlsUnanswered {
+                    uri: uri.text.clone(),
+                    identity: tls.psk_identity().map(str::to_string),
+                };
+            }
             if let Some(identity) = tls.psk_identity() {
                 // With PSK the key is the only credential: a handshake the server breaks
                 // off (an alert, or a close) is the key refused. A timeout is not.

@@ -391,6 +391,29 @@ impl TlsClient {
     }
 }
 
+/// Whether the TLS handshake failed because the two sides share no TLS version (the server
+/// offers only versions below 1.2, or answered with a protocol_version alert): rustls' and
+/// OpenSSL's words for it.
+pub(crate) fn version_mismatch(e: &io::Error) -> bool {
+    if let Some(r) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        return match r {
+            rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion) => true,
+            rustls::Error::PeerIncompatible(p) => format!("{p:?}").contains("Tls12"),
+            _ => false,
+        };
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    [
+        "protocol version",
+        "unsupported protocol",
+        "wrong version number",
+        "no protocols available",
+        "version too low",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
+}
+
 /// When the TLS handshake failed because the server's certificate was refused: what is
 /// wrong with it and what to do, in words (`host`: the name or address it had to carry).
 /// `None` for any other failure (a lost connection, an alert from the server).
@@ -681,21 +704,27 @@ fn handshake(
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut io = Fd(fd);
+    let (mut wrote, mut heard) = (false, false);
     let mut steps = || -> io::Result<()> {
         tls.process_new_packets()?; // a client's first flight
         loop {
             while tls.wants_write() {
                 tls.write_tls(&mut io)?;
+                wrote = true;
             }
             if !tls.is_handshaking() {
                 return Ok(());
             }
             if tls.read_tls(&mut io)? == 0 {
+                if wrote && !heard {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, Unanswered));
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the peer closed the connection during the TLS handshake",
                 ));
             }
+            heard = true;
             tls.process_new_packets()?;
         }
     };
@@ -711,6 +740,25 @@ fn handshake(
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(None)?;
     Ok(())
+}
+
+/// The peer closed the connection after our first TLS flight without sending a byte back:
+/// it found nothing in the hello it could take (no shared version or cipher suite, or an
+/// identity it does not know).
+#[derive(Debug)]
+pub(crate) struct Unanswered;
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the peer closed the connection without answering the TLS hello")
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Whether `e` is [`Unanswered`].
+pub(crate) fn unanswered(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<Unanswered>())
 }
 
 fn spawn_pump(

@@ -131,7 +131,7 @@ impl ReshapeState {
             old,
             new,
             position_sectors: sb.reshape_position,
-            backwards: sb.feature_map & FEATURE_RESHAPE_BACKWARDS != 0,
+            backwards: sb.reshape_backwards(),
             new_offset_sectors,
         };
         state.check()?;

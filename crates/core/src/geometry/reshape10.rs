@@ -120,7 +120,7 @@ impl Raid10Reshape {
                     .into(),
             ));
         }
-        let backwards = sb.feature_map & FEATURE_RESHAPE_BACKWARDS != 0;
+        let backwards = sb.reshape_backwards();
         let new_offset_sectors = i64::from(sb.new_offset);
         if i64::try_from(sb.data_offset).unwrap_or(i64::MAX) + new_offset_sectors < 0 {
             return Err(invalid(format!(

@@ -352,8 +352,8 @@ fn finish_served10(a: &Array, pers: &Reshape10Pers, st: &Raid10Reshape) -> Resul
 /// against the array, before anything is written: near or offset copies only (never to
 /// or from far), the same number of copies, the array size a whole number of new chunks,
 /// the whole array present, and room before the data for the data offset to move down by at
-/// least a chunk times the far copies (md's offset_diff). Shrinks (md's backwards raid10
-/// reshape after --array-size) are not in this build.
+/// least a chunk times the far copies (md's offset_diff). A shrink is md's backwards raid10
+/// reshape ([`plan_shrink10`]).
 pub(crate) fn plan_start10(
     a: &Array,
     report: &AssembleReport,
@@ -407,14 +407,7 @@ pub(crate) fn plan_start10(
     ng.raid_disks = req.raid_disks.unwrap_or(g.raid_disks);
     ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
     ng.layout = req.layout.unwrap_or(g.layout);
-    if ng.raid_disks < g.raid_disks {
-        return Err(refused(format!(
-            "shrinking a raid10 from {} to {} devices (md's backwards reshape after \
-             --array-size) is not in this build of uraid",
-            g.raid_disks, ng.raid_disks
-        )));
-    }
-    let new = Raid10::new(&ng)?;
+    let new = Raid10::new(&ng).map_err(|e| refused(format!("{} devices: {e}", ng.raid_disks)))?;
     if far(&new) {
         return Err(refused(
             "md cannot switch a raid10 to the far layout (raid10_check_reshape)",
@@ -432,6 +425,9 @@ pub(crate) fn plan_start10(
         && new.layout == old.layout
     {
         return Err(refused("the new shape is the shape the array has"));
+    }
+    if new.raid_disks < old.raid_disks {
+        return plan_shrink10(a, report, &old, ng, req.array_sectors);
     }
     if !a
         .size_bytes()
@@ -511,5 +507,134 @@ pub(crate) fn plan_start10(
         bitmap_bytes: 0,
         summary: shape_change(&st),
         shrink: None,
+    })
+}
+
+/// md's shrink of a raid10 (`--raid-devices` fewer, after `--array-size`; raid10_start_reshape
+/// with reshape_backwards): the reshape runs from the end of the smaller shape down to
+/// sector 0, the data offset moving up (positive `new_offset`, by at least md's
+/// offset_diff) into the room after the data. Where the members have no room there, the
+/// component size shrinks to make it, not below what the kept size needs in the new
+/// geometry. md's checks: the kept size a whole number of new chunks and within the smaller
+/// shape (md: "array size must be reduced before number of disks").
+fn plan_shrink10(
+    a: &Array,
+    report: &AssembleReport,
+    old: &uraid_core::geometry::Raid10,
+    mut ng: uraid_core::geometry::ArrayGeometry,
+    keep: Option<u64>,
+) -> Result<crate::restripe::Start, ArrayError> {
+    use crate::restripe::{data_room, refused, NewShape, Shrink, Start, MAX_OFFSET_MOVE_SECTORS};
+    use uraid_core::geometry::Raid10;
+    use uraid_core::Level;
+    let (from, to) = (old.raid_disks, ng.raid_disks);
+    let new = Raid10::new(&ng)?;
+    let most = new.array_sectors();
+    let Some(keep) = keep else {
+        return Err(refused(format!(
+            "shrinking a raid10 from {from} to {to} devices reduces the array to at most \
+             {}K: give --array-size SIZE (at most that) with --raid-devices to confirm that \
+             the data past it goes (md: \"array size must be reduced before number of disks\")",
+            most / 2
+        )));
+    };
+    if keep == 0 || keep > most {
+        return Err(refused(format!(
+            "--array-size {}K: a raid10 of {to} devices in this layout holds at most {}K of \
+             this array's data",
+            keep / 2,
+            most / 2
+        )));
+    }
+    if !keep.is_multiple_of(new.chunk_sectors) {
+        return Err(refused(format!(
+            "--array-size {}K is not a whole number of {}K chunks (md: \"not factor of array \
+             size\")",
+            keep / 2,
+            new.chunk_sectors / 2
+        )));
+    }
+    let unit = old.chunk_sectors.max(new.chunk_sectors) * old.far_copies.max(new.far_copies) as u64;
+    // What every member's data may use; the new data area moves up inside it.
+    let limit = (0..from)
+        .filter_map(|r| {
+            let sb = a.meta().member_sb(MemberIdx(r)).cloned()?;
+            Some(data_room(&sb, a.live(MemberIdx(r)).as_ref()))
+        })
+        .min()
+        .unwrap_or(0);
+    let dev = ng.dev_sectors / unit * unit;
+    // The component size the kept sectors need in the new geometry (md's last_dev_address
+    // of the last kept sector), in whole units.
+    let needs =
+        uraid_core::geometry::reshape10::last_dev_address(keep - 1, &new).div_ceil(unit) * unit;
+    let dev_after = dev
+        .min(limit.saturating_sub(MAX_OFFSET_MOVE_SECTORS) / unit * unit)
+        .max(needs);
+    let offset_move = limit.saturating_sub(dev_after).min(MAX_OFFSET_MOVE_SECTORS) / unit * unit;
+    let advice = || {
+        format!(
+            "md moves a raid10's data offset up into room after the data, by at least {unit} \
+             sectors, and the members have {} sectors there at the component size the kept \
+             size needs ({needs} sectors); a smaller --array-size leaves more",
+            limit.saturating_sub(needs.min(dev)),
+        )
+    };
+    ng.dev_sectors = dev_after;
+    let mut og = ng.clone();
+    og.raid_disks = from;
+    og.layout = old.layout;
+    og.chunk_sectors = old.chunk_sectors;
+    let st = Raid10Reshape {
+        old: Raid10::new(&og)?,
+        new: Raid10::new(&ng)?,
+        position_sectors: 0,
+        backwards: true,
+        offset_diff_sectors: offset_move,
+        new_offset_sectors: offset_move as i64,
+    };
+    if offset_move == 0 || st.array_sectors() < keep {
+        return Err(refused(format!(
+            "shrinking to {to} devices keeping {}K: {}",
+            keep / 2,
+            advice()
+        )));
+    }
+    let st = Raid10Reshape {
+        position_sectors: st.array_sectors(),
+        ..st
+    };
+    st.check()
+        .and_then(|()| st.can_finish())
+        .map_err(|e| refused(format!("{e} ({})", advice())))?;
+    let spares_ready = report
+        .members
+        .iter()
+        .filter(|m| matches!(m.outcome, MemberOutcome::Spare))
+        .count();
+    let mut summary = shape_change(&st);
+    let dev_before = a.geometry().dev_sectors;
+    if dev_after != dev_before {
+        summary.push_str(&format!(
+            ", component size {dev_before} -> {dev_after} sectors"
+        ));
+    }
+    Ok(Start {
+        new: NewShape {
+            level: Level::Raid10,
+            layout: st.new.layout,
+            chunk_sectors: st.new.chunk_sectors,
+            raid_disks: to,
+        },
+        old_disks: from,
+        roles_wanted: 0,
+        spares_ready,
+        offset_move,
+        bitmap_bytes: 0,
+        summary,
+        shrink: Some(Shrink {
+            dev_sectors: dev_after,
+            position: st.position_sectors,
+        }),
     })
 }
