@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A raid10 stopped by Linux md in the middle of a reshape (issues 12 and 15): in one VM boot,
-# mdadm creates a 1.2 raid10 near=2 on 4 members, fills it from the pattern disk and records
+# mdadm creates a 1.2 raid10 near=2 on 4 members with an internal bitmap, fills it from the pattern disk and records
 # its sha256, adds a spare and grows to 5 members (md's raid10 reshape always moves the data
 # offset: FEATURE_NEW_OFFSET) with the resync speed held low; once sync_completed is past 0
 # and short of the end the reshape is frozen and the array stopped. On the host, uraid
@@ -12,6 +12,12 @@
 # it, finishes the reshape, and finds 0 mismatches and the sha256 uraid wrote. And served:
 # uraid grows a served raid10 4 -> 5 (the reshape run by the server) while qemu-io writes
 # through NBD, is stopped, and Linux md finishes it (0 mismatches, the bytes uraid served).
+# Linux's grow and shrink and uraid's shrink carry an internal bitmap (md keeps it at the old
+# size while the reshape runs and resizes it at the end; uraid finishes with it resized). And
+# shrinks both ways: Linux shrinks a raid10 4 -> 3 (--array-size, then --raid-devices;
+# backwards, the data offset moving up) and is stopped, uraid reads and finishes it and
+# Linux checks the result; uraid shrinks one of its own 4 -> 3 keeping 40M (the component
+# size lowered to make room after the data), stops mid-way, and Linux md finishes it.
 #
 #   tests/vm/reshape10.sh          (URAID=path/to/uraid to pick the binary)
 set -euo pipefail
@@ -33,6 +39,7 @@ sum_of() { # MD: sha256 of the whole array, after dropping caches
     sha256sum /dev/$1 | cut -d' ' -f1
 }
 mdadm --create --run /dev/md0 --metadata=1.2 --level=10 --layout=n2 --chunk=64 \
+    --bitmap=internal --bitmap-chunk=64K \
     --raid-devices=4 --assume-clean /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 2>&1
 n=$(cat /sys/block/md0/size)
 dd if=/dev/disk/0 of=/dev/md0 bs=512 count=$n conv=fsync 2>/dev/null
@@ -61,6 +68,7 @@ mdadm --examine /dev/disk/1 | grep -E "Reshape|Delta|Offset|Layout|Raid Devices"
 # Linux shrinks a raid10 4 -> 3 (md's backwards reshape, the data offset moving up into the
 # room --size left after the data) and is stopped mid-way.
 mdadm --create --run /dev/md5 --metadata=1.2 --level=10 --layout=n2 --chunk=64 --size=24M \
+    --bitmap=internal --bitmap-chunk=64K \
     --raid-devices=4 --assume-clean /dev/disk/6 /dev/disk/7 /dev/disk/8 /dev/disk/9 2>&1
 n=$(cat /sys/block/md5/size)
 dd if=/dev/disk/0 of=/dev/md5 bs=512 count=$n conv=fsync 2>/dev/null
@@ -126,7 +134,29 @@ if [ "$disks" != 5 ] || [ "$(prefix_sum $((sectors * 512)) r0 r1 r2 r3 r4)" != "
     echo "FAIL reshape10 continue: after uraid finished Linux's grow: $disks devices, or bytes/copies differ"
     cat cont.log; exit 1
 fi
-echo "PASS reshape10 continue: uraid finished Linux md's raid10 grow (5 devices, the sha256, every copy equal)"
+# The internal bitmap (counting array sectors) covers the grown array, as md resizes it.
+# (mdadm -X reads an image file as an array, not a member, so its sync_size is read here.)
+bitmap_sync() { # MEMBER: its internal bitmap's sync_size in sectors, or "none"
+    python3 - "$1" <<'PY'
+import re, struct, subprocess, sys
+ex = subprocess.run(["mdadm", "--examine", sys.argv[1]], capture_output=True, text=True).stdout
+so = re.search(r"Super Offset : (\d+)", ex)
+bo = re.search(r"Internal Bitmap : (-?\d+)", ex)
+if not so or not bo:
+    sys.exit(print("none"))
+with open(sys.argv[1], "rb") as f:
+    f.seek((int(so.group(1)) + int(bo.group(1))) * 512)
+    b = f.read(256)
+print(struct.unpack_from("<Q", b, 40)[0] if b[:4] == b"bitm" else "none")
+PY
+}
+bm_s="$(bitmap_sync r0)"
+r_s="$(( $("$URAID" detail --json r0 r1 r2 r3 r4 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])') / 512 ))"
+if [ "$bm_s" != "$r_s" ]; then
+    echo "FAIL reshape10 continue: the bitmap covers $bm_s sectors of the $r_s-sector array after the grow"
+    mdadm --examine r0; exit 1
+fi
+echo "PASS reshape10 continue: uraid finished Linux md's raid10 grow with its internal bitmap (5 devices, the sha256, every copy equal, the bitmap resized to $bm_s sectors)"
 # Linux -> uraid, a shrink: Linux md's raid10 4 -> 3 (backwards, the data offset moving up),
 # stopped mid-way: uraid reads the bytes it keeps and finishes it; Linux md checks the result
 # in the second boot.
@@ -154,11 +184,17 @@ if [ "$disks" != 3 ] || [ "$(prefix_sum $((s_keep * 512)) l0 l1 l2 l3)" != "$s_s
     echo "FAIL reshape10 linux-shrink: after uraid finished Linux's shrink: $disks devices, or bytes/copies differ"
     cat cont-l.log; exit 1
 fi
-echo "PASS reshape10 linux-shrink: Linux md's raid10 4 -> 3 stopped at $l_pos (backwards); uraid read the bytes it keeps and finished it (3 devices, the sha256, every copy equal)"
+l_bm="$(bitmap_sync l0)"
+l_s="$(( $("$URAID" detail --json l0 l1 l2 l3 | python3 -c 'import json,sys; print(json.load(sys.stdin)["array_bytes"])') / 512 ))"
+if [ "$l_bm" != "$l_s" ]; then
+    echo "FAIL reshape10 linux-shrink: the bitmap covers $l_bm sectors of the $l_s-sector array after the shrink"; exit 1
+fi
+echo "PASS reshape10 linux-shrink: Linux md's raid10 4 -> 3 with an internal bitmap stopped at $l_pos (backwards); uraid read the bytes it keeps and finished it (3 devices, the sha256, every copy equal, the bitmap resized to $l_s sectors)"
 # uraid -> Linux, a shrink: uraid shrinks a raid10 of its own 4 -> 3 keeping 40M (the
 # component size lowered to make room after the data) and stops mid-way; Linux md finishes it.
 truncate -s 32M z0 z1 z2 z3
-"$URAID" create -l 10 -p n2 -c 64K -n 4 --assume-clean z0 z1 z2 z3 >/dev/null 2>&1
+"$URAID" create -l 10 -p n2 -c 64K -n 4 --bitmap internal --bitmap-chunk 64K --assume-clean \
+    z0 z1 z2 z3 >/dev/null 2>&1
 sz=$((40 << 20))
 head -c "$sz" /dev/urandom > pat-z
 "$URAID" write --input pat-z z0 z1 z2 z3 >/dev/null
@@ -280,4 +316,4 @@ if [ -z "$z_at" ] || [ "$z_at" = none ] || ! grep -q "^Z disks=3 mismatch_cnt=0$
     [ "$(grep -m1 "^ZSUM " <<<"$out2" | cut -d' ' -f2)" != "$sum_z" ]; then
     echo "FAIL reshape10 uraid shrink-4to3 finished by linux (md found the reshape at '$z_at'):"; tail -30 <<<"$out2"; exit 1
 fi
-echo "PASS reshape10 uraid shrink-4to3 finished by linux (uraid stopped at $z_pos, md assembled it at reshape_position $z_at and finished: 3 devices, check 0 mismatches, the sha256 of the 40M kept)"
+echo "PASS reshape10 uraid shrink-4to3 with a bitmap finished by linux (uraid stopped at $z_pos, md assembled it at reshape_position $z_at and finished: 3 devices, check 0 mismatches, the sha256 of the 40M kept)"

@@ -160,18 +160,14 @@ pub fn assemble(
         recs090.push(rec);
     }
     fold_lagging_reshapes(&mut sbs);
-    // A raid10 reshape with an internal bitmap is read, not written, until uraid grow
-    // --continue finishes it (a raid10 bitmap counts array sectors, which the reshape
-    // moves, and uraid does not resize it as md does): nothing reaches its members,
-    // assembly included, as with --readonly. Without a bitmap it is served read-write,
-    // the reshape going on, as raid4/5/6 reshapes are.
-    let reshaping = sbs
-        .iter()
-        .any(|sb| sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0);
-    let raid10_bitmap = sbs.iter().any(|sb| {
-        sb.level == 10 && sb.feature_map & uraid_core::superblock::FEATURE_BITMAP_OFFSET != 0
-    });
-    let readonly = opts.readonly || (reshaping && raid10_bitmap);
+    // A raid10 mid-reshape with an internal bitmap is served read-write as without one
+    // (its bits count array sectors, which keep their data through the reshape; the
+    // finish resizes it, as md's does) when the bitmap covers the array as it is while
+    // the reshape runs. One that covers less is read, not written, until uraid grow
+    // --continue finishes it: nothing reaches its members, assembly included, as with
+    // --readonly.
+    let raid10_bitmap = raid10_bitmap_short(&devs, &sbs);
+    let readonly = opts.readonly || raid10_bitmap.is_some();
     let devs: Vec<Arc<dyn Member>> = if readonly {
         devs.into_iter()
             .map(|d| Arc::new(crate::member::ReadOnlyMember(d)) as Arc<dyn Member>)
@@ -552,7 +548,7 @@ pub fn assemble(
     for &(r, _) in &recovering {
         array_slots[r].set_state(SlotState::Recovering);
     }
-    let reshape_read_only = reshape10.is_some() && raid10_bitmap;
+    let reshape_read_only = reshape10.is_some() && raid10_bitmap.is_some();
     let mut array = match (reshape, reshape10) {
         (Some((state, new_offsets)), _) => crate::levels::new_reshaping_array(
             geometry,
@@ -879,4 +875,24 @@ fn reshape10_of(
     }
     state.check()?;
     Ok(Some((state, new_offsets)))
+}
+
+/// For a raid10 mid-reshape with an internal bitmap that covers fewer array sectors than
+/// the array has while it reshapes: (the bitmap's sectors, the array's). `None` otherwise.
+fn raid10_bitmap_short(devs: &[Arc<dyn Member>], sbs: &[Superblock]) -> Option<(u64, u64)> {
+    let (d, sb) = devs.iter().zip(sbs).find(|(_, sb)| {
+        sb.level == 10
+            && sb.feature_map & FEATURE_RESHAPE_ACTIVE != 0
+            && sb.feature_map & uraid_core::superblock::FEATURE_BITMAP_OFFSET != 0
+    })?;
+    let size = uraid_core::geometry::Raid10Reshape::from_superblock(sb)
+        .ok()
+        .flatten()?
+        .array_sectors();
+    // A bitmap that cannot be read is assembly's to refuse, below.
+    let bits = crate::bitmap::BitmapState::load(d.as_ref(), sb)
+        .ok()??
+        .sb
+        .sync_size;
+    (bits < size).then_some((bits, size))
 }

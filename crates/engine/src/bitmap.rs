@@ -110,6 +110,40 @@ impl BitmapState {
         Ok(Some(st))
     }
 
+    /// The bitmap resized for a new sync size (`sync_size` sectors) and chunk (`chunk`
+    /// bytes, a power-of-two multiple of the old one), as md's md_bitmap_resize: a new bit
+    /// is dirty when a bit it covers was, and, with `grown_dirty`, when it covers sectors
+    /// past the old size; writes in flight are counted in the chunks that now hold them.
+    pub(crate) fn resize(
+        &mut self,
+        sync_size: u64,
+        chunk: u32,
+        grown_dirty: bool,
+    ) -> Result<(), ArrayError> {
+        let old_chunk = self.sb.chunksize;
+        if chunk < old_chunk || !chunk.is_power_of_two() {
+            return Err(ArrayError::Failed(format!(
+                "internal bitmap: a chunk of {chunk} bytes cannot take the bits of {old_chunk}"
+            )));
+        }
+        let merge = u64::from(chunk / old_chunk);
+        let (old_chunks, old_size) = (self.chunks(), self.sb.sync_size);
+        let mut sb = self.sb.clone();
+        sb.sync_size = sync_size;
+        sb.chunksize = chunk;
+        let mut next = BitmapState::new(sb, self.offset_sectors);
+        let chunk_sectors = u64::from(chunk) / SECTOR_BYTES;
+        for c in 0..next.chunks() {
+            let covered = (c * merge)..((c + 1) * merge).min(old_chunks);
+            let dirty = covered.clone().any(|o| bm::is_dirty(&self.bits, o))
+                || (grown_dirty && (c + 1) * chunk_sectors > old_size);
+            bm::set_dirty(&mut next.bits, c, dirty);
+            next.counts[c as usize] = covered.map(|o| self.counts[o as usize]).sum();
+        }
+        *self = next;
+        Ok(())
+    }
+
     /// Sectors of array data one bit covers.
     pub fn chunk_sectors(&self) -> u64 {
         self.sb.chunk_sectors()

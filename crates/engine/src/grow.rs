@@ -461,12 +461,6 @@ fn plan_size(
         ));
     }
     let with_bitmap = t.feature_map & FEATURE_BITMAP_OFFSET != 0;
-    if with_bitmap && level == Level::Raid10 {
-        return Err(refuse(
-            "uraid does not resize a raid10's internal bitmap (it covers the array, not the \
-             members): remove it (uraid grow --bitmap none), change the size, then add it again",
-        ));
-    }
     let round = |s: u64| {
         if level == Level::Raid1 || t.chunksize == 0 {
             s
@@ -504,19 +498,22 @@ fn plan_size(
         } else {
             *space
         };
-        let mut chunk = b.chunksize;
-        while bm::space_bytes(want, chunk) / 512 > room && chunk < MAX_BITMAP_CHUNK_BYTES {
-            chunk *= 2;
-        }
-        let need = bm::space_bytes(want, chunk) / 512;
-        if need > room {
+        // A raid10's bitmap counts array sectors (md's resync_max_sectors), the mirrors'
+        // and parity levels' member sectors.
+        let bits_for = if level == Level::Raid10 {
+            raid10_array_sectors(t, want)?
+        } else {
+            want
+        };
+        let Some(chunk) = bitmap_chunk_for(bits_for, b.chunksize, room) else {
             return Err(refuse(format!(
-                "the internal bitmap would need {need} sectors even at a chunk of {}M for the \
-                 new size, and it has {room}: remove it (uraid grow --bitmap none), change \
-                 the size, then add it again",
-                chunk >> 20
+                "the internal bitmap would need more than its {room} sectors even at a chunk \
+                 of {}M for the new size: remove it (uraid grow --bitmap none), change the \
+                 size, then add it again",
+                MAX_BITMAP_CHUNK_BYTES >> 20
             )));
-        }
+        };
+        let want = bits_for;
         if chunk != b.chunksize {
             summary.push_str(&format!(
                 ", bitmap chunk {}K -> {}K",
@@ -529,8 +526,13 @@ fn plan_size(
         None
     };
     // md resyncs a grown region from the old end (recovery_cp), unless a resync was
-    // owed from further down already.
-    let resync_from = (want > t.size).then(|| t.resync_offset.min(t.size));
+    // owed from further down already; a raid10's resync counts array sectors.
+    let old_end = if level == Level::Raid10 {
+        raid10_array_sectors(t, t.size)?
+    } else {
+        t.size
+    };
+    let resync_from = (want > t.size).then(|| t.resync_offset.min(old_end));
     Ok(Plan::Superblocks(Change {
         dev_sectors: want,
         resync_from,
@@ -863,7 +865,7 @@ fn available_sectors(sb: &Superblock, dev: &dyn Member) -> u64 {
 /// The sectors an existing internal bitmap's area may take: from its start to the nearest
 /// of what lies above it on the member (the bad block log, the data, the superblock, and
 /// for 0.90 the end of the superblock's 64 KiB block).
-fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
+pub(crate) fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
     let Some(start) = sb.bitmap_sector() else {
         return 0;
     };
@@ -879,6 +881,31 @@ fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
     .filter(|&end| end > start)
     .min()
     .map_or(0, |end| end - start)
+}
+
+/// The size of the raid10 `t` describes with a component size of `dev_sectors` (md's
+/// raid10_size), in array sectors.
+fn raid10_array_sectors(t: &Superblock, dev_sectors: u64) -> Result<u64, ArrayError> {
+    let g = uraid_core::geometry::ArrayGeometry {
+        level: Level::Raid10,
+        layout: t.layout,
+        chunk_sectors: u64::from(t.chunksize),
+        raid_disks: t.raid_disks as usize,
+        dev_sectors,
+        member_sectors: Vec::new(),
+    };
+    Ok(uraid_core::geometry::Raid10::new(&g)?.array_sectors())
+}
+
+/// The bitmap chunk (bytes) for `sync_size` sectors of bits within `room_sectors`: `chunk`
+/// where they fit, doubled until they do otherwise (md's md_bitmap_resize); `None` when
+/// even the largest chunk does not fit.
+pub(crate) fn bitmap_chunk_for(sync_size: u64, chunk: u32, room_sectors: u64) -> Option<u32> {
+    let mut c = chunk;
+    while bm::space_bytes(sync_size, c) / 512 > room_sectors && c < MAX_BITMAP_CHUNK_BYTES {
+        c *= 2;
+    }
+    (bm::space_bytes(sync_size, c) / 512 <= room_sectors).then_some(c)
 }
 
 /// A member's bitmap area for a new sync size: its superblock with `sync_size` and

@@ -56,7 +56,7 @@ pub(crate) fn new_reshaping10_array(
     geometry: ArrayGeometry,
     state: uraid_core::geometry::Raid10Reshape,
     new_data_offset_bytes: Vec<u64>,
-    bitmap: bool,
+    bitmap_short: Option<(u64, u64)>,
     slots: MemberMap<Slot>,
     meta: Meta,
     clock: crate::clock::Clock,
@@ -66,13 +66,13 @@ pub(crate) fn new_reshaping10_array(
     let (size, reason) = (pers.array_sectors(), pers.reason());
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);
-    if bitmap {
+    if let Some((bits, size)) = bitmap_short {
         a.set_read_only_for(format!(
-            "{reason}, and the array has an internal bitmap, which counts raid10 array \
-             sectors that the reshape moves (md resizes it; uraid does not): uraid reads it \
-             through both geometries but does not write it while the reshape is unfinished: \
-             run uraid grow --continue on its members (or assemble it with Linux md / \
-             mdadm) to finish the reshape"
+            "{reason}, and its internal bitmap covers {bits} array sectors of the {size} the \
+             array has while it reshapes, so writes past them would go unrecorded: uraid \
+             reads it through both geometries but does not write it while the reshape is \
+             unfinished: run uraid grow --continue on its members (or assemble it with \
+             Linux md / mdadm) to finish the reshape"
         ));
     }
     Ok(a)

@@ -713,49 +713,69 @@ fn bitmap_added(v: MetadataVersion) -> Vec<Arc<dyn Member>> {
 /// after the resync it owes.
 #[test]
 fn size_with_an_internal_bitmap_resizes_the_bitmap_and_survives_a_power_cut() {
-    let mut o = opts(Level::Raid5, None);
-    o.data_offset_sectors = None; // md's default: room for the bitmap
-    o.bitmap = true;
-    o.bitmap_chunk_bytes = Some(256 << 10);
-    o.size_sectors = Some(2 * MB / 512);
     let grow = GrowRequest {
         size: Some(GrowSize::Max),
         ..Default::default()
     };
-
-    let devs = members(3, 6 * MB, "bz-");
-    let data = made(&devs, &o, 21);
-    let (clean, old_chunks) = open(&devs).bitmap_dirty_chunks().unwrap();
-    assert_eq!(clean, 0, "a clean stop leaves no dirty chunk");
-    grow_members(devs.clone(), &grow).unwrap();
-    let a = open(&devs);
-    assert!(a.size_bytes() > data.len() as u64, "the array grew");
-    let (dirty, chunks) = a.bitmap_dirty_chunks().unwrap();
-    assert!(chunks > old_chunks, "the bitmap covers the grown size");
-    assert_eq!(
-        dirty,
-        chunks - old_chunks,
-        "the grown range's bits, and only those"
-    );
-    assert_eq!(read_all(&a, data.len()), data);
-    a.run_sync(SyncKind::Resync, |_| {}).unwrap();
-    assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
-    let grown = a.size_bytes();
-    a.stop().unwrap();
-    // Shrunk back: the bitmap covers the smaller size, the data below it stays.
-    grow_members(
-        devs.clone(),
-        &GrowRequest {
-            size: Some(GrowSize::Sectors(2 * MB / 512)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let a = open(&devs);
-    assert!(a.size_bytes() < grown);
-    assert_eq!(a.bitmap_dirty_chunks().map(|(_, c)| c), Some(old_chunks));
-    assert_eq!(read_all(&a, data.len()), data);
-    a.stop().unwrap();
+    // raid5's bitmap counts member sectors, raid10's array sectors (md's
+    // resync_max_sectors): both resized with the size.
+    for (level, tag) in [(Level::Raid5, "bz-"), (Level::Raid10, "bz10-")] {
+        let mut o = opts(level, None);
+        o.data_offset_sectors = None; // md's default: room for the bitmap
+        o.bitmap = true;
+        o.bitmap_chunk_bytes = Some(256 << 10);
+        o.size_sectors = Some(2 * MB / 512);
+        let devs = members(3, 6 * MB, tag);
+        let data = made(&devs, &o, 21);
+        let (clean, old_chunks) = open(&devs).bitmap_dirty_chunks().unwrap();
+        assert_eq!(clean, 0, "{level}: a clean stop leaves no dirty chunk");
+        grow_members(devs.clone(), &grow).unwrap();
+        let a = open(&devs);
+        assert!(
+            a.size_bytes() > data.len() as u64,
+            "{level}: the array grew"
+        );
+        let (dirty, chunks) = a.bitmap_dirty_chunks().unwrap();
+        let bits_span = if level == Level::Raid10 {
+            a.size_bytes() / 512
+        } else {
+            a.size_bytes() / 512 / 2
+        };
+        assert_eq!(
+            chunks,
+            bits_span.div_ceil(512),
+            "{level}: the bitmap covers the grown size"
+        );
+        assert_eq!(
+            dirty,
+            chunks - old_chunks,
+            "{level}: the grown range's bits, and only those"
+        );
+        assert_eq!(read_all(&a, data.len()), data);
+        a.run_sync(SyncKind::Resync, |_| {}).unwrap();
+        assert_eq!(a.run_sync(SyncKind::Check, |_| {}).unwrap(), 0);
+        let grown = a.size_bytes();
+        a.stop().unwrap();
+        // Shrunk back: the bitmap covers the smaller size, the data below it stays.
+        grow_members(
+            devs.clone(),
+            &GrowRequest {
+                size: Some(GrowSize::Sectors(2 * MB / 512)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let a = open(&devs);
+        assert!(a.size_bytes() < grown);
+        assert_eq!(a.bitmap_dirty_chunks().map(|(_, c)| c), Some(old_chunks));
+        assert_eq!(read_all(&a, data.len()), data);
+        a.stop().unwrap();
+    }
+    let mut o = opts(Level::Raid5, None);
+    o.data_offset_sectors = None;
+    o.bitmap = true;
+    o.bitmap_chunk_bytes = Some(256 << 10);
+    o.size_sectors = Some(2 * MB / 512);
 
     let world = SimWorld::new();
     let disks: Vec<Arc<SimDisk>> = (0..3)

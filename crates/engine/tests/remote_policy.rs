@@ -300,7 +300,8 @@ fn a_member_failed_by_its_superblock_write_gives_a_spare_its_role() {
     h.networks[1].store(false, Ordering::SeqCst);
     let data = vec![0x6bu8; 256 << 10];
     a.write(0, &data).unwrap();
-    assert_eq!(a.slot_state(MemberIdx(1)), SlotState::Faulty);
+    // The member is failed by then; its slot may already hold the spare (recovering), so
+    // the failure is asserted by its event below, not by the slot's state now.
     // Nothing reached host 1 after the network went: not even the dirty superblock.
     assert_eq!(read_superblock(h.disks[1].as_ref()).unwrap().events, before);
     // The events until the failure's (60 s each: a hang bound).

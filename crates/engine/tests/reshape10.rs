@@ -532,10 +532,19 @@ fn grow_starts_a_raid10_reshape_in_mds_format() {
             },
             0,
         ),
+        // With an internal bitmap (case 3): kept through the reshape, in step at its end.
+        (
+            ReshapeRequest {
+                layout: Some(O2),
+                ..Default::default()
+            },
+            0,
+        ),
     ]
     .into_iter()
     .enumerate()
     {
+        let bitmap = n == 3;
         let devs: Vec<Arc<MemMember>> = (0..4 + add)
             .map(|i| Arc::new(MemMember::new(format!("g{n}-{i}"), MEMBER_BYTES)))
             .collect();
@@ -544,6 +553,7 @@ fn grow_starts_a_raid10_reshape_in_mds_format() {
         opts.chunk_sectors = Some(128);
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(DATA_OFFSET);
+        opts.bitmap = bitmap;
         let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
         let data = pattern(a.size_bytes() as usize, 77 + n as u64);
         a.write(0, &data).unwrap();
@@ -592,8 +602,27 @@ fn grow_starts_a_raid10_reshape_in_mds_format() {
         assert!(got[..data.len()] == data[..], "{n}: after the reshape");
         assert!(got[data.len()..].iter().all(|&b| b == 0));
         assert_eq!(a.check().unwrap(), 0, "{n}");
+        if bitmap {
+            let bm = uraid_engine::BitmapState::load(devs[3].as_ref(), &sb_of(&devs[3]))
+                .unwrap()
+                .expect("the bitmap stays");
+            assert_eq!(
+                bm.sb.sync_size,
+                a.size_bytes() / 512,
+                "{n}: the array's size"
+            );
+            assert_eq!(
+                a.bitmap_dirty_chunks().map(|d| d.0),
+                Some(0),
+                "{n}: not stale"
+            );
+        }
         a.stop().unwrap();
     }
+}
+
+fn sb_of(d: &MemMember) -> Superblock {
+    read_superblock(d).unwrap()
 }
 
 /// Issue 15: `uraid grow --raid-devices N --array-size SIZE` shrinks a raid10 as md does
@@ -609,10 +638,13 @@ fn grow_shrinks_a_raid10_in_mds_format() {
         (N2, 128u64, 4usize, 3usize, 16384u64),
         (O2, 64, 5, 4, 16384),
         (N3, 128, 4, 3, 12288),
+        // With an internal bitmap (case 3): kept, and resized to the smaller array.
+        (N2, 128, 4, 3, 16384),
     ]
     .into_iter()
     .enumerate()
     {
+        let bitmap = n == 3;
         let devs: Vec<Arc<MemMember>> = (0..from)
             .map(|i| Arc::new(MemMember::new(format!("s{n}-{i}"), MEMBER_BYTES)))
             .collect();
@@ -621,6 +653,7 @@ fn grow_shrinks_a_raid10_in_mds_format() {
         opts.chunk_sectors = Some(chunk);
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(DATA_OFFSET);
+        opts.bitmap = bitmap;
         let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
         let data = pattern(a.size_bytes() as usize, 91 + n as u64);
         a.write(0, &data).unwrap();
@@ -693,6 +726,12 @@ fn grow_shrinks_a_raid10_in_mds_format() {
         a.read(0, &mut got).unwrap();
         assert!(got == data[..kept], "{n}: after the shrink");
         assert_eq!(a.check().unwrap(), 0, "{n}");
+        if bitmap {
+            let bm = uraid_engine::BitmapState::load(devs[0].as_ref(), &sb_of(&devs[0]))
+                .unwrap()
+                .expect("the bitmap stays");
+            assert_eq!(bm.sb.sync_size, a.size_bytes() / 512, "{n}: resized");
+        }
         a.stop().unwrap();
     }
 }
@@ -742,7 +781,7 @@ fn a_raid10_shrink_md_refuses_is_refused_by_name() {
 }
 
 /// What md refuses to start is refused by name before anything is written: far copies,
-/// a change of copies, a switch to far, no room before the data.
+/// a change of copies, a switch to far, no room before the data, a grow with a bitmap.
 #[test]
 fn grow_refuses_what_md_refuses_for_raid10() {
     use uraid_engine::{reshape_members, ReshapeRequest};
@@ -784,12 +823,23 @@ fn grow_refuses_what_md_refuses_for_raid10() {
             },
             "sectors between their metadata",
         ),
+        // A grow with an internal bitmap (the layout flag 0x80000000 asks for one here).
+        (
+            N2 | 0x8000_0000,
+            DATA_OFFSET,
+            ReshapeRequest {
+                raid_disks: Some(5),
+                ..Default::default()
+            },
+            "remove the bitmap first",
+        ),
     ] {
         let devs: Vec<Arc<MemMember>> = (0..5)
             .map(|i| Arc::new(MemMember::new(format!("f{i}"), MEMBER_BYTES)))
             .collect();
         let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(layout);
+        opts.layout = Some(layout & 0x7fff_ffff);
+        opts.bitmap = layout & 0x8000_0000 != 0;
         opts.chunk_sectors = Some(128);
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(data_offset);
@@ -1144,66 +1194,129 @@ fn a_degraded_raid10_mid_reshape_takes_writes_and_finishes() {
     }
 }
 
-/// A raid10 mid-reshape with an internal bitmap (md keeps one through a raid10 reshape and
-/// resizes it; uraid does not) is served read-only, the bitmap named in the refusal of a
-/// write, and no member byte changes.
+/// Issue 15: a raid10 mid-reshape with an internal bitmap, as md leaves one (the bitmap at
+/// the old array's size while it runs, resized at the end) is served read-write: a write
+/// is recorded in the bitmap at its array sector, and `uraid grow --continue` finishes the
+/// reshape with the bitmap covering the grown array at its chunk and the bytes written.
+/// A bitmap that covers less than the array has while it reshapes keeps it read-only, named.
 #[test]
-fn a_raid10_mid_reshape_with_a_bitmap_is_served_read_only_by_name() {
-    let devs: Vec<Arc<MemMember>> = (0..5)
-        .map(|i| Arc::new(MemMember::new(format!("bm{i}"), MEMBER_BYTES)))
-        .collect();
-    let mut o = CreateOptions::new(Level::Raid10);
-    o.layout = Some(N2);
-    o.chunk_sectors = Some(128);
-    o.assume_clean = true;
-    o.data_offset_sectors = Some(DATA_OFFSET);
-    o.bitmap = true;
-    let a = uraid_engine::create(as_members(&devs[..4]), &o).unwrap();
-    let data = pattern(a.size_bytes() as usize, 5);
-    a.write(0, &data).unwrap();
-    a.stop().unwrap();
-    drop(a);
-    let roles: Vec<u16> = (0..5).collect();
-    let sb0 = read_superblock(devs[0].as_ref()).unwrap();
-    assert!(sb0.feature_map & FEATURE_BITMAP_OFFSET != 0);
-    for (r, d) in devs.iter().enumerate() {
-        // Recorded at position 0: nothing moved yet, every byte in the old geometry.
-        let mut sb = if r < 4 {
-            read_superblock(d.as_ref()).unwrap()
-        } else {
-            let mut s = sb0.clone();
-            s.dev_number = 4;
-            s.device_uuid = [9; 16];
-            s
-        };
-        sb.dev_roles = roles.clone();
-        sb.raid_disks = 5;
-        sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
-        sb.reshape_position = 0;
-        sb.new_level = 10;
-        sb.new_layout = N2;
-        sb.new_chunk = 128;
-        sb.delta_disks = 1;
-        sb.new_offset = -256;
-        sb.events = sb0.events + 1;
-        write_superblock(d.as_ref(), &sb).unwrap();
-    }
-    let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
-    let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
-    assert!(a.is_reshaping() && a.is_read_only());
-    let why = a.read_only_reason().unwrap_or_default().to_string();
-    assert!(
-        why.contains("bitmap") && why.contains("grow --continue"),
-        "{why}"
-    );
-    let err = a.write(0, &[1u8; 512]).unwrap_err().to_string();
-    assert!(err.contains("bitmap"), "{err}");
-    let mut got = vec![0u8; data.len()];
-    a.read(0, &mut got).unwrap();
-    assert!(got == data);
-    a.stop().unwrap();
-    for (d, b) in devs.iter().zip(&before) {
-        assert!(d.snapshot() == *b, "{} changed", d.name());
+fn a_raid10_mid_reshape_with_a_bitmap_takes_writes_and_ends_with_it_resized() {
+    for short in [false, true] {
+        let devs: Vec<Arc<MemMember>> = (0..5)
+            .map(|i| Arc::new(MemMember::new(format!("bm{i}"), MEMBER_BYTES)))
+            .collect();
+        let mut o = CreateOptions::new(Level::Raid10);
+        o.layout = Some(N2);
+        o.chunk_sectors = Some(128);
+        o.assume_clean = true;
+        o.data_offset_sectors = Some(DATA_OFFSET);
+        o.bitmap = true;
+        o.bitmap_chunk_bytes = Some(64 << 10);
+        let a = uraid_engine::create(as_members(&devs[..4]), &o).unwrap();
+        let mut data = pattern(a.size_bytes() as usize, 5);
+        a.write(0, &data).unwrap();
+        a.stop().unwrap();
+        drop(a);
+        let roles: Vec<u16> = (0..5).collect();
+        let sb0 = read_superblock(devs[0].as_ref()).unwrap();
+        assert!(sb0.feature_map & FEATURE_BITMAP_OFFSET != 0);
+        for (r, d) in devs.iter().enumerate() {
+            // Recorded at position 0: nothing moved yet, every byte in the old geometry.
+            let old = read_superblock(devs[r.min(3)].as_ref()).unwrap();
+            let mut sb = old.clone();
+            if r == 4 {
+                sb.dev_number = 4;
+                sb.device_uuid = [9; 16];
+            }
+            sb.dev_roles = roles.clone();
+            sb.raid_disks = 5;
+            sb.feature_map |= FEATURE_RESHAPE_ACTIVE | FEATURE_NEW_OFFSET;
+            sb.reshape_position = 0;
+            sb.new_level = 10;
+            sb.new_layout = N2;
+            sb.new_chunk = 128;
+            sb.delta_disks = 1;
+            sb.new_offset = -256;
+            sb.events = sb0.events + 1;
+            write_superblock(d.as_ref(), &sb).unwrap();
+            // The bitmap as md leaves it: in step with the superblock, at the old size (or,
+            // `short`, covering less than the array).
+            let mut bm = uraid_engine::BitmapState::load(devs[r.min(3)].as_ref(), &old)
+                .unwrap()
+                .unwrap();
+            if short {
+                bm.sb.sync_size /= 2;
+            }
+            bm.write(d.as_ref(), &sb, sb.events).unwrap();
+        }
+        if short {
+            let before: Vec<Vec<u8>> = devs.iter().map(|d| d.snapshot()).collect();
+            let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+            assert!(a.is_reshaping() && a.is_read_only());
+            let why = a.read_only_reason().unwrap_or_default().to_string();
+            assert!(
+                why.contains("bitmap covers") && why.contains("grow --continue"),
+                "{why}"
+            );
+            let err = a.write(0, &[1u8; 512]).unwrap_err().to_string();
+            assert!(err.contains("bitmap"), "{err}");
+            let mut got = vec![0u8; data.len()];
+            a.read(0, &mut got).unwrap();
+            assert!(got == data);
+            a.stop().unwrap();
+            for (d, b) in devs.iter().zip(&before) {
+                assert!(d.snapshot() == *b, "{} changed", d.name());
+            }
+            continue;
+        }
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(
+            a.is_reshaping() && !a.is_read_only(),
+            "{:?}",
+            a.read_only_reason()
+        );
+        let (dirty, chunks) = a.bitmap_dirty_chunks().unwrap();
+        assert_eq!(dirty, 0);
+        assert_eq!(chunks, a.size_bytes() / (64 << 10), "the old array's size");
+        // A write far into the array (array sector 20480, bitmap chunk 160) is recorded.
+        let at = 20480 * SECTOR_BYTES as usize;
+        let w = pattern(8192, 99);
+        a.write(at as u64, &w).unwrap();
+        data[at..at + w.len()].copy_from_slice(&w);
+        assert_eq!(a.bitmap_dirty_chunks().unwrap().0, 1);
+        let sb = read_superblock(devs[1].as_ref()).unwrap();
+        let bm = uraid_engine::BitmapState::load(devs[1].as_ref(), &sb)
+            .unwrap()
+            .unwrap();
+        assert!(
+            bm.is_dirty(20480, 16),
+            "the bit is on the member before the data"
+        );
+        a.stop().unwrap();
+        drop(a);
+        let r = continue_reshape(members(&devs, None), ReshapeOptions::default()).unwrap();
+        assert!(r.finished);
+        let (a, _) = assemble(members(&devs, None), &AssembleOptions::default()).unwrap();
+        assert!(!a.is_reshaping() && !a.is_read_only());
+        let size = a.size_bytes();
+        assert!(size > data.len() as u64);
+        let (dirty, chunks) = a.bitmap_dirty_chunks().unwrap();
+        assert_eq!(
+            chunks,
+            size / (64 << 10),
+            "the bitmap covers the grown array"
+        );
+        assert_eq!(dirty, 0, "nothing the reshape wrote needs a resync");
+        let sb = read_superblock(devs[0].as_ref()).unwrap();
+        let bm = uraid_engine::BitmapState::load(devs[0].as_ref(), &sb)
+            .unwrap()
+            .unwrap();
+        assert_eq!((bm.sb.sync_size, bm.sb.chunksize), (size / 512, 64 << 10));
+        let mut got = vec![0u8; data.len()];
+        a.read(0, &mut got).unwrap();
+        assert!(got == data, "the bytes, the one written mid-reshape too");
+        assert_eq!(a.check().unwrap(), 0);
+        a.stop().unwrap();
     }
 }
 

@@ -160,9 +160,11 @@ pub(crate) fn continue_reshape10(
             added: 0,
         });
     }
-    // Done: the new copies are durable before any superblock says the new shape.
+    // Done: the new copies are durable before any superblock says the new shape; the
+    // bitmap takes the new array's size before they do.
     flush_all(targets)?;
     let new = st.new.clone();
+    resize_bitmaps10(targets, &new)?;
     events = crate::restripe::rewrite(targets, &|sb| {
         uraid_core::geometry::reshape10::finish_superblock10(sb, &new)
     })?;
@@ -175,6 +177,48 @@ pub(crate) fn continue_reshape10(
         events,
         added: 0,
     })
+}
+
+/// `b` resized to the array size of `new` (md resizes a raid10's bitmap with the array),
+/// its chunk kept where the bits fit `room` sectors and doubled until they do otherwise.
+fn resize_bitmap10(
+    b: &mut crate::bitmap::BitmapState,
+    new: &uraid_core::geometry::Raid10,
+    room: u64,
+) -> Result<(), ArrayError> {
+    let to = new.array_sectors();
+    if b.sb.sync_size == to {
+        return Ok(());
+    }
+    let chunk = crate::grow::bitmap_chunk_for(to, b.sb.chunksize, room).ok_or_else(|| {
+        ArrayError::Failed(format!(
+            "the internal bitmap for the reshaped array's {to} sectors needs more than the \
+             {room} sectors its area has"
+        ))
+    })?;
+    // The reshape wrote every copy of what it moved, zeros past the old end included:
+    // nothing grown needs a resync.
+    b.resize(to, chunk, false)
+}
+
+/// The internal bitmap of every target resized to `new`'s array size ([`resize_bitmap10`]),
+/// in the room the finished data offset leaves it, its events as they are; flushed.
+fn resize_bitmaps10(
+    targets: &[Arc<dyn Member>],
+    new: &uraid_core::geometry::Raid10,
+) -> Result<(), ArrayError> {
+    for d in targets {
+        let sb = crate::meta::read_superblock(d.as_ref())?;
+        let Some(mut b) = crate::bitmap::BitmapState::load(d.as_ref(), &sb)? else {
+            continue;
+        };
+        let mut fin = sb.clone();
+        uraid_core::geometry::reshape10::finish_superblock10(&mut fin, new);
+        resize_bitmap10(&mut b, new, crate::grow::bitmap_space_sectors(&fin, false))?;
+        b.write(d.as_ref(), &sb, b.sb.events)?;
+        d.flush()?;
+    }
+    Ok(())
 }
 
 fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
@@ -340,7 +384,23 @@ fn finish_served10(a: &Array, pers: &Reshape10Pers, st: &Raid10Reshape) -> Resul
             // Copies written when the power went may differ, in either geometry: all of it.
             m.template.resync_offset = 0;
         }
+        // The bitmap takes the new array's size first (md's md_bitmap_resize), in the room
+        // the finished data offsets leave it, then the superblocks the new shape, then the
+        // bitmap their events.
+        let rooms: Vec<u64> = m
+            .members
+            .iter()
+            .filter_map(|(_, own)| own.as_ref())
+            .map(|sb| crate::grow::bitmap_space_sectors(sb, false))
+            .collect();
+        if let Some(b) = m.bitmap.as_mut() {
+            resize_bitmap10(b, &new, rooms.into_iter().min().unwrap_or(0))?;
+            m.write_bitmap(a)?;
+        }
         m.write_all(a)?;
+        if m.bitmap.is_some() {
+            m.write_bitmap(a)?;
+        }
     }
     let mut p = pers.progress_mut();
     p.safe = p.st.position_sectors;
@@ -376,13 +436,14 @@ pub(crate) fn plan_start10(
     if meta.is_090() {
         return Err(refused(crate::restripe::RESHAPE_090_REFUSAL));
     }
-    if tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0 {
-        return Err(refused(
-            "the array has an internal bitmap, and a raid10 bitmap counts array sectors, which a \
-             raid10 reshape changes (md resizes it); uraid does not: drop it first (uraid \
-             grow --bitmap none), reshape, then add it back",
-        ));
-    }
+    // An internal bitmap stays through the reshape (it counts array sectors, which keep
+    // their data), at its size until the finish resizes it to the new array's, as md does:
+    // the room the data offset moves into leaves the area the larger of the two takes.
+    let bitmap = meta
+        .bitmap
+        .as_ref()
+        .filter(|_| tmpl.feature_map & FEATURE_BITMAP_OFFSET != 0)
+        .map(|b| (b.sb.sync_size, b.sb.chunksize));
     if meta.needs_resync() {
         return Err(refused(
             "the array was not shut down cleanly and owes a resync: let it finish (uraid check --repair or serve it) first",
@@ -426,8 +487,26 @@ pub(crate) fn plan_start10(
     {
         return Err(refused("the new shape is the shape the array has"));
     }
+    if bitmap.is_some() && new.raid_disks > old.raid_disks {
+        // Found in the VM: a grow uraid started with a bitmap and Linux finished left the
+        // grown range's copies unsynced (Linux resyncs it by bits its own start sets in
+        // memory, and it loads none past the old size when it assembles mid-reshape).
+        return Err(refused(format!(
+            "growing a raid10 with an internal bitmap from {} to {} devices: md marks the \
+             grown range for its resync in the in-memory bitmap of the reshape it starts, \
+             which uraid cannot hand to Linux md, so a grow uraid starts and Linux finishes \
+             would leave that range's copies unsynced: remove the bitmap first (uraid grow \
+             --bitmap none), grow, then add it again (or grow with mdadm, whose reshape \
+             uraid continues with the bitmap)",
+            old.raid_disks, new.raid_disks
+        )));
+    }
+    let bitmap_bytes = bitmap.map_or(0, |(sync, chunk)| {
+        uraid_core::bitmap::space_bytes(sync, chunk)
+            .max(uraid_core::bitmap::space_bytes(new.array_sectors(), chunk))
+    });
     if new.raid_disks < old.raid_disks {
-        return plan_shrink10(a, report, &old, ng, req.array_sectors);
+        return plan_shrink10(a, report, &old, ng, req.array_sectors, bitmap_bytes);
     }
     if !a
         .size_bytes()
@@ -451,7 +530,7 @@ pub(crate) fn plan_start10(
     }
     let room = sbs
         .iter()
-        .map(|s| s.data_offset.saturating_sub(metadata_end(s, 0))) // no bitmap (refused above)
+        .map(|s| s.data_offset.saturating_sub(metadata_end(s, bitmap_bytes)))
         .min()
         .unwrap_or(0);
     let unit = old.chunk_sectors.max(new.chunk_sectors);
@@ -504,7 +583,7 @@ pub(crate) fn plan_start10(
         roles_wanted,
         spares_ready,
         offset_move,
-        bitmap_bytes: 0,
+        bitmap_bytes,
         summary: shape_change(&st),
         shrink: None,
     })
@@ -523,6 +602,7 @@ fn plan_shrink10(
     old: &uraid_core::geometry::Raid10,
     mut ng: uraid_core::geometry::ArrayGeometry,
     keep: Option<u64>,
+    bitmap_bytes: u64,
 ) -> Result<crate::restripe::Start, ArrayError> {
     use crate::restripe::{data_room, refused, NewShape, Shrink, Start, MAX_OFFSET_MOVE_SECTORS};
     use uraid_core::geometry::Raid10;
@@ -630,7 +710,7 @@ fn plan_shrink10(
         roles_wanted: 0,
         spares_ready,
         offset_move,
-        bitmap_bytes: 0,
+        bitmap_bytes,
         summary,
         shrink: Some(Shrink {
             dev_sectors: dev_after,
