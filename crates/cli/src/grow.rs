@@ -29,10 +29,11 @@ pub struct GrowArgs {
     /// Space used on each member: `max`, or a size (KiB unless K/M/G/T follow).
     #[arg(short = 'z', long, value_name = "max|SIZE")]
     pub size: Option<String>,
-    /// The size the array keeps (KiB unless K/M/G/T follow): md keeps it in memory only;
-    /// uraid takes it with the --raid-devices of a raid4/5/6/10 shrink, as the confirmation
-    /// that the data past it goes (mdadm's --array-size before the shrink).
-    #[arg(short = 'Z', long, value_name = "SIZE")]
+    /// md's in-memory array size (KiB unless K/M/G/T follow; max: all of it). Alone, on a
+    /// served array: the size it is exported at until changed or restarted, which a later
+    /// --raid-devices fewer takes as its confirmation; with the --raid-devices of a
+    /// raid4/5/6/10 shrink: the confirmation that the data past it goes.
+    #[arg(short = 'Z', long, value_name = "max|SIZE")]
     pub array_size: Option<String>,
     /// New chunk size (KiB unless K/M follow): a restripe.
     #[arg(short = 'c', long, value_name = "SIZE")]

@@ -44,16 +44,16 @@ pub fn request_of(values: &[(String, String)], current: Level) -> Result<GrowReq
                 })
             }
             "array_size" => {
-                if v == "max" {
-                    bail!(
-                        "--array-size max: uraid keeps no in-memory array size to restore (md's \
-                         array_size); nothing was changed"
-                    );
-                }
-                let b = parse_size_bytes(v, 1024).with_context(|| {
-                    format!("--array-size {v:?}: give a size such as 100M (K when no unit)")
-                })?;
-                r.array_sectors = Some(b / 512);
+                r.array_sectors = Some(if v == "max" {
+                    uraid_engine::ARRAY_SIZE_MAX
+                } else {
+                    let b = parse_size_bytes(v, 1024).with_context(|| {
+                        format!(
+                            "--array-size {v:?}: give max or a size such as 100M (K when no unit)"
+                        )
+                    })?;
+                    b / 512
+                });
             }
             "chunk" => {
                 r.chunk_sectors = Some(

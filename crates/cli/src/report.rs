@@ -601,7 +601,11 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     // mdadm prints both sizes in KiB, without the unit.
     line(
         "Array Size",
-        format!("{}{}", a.size_bytes() / 1024, human_size(a.size_bytes())),
+        format!(
+            "{}{}",
+            a.exported_bytes() / 1024,
+            human_size(a.exported_bytes())
+        ),
     );
     if g.level != Level::Raid0 {
         let dev_bytes = g.dev_sectors * 512;
@@ -877,7 +881,7 @@ pub fn detail_json(a: &Array) -> Value {
         "layout_number": g.layout,
         "chunk_bytes": if g.level == Level::Raid1 { 0 } else { g.chunk_sectors * 512 },
         "raid_disks": g.raid_disks,
-        "array_bytes": a.size_bytes(),
+        "array_bytes": a.exported_bytes(),
         "used_dev_sectors": g.dev_sectors,
         "events": sb.events,
         "state": if dirty { "active" } else { "clean" },

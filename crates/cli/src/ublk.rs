@@ -396,7 +396,7 @@ mod imp {
         let mut p = sys::ublk_params::default();
         ctrl.get_params(&mut p)
             .map_err(|e| anyhow!("reading ublk device {id}'s parameters: {e}"))?;
-        let size = array.size_bytes();
+        let size = array.exported_bytes();
         if p.basic.dev_sectors != size >> 9 {
             bail!(
                 "ublk device {id} is {} bytes and this array {size}: it served another array; \
@@ -501,7 +501,7 @@ mod imp {
                     None => anyhow!("adding a ublk device: {e} (is ublk_drv loaded?)"),
                 })?
         };
-        let size = array.size_bytes();
+        let size = array.exported_bytes();
         let readonly = opts.readonly;
         let uuid = uuid_of(&array);
         let tgt_init = move |dev: &mut UblkDev| {

@@ -287,6 +287,80 @@ fn a_served_array_with_a_bitmap_grows_its_size() {
     }
 }
 
+/// mdadm's `--grow --array-size` on a served raid5, then `--raid-devices` fewer: the size
+/// set is what the array is exported at (detail, and nbdinfo on a new connection) while
+/// the members keep their superblocks; the shrink takes it as its confirmation; `max`
+/// exports all of the smaller array again. Offline, `--array-size` alone is refused.
+#[test]
+fn a_served_raid5_is_sized_with_array_size_then_shrunk() {
+    let test = "a_served_raid5_is_sized_with_array_size_then_shrunk";
+    let d = TempDir::new("grow-array-size");
+    let imgs = d.images(4, 24, "m");
+    ok(uraid()
+        .args([
+            "create",
+            "-l",
+            "5",
+            "-n",
+            "4",
+            "--size",
+            "8M",
+            "--assume-clean",
+            "--run",
+        ])
+        .args(&imgs));
+    let data = fill(&d, &imgs);
+    let err = fails_cleanly(
+        uraid().args(["grow", "--array-size", "8M"]).args(&imgs),
+        &imgs,
+    );
+    assert!(
+        err.contains("not served") && err.contains("--control"),
+        "{err}"
+    );
+    let mut srv = Served::start(&d, &imgs, &[]);
+    let out = ok(srv
+        .cmd()
+        .args(["grow", "--array-size", "16M", "--array"])
+        .arg(&imgs[0]));
+    assert!(
+        text(&out.stderr).contains("array size 16384K"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(srv.detail(&imgs[0])["array_bytes"].as_u64(), Some(16 << 20));
+    if tool_path("nbdinfo", test).is_some() {
+        let out = ok(std::process::Command::new("nbdinfo")
+            .arg("--size")
+            .arg(srv.uri()));
+        assert_eq!(text(&out.stdout).trim(), (16u64 << 20).to_string());
+    }
+    ok(srv
+        .cmd()
+        .args(["grow", "--raid-devices", "3", "--array"])
+        .arg(&imgs[0]));
+    srv.wait_detail(&imgs[0], |d| {
+        d["raid_disks"].as_u64() == Some(3) && d["sync"].is_null()
+    });
+    assert_eq!(srv.detail(&imgs[0])["array_bytes"].as_u64(), Some(16 << 20));
+    ok(srv
+        .cmd()
+        .args(["grow", "--array-size", "max", "--array"])
+        .arg(&imgs[0]));
+    let full = srv.detail(&imgs[0])["array_bytes"].as_u64().unwrap();
+    assert!(full >= 16 << 20, "{full}");
+    ok(srv.cmd().arg("stop").arg(&imgs[0]));
+    assert!(srv.wait().success(), "{}", srv.stderr());
+    // The bytes written at the start (below the kept size) came through the shrink.
+    assert_eq!(read_back(&imgs, data.len()), data);
+    let out = ok(uraid().args(["check", "-q"]).args(&imgs));
+    assert!(
+        text(&out.stdout).contains("mismatch_cnt: 0"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 /// `uraid grow --raid-devices 3 --add DEV` on a served raid0 of 2: mdadm's raid0 growth
 /// (through a raid4 whose parity the new device first rebuilds, the restripe, the takeover
 /// back) from one command while served; without the device it is refused and nothing

@@ -85,6 +85,9 @@ pub struct Array {
     /// Sub-sector writes (read-modify-write of whole sectors) serialise here; rare.
     unaligned: Mutex<()>,
     array_bytes: u64,
+    /// md's in-memory `array_size` set by `--array-size` (bytes; `u64::MAX`: none): the
+    /// size exported and the end of what requests reach, below the array's own.
+    size_limit: AtomicU64,
     /// Request and member IO counters.
     pub stats: Stats,
     pub(crate) events: crate::events::EventBus,
@@ -150,6 +153,7 @@ impl Array {
             sb_pending: Default::default(),
             unaligned: Mutex::new(()),
             array_bytes,
+            size_limit: AtomicU64::new(u64::MAX),
             stats: Stats::default(),
             events: crate::events::EventBus::default(),
             reconfig: Mutex::new(()),
@@ -285,6 +289,42 @@ impl Array {
     /// Usable size of the array in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.array_bytes
+    }
+
+    /// The size the array is exported at: its own, or the smaller one `--array-size` set
+    /// (md's in-memory `array_size`, which mdadm asks for before a shrink).
+    pub fn exported_bytes(&self) -> u64 {
+        self.size_bytes()
+            .min(self.size_limit.load(Ordering::Relaxed))
+    }
+
+    /// The size `--array-size` set, if it did.
+    pub fn array_size_limit(&self) -> Option<u64> {
+        let l = self.size_limit.load(Ordering::Relaxed);
+        (l != u64::MAX).then_some(l)
+    }
+
+    /// md's `array_size` (`mdadm --grow --array-size`): export `bytes` of the array (whole
+    /// sectors, more than 0, at most its size), or again all of it (`None`, md's `max`).
+    /// Nothing is written: it lasts while the array is served, as md's does while the array
+    /// runs. Requests past it are refused from now on.
+    pub fn set_array_size_limit(&self, bytes: Option<u64>) -> Result<(), ArrayError> {
+        let size = self.size_bytes();
+        if let Some(b) = bytes {
+            if b == 0 || !b.is_multiple_of(SECTOR_BYTES) || b > size {
+                return Err(ArrayError::Refused(format!(
+                    "--array-size {}K: the array holds {}K, and the size it is exported at \
+                     must be more than 0 and at most that, in whole sectors (md: E2BIG past \
+                     the array's size); nothing was changed",
+                    b / 1024,
+                    size / 1024
+                )));
+            }
+        }
+        let _quiet = self.quiesce();
+        self.size_limit
+            .store(bytes.unwrap_or(u64::MAX), Ordering::SeqCst);
+        Ok(())
     }
 
     /// Number of member roles (md's raid_disks).
@@ -498,7 +538,8 @@ impl Array {
 
     /// Requests are checked against the shape's size (which reshape may change).
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), ArrayError> {
-        let size = self.shape().array_sectors * SECTOR_BYTES;
+        let size = (self.shape().array_sectors * SECTOR_BYTES)
+            .min(self.size_limit.load(Ordering::Relaxed));
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),
             _ => Err(ArrayError::OutOfRange { offset, len, size }),
@@ -857,6 +898,12 @@ impl Array {
     /// subscribers, its counters and the run-time knobs this level has too.
     pub(crate) fn adopt(&self, old: &Array) {
         self.events.adopt(&old.events);
+        // An --array-size lasts through a change of shape, as md's array_size does (a
+        // limit past the new size is the new size).
+        if let Some(l) = old.array_size_limit() {
+            self.size_limit
+                .store(l.min(self.size_bytes()), Ordering::SeqCst);
+        }
         self.stats.add_from(&old.stats);
         let mine: Vec<&str> = self.tunables().into_iter().map(|(k, _)| k).collect();
         for (k, v) in old.tunables() {

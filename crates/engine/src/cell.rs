@@ -253,6 +253,25 @@ impl ArrayCell {
         let a = self.current();
         a.check_writable("grow")?;
         let events = a.meta().events();
+        if let Some(r) = self.array_size(&a, req, &add, events) {
+            return r;
+        }
+        // md's sequence for a shrink: --array-size first, then --raid-devices, which
+        // takes the size set as its confirmation.
+        let with_size;
+        let req = match a.array_size_limit() {
+            Some(l)
+                if req.array_sectors.is_none()
+                    && req.raid_disks.is_some_and(|d| d < a.raid_disks()) =>
+            {
+                with_size = GrowRequest {
+                    array_sectors: Some(l / uraid_core::SECTOR_BYTES),
+                    ..req.clone()
+                };
+                &with_size
+            }
+            _ => req,
+        };
         let st = a.grow_state();
         let level = a.level();
         drop(a);
@@ -292,6 +311,41 @@ impl ArrayCell {
                 Ok(rep)
             }
         }
+    }
+
+    /// `--array-size` on its own (md's in-memory `array_size`): the size the served array is
+    /// exported at from now on, or all of it again (`max`); `None` for any other request.
+    fn array_size(
+        &self,
+        a: &Array,
+        req: &GrowRequest,
+        add: &[Arc<dyn Member>],
+        events: u64,
+    ) -> Option<Result<GrowReport, ArrayError>> {
+        let sectors = req.array_sectors?;
+        if !req.only_array_size() || !add.is_empty() {
+            return None;
+        }
+        let bytes = (sectors != crate::grow::ARRAY_SIZE_MAX)
+            .then(|| sectors.saturating_mul(uraid_core::SECTOR_BYTES));
+        Some(a.set_array_size_limit(bytes).map(|()| {
+            let size = a.exported_bytes();
+            GrowReport {
+                summary: match bytes {
+                    Some(_) => format!(
+                        "array size {}K (of {}K; in memory, as md's array_size: the members are \
+                         unchanged and a restart serves all of it)",
+                        size / 1024,
+                        a.size_bytes() / 1024
+                    ),
+                    None => format!("array size {}K: all of it", size / 1024),
+                },
+                events,
+                missing_roles: Vec::new(),
+                restripe: false,
+                reshape: None,
+            }
+        }))
     }
 
     /// `add` added to the served array (into missing roles, or as spares), the recovery

@@ -88,9 +88,11 @@ pub struct GrowRequest {
     pub chunk_sectors: Option<u64>,
     /// `--bitmap`.
     pub bitmap: Option<BitmapChange>,
-    /// `--array-size`, in sectors: md's in-memory array size. uraid keeps none, so it is
-    /// taken only with the `--raid-devices` of a raid4/5/6/10 shrink, as the confirmation md
-    /// asks for (the array must be truncated to the smaller shape first).
+    /// `--array-size`, in sectors ([`ARRAY_SIZE_MAX`]: `max`): md's in-memory array size.
+    /// Alone, on a served array, it sets the size the array is exported at
+    /// ([`crate::Array::set_array_size_limit`]); with the `--raid-devices` of a
+    /// raid4/5/6/10 shrink it is the confirmation md asks for (the array truncated to the
+    /// smaller shape first), which a served array takes from an earlier `--array-size` too.
     pub array_sectors: Option<u64>,
 }
 
@@ -237,6 +239,19 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
     if req.size.is_some() && shape {
         return Err(refuse(
             "--size cannot be combined with a change of level, devices, layout or chunk: grow one at a time",
+        ));
+    }
+    if req.only_array_size() {
+        return Err(refuse(
+            "--array-size on its own sets md's in-memory size of a running array, and this \
+             one is not served: serve it and give --array-size with --control (or give it \
+             with the --raid-devices of a shrink); nothing was written",
+        ));
+    }
+    if req.array_sectors == Some(ARRAY_SIZE_MAX) {
+        return Err(refuse(
+            "--array-size max restores a served array's full size; with another change it \
+             confirms nothing: give the size the shrink keeps; nothing was written",
         ));
     }
     if req.array_sectors.is_some()
@@ -896,6 +911,21 @@ fn raid10_array_sectors(t: &Superblock, dev_sectors: u64) -> Result<u64, ArrayEr
     };
     Ok(uraid_core::geometry::Raid10::new(&g)?.array_sectors())
 }
+
+impl GrowRequest {
+    /// Whether the request is `--array-size` and nothing else (md's in-memory size).
+    pub fn only_array_size(&self) -> bool {
+        self.array_sectors.is_some()
+            && GrowRequest {
+                array_sectors: None,
+                ..self.clone()
+            } == GrowRequest::default()
+    }
+}
+
+/// [`GrowRequest::array_sectors`] for `--array-size max` (md's `max`: the whole array
+/// again).
+pub const ARRAY_SIZE_MAX: u64 = u64::MAX;
 
 /// The bitmap chunk (bytes) for `sync_size` sectors of bits within `room_sectors`: `chunk`
 /// where they fit, doubled until they do otherwise (md's md_bitmap_resize); `None` when

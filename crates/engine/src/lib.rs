@@ -150,7 +150,10 @@ pub use dirty::DirtyExtent;
 pub use error::{errno_of, ArrayError, ErrnoMsg};
 pub use events::Event;
 // Shape changes (mdadm --grow): md's takeovers and resizes here, restripes in reshape.
-pub use grow::{grow_members, grow_members_with, BitmapChange, GrowReport, GrowRequest, GrowSize};
+pub use grow::{
+    grow_members, grow_members_with, BitmapChange, GrowReport, GrowRequest, GrowSize,
+    ARRAY_SIZE_MAX,
+};
 pub use meta::Meta;
 pub use plug::Plug;
 pub use quiesce::QuiesceGuard;

@@ -143,7 +143,7 @@ fn client_error(e: ArrayError, what: &str, offset: u64) -> io::Error {
 impl Backend for ArrayBackend {
     /// Asked once per connection: a client that connects after a grow sees the new size.
     fn size_bytes(&self) -> u64 {
-        self.cell.get().size_bytes()
+        self.cell.get().exported_bytes()
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {

@@ -612,3 +612,90 @@ fn served_raid10_grows(seed: u64, bitmap: bool) -> Vec<Arc<dyn Member>> {
     }
     devs
 }
+
+/// mdadm's two steps of a shrink on a served array: `--array-size` alone sets the size the
+/// array is exported at (md's in-memory array_size: requests past it refused, the members
+/// unchanged), then `--raid-devices` fewer takes it as the confirmation; `max` exports all
+/// of the array again. A size past the array's, and `--array-size` alone on an array that
+/// is not served, are refused by name.
+#[test]
+fn a_served_raid5_takes_mds_array_size_then_shrinks_by_it() {
+    let seed = 67;
+    let devs = members(4, 6 * MB, "r5as-");
+    let mut o = reshape_options(Level::Raid5);
+    o.size_sectors = Some(6144);
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let size = a.size_bytes();
+    let (cell, model) = filled(a, seed);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    let keep = 6144 * 2 * 512;
+    let sb_before = uraid_engine::read_superblock(devs[0].as_ref()).unwrap();
+    let e = cell
+        .grow(&GrowRequest {
+            array_sectors: Some(size / 512 + 8),
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at most"), "{e}");
+    let r = cell
+        .grow(&GrowRequest {
+            array_sectors: Some(keep / 512),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("in memory"), "{r:?}");
+    let a = cell.get();
+    assert_eq!((a.exported_bytes(), a.size_bytes()), (keep, size));
+    let e = cell.run(|a| a.write(keep, &[1u8; 4096])).unwrap_err();
+    assert!(matches!(e, ArrayError::OutOfRange { .. }), "{e}");
+    let sb = uraid_engine::read_superblock(devs[0].as_ref()).unwrap();
+    assert_eq!(
+        (sb.raid_disks, sb.size, sb.feature_map),
+        (sb_before.raid_disks, sb_before.size, sb_before.feature_map),
+        "nothing written for the in-memory size"
+    );
+    drop(a);
+    model.lock().unwrap().truncate(keep as usize);
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, keep, &model, &stop, seed);
+    let r = cell
+        .grow(&GrowRequest {
+            raid_disks: Some(3),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        r.restripe,
+        "the size set is the shrink's confirmation: {r:?}"
+    );
+    wait_until("the shrink to 3 devices", Duration::from_secs(180), || {
+        let a = cell.get();
+        a.raid_disks() == 3 && !a.is_reshaping()
+    });
+    assert!(stop_writers(&stop, ws) > 0);
+    check(&cell, &model, "after the shrink");
+    assert_eq!(cell.get().exported_bytes(), keep);
+    let r = cell
+        .grow(&GrowRequest {
+            array_sectors: Some(uraid_engine::ARRAY_SIZE_MAX),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("all of it"), "{r:?}");
+    let a = cell.get();
+    assert_eq!(a.exported_bytes(), a.size_bytes());
+    drop(a);
+    let a = check_parity_and_stop(&cell, "after the shrink");
+    drop(a);
+    let e = uraid_engine::grow_members(
+        devs.clone(),
+        &GrowRequest {
+            array_sectors: Some(keep / 512),
+            ..Default::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("not served"), "{e}");
+}

@@ -1124,7 +1124,7 @@ fn a_shrink_runs_backwards_into_the_room_after_the_data() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("only with the --raid-devices of a raid4/5/6/10 shrink"),
+        e.contains("--array-size on its own") && e.contains("not served"),
         "{e}"
     );
     let data = &data[..(most * 512) as usize];
