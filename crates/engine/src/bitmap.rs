@@ -289,3 +289,39 @@ impl BitmapState {
         self.changed = false;
     }
 }
+
+/// The coarsest bitmap chunk md gives a resized bitmap (md_bitmap_resize doubles the chunk
+/// while its shift from sectors stays below 31 bits).
+pub(crate) const MAX_BITMAP_CHUNK_BYTES: u32 = 1 << 30;
+
+/// The sectors an existing internal bitmap's area may take: from its start to the nearest
+/// of what lies above it on the member (the bad block log, the data, the superblock, and
+/// for 0.90 the end of the superblock's 64 KiB block).
+pub(crate) fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
+    let Some(start) = sb.bitmap_sector() else {
+        return 0;
+    };
+    let bblog = sb.bblog_sector().map(|(at, _)| at);
+    [
+        bblog,
+        Some(sb.data_offset),
+        Some(sb.super_offset),
+        is_090.then_some(sb.super_offset + 128),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|&end| end > start)
+    .min()
+    .map_or(0, |end| end - start)
+}
+
+/// The bitmap chunk (bytes) for `sync_size` sectors of bits within `room_sectors`: `chunk`
+/// where they fit, doubled until they do otherwise (md's md_bitmap_resize); `None` when
+/// even the largest chunk does not fit.
+pub(crate) fn bitmap_chunk_for(sync_size: u64, chunk: u32, room_sectors: u64) -> Option<u32> {
+    let mut c = chunk;
+    while bm::space_bytes(sync_size, c) / 512 > room_sectors && c < MAX_BITMAP_CHUNK_BYTES {
+        c *= 2;
+    }
+    (bm::space_bytes(sync_size, c) / 512 <= room_sectors).then_some(c)
+}

@@ -48,10 +48,6 @@ use uraid_core::{Level, MemberIdx};
 /// Where md puts an internal bitmap on 1.1/1.2: right after the 4 KiB superblock.
 const BITMAP_OFFSET_SECTORS: u64 = 8;
 
-/// The coarsest bitmap chunk md gives a resized bitmap (md_bitmap_resize doubles the chunk
-/// while its shift from sectors stays below 31 bits).
-const MAX_BITMAP_CHUNK_BYTES: u32 = 1 << 30;
-
 /// raid10's near-2 layout (2 near copies, 1 far copy), md's default.
 const RAID10_NEAR2: u32 = 0x102;
 
@@ -520,12 +516,12 @@ fn plan_size(
         } else {
             want
         };
-        let Some(chunk) = bitmap_chunk_for(bits_for, b.chunksize, room) else {
+        let Some(chunk) = crate::bitmap::bitmap_chunk_for(bits_for, b.chunksize, room) else {
             return Err(refuse(format!(
                 "the internal bitmap would need more than its {room} sectors even at a chunk \
                  of {}M for the new size: remove it (uraid grow --bitmap none), change the \
                  size, then add it again",
-                MAX_BITMAP_CHUNK_BYTES >> 20
+                crate::bitmap::MAX_BITMAP_CHUNK_BYTES >> 20
             )));
         };
         let want = bits_for;
@@ -877,27 +873,6 @@ fn available_sectors(sb: &Superblock, dev: &dyn Member) -> u64 {
     }
 }
 
-/// The sectors an existing internal bitmap's area may take: from its start to the nearest
-/// of what lies above it on the member (the bad block log, the data, the superblock, and
-/// for 0.90 the end of the superblock's 64 KiB block).
-pub(crate) fn bitmap_space_sectors(sb: &Superblock, is_090: bool) -> u64 {
-    let Some(start) = sb.bitmap_sector() else {
-        return 0;
-    };
-    let bblog = sb.bblog_sector().map(|(at, _)| at);
-    [
-        bblog,
-        Some(sb.data_offset),
-        Some(sb.super_offset),
-        is_090.then_some(sb.super_offset + 128),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|&end| end > start)
-    .min()
-    .map_or(0, |end| end - start)
-}
-
 /// The size of the raid10 `t` describes with a component size of `dev_sectors` (md's
 /// raid10_size), in array sectors.
 fn raid10_array_sectors(t: &Superblock, dev_sectors: u64) -> Result<u64, ArrayError> {
@@ -926,17 +901,6 @@ impl GrowRequest {
 /// [`GrowRequest::array_sectors`] for `--array-size max` (md's `max`: the whole array
 /// again).
 pub const ARRAY_SIZE_MAX: u64 = u64::MAX;
-
-/// The bitmap chunk (bytes) for `sync_size` sectors of bits within `room_sectors`: `chunk`
-/// where they fit, doubled until they do otherwise (md's md_bitmap_resize); `None` when
-/// even the largest chunk does not fit.
-pub(crate) fn bitmap_chunk_for(sync_size: u64, chunk: u32, room_sectors: u64) -> Option<u32> {
-    let mut c = chunk;
-    while bm::space_bytes(sync_size, c) / 512 > room_sectors && c < MAX_BITMAP_CHUNK_BYTES {
-        c *= 2;
-    }
-    (bm::space_bytes(sync_size, c) / 512 <= room_sectors).then_some(c)
-}
 
 /// A member's bitmap area for a new sync size: its superblock with `sync_size` and
 /// `events`, the bits of chunks both sizes have kept, those of a grown range set, those
@@ -1033,7 +997,7 @@ impl Array {
         let bitmap = meta.bitmap.as_ref().map(|b| {
             let space = sbs
                 .iter()
-                .map(|sb| bitmap_space_sectors(sb, meta.is_090()))
+                .map(|sb| crate::bitmap::bitmap_space_sectors(sb, meta.is_090()))
                 .min()
                 .unwrap_or(0);
             (b.sb.clone(), space)

@@ -190,7 +190,7 @@ fn resize_bitmap10(
     if b.sb.sync_size == to {
         return Ok(());
     }
-    let chunk = crate::grow::bitmap_chunk_for(to, b.sb.chunksize, room).ok_or_else(|| {
+    let chunk = crate::bitmap::bitmap_chunk_for(to, b.sb.chunksize, room).ok_or_else(|| {
         ArrayError::Failed(format!(
             "the internal bitmap for the reshaped array's {to} sectors needs more than the \
              {room} sectors its area has"
@@ -214,7 +214,11 @@ fn resize_bitmaps10(
         };
         let mut fin = sb.clone();
         uraid_core::geometry::reshape10::finish_superblock10(&mut fin, new);
-        resize_bitmap10(&mut b, new, crate::grow::bitmap_space_sectors(&fin, false))?;
+        resize_bitmap10(
+            &mut b,
+            new,
+            crate::bitmap::bitmap_space_sectors(&fin, false),
+        )?;
         b.write(d.as_ref(), &sb, b.sb.events)?;
         d.flush()?;
     }
@@ -391,7 +395,7 @@ fn finish_served10(a: &Array, pers: &Reshape10Pers, st: &Raid10Reshape) -> Resul
             .members
             .iter()
             .filter_map(|(_, own)| own.as_ref())
-            .map(|sb| crate::grow::bitmap_space_sectors(sb, false))
+            .map(|sb| crate::bitmap::bitmap_space_sectors(sb, false))
             .collect();
         if let Some(b) = m.bitmap.as_mut() {
             resize_bitmap10(b, &new, rooms.into_iter().min().unwrap_or(0))?;
