@@ -38,6 +38,25 @@ sum_of() { # MD: sha256 of the whole array, after dropping caches
     sync; echo 3 > /proc/sys/vm/drop_caches
     sha256sum /dev/$1 | cut -d' ' -f1
 }
+freeze_mid() { # MD: hold the reshape slow, freeze it once it is past 0 and short of the
+               # end, say where, and stop the array
+    echo 200 > /sys/block/$1/md/sync_speed_min
+    echo 200 > /sys/block/$1/md/sync_speed_max
+    i=0
+    while :; do
+        sc="$(cat /sys/block/$1/md/sync_completed)"
+        case "$sc" in
+        none|"0 / "*) ;;
+        *) d="${sc%% /*}"; t="${sc##*/ }"; [ "$d" -gt 0 ] && [ "$d" -lt "$t" ] && break ;;
+        esac
+        i=$((i + 1)); [ $i -lt 600 ] || { echo "NO-PROGRESS $sc"; cat /proc/mdstat; exit 1; }
+        sleep 0.2
+    done
+    echo frozen > /sys/block/$1/md/sync_action
+    echo "$1 at sync_completed $(cat /sys/block/$1/md/sync_completed) reshape_position $(cat /sys/block/$1/md/reshape_position)"
+    cat /proc/mdstat
+    mdadm --stop /dev/$1 2>&1
+}
 mdadm --create --run /dev/md0 --metadata=1.2 --level=10 --layout=n2 --chunk=64 \
     --bitmap=internal --bitmap-chunk=64K \
     --raid-devices=4 --assume-clean /dev/disk/1 /dev/disk/2 /dev/disk/3 /dev/disk/4 2>&1
@@ -48,22 +67,7 @@ mdadm /dev/md0 --add /dev/disk/5 2>&1
 if ! mdadm --grow /dev/md0 --raid-devices=5 2>&1; then
     echo "GROW-REFUSED"; mdadm --examine /dev/disk/1; echo GUEST-OK; exit 0
 fi
-echo 200 > /sys/block/md0/md/sync_speed_min
-echo 200 > /sys/block/md0/md/sync_speed_max
-i=0
-while :; do
-    sc="$(cat /sys/block/md0/md/sync_completed)"
-    case "$sc" in
-    none|"0 / "*) ;;
-    *) d="${sc%% /*}"; t="${sc##*/ }"; [ "$d" -gt 0 ] && [ "$d" -lt "$t" ] && break ;;
-    esac
-    i=$((i + 1)); [ $i -lt 600 ] || { echo "NO-PROGRESS $sc"; cat /proc/mdstat; exit 1; }
-    sleep 0.2
-done
-echo frozen > /sys/block/md0/md/sync_action
-echo "md0 at sync_completed $(cat /sys/block/md0/md/sync_completed) reshape_position $(cat /sys/block/md0/md/reshape_position)"
-cat /proc/mdstat
-mdadm --stop /dev/md0 2>&1
+freeze_mid md0
 mdadm --examine /dev/disk/1 | grep -E "Reshape|Delta|Offset|Layout|Raid Devices" || true
 # Linux shrinks a raid10 4 -> 3 (md's backwards reshape, the data offset moving up into the
 # room --size left after the data) and is stopped mid-way.
@@ -76,21 +80,7 @@ keep=$((36 * 2048))
 sync; echo 3 > /proc/sys/vm/drop_caches
 echo "SUM-S $(head -c $((keep * 512)) /dev/md5 | sha256sum | cut -d' ' -f1) $keep"
 if mdadm --grow /dev/md5 --array-size=36M 2>&1 && mdadm --grow /dev/md5 --raid-devices=3 2>&1; then
-    echo 200 > /sys/block/md5/md/sync_speed_min
-    echo 200 > /sys/block/md5/md/sync_speed_max
-    i=0
-    while :; do
-        sc="$(cat /sys/block/md5/md/sync_completed)"
-        case "$sc" in
-        none|"0 / "*) ;;
-        *) d="${sc%% /*}"; t="${sc##*/ }"; [ "$d" -gt 0 ] && [ "$d" -lt "$t" ] && break ;;
-        esac
-        i=$((i + 1)); [ $i -lt 600 ] || { echo "NO-PROGRESS $sc"; cat /proc/mdstat; exit 1; }
-        sleep 0.2
-    done
-    echo frozen > /sys/block/md5/md/sync_action
-    echo "md5 at sync_completed $(cat /sys/block/md5/md/sync_completed) reshape_position $(cat /sys/block/md5/md/reshape_position)"
-    mdadm --stop /dev/md5 2>&1
+    freeze_mid md5
 else
     echo "SHRINK-REFUSED"
     mdadm --stop /dev/md5 2>&1

@@ -682,6 +682,21 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     if let Some(e) = io_engine_words(a) {
         line("IO Engine", e);
     }
+    if let Some(j) = a.join_stats() {
+        // uraid's partial-stripe joining (not md's): writes that led a pending stripe or
+        // joined one, and whether those stripes went out whole or as pieces.
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        line(
+            "Stripe Joins",
+            format!(
+                "{} led, {} joined; {} stripes whole, {} in pieces",
+                n(&j.led),
+                n(&j.joined),
+                n(&j.full),
+                n(&j.partial)
+            ),
+        );
+    }
     if let Some(p) = sync {
         let what = match p.kind {
             SyncKind::Recovery => "Rebuild Status",
@@ -910,6 +925,17 @@ pub fn detail_json(a: &Array) -> Value {
         "spares": a.spares(),
         "faulty": a.faulty_devices().into_iter().map(|(d, _)| d).collect::<Vec<_>>(),
         "consistency_policy": consistency_policy(a, &sb),
+        // raid4/5/6: partial-stripe writes that led or joined a pending stripe, and how
+        // those stripes went out (whole, without reads, or as pieces); since the start.
+        "stripe_joins": a.join_stats().map(|j| {
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            json!({
+                "led": n(&j.led),
+                "joined": n(&j.joined),
+                "full": n(&j.full),
+                "partial": n(&j.partial),
+            })
+        }),
     })
 }
 

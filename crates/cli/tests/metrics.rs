@@ -177,4 +177,16 @@ fn metrics_count_joined_partial_stripe_writes() {
     let n = |what: &str| m.value("uraid_stripe_joins_total", &[("what", what)]);
     assert!(n("led") >= 1.0, "{}", m.text);
     assert_eq!(n("full") + n("partial"), n("led"), "{}", m.text);
+    // The same counts in `detail`, as JSON and as text.
+    let d = srv.detail(&members[0]);
+    let j = &d["stripe_joins"];
+    for what in ["led", "joined", "full", "partial"] {
+        assert_eq!(j[what].as_f64(), Some(n(what)), "{what}: {d}");
+    }
+    let out = ok(srv.cmd().arg("detail").arg("--array").arg(&members[0]));
+    let t = text(&out.stdout);
+    assert!(
+        t.contains(&format!("Stripe Joins : {} led", n("led") as u64)),
+        "{t}"
+    );
 }

@@ -533,6 +533,23 @@ fn raid1_with_a_psk_member_on_qemu_nbd() {
     });
 }
 
+/// qemu-nbd serving a 32 MiB image over TLS-PSK (identity "bob") with GnuTLS held to one
+/// TLS version (`TLS1.2`, `TLS1.1`: its priority string): the folder, the image, the host.
+fn qemu_psk_host_speaking(version: &str) -> (TempDir, PathBuf, TlsProc) {
+    let dir = TempDir::new(&format!("remote-psk-qemu-{version}"));
+    let keys = psk_file(&dir, "qkeys", "bob", 7);
+    let img = dir.image("q.img", 32);
+    let host = TlsProc::qemu_nbd_with(
+        &Creds::Psk {
+            file: &keys,
+            user: "bob",
+        },
+        &img,
+        &format!(",priority=NORMAL:-VERS-ALL:+VERS-{version}"),
+    );
+    (dir, img, host)
+}
+
 /// The same member over TLS 1.2: qemu-nbd's GnuTLS held to TLS 1.2 by its priority string
 /// (`NORMAL:-VERS-ALL:+VERS-TLS1.2`), so uraid's OpenSSL PSK client must negotiate a TLS 1.2 PSK
 /// suite with a server not its own.
@@ -544,17 +561,7 @@ fn raid1_with_a_psk_member_on_qemu_nbd_over_tls_1_2() {
     ) {
         return;
     }
-    let dir = TempDir::new("remote-psk-qemu12");
-    let keys = psk_file(&dir, "qkeys", "bob", 7);
-    let img = dir.image("q.img", 32);
-    let host = TlsProc::qemu_nbd_with(
-        &Creds::Psk {
-            file: &keys,
-            user: "bob",
-        },
-        &img,
-        ",priority=NORMAL:-VERS-ALL:+VERS-TLS1.2",
-    );
+    let (dir, img, host) = qemu_psk_host_speaking("TLS1.2");
     let local = dir.image("m0.img", 32);
     let members = vec![local, PathBuf::from(&host.uri)];
     write_and_read_back(&dir, &members, &host.uri, |off, len| {
@@ -572,17 +579,7 @@ fn a_psk_member_on_a_tls_1_1_only_server_is_refused_for_its_version() {
     ) {
         return;
     }
-    let dir = TempDir::new("remote-psk-qemu11");
-    let keys = psk_file(&dir, "qkeys", "bob", 7);
-    let img = dir.image("q.img", 32);
-    let host = TlsProc::qemu_nbd_with(
-        &Creds::Psk {
-            file: &keys,
-            user: "bob",
-        },
-        &img,
-        ",priority=NORMAL:-VERS-ALL:+VERS-TLS1.1",
-    );
+    let (_dir, _img, host) = qemu_psk_host_speaking("TLS1.1");
     let e = Client::open(&host.uri, &ClientConfig::default()).unwrap_err();
     let text = e.to_string();
     assert!(

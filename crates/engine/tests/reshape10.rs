@@ -193,6 +193,26 @@ fn members(devs: &[Arc<MemMember>], skip: Option<usize>) -> Vec<Arc<dyn Member>>
         .collect()
 }
 
+/// `n` (a range) memory members of `bytes`, named by `name`.
+fn mem_devs(
+    n: std::ops::Range<usize>,
+    bytes: u64,
+    name: impl Fn(usize) -> String,
+) -> Vec<Arc<MemMember>> {
+    n.map(|i| Arc::new(MemMember::new(name(i), bytes)))
+        .collect()
+}
+
+/// A raid10 of `layout` and `chunk` sectors, assumed clean, its data at `data_offset`.
+fn r10_options(layout: u32, chunk: u64, data_offset: u64) -> CreateOptions {
+    let mut o = CreateOptions::new(Level::Raid10);
+    o.layout = Some(layout);
+    o.chunk_sectors = Some(chunk);
+    o.assume_clean = true;
+    o.data_offset_sectors = Some(data_offset);
+    o
+}
+
 const N2: u32 = 0x102;
 const N3: u32 = 0x103;
 const O2: u32 = 0x10201;
@@ -385,14 +405,8 @@ fn far_layouts_and_copy_changes_are_refused_by_name() {
             },
             ..base
         };
-        let devs: Vec<Arc<MemMember>> = (0..5)
-            .map(|i| Arc::new(MemMember::new(format!("m{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(c.old.layout);
-        opts.chunk_sectors = Some(c.old.chunk);
-        opts.assume_clean = true;
-        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let devs = mem_devs(0..5, MEMBER_BYTES, |i| format!("m{i}"));
+        let opts = r10_options(c.old.layout, c.old.chunk, DATA_OFFSET);
         let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
         a.stop().unwrap();
         drop(a);
@@ -545,14 +559,8 @@ fn grow_starts_a_raid10_reshape_in_mds_format() {
     .enumerate()
     {
         let bitmap = n == 3;
-        let devs: Vec<Arc<MemMember>> = (0..4 + add)
-            .map(|i| Arc::new(MemMember::new(format!("g{n}-{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(N2);
-        opts.chunk_sectors = Some(128);
-        opts.assume_clean = true;
-        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let devs = mem_devs(0..4 + add, MEMBER_BYTES, |i| format!("g{n}-{i}"));
+        let mut opts = r10_options(N2, 128, DATA_OFFSET);
         opts.bitmap = bitmap;
         let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
         let data = pattern(a.size_bytes() as usize, 77 + n as u64);
@@ -645,14 +653,8 @@ fn grow_shrinks_a_raid10_in_mds_format() {
     .enumerate()
     {
         let bitmap = n == 3;
-        let devs: Vec<Arc<MemMember>> = (0..from)
-            .map(|i| Arc::new(MemMember::new(format!("s{n}-{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(layout);
-        opts.chunk_sectors = Some(chunk);
-        opts.assume_clean = true;
-        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let devs = mem_devs(0..from, MEMBER_BYTES, |i| format!("s{n}-{i}"));
+        let mut opts = r10_options(layout, chunk, DATA_OFFSET);
         opts.bitmap = bitmap;
         let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
         let data = pattern(a.size_bytes() as usize, 91 + n as u64);
@@ -748,14 +750,8 @@ fn a_raid10_shrink_md_refuses_is_refused_by_name() {
         (Some(16384 + 8), "not a whole number"),
         (Some(21504), "room after the data"),
     ] {
-        let devs: Vec<Arc<MemMember>> = (0..4)
-            .map(|i| Arc::new(MemMember::new(format!("r{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(N2);
-        opts.chunk_sectors = Some(128);
-        opts.assume_clean = true;
-        opts.data_offset_sectors = Some(DATA_OFFSET);
+        let devs = mem_devs(0..4, MEMBER_BYTES, |i| format!("r{i}"));
+        let opts = r10_options(N2, 128, DATA_OFFSET);
         let a = uraid_engine::create(as_members(&devs), &opts).unwrap();
         a.stop().unwrap();
         drop(a);
@@ -834,15 +830,9 @@ fn grow_refuses_what_md_refuses_for_raid10() {
             "remove the bitmap first",
         ),
     ] {
-        let devs: Vec<Arc<MemMember>> = (0..5)
-            .map(|i| Arc::new(MemMember::new(format!("f{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut opts = CreateOptions::new(Level::Raid10);
-        opts.layout = Some(layout & 0x7fff_ffff);
+        let devs = mem_devs(0..5, MEMBER_BYTES, |i| format!("f{i}"));
+        let mut opts = r10_options(layout & 0x7fff_ffff, 128, data_offset);
         opts.bitmap = layout & 0x8000_0000 != 0;
-        opts.chunk_sectors = Some(128);
-        opts.assume_clean = true;
-        opts.data_offset_sectors = Some(data_offset);
         let a = uraid_engine::create(as_members(&devs[..4]), &opts).unwrap();
         a.stop().unwrap();
         drop(a);
@@ -1202,14 +1192,8 @@ fn a_degraded_raid10_mid_reshape_takes_writes_and_finishes() {
 #[test]
 fn a_raid10_mid_reshape_with_a_bitmap_takes_writes_and_ends_with_it_resized() {
     for short in [false, true] {
-        let devs: Vec<Arc<MemMember>> = (0..5)
-            .map(|i| Arc::new(MemMember::new(format!("bm{i}"), MEMBER_BYTES)))
-            .collect();
-        let mut o = CreateOptions::new(Level::Raid10);
-        o.layout = Some(N2);
-        o.chunk_sectors = Some(128);
-        o.assume_clean = true;
-        o.data_offset_sectors = Some(DATA_OFFSET);
+        let devs = mem_devs(0..5, MEMBER_BYTES, |i| format!("bm{i}"));
+        let mut o = r10_options(N2, 128, DATA_OFFSET);
         o.bitmap = true;
         o.bitmap_chunk_bytes = Some(64 << 10);
         let a = uraid_engine::create(as_members(&devs[..4]), &o).unwrap();
@@ -1331,14 +1315,8 @@ fn a_member_failing_during_a_served_raid10_reshape_leaves_every_byte() {
     use uraid_engine::{reshape_members, DaemonOptions, MemberIdx, ReshapeRequest, SyncLimits};
     let seed = 0x1017u64;
     eprintln!("seed {seed}");
-    let devs: Vec<Arc<MemMember>> = (0..5)
-        .map(|i| Arc::new(MemMember::new(format!("f{i}"), 6 << 20)))
-        .collect();
-    let mut o = CreateOptions::new(Level::Raid10);
-    o.layout = Some(N2);
-    o.chunk_sectors = Some(64);
-    o.assume_clean = true;
-    o.data_offset_sectors = Some(4096);
+    let devs = mem_devs(0..5, 6 << 20, |i| format!("f{i}"));
+    let o = r10_options(N2, 64, 4096);
     let a = uraid_engine::create(as_members(&devs[..4]), &o).unwrap();
     let mut model = pattern(a.size_bytes() as usize, seed);
     a.write(0, &model).unwrap();
