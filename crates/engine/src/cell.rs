@@ -262,7 +262,8 @@ impl ArrayCell {
         let req = match a.array_size_limit() {
             Some(l)
                 if req.array_sectors.is_none()
-                    && req.raid_disks.is_some_and(|d| d < a.raid_disks()) =>
+                    && req.raid_disks.is_some_and(|d| d < a.raid_disks())
+                    && (a.level().has_parity() || a.level() == uraid_core::Level::Raid10) =>
             {
                 with_size = GrowRequest {
                     array_sectors: Some(l / uraid_core::SECTOR_BYTES),

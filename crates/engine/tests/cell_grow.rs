@@ -699,3 +699,34 @@ fn a_served_raid5_takes_mds_array_size_then_shrinks_by_it() {
     .to_string();
     assert!(e.contains("not served"), "{e}");
 }
+
+/// An `--array-size` on a served raid1 is no shrink's confirmation: dropping a mirror after
+/// it goes on as md's does (the size set stays what is exported).
+#[test]
+fn a_served_raid1_with_an_array_size_still_drops_a_mirror() {
+    let devs = members(3, 8 * MB, "r1as-");
+    let mut o = CreateOptions::new(Level::Raid1);
+    o.assume_clean = true;
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let half = a.size_bytes() / 2 / 512 * 512;
+    let cell = ArrayCell::new(Arc::new(a));
+    cell.grow(&GrowRequest {
+        array_sectors: Some(half / 512),
+        ..Default::default()
+    })
+    .unwrap();
+    // md's way: the mirror failed and removed first.
+    cell.get().fail_member(uraid_core::MemberIdx(2)).unwrap();
+    cell.get().remove_member(uraid_core::MemberIdx(2)).unwrap();
+    let r = cell
+        .grow(&GrowRequest {
+            raid_disks: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(!r.restripe, "{r:?}");
+    let a = cell.get();
+    assert_eq!((a.raid_disks(), a.exported_bytes()), (2, half));
+    drop(a);
+    cell.current().stop().unwrap();
+}
