@@ -533,6 +533,41 @@ fn raid1_with_a_psk_member_on_qemu_nbd() {
     });
 }
 
+/// uraid's PSK client held to TLS 1.2 against nbdkit (whose 1.32 has no priority option:
+/// the client side chooses the version here): nbdkit's GnuTLS negotiates a TLS 1.2 PSK
+/// suite with uraid's OpenSSL, and a write reads back through it.
+#[test]
+fn a_psk_member_on_nbdkit_over_tls_1_2() {
+    if !need_tool("nbdkit", "a_psk_member_on_nbdkit_over_tls_1_2") {
+        return;
+    }
+    let dir = TempDir::new("remote-psk-nbdkit12");
+    let keys = psk_file(&dir, "keys", "alice", 3);
+    let host = TlsProc::nbdkit(
+        &Creds::Psk {
+            file: &keys,
+            user: "alice",
+        },
+        "32M",
+    );
+    let port = host
+        .uri
+        .strip_prefix("nbds://127.0.0.1:")
+        .and_then(|r| r.split('/').next())
+        .unwrap()
+        .to_string();
+    let config = ClientConfig {
+        tls: Some(TlsClient::from_psk_file_tls12_only(&keys, Some("alice")).unwrap()),
+        ..ClientConfig::default()
+    };
+    let c = Client::open(&format!("nbds://127.0.0.1:{port}/"), &config).unwrap();
+    let data = pattern(256 << 10, 12);
+    c.write(&data, 1 << 20, true).unwrap();
+    let mut back = vec![0u8; data.len()];
+    c.read(&mut back, 1 << 20).unwrap();
+    assert!(back == data, "read back over TLS 1.2 PSK from nbdkit");
+}
+
 /// qemu-nbd serving a 32 MiB image over TLS-PSK (identity "bob") with GnuTLS held to one
 /// TLS version (`TLS1.2`, `TLS1.1`: its priority string): the folder, the image, the host.
 fn qemu_psk_host_speaking(version: &str) -> (TempDir, PathBuf, TlsProc) {

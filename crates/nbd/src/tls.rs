@@ -288,6 +288,20 @@ impl TlsClient {
         TlsClient::psk(Arc::new(PskFile::read(path)?), username)
     }
 
+    /// [`TlsClient::from_psk_file`] offering TLS 1.2 alone (interoperability checks: a
+    /// server must then negotiate a TLS 1.2 PSK suite).
+    #[doc(hidden)]
+    pub fn from_psk_file_tls12_only(
+        path: &Path,
+        username: Option<&str>,
+    ) -> Result<TlsClient, TlsError> {
+        TlsClient::psk_upto(
+            Arc::new(PskFile::read(path)?),
+            username,
+            Some(SslVersion::TLS1_2),
+        )
+    }
+
     fn psk(file: Arc<PskFile>, username: Option<&str>) -> Result<TlsClient, TlsError> {
         TlsClient::psk_upto(file, username, None)
     }
