@@ -4,7 +4,8 @@
 //! its clients (nbdinfo over TLS reads it), TLS required by default off loopback. TLS-PSK:
 //! members on nbdkit `--tls-psk` and qemu-nbd `tls-creds-psk`, a wrong key refused with
 //! nothing written, `serve --tls-psk` read by nbdinfo and qemu-img, bad PSK setups
-//! refused. Across network namespaces: raid1 over two TLS-only hosts (nbdkit and
+//! refused. TLS 1.2 alone (uraid's client offering only it) against nbdkit with X.509 and
+//! PSK, and against qemu-nbd with PSK. Across network namespaces: raid1 over two TLS-only hosts (nbdkit and
 //! qemu-nbd) losing one mid-write and re-adding it over TLS, a host with a certificate
 //! from another CA or for another address refused by name with nothing written, and a
 //! plain `nbd://` URI to a TLS-only host refused.
@@ -566,6 +567,29 @@ fn a_psk_member_on_nbdkit_over_tls_1_2() {
     let mut back = vec![0u8; data.len()];
     c.read(&mut back, 1 << 20).unwrap();
     assert!(back == data, "read back over TLS 1.2 PSK from nbdkit");
+}
+
+/// uraid's X.509 client held to TLS 1.2 against nbdkit: nbdkit's GnuTLS negotiates a TLS
+/// 1.2 certificate suite with rustls, the certificate is checked against the test's CA,
+/// and a write reads back through it.
+#[test]
+fn an_x509_member_on_nbdkit_over_tls_1_2() {
+    if !need_tool("nbdkit", "an_x509_member_on_nbdkit_over_tls_1_2") {
+        return;
+    }
+    let dir = TempDir::new("remote-x509-nbdkit12");
+    let pki = Pki::new(&dir.path("pki"), "uraid test CA");
+    let host = TlsProc::nbdkit(&Creds::X509(&pki), "32M");
+    let config = ClientConfig {
+        tls: Some(TlsClient::from_ca_file_tls12_only(&pki.ca()).unwrap()),
+        ..ClientConfig::default()
+    };
+    let c = Client::open(&host.uri, &config).unwrap();
+    let data = pattern(256 << 10, 13);
+    c.write(&data, 3 << 20, true).unwrap();
+    let mut back = vec![0u8; data.len()];
+    c.read(&mut back, 3 << 20).unwrap();
+    assert!(back == data, "read back over TLS 1.2 X.509 from nbdkit");
 }
 
 /// qemu-nbd serving a 32 MiB image over TLS-PSK (identity "bob") with GnuTLS held to one

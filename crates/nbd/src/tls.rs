@@ -250,6 +250,21 @@ impl TlsClient {
         ca: &Path,
         identity: Option<(&Path, &Path)>,
     ) -> Result<TlsClient, TlsError> {
+        TlsClient::x509(ca, identity, rustls::DEFAULT_VERSIONS)
+    }
+
+    /// [`TlsClient::from_ca_file`] offering TLS 1.2 alone (interoperability checks: a
+    /// server must then negotiate a TLS 1.2 suite with a certificate).
+    #[doc(hidden)]
+    pub fn from_ca_file_tls12_only(ca: &Path) -> Result<TlsClient, TlsError> {
+        TlsClient::x509(ca, None, &[&rustls::version::TLS12])
+    }
+
+    fn x509(
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> Result<TlsClient, TlsError> {
         let mut roots = rustls::RootCertStore::empty();
         for c in certs("CA", ca)? {
             roots.add(c).map_err(|e| TlsError::File {
@@ -259,7 +274,7 @@ impl TlsClient {
             })?;
         }
         let config = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(versions)
             .map_err(|e| TlsError::Config(e.to_string()))?
             .with_root_certificates(roots);
         let config = match identity {
