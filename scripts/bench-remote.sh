@@ -10,6 +10,13 @@
 #
 #   scripts/bench-remote.sh [SECS]     (default 20; URAID_BIN=path, default target/release/uraid)
 #
+# HOST_DELAY_MS=N gives every nbdkit host a service time of N ms per read and per write
+# (nbdkit's delay filter), as a remote disk or link has: each host then serves at most its
+# own threads' worth of requests per N ms, whatever the shared CPUs do, which is what two
+# hosts on their own machines are. Unset, the hosts are nbdkit memory at CPU speed and the
+# ratios measure uraid's per-request CPU against nbdkit's on the same CPUs.
+# RECOVERY=0 leaves out the re-add/rebuild timing.
+#
 # Needs nbdkit and fio (nbd engine). Uses ports 10901-10909 on 127.0.0.1; memory, and 2 GiB
 # of sparse files under TMPDIR (default /var/tmp) for the recovery.
 set -euo pipefail
@@ -33,8 +40,12 @@ cd "$DIR"
 export URAID_RUN_DIR=$DIR/run
 mkdir -p "$URAID_RUN_DIR"
 
+delay=()
+if [ -n "${HOST_DELAY_MS:-}" ]; then
+    delay=(--filter=delay "delay-read=${HOST_DELAY_MS}ms" "delay-write=${HOST_DELAY_MS}ms")
+fi
 host() { # PORT: an nbdkit memory member on 127.0.0.1:PORT
-    nbdkit -f -i 127.0.0.1 -p "$1" memory 2G &
+    nbdkit -f -i 127.0.0.1 -p "$1" "${delay[@]}" memory 2G &
     pids+=($!)
     until python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 1)" 2>/dev/null; do
         sleep 0.05
@@ -43,7 +54,7 @@ host() { # PORT: an nbdkit memory member on 127.0.0.1:PORT
 uri() { echo "nbd://127.0.0.1:$1/"; }
 
 cpu=$(grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //')
-echo "cpu: $cpu ($(nproc) cpus); uraid: $B; fio: $(fio --version); nbdkit: $(nbdkit --version | head -1)"
+echo "cpu: $cpu ($(nproc) cpus); uraid: $B; fio: $(fio --version); nbdkit: $(nbdkit --version | head -1); host delay: ${HOST_DELAY_MS:-none} ms"
 
 # fio JOB URI -> "read_MBps write_MBps read_iops write_iops"
 run_fio() {
@@ -141,4 +152,4 @@ readd_vs_rebuild() {
     rebuild=$(out_and_back sh -c "truncate -s 0 '$f1' && truncate -s 1G '$f1'")
     echo "raid1 recovery after 64 MiB written (bitmap chunk $chunk KiB, 1 GiB members): re-add ${readd} s, full rebuild ${rebuild} s ($(python3 -c "print('%.1fx' % ($rebuild / $readd))") longer)"
 }
-readd_vs_rebuild
+[ "${RECOVERY:-1}" = 0 ] || readd_vs_rebuild

@@ -325,3 +325,41 @@ pub(crate) fn bitmap_chunk_for(sync_size: u64, chunk: u32, room_sectors: u64) ->
     }
     (bm::space_bytes(sync_size, c) / 512 <= room_sectors).then_some(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bitmap resized to a coarser chunk (md's md_bitmap_resize when the bits do not fit):
+    /// each new bit is dirty when an old bit it covers was, or, asked for, when it reaches
+    /// past the old size; the others are clean, writes in flight are counted where they now
+    /// fall, and the superblock says the new chunk and size.
+    #[test]
+    fn a_coarser_bitmap_keeps_every_dirty_bit_and_sets_the_grown_range() {
+        let chunk = 4096u32;
+        let old_size = 64 * 8; // 64 chunks of 8 sectors
+        let sb = BitmapSuper::new([7; 16], old_size, chunk, 5).unwrap();
+        let dirty_after = |grown_dirty: bool| {
+            let mut b = BitmapState::new(sb.clone(), 8);
+            for c in [0u64, 5, 6, 33, 63] {
+                bm::set_dirty(&mut b.bits, c, true);
+            }
+            assert!(b.start_write(6 * 8, 16)); // old chunks 6 and 7
+                                               // 4 old chunks per new one, the size doubled.
+            b.resize(old_size * 2, chunk * 4, grown_dirty).unwrap();
+            assert_eq!((b.sb.chunksize, b.sb.sync_size), (chunk * 4, old_size * 2));
+            assert_eq!(b.counts[1], 2, "the write in flight over old 6 and 7");
+            let dirty: Vec<u64> = (0..b.chunks())
+                .filter(|&c| bm::is_dirty(&b.bits, c))
+                .collect();
+            dirty
+        };
+        // Old 0 -> 0, 5 and 6 -> 1, 33 -> 8, 63 -> 15; the grown range is new 16..32.
+        let mut want = vec![0, 1, 8, 15];
+        assert_eq!(dirty_after(false), want);
+        want.extend(16..32);
+        assert_eq!(dirty_after(true), want);
+        let mut b = BitmapState::new(sb, 8);
+        assert!(b.resize(old_size, chunk / 2, true).is_err());
+    }
+}

@@ -902,45 +902,6 @@ impl GrowRequest {
 /// again).
 pub const ARRAY_SIZE_MAX: u64 = u64::MAX;
 
-/// A member's bitmap area for a new sync size: its superblock with `sync_size` and
-/// `events`, the bits of chunks both sizes have kept, those of a grown range set, those
-/// past a shrunk end cleared. `old` is the area as read (at least as long as the result).
-fn resized_bitmap_area(
-    old: &[u8],
-    sync_size: u64,
-    chunk: u32,
-    events: u64,
-) -> Result<Vec<u8>, ArrayError> {
-    let mut b = BitmapSuper::decode(old)
-        .map_err(|e| ArrayError::Failed(format!("internal bitmap: {e}")))?;
-    let (old_chunks, old_size, old_chunk) = (b.chunks(), b.sync_size, b.chunksize);
-    if chunk < old_chunk || !chunk.is_power_of_two() {
-        return Err(ArrayError::Failed(format!(
-            "internal bitmap: a chunk of {chunk} bytes cannot take the bits of {old_chunk}"
-        )));
-    }
-    let merge = u64::from(chunk / old_chunk);
-    b.sync_size = sync_size;
-    b.chunksize = chunk;
-    b.events = events;
-    let new_chunks = b.chunks();
-    let len = old.len().max(b.space_bytes() as usize);
-    let old_bits = &old[bm::BITMAP_SUPER_BYTES..];
-    let mut area = vec![0u8; len];
-    area[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&b.encode());
-    let bits = &mut area[bm::BITMAP_SUPER_BYTES..];
-    // A new chunk is dirty when an old chunk it covers was, or when it covers sectors past
-    // the old size (a grown range, to be resynced).
-    let chunk_sectors = u64::from(chunk) / 512;
-    for c in 0..new_chunks {
-        let first = c * merge;
-        let dirty = (first..(first + merge).min(old_chunks)).any(|o| bm::is_dirty(old_bits, o))
-            || (c + 1) * chunk_sectors > old_size;
-        bm::set_dirty(bits, c, dirty);
-    }
-    Ok(area)
-}
-
 impl Array {
     /// What planning needs to know about this array.
     pub(crate) fn grow_state(&self) -> GrowState {
@@ -1370,8 +1331,9 @@ fn restripe_then_takeover(
     })
 }
 
-/// Each target's bitmap area rewritten for sync size `to` ([`resized_bitmap_area`]),
-/// flushed.
+/// Each target's internal bitmap resized for sync size `to` and chunk `chunk`
+/// ([`BitmapState::resize`], a grown range dirty), written where its new superblock puts
+/// it with `events`, flushed. Bits a shrunk bitmap no longer has are cleared on the disk.
 fn write_resized_bitmaps(
     targets: &[(Arc<dyn Member>, Superblock)],
     new: &[Superblock],
@@ -1380,24 +1342,22 @@ fn write_resized_bitmaps(
 ) -> Result<(), ArrayError> {
     for ((dev, old_sb), sb) in targets.iter().zip(new) {
         // A journal device has no bitmap.
-        let (Some(from), Some(at)) = (old_sb.bitmap_sector(), sb.bitmap_sector()) else {
+        if sb.bitmap_sector().is_none() {
+            continue;
+        }
+        let Some(mut b) = crate::bitmap::BitmapState::load(dev.as_ref(), old_sb)? else {
             continue;
         };
-        let mut head = crate::buf::AlignedBuf::new(bm::BITMAP_ALIGN_BYTES as usize);
-        dev.read_at(&mut head, from * 512)?;
-        let b = BitmapSuper::decode(&head)
-            .map_err(|e| ArrayError::Failed(format!("{}: internal bitmap: {e}", dev.name())))?;
-        let mut probe = b.clone();
-        probe.sync_size = to;
-        probe.chunksize = chunk;
-        let len = b.space_bytes().max(probe.space_bytes()) as usize;
-        let mut old = crate::buf::AlignedBuf::new(len);
-        dev.read_at(&mut old, from * 512)?;
-        let area = resized_bitmap_area(&old, to, chunk, events)
+        let old_bytes = b.sb.space_bytes();
+        b.resize(to, chunk, true)
             .map_err(|e| ArrayError::Failed(format!("{}: {e}", dev.name())))?;
-        let mut buf = crate::buf::AlignedBuf::new(area.len());
-        buf.copy_from_slice(&area);
-        dev.write_at(&buf, at * 512)?;
+        b.write(dev.as_ref(), sb, events)?;
+        let new_bytes = b.sb.space_bytes();
+        if old_bytes > new_bytes {
+            let zeros = crate::buf::AlignedBuf::new((old_bytes - new_bytes) as usize);
+            let at = sb.bitmap_sector().unwrap_or_default() * 512 + new_bytes;
+            dev.write_at(&zeros, at)?;
+        }
         dev.flush()?;
     }
     Ok(())
@@ -1481,40 +1441,4 @@ fn rewrite_superblocks(
         restripe: false,
         reshape: None,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A bitmap resized to a coarser chunk (md's md_bitmap_resize when the bits do not fit):
-    /// each new bit is dirty when an old bit it covers was, or when it reaches past the old
-    /// size; the others are clean, and the superblock says the new chunk and size.
-    #[test]
-    fn a_coarser_bitmap_keeps_every_dirty_bit_and_sets_the_grown_range() {
-        let chunk = 4096u32;
-        let old_size = 64 * 8; // 64 chunks of 8 sectors
-        let b = BitmapSuper::new([7; 16], old_size, chunk, 5).unwrap();
-        let mut area = vec![0u8; bm::BITMAP_SUPER_BYTES + 64];
-        area[..bm::BITMAP_SUPER_BYTES].copy_from_slice(&b.encode());
-        for c in [0u64, 5, 6, 33, 63] {
-            bm::set_dirty(&mut area[bm::BITMAP_SUPER_BYTES..], c, true);
-        }
-        // 4 old chunks per new one, the size doubled.
-        let new = resized_bitmap_area(&area, old_size * 2, chunk * 4, 9).unwrap();
-        let nb = BitmapSuper::decode(&new).unwrap();
-        assert_eq!(
-            (nb.chunksize, nb.sync_size, nb.events),
-            (chunk * 4, old_size * 2, 9)
-        );
-        let bits = &new[bm::BITMAP_SUPER_BYTES..];
-        let dirty: Vec<u64> = (0..nb.chunks())
-            .filter(|&c| bm::is_dirty(bits, c))
-            .collect();
-        // Old 0 -> 0, 5 and 6 -> 1, 33 -> 8, 63 -> 15; the grown range is new 16..32.
-        let mut want = vec![0, 1, 8, 15];
-        want.extend(16..32);
-        assert_eq!(dirty, want);
-        assert!(resized_bitmap_area(&area, old_size, chunk / 2, 9).is_err());
-    }
 }
