@@ -8,7 +8,8 @@
 #   scripts/bench-stack.sh [SECS] [ROUNDS]   (default 10 and 3; URAID_BIN=path, default
 #                                            target/release/uraid)
 #
-# Needs nbdkit and fio (nbd engine); 1.5 GiB of /dev/shm.
+# SERVE_ARGS="..." adds options to `uraid serve`. Needs nbdkit and fio (nbd engine); 1.5 GiB
+# of /dev/shm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${URAID_BIN:-target/release/uraid}
@@ -41,7 +42,7 @@ serve_level() { # LEVEL N: an array over N tmpfs files of 256 MiB, served on LEV
     local level=$1 n=$2 i members=()
     for i in $(seq 0 $((n - 1))); do truncate -s 256M "r$level-$i.img"; members+=("r$level-$i.img"); done
     "$B" create -l "$level" -n "$n" --assume-clean --run "${members[@]}" >/dev/null 2>&1
-    "$B" serve --name md0 --nbd "unix:$DIR/$level.sock" --control "$DIR/$level.ctl" "${members[@]}" \
+    "$B" serve --name md0 --nbd "unix:$DIR/$level.sock" --control "$DIR/$level.ctl" ${SERVE_ARGS:-} "${members[@]}" \
         >"serve-$level.log" 2>&1 &
     pids+=($!)
     wait_sock "$DIR/$level.ctl"

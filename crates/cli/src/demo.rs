@@ -130,6 +130,7 @@ pub fn demo(a: DemoArgs) -> Result<()> {
         locks,
         ServeOptions {
             nbd: Some(nbd.clone()),
+            nbd_queue_depth: serve::DEFAULT_NBD_QUEUE_DEPTH as usize,
             nbd_any_port: a.nbd.is_none(),
             ublk: false,
             ublk_opts: Default::default(),

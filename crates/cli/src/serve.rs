@@ -47,6 +47,13 @@ pub struct ServeArgs {
     /// Export only through ublk (no NBD listener).
     #[arg(long, requires = "ublk")]
     pub no_nbd: bool,
+    /// Requests an NBD connection may have in flight at once (a worker thread each,
+    /// started as the client's queue fills). Past it the client's requests wait in the
+    /// socket. Remote members want it near the clients' queue depth: a request waits for
+    /// its member's reply while others run.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_NBD_QUEUE_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nbd_queue_depth: u32,
     #[command(flatten)]
     pub tls: crate::serve_tls::TlsArgs,
     /// Also export the array as /dev/ublkbN (Linux 6.0+ with the ublk driver).
@@ -162,9 +169,15 @@ impl std::fmt::Display for NbdAddr {
     }
 }
 
+/// `serve --nbd-queue-depth`'s default: the Linux NBD client's queue depth per
+/// connection is 128, fio's and qemu's are what the user sets.
+pub const DEFAULT_NBD_QUEUE_DEPTH: u32 = 128;
+
 /// How to serve, for `serve` and `demo`.
 pub struct ServeOptions {
     pub nbd: Option<NbdAddr>,
+    /// Requests in flight per NBD connection (`--nbd-queue-depth`).
+    pub nbd_queue_depth: usize,
     /// With the default TCP address taken, pick a free port instead of failing (demo).
     pub nbd_any_port: bool,
     pub ublk: bool,
@@ -261,6 +274,7 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
         locks,
         ServeOptions {
             nbd,
+            nbd_queue_depth: a.nbd_queue_depth as usize,
             nbd_any_port: false,
             ublk: a.ublk,
             ublk_opts: crate::ublk::UblkOptions {
@@ -347,6 +361,7 @@ pub fn run(
             tls: opts.tls.clone(),
             export_name: opts.export_name.clone(),
             description: format!("uraid {} array {uuid}", array.level()),
+            workers_per_connection: opts.nbd_queue_depth.max(1),
             ..ServerConfig::default()
         })?;
         let backend: Arc<dyn Backend> = Arc::new(match &metrics {

@@ -436,3 +436,137 @@ fn a_members_own_timeout_is_checked() {
     assert_eq!(v["device"], uri.as_str());
     assert_eq!(v["level"], "raid1");
 }
+
+/// Reads of a [`MemBackend`] counted while they run; once armed, each read waits until
+/// `target` reads have run at once (or 20 s pass: a liveness bound, not a measurement),
+/// then the gate stays open. The most in flight at once is then what the server upstream
+/// lets through: `target` when it lets that many through, fewer or more when not.
+struct Gate {
+    st: std::sync::Mutex<GateState>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    armed: bool,
+    target: usize,
+    now: usize,
+    most: usize,
+}
+
+struct GatedMember {
+    mem: uraid_nbd::MemBackend,
+    gate: std::sync::Arc<Gate>,
+}
+
+impl uraid_nbd::Backend for GatedMember {
+    fn size_bytes(&self) -> u64 {
+        self.mem.size_bytes()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let g = &self.gate;
+        let mut st = g.st.lock().unwrap();
+        if st.armed {
+            st.now += 1;
+            st.most = st.most.max(st.now);
+            g.cv.notify_all();
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while st.most < st.target && std::time::Instant::now() < until {
+                st = g.cv.wait_timeout(st, Duration::from_millis(50)).unwrap().0;
+            }
+            st.now -= 1;
+        }
+        drop(st);
+        self.mem.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8], fua: bool) -> std::io::Result<()> {
+        self.mem.write(offset, buf, fua)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.mem.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.mem.trim(offset, len)
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        how: uraid_nbd::ZeroFlags,
+    ) -> std::io::Result<()> {
+        self.mem.write_zeroes(offset, len, how)
+    }
+}
+
+/// `serve --nbd-queue-depth N` runs N requests of one NBD connection at once, and no more:
+/// with remote members each read waits for its host while the others run, so the depth,
+/// not the hosts, would otherwise bound a client's reads (issue 16's benchmark). Two
+/// in-process NBD servers are the hosts; their reads wait until the depth's worth run at
+/// once, and the most seen at once must be the depth, for a client with more in flight.
+#[test]
+fn nbd_queue_depth_is_the_requests_a_connection_runs_at_once() {
+    let dir = TempDir::new("remote-depth");
+    let gate = std::sync::Arc::new(Gate {
+        st: std::sync::Mutex::new(GateState::default()),
+        cv: std::sync::Condvar::new(),
+    });
+    let mut running = Vec::new();
+    let mut uris = Vec::new();
+    for n in 0..2 {
+        let sock = dir.path(&format!("host{n}.sock"));
+        let server = uraid_nbd::Server::new(uraid_nbd::ServerConfig {
+            export_name: "disk".into(),
+            workers_per_connection: 128,
+            ..uraid_nbd::ServerConfig::default()
+        })
+        .unwrap();
+        let backend = std::sync::Arc::new(GatedMember {
+            mem: uraid_nbd::MemBackend::new(32 << 20),
+            gate: gate.clone(),
+        });
+        let listener = uraid_nbd::Listener::bind_unix(&sock).unwrap();
+        running.push(server.spawn(listener, backend).unwrap());
+        uris.push(format!("nbd+unix:///disk?socket={}", sock.display()));
+    }
+    ok(uraid()
+        .args(["create", "-l", "1", "-n", "2", "--assume-clean", "--run"])
+        .args(&uris));
+    for depth in [24usize, 40] {
+        let mut srv = Served::start(
+            &dir,
+            &paths(&uris),
+            &["--nbd-queue-depth", &depth.to_string()],
+        );
+        {
+            let mut st = gate.st.lock().unwrap();
+            *st = GateState {
+                armed: true,
+                target: depth,
+                ..GateState::default()
+            };
+        }
+        let c = Client::open(&srv.uri(), &ClientConfig::default()).unwrap();
+        let tickets: Vec<_> = (0..96u64).map(|i| c.start_read(i * 65536, 4096)).collect();
+        for t in tickets {
+            t.wait().expect("a read through the array");
+        }
+        let most = {
+            let mut st = gate.st.lock().unwrap();
+            st.armed = false;
+            st.most
+        };
+        assert_eq!(
+            most, depth,
+            "--nbd-queue-depth {depth}: {most} reads reached the hosts at once"
+        );
+        drop(c);
+        assert!(
+            srv.signal_and_wait(libc::SIGTERM).success(),
+            "{}",
+            srv.stderr()
+        );
+    }
+    for r in running {
+        r.shutdown().unwrap();
+    }
+}

@@ -890,9 +890,8 @@ fn raid10_bitmap_short(devs: &[Arc<dyn Member>], sbs: &[Superblock]) -> Option<(
         .flatten()?
         .array_sectors();
     // A bitmap that cannot be read is assembly's to refuse, below.
-    let bits = crate::bitmap::BitmapState::load(d.as_ref(), sb)
+    let bits = crate::bitmap::BitmapState::read_super(d.as_ref(), sb)
         .ok()??
-        .sb
         .sync_size;
     (bits < size).then_some((bits, size))
 }

@@ -67,9 +67,12 @@ impl BitmapState {
         ((member_sb.super_offset as i64 + self.offset_sectors) as u64) * SECTOR_BYTES
     }
 
-    /// Read the bitmap of a member whose superblock has FEATURE_BITMAP_OFFSET. A bitmap
-    /// older than the superblock is stale: all its bits are set.
-    pub fn load(dev: &dyn Member, sb: &Superblock) -> Result<Option<BitmapState>, ArrayError> {
+    /// The bitmap superblock of a member whose superblock has FEATURE_BITMAP_OFFSET (its
+    /// first 4 KiB only), checked to belong to the member's array; `None` without a bitmap.
+    pub(crate) fn read_super(
+        dev: &dyn Member,
+        sb: &Superblock,
+    ) -> Result<Option<BitmapSuper>, ArrayError> {
         let Some(sector) = sb.bitmap_sector() else {
             return Ok(None);
         };
@@ -92,6 +95,16 @@ impl BitmapState {
                 dev.name()
             )));
         }
+        Ok(Some(bms))
+    }
+
+    /// Read the bitmap of a member whose superblock has FEATURE_BITMAP_OFFSET. A bitmap
+    /// older than the superblock is stale: all its bits are set.
+    pub fn load(dev: &dyn Member, sb: &Superblock) -> Result<Option<BitmapState>, ArrayError> {
+        let Some(bms) = BitmapState::read_super(dev, sb)? else {
+            return Ok(None);
+        };
+        let sector = sb.bitmap_sector().unwrap_or_default();
         let mut st = BitmapState::new(bms, i64::from(sb.bitmap_offset));
         let mut area = AlignedBuf::new(st.sb.space_bytes() as usize);
         dev.read_at(&mut area, sector * SECTOR_BYTES)?;

@@ -61,6 +61,30 @@ impl MirrorConf {
     pub(crate) fn lock_bucket(&self, key: u64) -> MutexGuard<'_, ()> {
         self.locks[Self::bucket_of(key)].lock().unwrap()
     }
+
+    /// The write locks of regions `first..=last`, each bucket once, taken in bucket order:
+    /// two writers whose spans share buckets take them in the same order, so neither waits
+    /// for the other while holding what it needs (one-bucket takers hold one lock only).
+    pub(crate) fn lock_buckets(&self, first: u64, last: u64) -> RegionLocks<'_> {
+        if first == last {
+            return RegionLocks::One(self.lock_bucket(first));
+        }
+        let mut buckets: Vec<usize> = (first..=last).map(Self::bucket_of).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        RegionLocks::Many(
+            buckets
+                .into_iter()
+                .map(|b| self.locks[b].lock().unwrap())
+                .collect(),
+        )
+    }
+}
+
+/// Held write locks of one or more regions ([`MirrorConf::lock_buckets`]).
+pub(crate) enum RegionLocks<'a> {
+    One(#[allow(dead_code)] MutexGuard<'a, ()>),
+    Many(#[allow(dead_code)] Vec<MutexGuard<'a, ()>>),
 }
 
 /// Copies of one contiguous piece: (role, member sector) for each copy.
@@ -190,19 +214,32 @@ fn read_by_sectors(a: &Array, copies: &[(MemberIdx, u64)], unit: u64, buf: &mut 
     true
 }
 
-/// Write one piece to every valid copy. Succeeds while at least one copy took the data.
+/// Write one piece, recovery units `first..=last`, to every valid copy. Succeeds while at
+/// least one copy took the data.
+///
+/// A piece of several units (raid1's, whose unit is the sector) may start below a
+/// recovering member's cursor and end above it: the member gets the part below, where it
+/// is valid already; the recovery copies the rest later, since the cursor cannot move
+/// through the piece while its barrier is held. (raid10's pieces are one chunk, one unit.)
 pub(crate) fn write_piece(
     a: &Array,
     copies: &Copies,
-    unit: u64,
+    (first, last): (u64, u64),
     buf: &[u8],
 ) -> Result<(), ArrayError> {
     let mut ops = OpList::new();
     let mut live = 0;
     for &(role, msec) in copies {
-        if let Some(dev) = a.usable(role, unit) {
+        if let Some(dev) = a.usable(role, last) {
             ops.write(a, dev, role, Sector(msec), buf);
             live += 1;
+        } else if let Some(dev) = a.usable(role, first).filter(|_| first < last) {
+            let below = a.slot(role).recovery_cursor().saturating_sub(first);
+            let bytes = ((below * SECTOR_BYTES) as usize).min(buf.len());
+            if bytes > 0 {
+                ops.write(a, dev, role, Sector(msec), &buf[..bytes]);
+                live += 1;
+            }
         }
     }
     if live == 0 {

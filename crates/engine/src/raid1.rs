@@ -7,7 +7,8 @@ use crate::mirror::{self, bytes, MirrorConf, SyncCtx, RESYNC_STEP_SECTORS};
 use uraid_core::geometry::Raid1;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
-/// Mirror write-lock region, in sectors: pieces never cross one.
+/// Mirror write-lock region, in sectors: sync and zeroing pieces never cross one; a write
+/// takes the locks of every region its piece covers.
 pub(crate) const REGION_SECTORS: u64 = 128;
 
 /// Resync barrier unit, 1 MiB: requests are split at its boundaries and enter its barrier
@@ -60,16 +61,20 @@ pub(crate) fn read(
 }
 
 pub(crate) fn write(a: &Array, c: &MirrorConf, sector: u64, buf: &[u8]) -> Result<(), ArrayError> {
-    // Region by region: inside the barrier (against sync), and under the region's write
-    // lock so that two overlapping writes cannot leave the copies different (reads never
-    // take it; see ARCHITECTURE.md).
+    // Barrier unit by barrier unit: each piece inside its unit's barrier (against sync) and
+    // under the write locks of the regions it covers, so that two overlapping writes cannot
+    // leave the copies different (reads never take them; see ARCHITECTURE.md); one member
+    // write per copy and piece. A recovering member whose cursor lies inside a piece gets
+    // the part below it (`mirror::write_piece`).
     let mut s = sector;
     let mut off = 0;
     while off < buf.len() {
-        let n = ((to_boundary(s, REGION_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let n =
+            ((to_boundary(s, BARRIER_UNIT_SECTORS) * SECTOR_BYTES) as usize).min(buf.len() - off);
+        let last = unit(s, n);
         let _pending = c.barriers.wait_barrier(s / BARRIER_UNIT_SECTORS);
-        let _g = c.lock_bucket(s / REGION_SECTORS);
-        mirror::write_piece(a, &copies(a, s), unit(s, n), &buf[off..off + n])?;
+        let _g = c.lock_buckets(s / REGION_SECTORS, last / REGION_SECTORS);
+        mirror::write_piece(a, &copies(a, s), (s, last), &buf[off..off + n])?;
         off += n;
         s += (n as u64) / SECTOR_BYTES;
     }

@@ -52,7 +52,7 @@ pub(crate) fn write(
         let chunk = s / g.chunk_sectors;
         let _pending = c.barriers.wait_barrier(chunk);
         let _g = c.lock_bucket(chunk);
-        mirror::write_piece(a, &copies, chunk, &buf[off..off + n])
+        mirror::write_piece(a, &copies, (chunk, chunk), &buf[off..off + n])
     })
 }
 
