@@ -202,6 +202,67 @@ fn raid6_halves_of_a_stripe_join_without_reads() {
     halves_join_without_reads(Level::Raid6, 5);
 }
 
+/// A request that joins a stripe goes on to its next stripe at once, before the stripe it
+/// joined is written: it leads that next stripe, and the request behind it joins. (A joiner
+/// that waited for its leader's member writes first reached its next stripe only after
+/// them, and the next request, come meanwhile, found nothing to join: sequential 1 MiB
+/// writes into 1.5 MiB stripes went out in pieces.) The first stripe's write is held at its
+/// member until the end, so a joiner that waited would never lead the second.
+#[test]
+fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
+    let r = rig(Level::Raid5, 4, 128); // 64 KiB chunks, 192 KiB stripes
+    let a = &r.a;
+    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
+    let held = hold_a_writer(&r, 7);
+    let sb = r.stripe_bytes as usize;
+    let (s2, s3) = (2 * r.stripe_bytes, 3 * r.stripe_bytes);
+    // Hold the first member write of stripe 2 too (its leader's, once covered).
+    let lo = (64 + 2 * r.chunk_sectors) * 512;
+    r.gate.lo.store(lo, Ordering::SeqCst);
+    r.gate
+        .hi
+        .store(lo + r.chunk_sectors * 512, Ordering::SeqCst);
+    r.gate.armed.store(true, Ordering::SeqCst);
+    let (cut2, cut3) = (sb / 2 + 4096, sb / 3 + 8192);
+    let x = pattern(21, cut2);
+    let y = pattern(22, sb - cut2 + cut3);
+    let z = pattern(23, sb - cut3);
+    let reads0 = a.stats.member_reads.load(Ordering::SeqCst);
+    let spawn = |off: u64, d: &Vec<u8>| {
+        let (a, d) = (a.clone(), d.clone());
+        std::thread::spawn(move || a.write(off, &d))
+    };
+    let tx = spawn(s2, &x);
+    eventually("x leads stripe 2", || stat(a, |s| &s.led) == 1);
+    let ty = spawn(s2 + cut2 as u64, &y);
+    eventually("stripe 2's write is held at its member", || {
+        r.gate.held.load(Ordering::SeqCst) == 2
+    });
+    eventually("y, having joined stripe 2, leads stripe 3", || {
+        stat(a, |s| &s.led) == 2
+    });
+    let tz = spawn(s3 + cut3 as u64, &z);
+    tz.join().unwrap().expect("z");
+    assert_eq!(stat(a, |s| &s.joined), 2, "y and z joined");
+    assert_eq!(stat(a, |s| &s.full), 2, "both stripes went out whole");
+    assert!(
+        !ty.is_finished(),
+        "y completed before the stripe it joined was written"
+    );
+    r.gate.release();
+    tx.join().unwrap().expect("x");
+    ty.join().unwrap().expect("y");
+    held.join().unwrap().expect("held write");
+    assert_eq!(a.stats.member_reads.load(Ordering::SeqCst) - reads0, 0);
+    let mut back = vec![0u8; 2 * sb];
+    a.read(s2, &mut back).unwrap();
+    assert!(
+        back == [x, y, z].concat(),
+        "stripes 2 and 3 read back wrong"
+    );
+    assert_eq!(a.check().unwrap(), 0);
+}
+
 /// Three pieces, the middle one last, each crossing a chunk boundary: all join the first.
 #[test]
 fn three_pieces_in_any_order_make_one_full_stripe() {

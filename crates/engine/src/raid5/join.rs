@@ -12,7 +12,8 @@
 //! only beside another write): it opens a pending entry for the stripe, holding no stripe
 //! head, and waits a bounded moment (`join_wait_us`) for others. A piece
 //! of the same stripe that finds the entry open and overlaps no piece in it *joins*: it
-//! copies its bytes in and sleeps until the leader reports. The leader stops waiting when
+//! copies its bytes in, goes on with the rest of its request, and at the request's end
+//! sleeps until the leader reports. The leader stops waiting when
 //! the pieces cover the stripe, when the moment is over, or when every write in progress
 //! is waiting here and a piece joined already or the stream is not sequential (nobody
 //! else could come); it then closes the entry (nobody joins after
@@ -106,10 +107,39 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) enum Offer<'a> {
     /// Nothing pending to join (or it overlaps): write it the ordinary way.
     Alone,
-    /// Joined: the leader wrote it; its result.
-    Joined(Result<(), ArrayError>),
+    /// Joined: the leader writes it; [`Joined::wait`] for its result, holding nothing.
+    Joined(Joined<'a>),
     /// This piece leads its stripe: [`Leader::gather`], write, [`Leader::finish`].
     Lead(Leader<'a>),
+}
+
+/// A piece that joined a pending stripe: its bytes are in the entry; the leader writes
+/// them. The request goes on with its other pieces (it may lead the next stripe, which the
+/// next request's first piece then joins) and waits for this one at its end, holding no
+/// head: a joiner that waited at once would reach its next stripe only after this one's
+/// member writes, too late for the request behind it to join.
+pub(crate) struct Joined<'a> {
+    joins: &'a Joins,
+    slot: Arc<Slot>,
+}
+
+impl Joined<'_> {
+    /// The leader's result, once its member writes are done (counted as waiting here
+    /// meanwhile, so that leaders know nobody else is coming).
+    pub(crate) fn wait(self) -> Result<(), ArrayError> {
+        let j = self.joins;
+        j.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut p = lock(&self.slot.st);
+        let r = loop {
+            if let Some(r) = &p.done {
+                break r.clone();
+            }
+            p = self.slot.cv.wait(p).unwrap_or_else(|e| e.into_inner());
+        };
+        drop(p);
+        j.waiting.fetch_sub(1, Ordering::SeqCst);
+        r.map_err(ArrayError::Failed)
+    }
 }
 
 /// A write in progress (counted while it lives).
@@ -141,6 +171,13 @@ impl Joins {
     pub(crate) fn may_lead(&self, sequential: bool) -> bool {
         self.writers.load(Ordering::SeqCst) > 1
             || (sequential && self.misses.load(Ordering::Relaxed) < MISS_LIMIT)
+    }
+
+    /// Whether sequential streams' stripes have been joining lately (fewer than
+    /// [`MISS_LIMIT`] leaders in a row went out alone): a stream's next write is then
+    /// worth a longer wait.
+    pub(crate) fn streams_join(&self) -> bool {
+        self.misses.load(Ordering::Relaxed) < MISS_LIMIT
     }
 
     /// Whether some stripe is pending (one atomic load).
@@ -185,15 +222,8 @@ impl Joins {
             if p.covered == stripe_bytes {
                 slot.cv.notify_all();
             }
-            self.waiting.fetch_add(1, Ordering::SeqCst);
-            let r = loop {
-                if let Some(r) = &p.done {
-                    break r.clone();
-                }
-                p = slot.cv.wait(p).unwrap_or_else(|e| e.into_inner());
-            };
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Offer::Joined(r.map_err(ArrayError::Failed));
+            drop(p);
+            return Offer::Joined(Joined { joins: self, slot });
         }
         if !may_lead {
             return Offer::Alone;

@@ -21,13 +21,32 @@ pub(crate) fn write(
     sector: u64,
     buf: &[u8],
 ) -> Result<(), ArrayError> {
+    // Counted while it runs, so that a leader knows whether anyone else could join.
+    let _writing = a.r5().joins.writing();
+    // Pieces that joined another write's stripe: waited for once every piece is out.
+    let mut joined = Vec::new();
+    let r = write_pieces(a, g, sector, buf, &mut joined);
+    let mut first = r.err();
+    for j in joined {
+        if let Err(e) = j.wait() {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn write_pieces<'a>(
+    a: &'a Array,
+    g: &ParityGeometry,
+    sector: u64,
+    buf: &[u8],
+    joined: &mut Vec<super::join::Joined<'a>>,
+) -> Result<(), ArrayError> {
     let mut s = sector;
     let mut off = 0usize;
     let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
     let tuning = &a.r5().tuning;
     let skip_copy = tuning.skip_copy.load(Ordering::Relaxed);
-    // Counted while it runs, so that a leader knows whether anyone else could join.
-    let _writing = a.r5().joins.writing();
     let sequential = a.r5().joins.sequential(sector, sector + sectors(buf.len()));
     while off < buf.len() {
         let loc = g.locate(s);
@@ -62,7 +81,8 @@ pub(crate) fn write(
         let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
         match join(a, g, &loc, data, stripe_bytes, sequential) {
-            Some(r) => r?,
+            Some(Joining::Written(r)) => r?,
+            Some(Joining::Pending(j)) => joined.push(j),
             None => write_in_stripe(a, g, &loc, s, data, skip_copy)?,
         }
         off += n;
@@ -76,18 +96,27 @@ pub(crate) fn write(
 /// joiners that random small writes never bring would only add latency.
 const LEAD_MIN_BYTES: usize = 64 << 10;
 
+/// What became of a piece offered to the pending stripes.
+enum Joining<'a> {
+    /// It led its stripe, which went out: the result.
+    Written(Result<(), ArrayError>),
+    /// It joined another write's stripe: to wait for.
+    Pending(super::join::Joined<'a>),
+}
+
 /// Write the part `data` of `loc`'s stripe (less than the whole stripe) together with
 /// other writes in flight that cover the rest, if it can join or lead ([`super::join`]):
-/// Some(result) when it went out so, None when it is to be written the ordinary way. Not
-/// with a journal or PPL (they log per request), nor on a degraded stripe.
-fn join(
-    a: &Array,
+/// Some when it led (written) or joined (pending), None when it is to be written the
+/// ordinary way. Not with a journal or PPL (they log per request), nor on a degraded
+/// stripe.
+fn join<'a>(
+    a: &'a Array,
     g: &ParityGeometry,
     loc: &StripeLocation,
     data: &[u8],
     stripe_bytes: usize,
     sequential: bool,
-) -> Option<Result<(), ArrayError>> {
+) -> Option<Joining<'a>> {
     let wait_us = a.r5().tuning.join_wait_us.load(Ordering::Relaxed);
     if wait_us == 0 || data.len() >= stripe_bytes || a.journal().is_some() || a.ppl().is_some() {
         return None;
@@ -114,13 +143,21 @@ fn join(
     let offer = joins.offer(loc.stripe, start, data, stripe_bytes, may_lead, keep);
     let mut leader = match offer {
         super::join::Offer::Alone => return None,
-        super::join::Offer::Joined(r) => return Some(r),
+        super::join::Offer::Joined(j) => return Some(Joining::Pending(j)),
         super::join::Offer::Lead(l) => l,
+    };
+    // A sequential stream's piece that starts its stripe: the rest is the stream's next
+    // write, which comes a payload later; any other leader expects only writes already
+    // in flight.
+    let wait_us = if sequential && start == 0 && joins.streams_join() {
+        wait_us.saturating_mul(super::SEQUENTIAL_JOIN_WAITS)
+    } else {
+        wait_us
     };
     let mut gathered = leader.gather(std::time::Duration::from_micros(wait_us), sequential);
     let r = write_gathered(a, g, loc.stripe, &mut gathered, start, data);
     leader.finish(gathered, &r);
-    Some(r)
+    Some(Joining::Written(r))
 }
 
 /// A leader's write: the whole stripe from the new data alone when the pieces cover it
