@@ -330,7 +330,10 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         if want < n {
             return Err(refuse(format!(
                 "shrinking a raid0 from {n} to {want} devices (md's backwards reshape as a \
-                 raid4, after --array-size) is not in this build of uraid: nothing was written"
+                 raid4, after --array-size) is not in this build of uraid: nothing was written. \
+                 mdadm 4.2 does it in steps with a backup file (--level=4, --array-size, \
+                 --raid-devices={want} --backup-file=FILE, then --level=0); or copy the data \
+                 to a new array"
             )));
         }
         return Ok(Plan::Raid0Grow(

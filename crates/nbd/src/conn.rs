@@ -2,8 +2,8 @@
 //!
 //! Workers take turns as the reader (leader/followers, as nbdkit does): a
 //! worker locks the input, parses one request and its payload, unlocks, runs
-//! the request against the backend and writes the reply under the output
-//! lock with one `writev`. So requests run in parallel and replies leave in
+//! the request against the backend and writes the reply with one `writev`
+//! (small replies that finish together go out in one write: `send`). So requests run in parallel and replies leave in
 //! completion order, with no hand-off between a reader thread and a pool.
 //! Workers are started lazily, when a request arrives and no worker is
 //! waiting for the input, up to `max_workers`: that is the bound on requests
@@ -236,7 +236,10 @@ struct Shared<'a> {
     budget: &'a BufferBudget,
     config: ConnConfig,
     input: Mutex<Input>,
-    output: Mutex<()>,
+    /// Small replies waiting for the worker that sends them ([`send`]).
+    output: Mutex<Output>,
+    /// Held while bytes go out, so that two replies never interleave.
+    wire: Mutex<()>,
     waiting_for_input: AtomicUsize,
     workers: AtomicUsize,
     first_error: Mutex<Option<NbdError>>,
@@ -262,7 +265,8 @@ pub(crate) fn serve(
             end: 0,
             closed: false,
         }),
-        output: Mutex::new(()),
+        output: Mutex::new(Output::default()),
+        wire: Mutex::new(()),
         waiting_for_input: AtomicUsize::new(0),
         workers: AtomicUsize::new(1),
         first_error: Mutex::new(None),
@@ -537,9 +541,61 @@ fn guarded(call: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     }
 }
 
+/// Replies of at most this many bytes are combined ([`send`]); a larger one goes out
+/// from its worker's buffer as it is (copying it would cost more than a system call).
+const COMBINE_MAX_BYTES: usize = 16 << 10;
+
+/// Small replies queued for one write.
+#[derive(Default)]
+struct Output {
+    pending: Vec<u8>,
+    /// A worker is writing queued replies and will take these too.
+    flushing: bool,
+    /// The last batch's buffer, kept for its capacity.
+    spare: Vec<u8>,
+}
+
+/// Sends one reply. Small ones are combined: a reply queued while another worker is
+/// writing goes out with that worker's next write, so replies that finish together cost
+/// one system call (the flushing worker loops until the queue is empty; whether it is
+/// empty and whether someone flushes are decided under one lock, so no reply is left
+/// behind). Replies never interleave: bytes go out under `wire`.
 fn send(sh: &Shared<'_>, bufs: &[&[u8]]) -> Result<(), NbdError> {
-    let _guard = lock(&sh.output);
-    sh.stream.write_all_vectored(bufs).map_err(NbdError::Io)
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total > COMBINE_MAX_BYTES {
+        let _wire = lock(&sh.wire);
+        return sh.stream.write_all_vectored(bufs).map_err(NbdError::Io);
+    }
+    let mut out = lock(&sh.output);
+    for b in bufs {
+        out.pending.extend_from_slice(b);
+    }
+    if out.flushing {
+        return Ok(());
+    }
+    out.flushing = true;
+    loop {
+        let mut batch = std::mem::take(&mut out.spare);
+        std::mem::swap(&mut batch, &mut out.pending);
+        drop(out);
+        let sent = {
+            let _wire = lock(&sh.wire);
+            sh.stream.write_all_vectored(&[&batch])
+        };
+        batch.clear();
+        out = lock(&sh.output);
+        out.spare = batch;
+        if let Err(e) = sent {
+            // The connection is lost: replies queued meanwhile cannot go either.
+            out.flushing = false;
+            out.pending.clear();
+            return Err(NbdError::Io(e));
+        }
+        if out.pending.is_empty() {
+            out.flushing = false;
+            return Ok(());
+        }
+    }
 }
 
 fn send_read(sh: &Shared<'_>, req: &Request, data: &[u8]) -> Result<(), NbdError> {

@@ -430,6 +430,54 @@ fn many_waiters_take_turns_reading_without_losing_one() {
     });
 }
 
+/// Replies that finish together: small ones (up to 16 KiB) are combined into one write by
+/// whichever worker is sending, large ones go out alone from their worker's buffer, and
+/// every reply must still arrive whole and right. 64 workers answer reads of 512 bytes to
+/// 256 KiB (both sides of the cut) and writes, all in flight at once; a reply cut by
+/// another's bytes, or one left queued, fails a read's data or its ticket.
+#[test]
+fn small_and_large_replies_at_once_arrive_whole() {
+    let size = 16usize << 20;
+    let server = common::TestServer::start_with(
+        uraid_nbd::MemBackend::new(size),
+        uraid_nbd::ServerConfig {
+            workers_per_connection: 64,
+            ..uraid_nbd::ServerConfig::default()
+        },
+    );
+    let c = Arc::new(Client::open(&server.uri(), &config(20)).unwrap());
+    let all = pattern(size, 99);
+    c.write(&all, 0, false).unwrap();
+    let sizes = [512usize, 4096, 16 << 10, (16 << 10) + 4096, 256 << 10];
+    bounded("mixed replies", move || {
+        for round in 0..20u64 {
+            let mut reads = Vec::new();
+            let mut writes = Vec::new();
+            for i in 0..200u64 {
+                let len = sizes[((i + round) % sizes.len() as u64) as usize];
+                let at = ((i * 7919 + round * 104729) % (size / len) as u64) * len as u64;
+                if i % 5 == 4 {
+                    // Rewrites of the same bytes: the data stays the pattern.
+                    let d = all[at as usize..at as usize + len].to_vec();
+                    writes.push(c.start_write(&d, at, false));
+                } else {
+                    reads.push((at, len, c.start_read(at, len as u32)));
+                }
+            }
+            for (at, len, t) in reads {
+                let got = t.wait().unwrap();
+                assert!(
+                    got[..] == all[at as usize..at as usize + len],
+                    "round {round}: read of {len} at {at} differs"
+                );
+            }
+            for t in writes {
+                t.wait().unwrap();
+            }
+        }
+    });
+}
+
 /// Replies the server sends for requests nobody waits for yet must still be read when a
 /// send would block: the server may stop taking requests until its replies have gone (here
 /// one worker per connection, which blocks writing a reply). 64 reads of 1 MiB are sent
