@@ -21,7 +21,10 @@
 # Fourth to sixth: a raid6 grown 4 -> 5 and a raid5 layout change, each stopped mid-way
 # (uraid reads what Linux recorded, or what Linux itself reads, and finishes them), and a
 # raid5 of 4 made a raid6 of 5 (--level=6 --raid-devices=5), whose reshape also rebuilds the
-# new Q device: uraid refuses that one by name. (mdadm 4.2 on 6.12 would not start a shrink with a new offset even with room
+# new Q device (md's recovery_offset following the position): uraid reads the sha256 Linux
+# recorded and what Linux itself reads, finishes it (raid6 left-symmetric of 5, P and Q
+# consistent), and in the second boot Linux assembles it with no reshape left, check 0, the
+# same sha256. (mdadm 4.2 on 6.12 would not start a shrink with a new offset even with room
 # after the data, "Cannot set new_offset", so Linux's backwards shrink with a new offset is
 # checked with superblocks written as md writes them, in the engine's restripe tests.)
 # Served (issue 15, sv_* below): two more arrays in the first boot, Linux's 3 -> 4 grow
@@ -315,6 +318,17 @@ linux_reads() {
     echo "$tag $(sum_of $md) reshape_position $(cat /sys/block/$md/md/reshape_position)"
     mdadm --stop /dev/$md 2>&1
 }
+# linux_reads_auto TAG MD DEVS...: linux_reads through md's start_ro (auto-read-only: no
+# reshape resumes, no superblock written until a write) instead of --readonly, which hit a
+# kernel BUG with a frozen grow (md0 below).
+linux_reads_auto() {
+    echo 1 > /sys/module/md_mod/parameters/start_ro
+    tag=$1 md=$2; shift 2
+    mdadm --assemble /dev/$md "$@" 2>&1
+    echo "$tag $(sum_of $md) reshape_position $(cat /sys/block/$md/md/reshape_position)"
+    mdadm --stop /dev/$md 2>&1
+    echo 0 > /sys/module/md_mod/parameters/start_ro
+}
 sum_of() { # MD: sha256 of the whole array, after dropping caches
     sync; echo 3 > /proc/sys/vm/drop_caches
     sha256sum /dev/$1 | cut -d' ' -f1
@@ -376,17 +390,38 @@ mdadm /dev/md6 --add /dev/disk/16 2>&1
 mdadm --grow /dev/md6 --raid-devices=5 2>&1
 stop_mid md6 freeze
 mdadm --examine /dev/disk/12 | grep -E "Reshape|Delta|Offset" || true
-# Fifth: a raid5 of 4 becoming a raid6 of 5 (mdadm's takeover to the -6 layout, then the
-# restripe to left-symmetric over 5), stopped mid-way.
+# Fifth: a raid5 of 4 becoming a raid6 of 5 (mdadm's takeover to the -6 layout with the Q
+# role empty, then the restripe to left-symmetric over 5, which rebuilds the spare md puts in
+# that role), stopped mid-way, and Linux's own read of it (RO-S). md sets its offset rule
+# (min_offset_diff) when the personality starts, and the takeover starts it before mdadm sets
+# the new data offsets: the reshape runs without its safe distance, recording its position
+# only every 10 s, so stopped at a random moment md has moved stripes over old ones past the
+# position it recorded (with mdadm's default 1 MiB data offset, moved by 512 KiB, at 200 KiB/s:
+# 2304 sectors), and Linux itself then reads other bytes than it recorded. So the data offset
+# is 16 MiB (mdadm moves it by 8 MiB), and the speed is held at 200 KiB/s (mdadm's monitor
+# raises sync_speed_min to 200000 for a reshape that keeps the data disks): 10 s of it stay
+# far within what the offset moves.
 mdadm --create --run /dev/md8 --metadata=1.2 --level=5 --layout=left-symmetric --chunk=64 \
-    --raid-devices=4 --assume-clean /dev/disk/17 /dev/disk/18 /dev/disk/19 /dev/disk/20 2>&1
+    --data-offset=16M --raid-devices=4 --assume-clean /dev/disk/17 /dev/disk/18 /dev/disk/19 \
+    /dev/disk/20 2>&1
 fill md8
 echo "SUM-S $(sum_of md8) $(cat /sys/block/md8/size)"
 mdadm /dev/md8 --add /dev/disk/21 2>&1
+hold_speed() {
+    while [ ! -e /tmp/md8-held ]; do
+        echo 200 > /sys/block/md8/md/sync_speed_min; echo 200 > /sys/block/md8/md/sync_speed_max
+        sleep 0.05
+    done 2>/dev/null
+}
+hold_speed &
+held=$!
 if mdadm --grow /dev/md8 --level=6 --raid-devices=5 2>&1; then
     stop_mid md8 freeze
-    mdadm --examine /dev/disk/17 | grep -E "Raid Level|Layout|Reshape|Delta|Offset" || true
+    touch /tmp/md8-held; wait $held
+    mdadm --examine /dev/disk/21 | grep -E "Raid Level|Layout|Reshape|Delta|Offset|Recovery" || true
+    linux_reads_auto RO-S md8 /dev/disk/17 /dev/disk/18 /dev/disk/19 /dev/disk/20 /dev/disk/21
 else
+    touch /tmp/md8-held; wait $held
     echo "LEVEL-GROW-REFUSED"
 fi
 # Sixth: a raid5 layout change (left-symmetric -> right-asymmetric), stopped mid-way.
@@ -405,7 +440,9 @@ JOB
 sv_guest_job 25 >>job.sh
 echo "echo GUEST-OK" >>job.sh
 rc=0
-truncate -s 32M e0 e1 e2 e3 r0 r1 r2 r3 r4 s0 s1 s2 s3 s4 t0 t1 t2
+truncate -s 32M e0 e1 e2 e3 r0 r1 r2 r3 r4 t0 t1 t2
+# The raid5 -> raid6 one: 8 MiB of data on each after its 16 MiB data offset (below).
+truncate -s 24M s0 s1 s2 s3 s4
 out="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk b0 --disk b1 --disk b2 \
     --disk e0 --disk e1 --disk e2 --disk e3 \
@@ -454,20 +491,9 @@ for t in "LEVEL-GROW-REFUSED raid5-to-raid6-4to5" "LAYOUT-GROW-REFUSED layout-ls
 done
 # mdadm's raid5 -> raid6 of 5 is md's takeover to a degraded raid6 (left-symmetric-6, the Q
 # role missing) whose reshape to left-symmetric also writes the new device (md moves its
-# recovery_offset with the reshape): a member being rebuilt by the reshape, which uraid
-# does not read yet. It must refuse by name and change nothing.
-if ! grep -q "^LEVEL-GROW-REFUSED" <<<"$out"; then
-    s_before="$(cat s0 s1 s2 s3 s4 | sha256sum)"
-    rd="$("$URAID" read s0 s1 s2 s3 s4 2>&1 >/dev/null)" && rd_rc=0 || rd_rc=$?
-    ct="$("$URAID" grow -q --continue s0 s1 s2 s3 s4 2>&1)" && ct_rc=0 || ct_rc=$?
-    if [ $rd_rc = 0 ] || [ $ct_rc = 0 ] || ! grep -q "being rebuilt" <<<"$rd$ct" ||
-        [ "$(cat s0 s1 s2 s3 s4 | sha256sum)" != "$s_before" ]; then
-        echo "FAIL reshape raid5-to-raid6-4to5: uraid read rc $rd_rc ($rd), continue rc $ct_rc ($ct)"
-        fail=1
-    else
-        echo "PASS reshape raid5-to-raid6-4to5 (a member rebuilt by the reshape): uraid refuses to read or continue it by name, members unchanged ($(head -c 160 <<<"$rd"))"
-    fi
-fi
+# recovery_offset with the reshape): uraid reads it as md does (that member only in the new
+# geometry, below its recovery_offset), and so what Linux recorded.
+grep -q "^LEVEL-GROW-REFUSED" <<<"$out" || check raid5-to-raid6-4to5 SUM-S RO-S 1 s4 s3 s2 s1 s0
 grep -q "^LAYOUT-GROW-REFUSED" <<<"$out" || check layout-ls-to-ra SUM-T RO-T 0 t2 t1 t0
 if [ $fail != 0 ]; then
     grep -v '^SUM' <<<"$out" | tail -40
@@ -548,6 +574,17 @@ continue_linux() { # NAME WANT-DISKS SHA256 SECTORS MEMBERS...
     echo "PASS reshape continue $name: uraid finished Linux md's reshape ($want devices, the sha256 Linux recorded, parity consistent)"
 }
 continue_linux raid6-grow-4to5 5 "$sum_r" "$sectors_r" r0 r1 r2 r3 r4
+# Linux's raid5 -> raid6 finished by uraid: a raid6 left-symmetric of 5, the member the
+# reshape rebuilt in sync.
+sum_s="$(grep -m1 "^SUM-S " <<<"$out" | cut -d' ' -f2)"; sectors_s="$(grep -m1 "^SUM-S " <<<"$out" | cut -d' ' -f3)"
+continue_linux raid5-to-raid6-4to5 5 "$sum_s" "$sectors_s" s0 s1 s2 s3 s4
+shape_s="$("$URAID" detail --json s0 s1 s2 s3 s4 | python3 -c 'import json,sys
+d = json.load(sys.stdin); print(d["level"], d["layout"], *sorted({m["state"] for m in d["members"]}))')"
+if [ "$shape_s" != "raid6 left-symmetric active" ]; then
+    echo "FAIL reshape continue raid5-to-raid6-4to5: after uraid finished it: '$shape_s', want a raid6 left-symmetric with every member active"
+    "$URAID" detail s0 s1 s2 s3 s4; exit 1
+fi
+echo "PASS reshape continue raid5-to-raid6-4to5 (shape): raid6 left-symmetric, the member the reshape rebuilt in sync"
 # The layout change: what Linux read of it mid-way, on the whole array, layout 1 at the end.
 ro_t="$(grep -m1 "^RO-T " <<<"$out" | cut -d' ' -f2)"
 sectors_t="$(grep -m1 "^SUM-T " <<<"$out" | cut -d' ' -f3)"
@@ -651,15 +688,20 @@ mdadm --grow /dev/md10 --level=0 2>&1 || true
 echo "md10 back level=\$(cat /sys/block/md10/md/level) disks=\$(cat /sys/block/md10/md/raid_disks) chunk=\$(cat /sys/block/md10/md/chunk_size)"
 echo "J0 \$(prefix md10 $sj)"
 mdadm --stop /dev/md10
+finish md11 /dev/disk/27 /dev/disk/28 /dev/disk/29 /dev/disk/30 /dev/disk/31
+echo "S \$(prefix md11 $((sectors_s * 512)))"
+echo "md11 shape level=\$(cat /sys/block/md11/md/level) layout=\$(cat /sys/block/md11/md/layout)"
+mdadm --stop /dev/md11
 JOB
-sv_job2 27 >>job2.sh
+sv_job2 32 >>job2.sh
 echo "echo GUEST-OK" >>job2.sh
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
     --disk a0 --disk a1 --disk a2 --disk a3 --disk c0 --disk c1 --disk c2 --disk c3 \
     --disk d0 --disk d1 --disk d2 --disk d3 --disk g0 --disk g1 --disk g2 \
     --disk h0 --disk h1 --disk h2 --disk h3 --disk i0 --disk i1 --disk i2 --disk i3 \
-    --disk j0 --disk j1 --disk j2 $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
+    --disk j0 --disk j1 --disk j2 --disk s0 --disk s1 --disk s2 --disk s3 --disk s4 \
+    $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
 fi
@@ -670,12 +712,16 @@ verdict() { # NAME MD WANT-SUM WANT-DISKS WANT-CHUNK TAG MID(1: md found a resha
         echo "FAIL reshape $1: Linux md found no reshape in progress at assembly ($at)"
         tail -30 <<<"$out2"; fail=1; return
     fi
+    if [ "$7" = 0 ] && [ "$at" != none ]; then
+        echo "FAIL reshape $1: Linux md found a reshape at assembly ($at), want none"
+        tail -30 <<<"$out2"; fail=1; return
+    fi
     if [ "$(grep -m1 "^$6 " <<<"$out2" | cut -d' ' -f2)" != "$3" ] ||
         [ "$line" != "$2 disks=$4 chunk=$5 mismatch_cnt=0" ]; then
         echo "FAIL reshape $1: Linux md read '$(grep -m1 "^$6 " <<<"$out2")' ($line), want $3"
         tail -30 <<<"$out2"; fail=1; return
     fi
-    if [ "$7" = 1 ]; then line="$line, md assembled it at reshape_position $at"; fi
+    if [ "$7" = 1 ]; then line="$line, md assembled it at reshape_position $at"; else line="$line, no reshape at assembly"; fi
     echo "PASS reshape $1 ($line)"
 }
 verdict "uraid-finished grow read by linux" md0 "$sum_a" 4 65536 A 0
@@ -698,6 +744,13 @@ if [ "$(grep -m1 "^md10 back " <<<"$out2")" != "md10 back level=raid0 disks=3 ch
     tail -30 <<<"$out2"; fail=1
 else
     echo "PASS reshape uraid raid0-chunk-64to128: mdadm --grow --level=0 took Linux's finished raid4 back to a raid0 of 3 with a 128K chunk and the same bytes"
+fi
+verdict "uraid-finished raid5-to-raid6-4to5 read by linux" md11 "$sum_s" 5 65536 S 0
+if [ "$(grep -m1 "^md11 shape " <<<"$out2")" != "md11 shape level=raid6 layout=2" ]; then
+    echo "FAIL reshape uraid-finished raid5-to-raid6-4to5: Linux sees $(grep -m1 "^md11 shape " <<<"$out2"), want raid6 layout 2 (left-symmetric)"
+    fail=1
+else
+    echo "PASS reshape uraid-finished raid5-to-raid6-4to5 (shape): Linux sees raid6, layout 2 (left-symmetric)"
 fi
 sv_verdict || fail=1
 fi # RESHAPE_ONLY

@@ -872,8 +872,11 @@ pub fn detail_json(a: &Array) -> Value {
                 "failfast": a.slot(MemberIdx(r)).member_flags().failfast,
                 // md's desc_nr, which /proc/mdstat prints as sda1[N].
                 "dev_number": dev_numbers[r],
+                // Mid-reshape a member the reshape rebuilds counts member sectors of the
+                // new geometry (md's recovery_offset), not the level's recovery units.
                 "recovery_percent": (st == SlotState::Recovering).then(|| {
-                    a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / a.total_units().max(1) as f64
+                    let total = if a.is_reshaping() { g.dev_sectors } else { a.total_units() };
+                    a.slot(MemberIdx(r)).recovery_cursor() as f64 * 100.0 / total.max(1) as f64
                 }),
                 "replacement": a.slot(MemberIdx(r)).replacement_name().map(|n| {
                     let done = a.slot(MemberIdx(r)).replacement_cursor_sectors().unwrap_or(0);

@@ -286,3 +286,38 @@ proptest! {
         }
     }
 }
+
+/// md's `only_parity` (which roles a recovering member may hold while the array starts
+/// dirty) names exactly the roles that hold no data chunk in any stripe.
+#[test]
+fn only_parity_names_the_roles_that_never_hold_data() {
+    use uraid_core::geometry::raid5::{RAID5_LAYOUTS, RAID6_LAYOUTS};
+    for (level, layouts) in [
+        (Level::Raid4, &[5u32][..]),
+        (Level::Raid5, RAID5_LAYOUTS),
+        (Level::Raid6, RAID6_LAYOUTS),
+    ] {
+        for &layout in layouts {
+            for disks in 4..=8 {
+                let g = ParityGeometry::new(&ArrayGeometry {
+                    level,
+                    layout,
+                    chunk_sectors: 8,
+                    raid_disks: disks,
+                    dev_sectors: 8 * 1024,
+                    member_sectors: Vec::new(),
+                })
+                .unwrap();
+                for r in 0..disks {
+                    let never_data = (0..(4 * disks * disks) as u64)
+                        .all(|s| !g.stripe_map(s).data.contains(&MemberIdx(r)));
+                    assert_eq!(
+                        g.only_parity(MemberIdx(r)),
+                        never_data,
+                        "{level} layout {layout}, {disks} disks, role {r}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -401,13 +401,14 @@ pub fn assemble(
             }
         }
     }
-    let rebuilding = recovering_or_replacing(&slots, &sbs, &replacements);
     let journal = template.feature_map & FEATURE_JOURNAL != 0;
     let (reshape, reshape10) = if level == Level::Raid10 {
+        let rebuilding = recovering_or_replacing(&slots, &sbs, &replacements);
         let r = reshape10_of(&template, &slots, &sbs, &devs, rebuilding)?;
         (None, r)
     } else {
-        let r = reshape_of(&template, &slots, &sbs, &devs, rebuilding, journal)?;
+        let replacing = !replacements.is_empty();
+        let r = reshape_of(&template, &slots, &sbs, &devs, replacing, journal)?;
         (r, None)
     };
     let mut members_sb: Vec<Option<Superblock>> = vec![None; raid_disks];
@@ -522,7 +523,17 @@ pub fn assemble(
     // the data of the stripes written at the crash (the write hole); with a member missing
     // or being rebuilt, what is read or rebuilt through that parity would be wrong, and no
     // resync can tell. A journal replayed at start closes the hole.
-    let degraded_roles = missing(&slots).len() + recovering.len();
+    // md's dirty_parity_disks (raid5_run): a member the reshape rebuilds that holds only
+    // parity where it is not yet valid (the old geometry, and the new one past its
+    // recovery_offset) leaves every data chunk on a member in sync, which a crash cannot
+    // make wrong (the `-6` layouts' Q of mdadm's raid5 -> raid6): it does not count.
+    let parity_only = reshape.as_ref().map_or(0, |(st, _, rebuilt)| {
+        rebuilt
+            .iter()
+            .filter(|b| st.old.only_parity(b.role) && (b.follows || st.new.only_parity(b.role)))
+            .count()
+    });
+    let degraded_roles = missing(&slots).len() + recovering.len() - parity_only;
     // md starts a dirty degraded raid5 with PPL (it warns): the log rewrites the parity
     // of the stripes written at the crash.
     let ppl = meta.template.has_ppl();
@@ -550,10 +561,11 @@ pub fn assemble(
     }
     let reshape_read_only = reshape10.is_some() && raid10_bitmap.is_some();
     let mut array = match (reshape, reshape10) {
-        (Some((state, new_offsets)), _) => crate::levels::new_reshaping_array(
+        (Some((state, new_offsets, rebuilt)), _) => crate::levels::new_reshaping_array(
             geometry,
             state,
             new_offsets,
+            rebuilt,
             array_slots.into(),
             meta,
             opts.clock.clone(),
@@ -738,17 +750,30 @@ fn recovering_or_replacing(
         })
 }
 
+/// What [`reshape_of`] found: both geometries and the position, each role's new data
+/// offset in bytes, and the members the reshape rebuilds.
+type ReshapeFound = (
+    uraid_core::geometry::ReshapeState,
+    Vec<u64>,
+    Vec<crate::reshape::Rebuilt>,
+);
+
 /// The reshape a mid-reshape array's superblocks record, with each role's new data offset
-/// in bytes; None when no reshape runs. What uraid does not read yet mid-reshape is
-/// refused here, by what it is.
+/// in bytes and the members it rebuilds; None when no reshape runs. What uraid does not
+/// read mid-reshape is refused here, by what it is.
+///
+/// A member with a `recovery_offset` (md's device put into an empty role by
+/// `raid5_start_reshape`, which the reshape writes whole new stripes to) is valid only in
+/// the new geometry, below its `recovery_offset` (md's own test in `analyse_stripe`), and
+/// missing in the old one: the old geometry must hold the data without it.
 fn reshape_of(
     template: &Superblock,
     slots: &[Option<(usize, bool)>],
     sbs: &[Superblock],
     devs: &[Arc<dyn Member>],
-    rebuilding: bool,
+    replacing: bool,
     journal: bool,
-) -> Result<Option<(uraid_core::geometry::ReshapeState, Vec<u64>)>, ArrayError> {
+) -> Result<Option<ReshapeFound>, ArrayError> {
     use uraid_core::geometry::{ReshapeState, Side};
     let Some(state) = ReshapeState::from_superblock(template)? else {
         return Ok(None);
@@ -760,11 +785,53 @@ fn reshape_of(
             uuid_string(&template.set_uuid)
         )))
     };
-    if rebuilding {
-        return refuse("a member is being rebuilt or replaced".into());
+    if replacing {
+        // md: "cannot handle concurrent replacement and reshape".
+        return refuse(
+            "a member is being replaced (md reshapes no array with a replacement)".into(),
+        );
     }
     if journal {
         return refuse("it has a write journal".into());
+    }
+    let mut rebuilt = Vec::new();
+    for (r, s) in slots.iter().enumerate() {
+        let Some((i, _)) = *s else { continue };
+        let sb = &sbs[i];
+        if sb.feature_map & FEATURE_RECOVERY_OFFSET == 0 || sb.recovery_offset == MAX_SECTOR {
+            continue;
+        }
+        // md advances a rebuilt member's recovery_offset only going forwards: one that a
+        // backwards reshape rebuilds has no record of how far it got.
+        let Some(at) = state.recovery_offset_at(state.position_sectors) else {
+            return refuse(format!(
+                "{} is being rebuilt by a reshape that runs backwards, which records no \
+                 progress for it (recovery_offset {})",
+                devs[i].name(),
+                sb.recovery_offset
+            ));
+        };
+        rebuilt.push(crate::reshape::Rebuilt {
+            role: uraid_core::MemberIdx(r),
+            // It holds every new stripe below the recorded position: it goes on with the
+            // reshape, its recovery_offset moved with each checkpoint (md's
+            // reshape_request). One behind missed rows (a power cut as its superblock
+            // was written): it keeps its recovery_offset and recovers the rest after.
+            follows: sb.recovery_offset >= at,
+            generation: 0,
+        });
+    }
+    // The old geometry reads none of them: the roles it misses must be within its parity
+    // (and so within the new one's, which misses no more).
+    let missing = slots.iter().filter(|s| s.is_none()).count();
+    let most = state.old.parity_disks().min(state.new.parity_disks());
+    if !rebuilt.is_empty() && missing + rebuilt.len() > most {
+        return refuse(format!(
+            "{} member(s) are being rebuilt by it and {missing} missing, more than the {} \
+             the old geometry can read without",
+            rebuilt.len(),
+            most
+        ));
     }
     let mut new_offsets = vec![0u64; slots.len()];
     for (r, s) in slots.iter().enumerate() {
@@ -806,7 +873,7 @@ fn reshape_of(
         }
         new_offsets[r] = at * SECTOR_BYTES;
     }
-    Ok(Some((state, new_offsets)))
+    Ok(Some((state, new_offsets, rebuilt)))
 }
 
 /// The raid10 reshape a mid-reshape array's superblocks record, with each role's new data

@@ -512,8 +512,10 @@ impl Shared {
                 Ok(None) => {}
                 Err(e) => (self.notify)(&DaemonNote::SpareActivationFailed(e.to_string())),
             }
-            // The engine may already have given the role to a spare itself.
-            if !a.recovering_roles().is_empty() {
+            // The engine may already have given the role to a spare itself. Not while a
+            // reshape runs: a member it rebuilds is recovering, and md runs no recovery
+            // until the reshape ends.
+            if !a.recovering_roles().is_empty() && !a.is_reshaping() {
                 self.start_sync(SyncKind::Recovery);
             }
         }

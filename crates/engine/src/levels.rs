@@ -36,12 +36,16 @@ pub(crate) fn new_reshaping_array(
     geometry: ArrayGeometry,
     state: uraid_core::geometry::ReshapeState,
     new_data_offset_bytes: Vec<u64>,
+    mut rebuilt: Vec<crate::reshape::Rebuilt>,
     slots: MemberMap<Slot>,
     meta: Meta,
     clock: crate::clock::Clock,
 ) -> Result<Array, ArrayError> {
     let map = Map::new(&geometry)?;
-    let pers = crate::reshape::ReshapePers::new(state, new_data_offset_bytes);
+    for b in rebuilt.iter_mut() {
+        b.generation = slots[b.role].generation();
+    }
+    let pers = crate::reshape::ReshapePers::new(state, new_data_offset_bytes, rebuilt);
     let size = pers.array_sectors();
     let mut a = Array::new(geometry, map, Box::new(pers), slots, meta, clock)?;
     a.set_reshape_size(size);

@@ -361,6 +361,10 @@ impl Meta {
                 targets.push((dev, Meta::merge_into(sb, own), Some(role)));
             }
         }
+        // Members being rebuilt first: a power cut part-way leaves the others one event
+        // behind it (their data flushed), never it behind them with a recovery_offset that
+        // claims less than the newest superblocks' reshape position says it holds.
+        targets.sort_by_key(|(_, sb, _)| sb.feature_map & FEATURE_RECOVERY_OFFSET == 0);
         if let Some((dev, own)) = &self.journal {
             let mut sb = self.template.clone();
             sb.dev_number = own.dev_number;

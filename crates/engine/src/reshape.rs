@@ -16,6 +16,13 @@
 //! The position lives under a read-write lock that is also the window lock: a request holds
 //! it shared while it runs; the restripe of a served array (`restripe::run_served`) holds it
 //! exclusively while it moves one window, so no request sees a window half moved.
+//!
+//! A member the reshape rebuilds ([`Rebuilt`]: md's device put into an empty role by
+//! `raid5_start_reshape`, with a `recovery_offset`) is missing in the old geometry and
+//! valid in the new one below its recovery cursor (member sectors of the new geometry, md's
+//! `recovery_offset`). Every new-geometry write reaches it (the windows of the reshape, and
+//! requests below the in-memory position, which the reshape has written whole), so when a
+//! checkpoint moves its cursor to the recorded position no block below it is stale.
 
 use crate::array::{Array, Personality};
 use crate::array::{SyncCtx, ZeroKind};
@@ -23,7 +30,7 @@ use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::io::{execute, Op};
 use std::any::Any;
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use uraid_core::geometry::{ParityGeometry, ReshapeState, Side};
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
@@ -36,6 +43,20 @@ pub(crate) struct Progress {
     pub safe: u64,
     /// The superblocks say the new shape (the reshape is over).
     pub finished: bool,
+}
+
+/// A member the reshape rebuilds (md's recovering device mid-reshape).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rebuilt {
+    pub role: MemberIdx,
+    /// Its recovery_offset had reached the recorded position when the array was
+    /// assembled: it holds every new stripe below it, so each checkpoint moves its
+    /// cursor with the position, and the finish makes it in sync. Otherwise (it missed
+    /// rows) its cursor stays, and it recovers from there after the reshape.
+    pub follows: bool,
+    /// The slot's generation when the array was assembled: another device that takes
+    /// the role later is not this member.
+    pub generation: u64,
 }
 
 /// Stripe locks (hashed by side and stripe): writes and degraded reads of one stripe take
@@ -57,6 +78,8 @@ pub(crate) struct ReshapePers {
     /// The old and the new geometry (fixed for the whole reshape), for the bitmap.
     old: ParityGeometry,
     new: ParityGeometry,
+    /// The members the reshape rebuilds (fixed at assembly).
+    rebuilt: Vec<Rebuilt>,
 }
 
 /// The bitmap positions (member sectors from the side's own data offset, as md's
@@ -69,7 +92,11 @@ fn chunk_rows(g: &ParityGeometry, sector: u64, sectors: u64) -> (u64, u64) {
 }
 
 impl ReshapePers {
-    pub(crate) fn new(state: ReshapeState, new_data_offset_bytes: Vec<u64>) -> ReshapePers {
+    pub(crate) fn new(
+        state: ReshapeState,
+        new_data_offset_bytes: Vec<u64>,
+        rebuilt: Vec<Rebuilt>,
+    ) -> ReshapePers {
         let max_degraded = state.old.parity_disks().min(state.new.parity_disks());
         let unit_bytes = state.new.stripe_data_sectors() * SECTOR_BYTES;
         ReshapePers {
@@ -84,6 +111,107 @@ impl ReshapePers {
             }),
             new_data_offset_bytes,
             locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            rebuilt,
+        }
+    }
+
+    /// The rebuilt member of `role`, while the same device is recovering it.
+    fn rebuilt_in(&self, a: &Array, role: MemberIdx) -> Option<&Rebuilt> {
+        let b = self.rebuilt.iter().find(|b| b.role == role)?;
+        let slot = a.slot(role);
+        (slot.generation() == b.generation && slot.state() == crate::slot::SlotState::Recovering)
+            .then_some(b)
+    }
+
+    /// The device to read member sectors `[ms, ms + sectors)` of `side` from: an in-sync
+    /// member, or in the new geometry a rebuilt one below its recovery cursor.
+    fn reader(
+        &self,
+        a: &Array,
+        side: Side,
+        role: MemberIdx,
+        ms: u64,
+        sectors: u64,
+    ) -> Option<Arc<dyn crate::member::Member>> {
+        if let Some(d) = a.live(role) {
+            return Some(d);
+        }
+        if side == Side::New && self.rebuilt_in(a, role).is_some() {
+            let slot = a.slot(role);
+            if ms + sectors <= slot.recovery_cursor() {
+                return slot.device();
+            }
+        }
+        None
+    }
+
+    /// The device a write of `side` goes to: an in-sync member, or in the new geometry a
+    /// rebuilt one (everywhere: the new geometry holds only stripes below the in-memory
+    /// position, which the reshape wrote whole to it).
+    pub(crate) fn writer(
+        &self,
+        a: &Array,
+        side: Side,
+        role: MemberIdx,
+    ) -> Option<Arc<dyn crate::member::Member>> {
+        if let Some(d) = a.live(role) {
+            return Some(d);
+        }
+        if side == Side::New && self.rebuilt_in(a, role).is_some() {
+            return a.slot(role).device();
+        }
+        None
+    }
+
+    /// Every role's device for the new geometry's writes (see [`ReshapePers::writer`]).
+    pub(crate) fn new_writers(&self, a: &Array) -> Vec<Option<Arc<dyn crate::member::Member>>> {
+        (0..self.new.raid_disks)
+            .map(|r| self.writer(a, Side::New, MemberIdx(r)))
+            .collect()
+    }
+
+    /// The rebuilt members that follow the reshape, with their devices (to flush before a
+    /// checkpoint, and to move their cursors with it).
+    pub(crate) fn following(&self, a: &Array) -> Vec<(MemberIdx, Arc<dyn crate::member::Member>)> {
+        self.rebuilt
+            .iter()
+            .filter(|b| b.follows)
+            .filter_map(|b| {
+                self.rebuilt_in(a, b.role)?;
+                Some((b.role, a.slot(b.role).device()?))
+            })
+            .collect()
+    }
+
+    /// A checkpoint at `at` is about to be recorded (the members flushed): the cursors of
+    /// the rebuilt members that follow the reshape move to it, as md moves their
+    /// recovery_offset in `reshape_request`.
+    pub(crate) fn advance_rebuilt(&self, a: &Array, st: &ReshapeState, at: u64) {
+        let Some(to) = st.recovery_offset_at(at) else {
+            return;
+        };
+        for (role, _) in self.following(a) {
+            let slot = a.slot(role);
+            if slot.recovery_cursor() < to {
+                slot.set_recovery_cursor(to);
+            }
+        }
+    }
+
+    /// The reshape ended: a rebuilt member whose cursor reached the end of the new shape
+    /// is in sync (md's end_reshape); one that missed rows keeps recovering.
+    pub(crate) fn rebuilt_in_sync(&self, a: &Array, st: &ReshapeState) {
+        for b in &self.rebuilt {
+            if self.rebuilt_in(a, b.role).is_none() {
+                continue;
+            }
+            let slot = a.slot(b.role);
+            if slot.recovery_cursor() >= st.dev_sectors() {
+                slot.transition(
+                    crate::slot::SlotState::Recovering,
+                    crate::slot::SlotState::InSync,
+                );
+            }
         }
     }
 
@@ -158,9 +286,11 @@ impl ReshapePers {
         base + ms * SECTOR_BYTES
     }
 
-    /// Read one member range; false when the member is missing or the read failed.
+    /// Read one member range; false when the member is missing (or, rebuilt, not valid
+    /// there) or the read failed.
     fn read_member(&self, a: &Array, side: Side, role: MemberIdx, ms: u64, out: &mut [u8]) -> bool {
-        let Some(dev) = a.live(role) else {
+        let sectors = out.len() as u64 / SECTOR_BYTES;
+        let Some(dev) = self.reader(a, side, role, ms, sectors) else {
             return false;
         };
         let mut ops = [Op::read(
@@ -380,9 +510,9 @@ impl ReshapePers {
             if let (Some(qr), Some(qb)) = (map.q, q.as_ref()) {
                 targets.push((qr, qb));
             }
-            let devs: Vec<(MemberIdx, std::sync::Arc<dyn crate::member::Member>, &[u8])> = targets
+            let devs: Vec<(MemberIdx, Arc<dyn crate::member::Member>, &[u8])> = targets
                 .into_iter()
-                .filter_map(|(r, b)| a.live(r).map(|d| (r, d, b)))
+                .filter_map(|(r, b)| self.writer(a, side, r).map(|d| (r, d, b)))
                 .collect();
             let mut ops: Vec<Op> = devs
                 .iter()
@@ -502,12 +632,14 @@ impl Personality for ReshapePers {
         self.unit_bytes
     }
 
-    fn recovery_offset_sectors(&self, _cursor: u64) -> u64 {
-        0
+    /// A recovering member's cursor mid-reshape is md's recovery_offset itself: member
+    /// sectors of the new geometry (see [`Rebuilt`]).
+    fn recovery_offset_sectors(&self, cursor: u64) -> u64 {
+        cursor
     }
 
-    fn cursor_for_offset(&self, _offset_sectors: u64) -> u64 {
-        0
+    fn cursor_for_offset(&self, offset_sectors: u64) -> u64 {
+        offset_sectors
     }
 
     fn member_units(&self, _start: u64, _end: u64) -> Option<(u64, u64)> {

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use uraid_core::geometry::{ParityGeometry, ReshapeState, ReshapeStep, Side};
 use uraid_core::superblock::{
     MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_NEW_OFFSET, FEATURE_PPL,
-    FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
+    FEATURE_RECOVERY_OFFSET, FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
 };
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 
@@ -749,15 +749,20 @@ pub fn continue_reshape(
     };
     // Only this function writes (stripes and superblocks); the array, read-only, reads.
     array.set_read_only(true);
-    let targets = targets(&devs, &report);
-    let mut by_role: Vec<Option<Arc<dyn Member>>> = vec![None; pers.state().new.raid_disks];
-    for (d, m) in devs.iter().zip(&report.members) {
-        if let MemberOutcome::Active(r) = m.outcome {
-            if r < by_role.len() && array.live(MemberIdx(r)).is_some() {
-                by_role[r] = Some(d.clone());
-            }
-        }
-    }
+    // The new stripes go to every member in sync and to those the reshape rebuilds.
+    let by_role = pers.new_writers(&array);
+    // A rebuilt member's superblock is written first at each checkpoint: a power cut
+    // part-way then leaves the others behind it (they were flushed), never it behind them
+    // with a recovery_offset that misses rows.
+    let following: Vec<Arc<dyn Member>> =
+        pers.following(&array).into_iter().map(|(_, d)| d).collect();
+    let follow_numbers: Vec<u32> = pers
+        .following(&array)
+        .iter()
+        .filter_map(|(r, _)| array.meta().member_sb(*r).map(|sb| sb.dev_number))
+        .collect();
+    let mut targets = targets(&devs, &report);
+    targets.sort_by_key(|d| !following.iter().any(|f| same_device(f, d)));
     let mut st = pers.state();
     if let Err(e) = st.can_finish() {
         let _ = array.stop();
@@ -817,7 +822,19 @@ pub fn continue_reshape(
                 }
                 flush_all(&targets)?;
                 let at = st.position_sectors;
-                events = rewrite(&targets, &|sb| sb.reshape_position = at)?;
+                let rebuilt_to = st.recovery_offset_at(at);
+                events = rewrite(&targets, &|sb| {
+                    sb.reshape_position = at;
+                    // md's reshape_request moves a rebuilt member's recovery_offset
+                    // with the position.
+                    if let Some(to) = rebuilt_to {
+                        if follow_numbers.contains(&sb.dev_number)
+                            && sb.feature_map & FEATURE_RECOVERY_OFFSET != 0
+                        {
+                            sb.recovery_offset = sb.recovery_offset.max(to);
+                        }
+                    }
+                })?;
                 safe = at;
                 checkpoints += 1;
                 last_checkpoint = Instant::now();
@@ -890,6 +907,11 @@ pub fn continue_reshape(
         events,
         added: 0,
     })
+}
+
+/// Whether two handles are one device (the same object).
+fn same_device(a: &Arc<dyn Member>, b: &Arc<dyn Member>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
 fn flush_all(targets: &[Arc<dyn Member>]) -> Result<(), ArrayError> {
@@ -1004,8 +1026,9 @@ impl From<WindowFailed> for ArrayError {
 
 /// Read array sectors from `start` through the old geometry the fast way: each member's
 /// rows of the old stripes involved in one request per member, all at once, then the data
-/// chunks gathered in array order. False when a member is missing or a read fails (the
-/// caller falls back to the chunk-by-chunk path, which rebuilds from parity).
+/// chunks gathered in array order. A role that holds no data there (a missing Q of md's
+/// `-6` layouts) is not read. False when a data chunk's member is missing or a read fails
+/// (the caller falls back to the chunk-by-chunk path, which rebuilds from parity).
 fn read_old_rows(
     a: &Array,
     pers: &ReshapePers,
@@ -1023,17 +1046,24 @@ fn read_old_rows(
     let row_bytes = ((last - first) * g.chunk_sectors * SECTOR_BYTES) as usize;
     let devs: Vec<Option<Arc<dyn Member>>> =
         (0..g.raid_disks).map(|r| a.live(MemberIdx(r))).collect();
-    if devs.iter().any(|d| d.is_none()) {
+    let mut holds_data = vec![false; g.raid_disks];
+    for stripe in first..last {
+        for role in g.stripe_map(stripe).data {
+            holds_data[role.0] = true;
+        }
+    }
+    if (0..g.raid_disks).any(|r| holds_data[r] && devs[r].is_none()) {
         return false;
     }
     let mut rows: Vec<AlignedBuf> = (0..g.raid_disks)
-        .map(|_| AlignedBuf::new(row_bytes))
+        .map(|r| AlignedBuf::new(if holds_data[r] { row_bytes } else { 0 }))
         .collect();
     {
         let mut ops: Vec<Op> = devs
             .iter()
             .zip(rows.iter_mut())
             .enumerate()
+            .filter(|(r, _)| holds_data[*r])
             .map(|(r, (d, buf))| {
                 let at = pers.member_byte(a, Side::Old, MemberIdx(r), row0);
                 Op::read(d.as_ref().expect("present").as_ref(), at, buf)
@@ -1280,9 +1310,7 @@ impl ServedReshape for ReshapePers {
         };
         let mut p = self.progress_mut();
         let data = read_window(a, self, &p.st, start, sectors)?;
-        let devs: Vec<Option<Arc<dyn Member>>> = (0..p.st.new.raid_disks)
-            .map(|r| a.live(MemberIdx(r)))
-            .collect();
+        let devs = self.new_writers(a);
         match write_window(a, self, &devs, &p.st.new, start, sectors, &data) {
             Ok(()) => {
                 p.st.advance(step);
@@ -1305,11 +1333,15 @@ impl ServedReshape for ReshapePers {
 }
 
 /// Flush what the windows wrote, then record `at` as the reshape position in every
-/// superblock; from then on writes below it go to the new geometry only.
+/// superblock, with the recovery_offset of the members the reshape rebuilds moved to it
+/// (md's reshape_request); from then on writes below it go to the new geometry only.
 fn record_position(a: &Array, pers: &ReshapePers, at: u64) -> Result<(), ArrayError> {
-    flush_live(a);
+    flush_writers(a, pers);
+    // Taken before the metadata lock: a request that holds the position may wait for it.
+    let st = pers.state();
     {
         let mut m = a.meta();
+        pers.advance_rebuilt(a, &st, at);
         m.template.reshape_position = at;
         m.write_all(a)?;
     }
@@ -1328,15 +1360,29 @@ fn flush_live(a: &Array) {
     }
 }
 
+/// Flush every member the new stripes went to (in sync, or rebuilt by the reshape); one
+/// that fails is failed.
+fn flush_writers(a: &Array, pers: &ReshapePers) {
+    for (r, d) in pers.new_writers(a).into_iter().enumerate() {
+        if let Some(d) = d {
+            if let Err(e) = d.flush() {
+                a.member_error(MemberIdx(r), &e);
+            }
+        }
+    }
+}
+
 /// The end of a served reshape: the new stripes durable, then every superblock says the
 /// new shape (md's raid5_finish_reshape). The array keeps serving through the new
 /// geometry; its larger size (a grow) is exported from the next start.
 fn finish_served(a: &Array, pers: &ReshapePers, st: &ReshapeState) -> Result<(), ArrayError> {
     use uraid_core::geometry::reshape::finish_superblock;
-    flush_live(a);
+    flush_writers(a, pers);
     let (new, dev_sectors, move_by) = (st.new.clone(), st.dev_sectors(), st.new_offset_sectors);
     {
         let mut m = a.meta();
+        // A member the reshape rebuilt whole is in sync now (md's end_reshape).
+        pers.rebuilt_in_sync(a, st);
         finish_superblock(&mut m.template, &new, dev_sectors, move_by);
         for (_, own) in m.members.iter_mut() {
             if let Some(own) = own {

@@ -243,6 +243,22 @@ impl ParityGeometry {
         self.raid_disks - self.parity_disks()
     }
 
+    /// Whether `role` holds only parity in every stripe (md's `only_parity`): raid4's
+    /// parity, the `-6` layouts' Q, and the fixed parity roles of PARITY_0/N.
+    pub fn only_parity(&self, role: crate::MemberIdx) -> bool {
+        let (r, n, p) = (role.0, self.raid_disks, self.parity_disks());
+        match self.algorithm {
+            ALGORITHM_PARITY_0 => r < p,
+            ALGORITHM_PARITY_N => r >= n - p,
+            ALGORITHM_PARITY_0_6 => r == 0 || r == n - 1,
+            ALGORITHM_LEFT_ASYMMETRIC_6
+            | ALGORITHM_RIGHT_ASYMMETRIC_6
+            | ALGORITHM_LEFT_SYMMETRIC_6
+            | ALGORITHM_RIGHT_SYMMETRIC_6 => r == n - 1,
+            _ => false,
+        }
+    }
+
     /// Number of whole stripes on each member.
     pub fn stripes(&self) -> u64 {
         self.dev_sectors / self.chunk_sectors

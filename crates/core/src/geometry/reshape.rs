@@ -405,6 +405,15 @@ impl ReshapeState {
         }
     }
 
+    /// md's `recovery_offset` of a member the reshape rebuilds (one that filled an empty
+    /// role when the reshape started, md's `raid5_start_reshape`) once `position` is
+    /// recorded: the new geometry's member sectors below the position (md's `sector_nr`
+    /// in `reshape_request`), which hold whole new stripes on every member. md advances
+    /// it only going forwards; backwards it stays where it was (`None`).
+    pub fn recovery_offset_at(&self, position: u64) -> Option<u64> {
+        (!self.backwards).then(|| position / self.new.data_disks() as u64)
+    }
+
     /// Where a side's data area starts on a member whose superblock says `data_offset`.
     pub fn data_offset_sectors(&self, side: Side, data_offset: u64) -> u64 {
         match side {
@@ -469,6 +478,16 @@ pub fn finish_superblock(
     sb.data_offset = (sb.data_offset as i64 + new_offset_sectors) as u64;
     sb.data_size = (sb.data_size as i64 - new_offset_sectors).max(0) as u64;
     sb.size = dev_sectors;
+    // A member the reshape rebuilt that holds every row of the new shape is in sync (md's
+    // end_reshape); one whose recovery_offset stayed below (it missed rows) goes on
+    // recovering from there in the new shape.
+    if sb.feature_map & crate::superblock::FEATURE_RECOVERY_OFFSET != 0
+        && sb.feature_map & crate::superblock::FEATURE_REPLACEMENT == 0
+        && sb.recovery_offset >= dev_sectors
+    {
+        sb.feature_map &= !crate::superblock::FEATURE_RECOVERY_OFFSET;
+        sb.recovery_offset = 0;
+    }
     // Roles a shrink removed become spares (md's raid5_finish_reshape).
     for r in sb.dev_roles.iter_mut() {
         if *r < crate::superblock::ROLE_MAX && usize::from(*r) >= new.raid_disks {
