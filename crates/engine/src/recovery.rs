@@ -166,14 +166,17 @@ impl Array {
         // md's check only reads; the others write members.
         if kind != SyncKind::Check {
             self.check_writable(kind.name())?;
-            // md runs no resync or recovery while a reshape runs: a member the reshape
-            // rebuilds gets its rows from the reshape itself, and is in sync at its end.
-            if self.is_reshaping() {
-                return Err(ArrayError::Refused(format!(
-                    "{} refused: a reshape is in progress; it can run once the reshape is done",
-                    kind.name()
-                )));
-            }
+        }
+        // md runs no sync action while a reshape runs (its sync_action says "reshape"): a
+        // member the reshape rebuilds gets its rows from the reshape itself and is in sync
+        // at its end, and a check would compare nothing (the reshaping personality has no
+        // sync units), so it is refused rather than reported as 0 mismatches.
+        if self.is_reshaping() {
+            return Err(ArrayError::Refused(format!(
+                "{} refused: a reshape is in progress; it can run once the reshape is done \
+                 (uraid grow --continue finishes it)",
+                kind.name()
+            )));
         }
         if matches!(kind, SyncKind::Resync | SyncKind::Check | SyncKind::Repair)
             && self.is_degraded()

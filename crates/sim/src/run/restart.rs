@@ -387,6 +387,10 @@ impl Simulator<'_> {
                 .collect::<Vec<_>>()
         ));
         let a = self.array.as_ref().expect("array is assembled");
+        // The writes below run at once on threads: a raid4/5/6 partial-stripe write that
+        // leads a join would wait real time for joiners, and what the others did meanwhile
+        // would differ between two runs of a seed. Joining has its own tests (join.rs).
+        let _ = a.set_tunable("join_wait_us", "0");
         let world = self.world.clone();
         let release = || disks.iter().for_each(|d| d.release_writes());
         // Per write: finished before the cut, and its result.
