@@ -14,7 +14,6 @@
 //! after a power cut at any write, with the rebuilt member in sync and md's check clean.
 
 use rand::Rng;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::geometry::raid5::{ALGORITHM_LEFT_SYMMETRIC, ALGORITHM_LEFT_SYMMETRIC_6};
@@ -26,7 +25,7 @@ use uraid_engine::{
     CreateOptions, DaemonOptions, MemMember, Member, ReshapeOptions, SlotState, SyncKind,
     SyncLimits,
 };
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{model_writers, rng};
 
 const MEMBER_BYTES: u64 = 2 << 20;
 const DATA_OFFSET: u64 = 256;
@@ -548,7 +547,7 @@ fn served_with_writers_the_rebuilt_member_ends_in_sync() {
         let (a, d) = serve(&f.members(), 1024);
         let t = Instant::now();
         let a2 = a.clone();
-        writers(&a, &model, 1, &|| {
+        model_writers(&a, &model, 1, &|| {
             t.elapsed() > Duration::from_millis(800) || !a2.is_reshaping()
         });
         d.stop();
@@ -559,7 +558,7 @@ fn served_with_writers_the_rebuilt_member_ends_in_sync() {
         // Then to the end.
         let (a, d) = serve(&f.members(), 0);
         let a2 = a.clone();
-        let n = writers(&a, &model, 2, &|| !a2.is_reshaping());
+        let n = model_writers(&a, &model, 2, &|| !a2.is_reshaping());
         assert!(wait_done(&a, Duration::from_secs(120)), "{what}: not done");
         let model = model.lock().unwrap().clone();
         same(
@@ -718,44 +717,6 @@ fn wait_done(a: &Array, limit: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     true
-}
-
-/// Writers on their own 64 KiB blocks (one in four each), each write read back at once,
-/// the model kept, until `until`. Returns the writes done.
-fn writers(
-    a: &Arc<Array>,
-    model: &Arc<Mutex<Vec<u8>>>,
-    seed: u64,
-    until: &(dyn Fn() -> bool + Sync),
-) -> u64 {
-    const BLOCK: u64 = 64 * 1024;
-    const WRITERS: u64 = 4;
-    let blocks = model.lock().unwrap().len() as u64 / BLOCK;
-    let writes = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let (a, model, writes) = (a.clone(), model.clone(), &writes);
-            s.spawn(move || {
-                let mut r = rng(seed * 100 + t);
-                while !until() {
-                    let b = r.gen_range(0..blocks / WRITERS) * WRITERS + t;
-                    let sectors = r.gen_range(1..=32u64);
-                    let first = r.gen_range(0..=(BLOCK / 512 - sectors));
-                    let off = b * BLOCK + first * 512;
-                    let mut buf = vec![0u8; (sectors * 512) as usize];
-                    r.fill(&mut buf[..]);
-                    a.write(off, &buf).unwrap();
-                    model.lock().unwrap()[off as usize..off as usize + buf.len()]
-                        .copy_from_slice(&buf);
-                    let mut back = vec![0u8; buf.len()];
-                    a.read(off, &mut back).unwrap();
-                    same(&back, &buf, &format!("read back at byte {off}"));
-                    writes.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    writes.into_inner()
 }
 
 /// The slot states the engine exposes: the rebuilt member is recovering mid-reshape.

@@ -5,7 +5,7 @@
 //! assembles in its new shape with md's check clean.
 
 use rand::Rng;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uraid_core::geometry::raid5::ALGORITHM_LEFT_SYMMETRIC;
@@ -16,13 +16,9 @@ use uraid_engine::{
     DaemonOptions, Event, MemMember, Member, MemberIdx, ReshapeOptions, ReshapeRequest, SyncKind,
     SyncLimits,
 };
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{model_writers, rng};
 
 const MB: u64 = 1 << 20;
-/// The block each writer owns one in four of.
-const BLOCK: u64 = 64 * 1024;
-const WRITERS: u64 = 4;
-
 fn members(n: usize, bytes: u64, tag: &str) -> Vec<Arc<dyn Member>> {
     (0..n)
         .map(|i| Arc::new(MemMember::new(format!("{tag}{i}"), bytes)) as Arc<dyn Member>)
@@ -112,47 +108,6 @@ fn serve(
     (a, d, events)
 }
 
-/// Writers, each on its own blocks (one in four), writing seeded pieces and reading each
-/// back at once, until `until` says stop; the model of the array is kept in `model`.
-/// Returns the writes done.
-fn writers(
-    a: &Arc<Array>,
-    model: &Arc<Mutex<Vec<u8>>>,
-    seed: u64,
-    until: &(dyn Fn() -> bool + Sync),
-) -> u64 {
-    let size = model.lock().unwrap().len() as u64;
-    let blocks = size / BLOCK;
-    let writes = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..WRITERS {
-            let (a, model, writes) = (a.clone(), model.clone(), &writes);
-            s.spawn(move || {
-                let mut r = rng(seed * 100 + t);
-                while !until() {
-                    let b = (r.gen_range(0..blocks / WRITERS) * WRITERS + t).min(blocks - 1);
-                    if b % WRITERS != t {
-                        continue;
-                    }
-                    let sectors = r.gen_range(1..=32u64);
-                    let first = r.gen_range(0..=(BLOCK / 512 - sectors));
-                    let off = b * BLOCK + first * 512;
-                    let mut buf = vec![0u8; (sectors * 512) as usize];
-                    r.fill(&mut buf[..]);
-                    a.write(off, &buf).unwrap();
-                    model.lock().unwrap()[off as usize..off as usize + buf.len()]
-                        .copy_from_slice(&buf);
-                    let mut back = vec![0u8; buf.len()];
-                    a.read(off, &mut back).unwrap();
-                    same(&back, &buf, &format!("read back at byte {off}"));
-                    writes.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    writes.into_inner()
-}
-
 fn read_all(a: &Array, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     a.read(0, &mut v).unwrap();
@@ -219,7 +174,7 @@ fn writes_go_on_through_a_served_reshape() {
             }
             done.load(Ordering::Relaxed)
         };
-        writers(&a, &model, 1, &until)
+        model_writers(&a, &model, 1, &until)
     };
     assert!(
         wait_done(&a, Duration::from_secs(120)),
@@ -252,7 +207,7 @@ fn a_served_reshape_stopped_midway_goes_on_from_its_recorded_position() {
     let model = Arc::new(Mutex::new(data));
     let t = Instant::now();
     let a2 = a.clone();
-    writers(&a, &model, 2, &|| {
+    model_writers(&a, &model, 2, &|| {
         t.elapsed() > Duration::from_millis(1500) || !a2.is_reshaping()
     });
     d.stop();
@@ -285,7 +240,7 @@ fn a_member_failing_mid_reshape_leaves_every_byte() {
     let t = Instant::now();
     let failed = AtomicBool::new(false);
     let a2 = a.clone();
-    writers(&a, &model, 3, &|| {
+    model_writers(&a, &model, 3, &|| {
         if t.elapsed() > Duration::from_millis(700) && !failed.swap(true, Ordering::SeqCst) {
             a2.fail_member(MemberIdx(2)).unwrap();
         }
@@ -438,7 +393,7 @@ fn a_degraded_array_reshapes_while_served() {
     let writes = {
         let a2 = a.clone();
         let until = move || !a2.is_reshaping();
-        writers(&a, &model, 7, &until)
+        model_writers(&a, &model, 7, &until)
     };
     assert!(
         wait_done(&a, Duration::from_secs(120)),

@@ -3,7 +3,8 @@
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use uraid_core::geometry::raid5::*;
 use uraid_core::Level;
 use uraid_engine::{assemble, Array, AssembleOptions, CreateOptions, MemMember, Member};
@@ -272,4 +273,49 @@ pub fn assemble_needs_force(members: Vec<Arc<dyn Member>>, needle: &str) -> Arra
     )
     .unwrap();
     a
+}
+
+/// Writers for an array being reshaped or rebuilt under IO: 4 threads, each on its own
+/// 64 KiB blocks (one in four), writing seeded pieces of 1 to 32 sectors and reading each
+/// back at once (a difference panics with its byte), until `until` says stop; `model` keeps
+/// what the array must hold. Returns the writes done.
+pub fn model_writers(
+    a: &Arc<Array>,
+    model: &Arc<Mutex<Vec<u8>>>,
+    seed: u64,
+    until: &(dyn Fn() -> bool + Sync),
+) -> u64 {
+    const BLOCK: u64 = 64 * 1024;
+    const WRITERS: u64 = 4;
+    let blocks = model.lock().unwrap().len() as u64 / BLOCK;
+    let writes = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..WRITERS {
+            let (a, model, writes) = (a.clone(), model.clone(), &writes);
+            s.spawn(move || {
+                let mut r = rng(seed * 100 + t);
+                while !until() {
+                    let b = (r.gen_range(0..blocks / WRITERS) * WRITERS + t).min(blocks - 1);
+                    if b % WRITERS != t {
+                        continue;
+                    }
+                    let sectors = r.gen_range(1..=32u64);
+                    let first = r.gen_range(0..=(BLOCK / 512 - sectors));
+                    let off = b * BLOCK + first * 512;
+                    let mut buf = vec![0u8; (sectors * 512) as usize];
+                    r.fill(&mut buf[..]);
+                    a.write(off, &buf).unwrap();
+                    model.lock().unwrap()[off as usize..off as usize + buf.len()]
+                        .copy_from_slice(&buf);
+                    let mut back = vec![0u8; buf.len()];
+                    a.read(off, &mut back).unwrap();
+                    if let Some(i) = back.iter().zip(&buf).position(|(x, y)| x != y) {
+                        panic!("read back at byte {off}: first difference at byte {i}");
+                    }
+                    writes.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    writes.into_inner()
 }
