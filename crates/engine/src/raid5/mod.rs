@@ -78,7 +78,7 @@ pub struct Tuning {
     /// stripe goes out whole without reads (md's delayed stripes; `raid5::join`); it waits less
     /// once the stripe is covered or when nobody else could come. A piece that starts a
     /// stripe in a sequential stream whose stripes have been joining lately waits up to
-    /// [`SEQUENTIAL_JOIN_WAITS`] times this: the rest of its stripe is the stream's next
+    /// 8 times this (`SEQUENTIAL_JOIN_WAITS`): the rest of its stripe is the stream's next
     /// write, whose payload may still be on its way in. 0 turns joining off.
     pub join_wait_us: AtomicU64,
 }
