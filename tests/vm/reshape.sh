@@ -15,7 +15,10 @@
 # check 0 mismatches, the new shape). Two more of uraid's, stopped mid-way and finished by
 # Linux in the second boot: a raid0 grown 2 -> 3 (on disk a raid4 mid-reshape, which Linux
 # finishes and mdadm --grow --level=0 takes back to a raid0 of 3, same bytes) and a degraded
-# raid5 grown 4 -> 5 (Linux finishes it degraded, same bytes).
+# raid5 grown 4 -> 5 (Linux finishes it degraded, same bytes). And a raid0 of 3 shrunk to 2
+# with --array-size (on disk a raid4 of 4 -> 3 mid-reshape, its parity role missing): Linux
+# finishes it, mdadm --grow --level=0 takes it to a raid0 of 2 (the parity member leaves),
+# same kept bytes, and uraid reads Linux's raid0 with the departed device offered too.
 # Third array in the first boot: a shrink 4 -> 3 (after --array-size) stopped mid-way;
 # mdadm 4.2 keeps it with a backup file (no new data offset), which uraid refuses by name.
 # Fourth to sixth: a raid6 grown 4 -> 5 and a raid5 layout change, each stopped mid-way
@@ -650,7 +653,21 @@ sum_i="$(head -c "$keep_i" pat-i | sha256sum | cut -d' ' -f1)"; sum_j="$(sha256s
     { echo "FAIL reshape uraid raid0-chunk-64to128: uraid grow failed"; cat grow-j.log; exit 1; }
 mdadm --examine i0 2>/dev/null | grep -q "Delta Devices : -1" ||
     { echo "FAIL reshape uraid shrink-4to3: mdadm --examine shows no shrink"; mdadm --examine i0; exit 1; }
-for m in c0 d0 g0 h0 i0 j0; do
+# And (issue 15) a raid0 of 3 shrunk to 2 as mdadm asks for it (--array-size with
+# --raid-devices): uraid's takeover to a raid4 of 4 with its parity role missing and that
+# raid4's backwards shrink to 3 (the data offset moving up into room the kept size makes),
+# stopped mid-way; Linux finishes the raid4 (its parity on role 2) and mdadm --grow
+# --level=0 takes it to a raid0 of 2, failing and removing the parity member.
+truncate -s 32M k0 k1 k2
+"$URAID" create -l 0 -c 64K k0 k1 k2 >/dev/null 2>&1
+sk="$(size_of k0 k1 k2)"
+keep_k=$(( (sk / 3 * 2 / 1048576 - 1) * 1048576 ))
+head -c "$sk" /dev/urandom > pat-k
+"$URAID" write --input pat-k k0 k1 k2 >/dev/null
+sum_k="$(head -c "$keep_k" pat-k | sha256sum | cut -d' ' -f1)"
+"$URAID" grow -q -n 2 --array-size "$((keep_k / 1024))K" --stop-at $((keep_k / 1024)) k0 k1 k2 >grow-k.log 2>&1 ||
+    { echo "FAIL reshape uraid raid0-shrink-3to2: uraid grow failed"; cat grow-k.log; exit 1; }
+for m in c0 d0 g0 h0 i0 j0 k0; do
     mdadm --examine "$m" 2>/dev/null | grep -q "Reshape pos'n" ||
         { echo "FAIL reshape: mdadm --examine $m shows no reshape in progress"; mdadm --examine "$m"; exit 1; }
 done
@@ -692,8 +709,14 @@ finish md11 /dev/disk/27 /dev/disk/28 /dev/disk/29 /dev/disk/30 /dev/disk/31
 echo "S \$(prefix md11 $((sectors_s * 512)))"
 echo "md11 shape level=\$(cat /sys/block/md11/md/level) layout=\$(cat /sys/block/md11/md/layout)"
 mdadm --stop /dev/md11
+finish md12 /dev/disk/32 /dev/disk/33 /dev/disk/34
+echo "K \$(prefix md12 $keep_k)"
+mdadm --grow /dev/md12 --level=0 2>&1 || true
+echo "md12 back level=\$(cat /sys/block/md12/md/level) disks=\$(cat /sys/block/md12/md/raid_disks)"
+echo "K0 \$(prefix md12 $keep_k)"
+mdadm --stop /dev/md12
 JOB
-sv_job2 32 >>job2.sh
+sv_job2 35 >>job2.sh
 echo "echo GUEST-OK" >>job2.sh
 rc=0
 out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-timeout 900 \
@@ -701,6 +724,7 @@ out2="$(python3 "$HERE/harness.py" --uraid "$URAID" --script job2.sh --boot-time
     --disk d0 --disk d1 --disk d2 --disk d3 --disk g0 --disk g1 --disk g2 \
     --disk h0 --disk h1 --disk h2 --disk h3 --disk i0 --disk i1 --disk i2 --disk i3 \
     --disk j0 --disk j1 --disk j2 --disk s0 --disk s1 --disk s2 --disk s3 --disk s4 \
+    --disk k0 --disk k1 --disk k2 \
     $(sv_disk_args $SV_PASSED) 2>&1)" || rc=$?
 if [ $rc != 0 ] || ! grep -q GUEST-OK <<<"$out2"; then
     echo "FAIL reshape uraid->linux (guest, rc $rc):"; tail -40 <<<"$out2"; exit 1
@@ -751,6 +775,21 @@ if [ "$(grep -m1 "^md11 shape " <<<"$out2")" != "md11 shape level=raid6 layout=2
     fail=1
 else
     echo "PASS reshape uraid-finished raid5-to-raid6-4to5 (shape): Linux sees raid6, layout 2 (left-symmetric)"
+fi
+verdict "uraid raid0-shrink-3to2 (a raid4 of 4 -> 3 mid-reshape) finished by linux" md12 "$sum_k" 3 65536 K 1
+# Linux's raid0 of 2, read by uraid with the device that left offered too: md wrote that
+# device's role as removed (0xffff) and its own superblock is a raid4 member's, behind;
+# md's raid0 keeps no spares, so uraid leaves it out.
+back_k="$(grep -m1 "^md12 back " <<<"$out2" || true)"
+det_k="$("$URAID" detail --json k0 k1 k2 2>/dev/null | python3 -c 'import json,sys
+d = json.load(sys.stdin); print(d["level"], d["raid_disks"], len(d["members"]))' 2>/dev/null || true)"
+if [ "$back_k" != "md12 back level=raid0 disks=2" ] ||
+    [ "$(grep -m1 "^K0 " <<<"$out2" | cut -d' ' -f2)" != "$sum_k" ] ||
+    [ "$det_k" != "raid0 2 2" ] || [ "$(prefix_sum "$keep_k" k0 k1 k2)" != "$sum_k" ]; then
+    echo "FAIL reshape uraid raid0-shrink-3to2: Linux's takeover to raid0: '$back_k', $(grep -m1 "^K0 " <<<"$out2"); uraid then: '$det_k'"
+    "$URAID" detail k0 k1 k2; tail -30 <<<"$out2"; fail=1
+else
+    echo "PASS reshape uraid raid0-shrink-3to2: mdadm --grow --level=0 took Linux's finished raid4 of 3 to a raid0 of 2 with the kept bytes; uraid reads it so with the departed parity member offered (left out)"
 fi
 sv_verdict || fail=1
 fi # RESHAPE_ONLY

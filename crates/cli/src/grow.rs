@@ -22,8 +22,8 @@ pub struct GrowArgs {
     #[command(flatten)]
     pub target: crate::control::ArrayArgs,
     /// The number of member roles (mdadm -n): raid1 adds or drops mirrors; raid4/5/6
-    /// restripe (fewer: a shrink, with --array-size); raid0 grows through raid4 (with
-    /// --add), as mdadm.
+    /// restripe (fewer: a shrink, with --array-size); raid0 grows (with --add) or shrinks
+    /// (with --array-size) through raid4, as mdadm.
     #[arg(short = 'n', long, value_name = "N")]
     pub raid_devices: Option<usize>,
     /// Space used on each member: `max`, or a size (KiB unless K/M/G/T follow).
@@ -32,7 +32,7 @@ pub struct GrowArgs {
     /// md's in-memory array size (KiB unless K/M/G/T follow; max: all of it). Alone, on a
     /// served array: the size it is exported at until changed or restarted, which a later
     /// --raid-devices fewer takes as its confirmation; with the --raid-devices of a
-    /// raid4/5/6/10 shrink: the confirmation that the data past it goes.
+    /// raid0/4/5/6/10 shrink: the confirmation that the data past it goes.
     #[arg(short = 'Z', long, value_name = "max|SIZE")]
     pub array_size: Option<String>,
     /// New chunk size (KiB unless K/M follow): a restripe.

@@ -366,3 +366,81 @@ fn raid0_changes_its_chunk_through_raid4() {
         }
     }
 }
+
+/// mdadm's raid0 shrink (`--raid-devices 2 --array-size`), through a raid4: refused without
+/// the size; stopped mid-way it is a raid4 of 4 -> 3 mid-reshape (mdadm --examine says
+/// so), which `uraid grow --continue` finishes and `--level 0` takes to a raid0 of 2 (the
+/// parity member leaves): mdadm --examine says raid0 with 2 devices on the kept members and
+/// still raid4 on the one that left, and the kept bytes read back.
+#[test]
+fn raid0_shrinks_from_three_to_two_devices_through_raid4() {
+    let d = TempDir::new("rs-shrink0");
+    let imgs = d.images(3, 12, "m");
+    ok(uraid().args(["create", "-l", "0", "-c", "64K"]).args(&imgs));
+    let size_before = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)))["array_bytes"]
+        .as_u64()
+        .unwrap();
+    let data = fill(&d, &imgs, size_before as usize);
+    let out = run(uraid().args(["grow", "-q", "-n", "2"]).args(&imgs));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--array-size") && err.contains("nothing was written"),
+        "{err}"
+    );
+    // What 2 members hold, less 1 MiB (room after the data), in whole 64K chunks.
+    let keep_k = (size_before / 3 * 2 / 1024 - 1024) / 64 * 64;
+    let out = ok(uraid()
+        .args(["grow", "-q", "-n", "2", "--array-size"])
+        .arg(format!("{keep_k}K"))
+        .args(["--stop-at", "8192"])
+        .args(&imgs));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("raid0 -> raid4") && err.contains("--continue"),
+        "{err}"
+    );
+    let md = tool_path(
+        "mdadm",
+        "raid0_shrinks_from_three_to_two_devices_through_raid4",
+    );
+    if let Some(md) = &md {
+        let ex = examine_says(
+            md,
+            &imgs[0],
+            &[("Raid Level", "raid4"), ("Raid Devices", "3")],
+        );
+        assert!(mdadm_field(&ex, "Reshape pos'n").is_some(), "{ex}");
+    }
+    let keep = (keep_k * 1024) as usize;
+    assert!(read_all(&imgs)[..keep] == data[..keep], "mid-way");
+    ok(uraid().args(["grow", "-q", "--continue"]).args(&imgs));
+    check_clean(&imgs);
+    let out = ok(uraid().args(["grow", "-q", "-l", "0"]).args(&imgs));
+    assert!(
+        text(&out.stderr).contains("leaves the array"),
+        "{}",
+        text(&out.stderr)
+    );
+    let det = json(&ok(uraid().args(["detail", "--json"]).args(&imgs)));
+    assert_eq!(det["level"], "raid0", "{det}");
+    assert_eq!(det["raid_disks"], 2, "{det}");
+    let got = read_all(&imgs);
+    assert!(
+        got.len() >= keep && got.len() < size_before as usize,
+        "{}",
+        got.len()
+    );
+    assert!(got[..keep] == data[..keep], "the kept bytes");
+    if let Some(md) = &md {
+        for m in &imgs[..2] {
+            let ex = examine_says(md, m, &[("Raid Level", "raid0"), ("Raid Devices", "2")]);
+            assert!(mdadm_field(&ex, "Reshape pos'n").is_none(), "{ex}");
+        }
+        examine_says(
+            md,
+            &imgs[2],
+            &[("Raid Level", "raid4"), ("Raid Devices", "3")],
+        );
+    }
+}

@@ -10,7 +10,7 @@ use uraid_core::geometry::ArrayGeometry;
 use uraid_core::superblock::{
     uuid_string, Superblock, FEATURE_JOURNAL, FEATURE_RAID0_LAYOUT, FEATURE_RECOVERY_BITMAP,
     FEATURE_RECOVERY_OFFSET, FEATURE_REPLACEMENT, FEATURE_RESHAPE_ACTIVE, MAX_SECTOR, ROLE_FAULTY,
-    ROLE_JOURNAL, ROLE_SPARE,
+    ROLE_JOURNAL, ROLE_MAX, ROLE_SPARE,
 };
 use uraid_core::{Level, SECTOR_BYTES};
 
@@ -75,6 +75,17 @@ pub enum MemberOutcome {
     Duplicate(usize),
     /// Being rebuilt to replace the member of this role (md's --replace); resumes.
     Replacement(usize),
+}
+
+/// The superblocks of one array's devices as assembly reads them: a reshape recorded at its
+/// end whose clearing a power cut interrupted, or one a member missed the finish of, reads
+/// as the finished shape it stands for. Whatever rewrites them whole (a takeover) starts
+/// from these, so that it writes the shape the array has.
+pub(crate) fn fold_finished_reshapes(sbs: &mut [Superblock]) {
+    for sb in sbs.iter_mut() {
+        uraid_core::geometry::reshape::fold_finished(sb);
+    }
+    fold_lagging_reshapes(sbs);
 }
 
 /// A member one event behind that still records a reshape the newest superblock of its
@@ -152,14 +163,13 @@ pub fn assemble(
     // A 0.90 member's record beside its v1 model.
     let mut recs090 = Vec::with_capacity(devs.len());
     for d in &devs {
-        let (mut sb, rec) = read_member_superblock(d.as_ref())?;
-        // A reshape recorded at its end whose clearing a power cut interrupted reads as
-        // the finished shape it stands for (the restripe engine writes the end first).
-        uraid_core::geometry::reshape::fold_finished(&mut sb);
+        let (sb, rec) = read_member_superblock(d.as_ref())?;
         sbs.push(sb);
         recs090.push(rec);
     }
-    fold_lagging_reshapes(&mut sbs);
+    // A reshape recorded at its end whose clearing a power cut interrupted reads as the
+    // finished shape it stands for (the restripe engine writes the end first).
+    fold_finished_reshapes(&mut sbs);
     // A raid10 mid-reshape with an internal bitmap is served read-write as without one
     // (its bits count array sectors, which keep their data through the reshape; the
     // finish resizes it, as md's does) when the bitmap covers the array as it is while
@@ -273,6 +283,17 @@ pub fn assemble(
                 // own superblock still names its role); --force may bring it back.
                 ROLE_SPARE if usize::from(own_role) < raid_disks && sb.events < template.events => {
                     stale.push((i, usize::from(own_role)));
+                    MemberOutcome::Stale
+                }
+                // A device that left a raid0 (mdadm's --level=0 fails and removes the
+                // parity member of a raid4, and md then writes its role as removed): md's
+                // raid0 keeps no spares and will not start with one, so it is left out, and
+                // not even --force brings it back (it has no role in the raid0).
+                ROLE_SPARE
+                    if level == Level::Raid0
+                        && own_role < ROLE_MAX
+                        && sb.events < template.events =>
+                {
                     MemberOutcome::Stale
                 }
                 ROLE_SPARE => MemberOutcome::Spare,

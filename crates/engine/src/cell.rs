@@ -263,7 +263,11 @@ impl ArrayCell {
             Some(l)
                 if req.array_sectors.is_none()
                     && req.raid_disks.is_some_and(|d| d < a.raid_disks())
-                    && (a.level().has_parity() || a.level() == uraid_core::Level::Raid10) =>
+                    && (a.level().has_parity()
+                        || matches!(
+                            a.level(),
+                            uraid_core::Level::Raid10 | uraid_core::Level::Raid0
+                        )) =>
             {
                 with_size = GrowRequest {
                     array_sectors: Some(l / uraid_core::SECTOR_BYTES),
@@ -276,7 +280,10 @@ impl ArrayCell {
         let st = a.grow_state();
         let level = a.level();
         drop(a);
-        let raid0 = matches!(crate::grow::plan(&st, req), Ok(Plan::Raid0Grow(..)));
+        let raid0 = matches!(
+            crate::grow::plan(&st, req),
+            Ok(Plan::Raid0Grow(..) | Plan::Raid0Shrink(..))
+        );
         if !raid0 {
             self.add_devices(std::mem::take(&mut add))?;
         }
@@ -306,6 +313,7 @@ impl ArrayCell {
             }),
             Plan::Restripe(r) => self.start_restripe(&r, false),
             Plan::Raid0Grow(want, chunk) => self.grow_raid0(&st, (want, chunk), add),
+            Plan::Raid0Shrink(want, keep) => self.shrink_raid0(&st, (want, keep), add),
             Plan::Superblocks(_) => {
                 let (rep, _) =
                     self.replace(|devs| grow_members_with(devs, req, ReshapeOptions::default()))?;
@@ -529,6 +537,78 @@ impl ArrayCell {
         };
         Ok(GrowReport {
             summary: format!("{}; {what}, then md's takeover back to raid0", took.summary),
+            restripe: true,
+            ..took
+        })
+    }
+
+    /// mdadm's raid0 shrink on the served array, from one request (`--raid-devices` fewer
+    /// with `--array-size`, or after an `--array-size` alone): the served size limited to
+    /// the kept sectors at once (md's array_size: nothing past them is acknowledged from
+    /// then on, so nothing the shrink drops was written after the request), the takeover to
+    /// a raid4 whose parity role is missing, the shrink of that raid4 (md's backwards
+    /// reshape, run by the daemons while it serves), and the takeover back to raid0, the
+    /// parity member leaving the array. Everything is checked before the first takeover is
+    /// written.
+    fn shrink_raid0(
+        self: &Arc<Self>,
+        st: &crate::grow::GrowState,
+        (want, keep): (usize, u64),
+        add: Vec<Arc<dyn Member>>,
+    ) -> Result<GrowReport, ArrayError> {
+        if !add.is_empty() {
+            return Err(ArrayError::Refused(
+                "a raid0 shrink takes no new devices (--add), and a raid0 keeps no spares: \
+                 nothing was written"
+                    .into(),
+            ));
+        }
+        let take = GrowRequest {
+            level: Some(uraid_core::Level::Raid4),
+            ..Default::default()
+        };
+        let change = Self::takeover_change(st, &take, "shrink this raid0 through")?;
+        let restripe = ReshapeRequest {
+            raid_disks: Some(want + 1),
+            array_sectors: Some(keep),
+            ..Default::default()
+        };
+        self.precheck_restripe_after(&restripe, &[], change.shape(), (false, false))?;
+        let a = self.current();
+        let before = a.array_size_limit();
+        let bytes = keep * uraid_core::SECTOR_BYTES;
+        if before.is_none_or(|l| l > bytes) {
+            a.set_array_size_limit(Some(bytes))?;
+        }
+        drop(a);
+        let took = match self.grow(&take) {
+            Ok(t) => t,
+            Err(e) => {
+                // Nothing was written: the size the array had is served again.
+                let _ = self.current().set_array_size_limit(before);
+                return Err(e);
+            }
+        };
+        let back = GrowRequest {
+            level: Some(uraid_core::Level::Raid0),
+            ..Default::default()
+        };
+        self.then(
+            vec![
+                Step::Restripe(restripe, false),
+                Step::Reshaped,
+                Step::Grow(back),
+            ],
+            &took.summary,
+        )?;
+        Ok(GrowReport {
+            summary: format!(
+                "{}; the raid4 shrinks to {} devices keeping {}K, then md's takeover back to \
+                 raid0 of {want} (the parity member leaves)",
+                took.summary,
+                want + 1,
+                keep / 2
+            ),
             restripe: true,
             ..took
         })

@@ -18,14 +18,19 @@
 //!
 //! Anything that moves data goes to the restripe engine ([`reshape_members`]) as a
 //! [`ReshapeRequest`] (a shrink with the `--array-size` it needs as its confirmation); a
-//! raid0 `--raid-devices` grow or `--chunk` change goes there as mdadm sends it, as a raid4
-//! between two takeovers ([`grow_raid0`]).
+//! raid0 `--raid-devices` grow or shrink or `--chunk` change goes there as mdadm sends it,
+//! as a raid4 between two takeovers ([`raid0`]). The takeover of a raid4/5 as raid0 makes
+//! the parity member leave the array first, as mdadm's `--level=0` does.
 //!
 //! Safe at every instant: the new superblocks carry the events count plus one and keep
 //! every surviving role's data where it was, so a power cut after some of them were
 //! written leaves members one event apart, which assembly accepts (md accepts a member
 //! one event behind) under the newest superblock: the new shape, with the same data.
 //! Nothing is written before a refusal.
+
+// A raid0's reshapes through raid4: grows, chunk changes, shrinks.
+mod raid0;
+pub(crate) use raid0::raid0_lacks_devices;
 
 use crate::array::Array;
 use crate::assemble::{assemble, AssembleOptions, MemberOutcome};
@@ -44,6 +49,9 @@ use uraid_core::superblock::{
     ROLE_MAX, ROLE_SPARE,
 };
 use uraid_core::{Level, MemberIdx};
+
+/// [`GrowState::busy`] of an array in the middle of a reshape.
+const RESHAPE_BUSY: &str = "a reshape";
 
 /// Where md puts an internal bitmap on 1.1/1.2: right after the 4 KiB superblock.
 const BITMAP_OFFSET_SECTORS: u64 = 8;
@@ -87,7 +95,7 @@ pub struct GrowRequest {
     /// `--array-size`, in sectors ([`ARRAY_SIZE_MAX`]: `max`): md's in-memory array size.
     /// Alone, on a served array, it sets the size the array is exported at
     /// ([`crate::Array::set_array_size_limit`]); with the `--raid-devices` of a
-    /// raid4/5/6/10 shrink it is the confirmation md asks for (the array truncated to the
+    /// raid0/4/5/6/10 shrink it is the confirmation md asks for (the array truncated to the
     /// smaller shape first), which a served array takes from an earlier `--array-size` too.
     pub array_sectors: Option<u64>,
 }
@@ -161,6 +169,10 @@ pub(crate) struct Change {
     /// of the old range kept (merged where the chunk grew), those of a grown range set
     /// (its resync must not skip them).
     resize_bitmap: Option<(u64, u32)>,
+    /// md's takeover of a raid4/5 as raid0: only the data roles stay (a parity member and
+    /// spares leave, recorded faulty) and each member's `data_size` becomes the component
+    /// size, both written first as a raid4/5 record ([`raid0::leave_for_raid0`]).
+    to_raid0: bool,
     summary: String,
 }
 
@@ -177,8 +189,11 @@ pub(crate) enum Plan {
     Superblocks(Change),
     Restripe(ReshapeRequest),
     /// raid0 `--raid-devices N` (more) and `--chunk`: md's way through raid4
-    /// ([`grow_raid0`]): the new device count and the new chunk (`None`: as it is).
+    /// ([`raid0::grow_raid0`]): the new device count and the new chunk (`None`: as it is).
     Raid0Grow(usize, Option<u64>),
+    /// raid0 `--raid-devices N` (fewer) with `--array-size`: md's way through raid4
+    /// ([`raid0::shrink_raid0`]): the new device count and the sectors kept.
+    Raid0Shrink(usize, u64),
     Nothing(String),
 }
 
@@ -218,9 +233,16 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         ));
     }
     if let Some(why) = st.busy {
-        // md: a reshape cannot start while a sync runs (EBUSY).
+        // md: a reshape cannot start while a sync runs (EBUSY), nor a takeover while a
+        // reshape does.
+        let how = if why == RESHAPE_BUSY {
+            "uraid grow --continue on the members of a stopped array; a served one goes on \
+             by itself"
+        } else {
+            "uraid wait"
+        };
         return Err(refuse(format!(
-            "{why} is in progress: let it finish (uraid wait) and grow then"
+            "{why} is in progress: let it finish ({how}) and grow then; nothing was written"
         )));
     }
     let shape = req.raid_disks.is_some()
@@ -251,13 +273,13 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         ));
     }
     if req.array_sectors.is_some()
-        && !((level.has_parity() || level == Level::Raid10)
+        && !((level.has_parity() || level == Level::Raid10 || level == Level::Raid0)
             && req.raid_disks.is_some_and(|d| d < n)
             && req.level.is_none_or(|l| l == level))
     {
         return Err(refuse(
             "--array-size: uraid keeps no in-memory array size (md's array_size), so it \
-             takes --array-size only with the --raid-devices of a raid4/5/6/10 shrink, as the \
+             takes --array-size only with the --raid-devices of a raid0/4/5/6/10 shrink, as the \
              confirmation that the data past the smaller shape goes; nothing was written",
         ));
     }
@@ -272,6 +294,7 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
         drop_bitmap: false,
         add_bitmap: None,
         resize_bitmap: None,
+        to_raid0: false,
         summary: String::new(),
     };
     let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
@@ -319,27 +342,8 @@ pub(crate) fn plan(st: &GrowState, req: &GrowRequest) -> Result<Plan, ArrayError
     }
     if level == Level::Raid0 {
         // mdadm restripes a raid0 as a degraded raid4 (analyse_change: raid0 reshapes at
-        // level 4), and so does uraid: more devices, another chunk, or both.
-        if req.layout.is_some_and(|l| l != t.layout) {
-            return Err(refuse(
-                "a raid0's --layout names how md reads its zones (RAID0_ORIG/ALT_MULTIZONE), \
-                 not a restripe: uraid does not change it; nothing was written",
-            ));
-        }
-        let want = req.raid_disks.unwrap_or(n);
-        if want < n {
-            return Err(refuse(format!(
-                "shrinking a raid0 from {n} to {want} devices (md's backwards reshape as a \
-                 raid4, after --array-size) is not in this build of uraid: nothing was written. \
-                 mdadm 4.2 does it in steps with a backup file (--level=4, --array-size, \
-                 --raid-devices={want} --backup-file=FILE, then --level=0); or copy the data \
-                 to a new array"
-            )));
-        }
-        return Ok(Plan::Raid0Grow(
-            want,
-            req.chunk_sectors.filter(|&c| c != chunk),
-        ));
+        // level 4), and so does uraid: more devices, fewer, another chunk.
+        return raid0::plan_raid0(st, req);
     }
     let shrink = req.raid_disks.is_some_and(|d| d < n);
     if shrink && req.array_sectors.is_none() && level.has_parity() {
@@ -565,19 +569,9 @@ fn plan_takeover(
 ) -> Result<Plan, ArrayError> {
     let t = &st.template;
     let n = t.raid_disks as usize;
-    let chunk = u64::from(t.chunksize);
     let missing: Vec<usize> = (0..n).filter(|r| !st.present.contains(r)).collect();
     let identity: Vec<Option<usize>> = (0..n).map(Some).collect();
-    let raid0_single_zone = || -> Result<u64, ArrayError> {
-        let s = &st.raid0_member_sectors;
-        if s.iter().any(|&x| x != s[0]) {
-            // md/raid0: "cannot takeover raid0 with more than one zone".
-            return Err(refuse(
-                "md cannot take over a raid0 with more than one zone (members of different sizes)",
-            ));
-        }
-        Ok(s[0] / chunk * chunk)
-    };
+    let raid0_single_zone = || raid0::one_zone_sectors(st);
     let change = match (from, to) {
         (Level::Raid0, Level::Raid4 | Level::Raid5) => Change {
             level: to,
@@ -620,33 +614,46 @@ fn plan_takeover(
                     "md takes over a raid5 as raid0 only from the parity-last layout",
                 );
             }
-            if missing != [n - 1] {
+            // mdadm's --level=0 fails and removes the parity member first (Grow.c
+            // impose_level); md then needs every data role.
+            let lost: Vec<String> = missing
+                .iter()
+                .filter(|&&r| r < n - 1)
+                .map(|r| r.to_string())
+                .collect();
+            if !lost.is_empty() {
                 return Err(refuse(format!(
-                    "md takes over a {from} as raid0 only when its parity role ({}) is the one \
-                     role missing; missing now: {}: fail and remove the parity member first \
-                     (uraid fail, uraid remove){}: nothing was written",
+                    "md takes over a {from} as raid0 only with every data role present (roles \
+                     0 to {}; its parity role {} leaves); missing now: {}: recover the data \
+                     roles first: nothing was written",
+                    n - 2,
                     n - 1,
-                    if missing.is_empty() {
-                        "none".to_string()
-                    } else {
-                        missing
-                            .iter()
-                            .map(|r| r.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    },
-                    if missing.iter().any(|&r| r < n - 1) {
-                        ", and recover the data roles"
-                    } else {
-                        ""
-                    }
+                    lost.join(", ")
                 )));
             }
+            // md's raid0 runs no bitmap (raid0_run refuses one).
+            if t.feature_map & FEATURE_BITMAP_OFFSET != 0 {
+                return Err(refuse(format!(
+                    "the {from} has an internal bitmap, and md's raid0 runs without one: \
+                     remove it first (uraid grow --bitmap none), then --level 0: nothing was \
+                     written"
+                )));
+            }
+            let summary = if missing.is_empty() {
+                format!(
+                    "{from} -> raid0: the parity member (role {}) leaves the array, recorded \
+                     faulty, as mdadm --grow --level=0 fails and removes it",
+                    n - 1
+                )
+            } else {
+                format!("{from} -> raid0, parity role {} dropped", n - 1)
+            };
             Change {
                 level: to,
                 layout: 0,
                 raid_disks: n - 1,
-                summary: format!("{from} -> raid0, parity role {} dropped", n - 1),
+                to_raid0: true,
+                summary,
                 ..same((0..n - 1).map(Some).collect())
             }
         }
@@ -844,6 +851,10 @@ impl Change {
         if self.level != Level::Raid0 {
             n.feature_map &= !FEATURE_RAID0_LAYOUT;
         }
+        // md's raid0_takeover_raid45 sets each member's size to the component size.
+        if self.to_raid0 {
+            n.data_size = n.data_size.min(self.dev_sectors);
+        }
         if self.drop_bitmap {
             n.feature_map &= !FEATURE_BITMAP_OFFSET;
             n.bitmap_offset = 0;
@@ -912,7 +923,11 @@ impl Array {
         let present: Vec<usize> = (0..self.raid_disks())
             .filter(|&r| self.live(MemberIdx(r)).is_some())
             .collect();
-        let busy = if !self.recovering_roles().is_empty() {
+        let reshaping = self.is_reshaping()
+            || meta.template().feature_map & uraid_core::superblock::FEATURE_RESHAPE_ACTIVE != 0;
+        let busy = if reshaping {
+            Some(RESHAPE_BUSY)
+        } else if !self.recovering_roles().is_empty() {
             Some("a recovery")
         } else if !self.replacing_roles().is_empty() {
             Some("a replace")
@@ -1024,7 +1039,10 @@ pub fn grow_members_with(
             });
         }
         Ok(Plan::Raid0Grow(want, chunk)) => {
-            return grow_raid0(array, devs, &report, &st, (want, chunk), reshape, utime);
+            return raid0::grow_raid0(array, devs, &report, &st, (want, chunk), reshape, utime);
+        }
+        Ok(Plan::Raid0Shrink(want, keep)) => {
+            return raid0::shrink_raid0(array, devs, &report, &st, (want, keep), reshape, utime);
         }
         Ok(Plan::Restripe(r)) if r.level.is_some_and(|l| l != array.level()) => {
             return takeover_then_restripe(array, devs, &report, &st, &r, reshape, (utime, true));
@@ -1130,106 +1148,6 @@ fn takeover_then_restripe(
         restripe: true,
         reshape: Some(done),
     })
-}
-
-/// mdadm's way to grow a raid0 (Grow.c analyse_change: a raid0 reshapes as a raid4): the
-/// takeover to a raid4 whose parity role is missing, the restripe of that raid4 to `want`
-/// data roles with its new parity role left missing, then the takeover back to raid0
-/// (md's raid0_takeover_raid45). Each step leaves superblocks Linux md assembles (level 4
-/// while the data moves, so that md can continue it). md gives the first new device the
-/// old parity role and lets the reshape fill it; uraid rebuilds that parity onto it first
-/// ([`takeover_then_restripe`]), so that the reshape starts from a whole raid4: the end is
-/// the same raid0. Every refusal comes before the first write.
-fn grow_raid0(
-    array: Array,
-    devs: Vec<Arc<dyn Member>>,
-    report: &crate::assemble::AssembleReport,
-    st: &GrowState,
-    (want, chunk): (usize, Option<u64>),
-    mut reshape: ReshapeOptions,
-    utime: u64,
-) -> Result<GrowReport, ArrayError> {
-    let n = st.template.raid_disks as usize;
-    let needed = want - n;
-    if reshape.add.len() < needed {
-        let e = raid0_lacks_devices(n, want, reshape.add.len());
-        array.stop()?;
-        return Err(e);
-    }
-    // The degraded raid4 the restripe leaves is md's way, not a choice: no --force needed.
-    reshape.force = true;
-    // Only a growth gives the raid4's parity a device: a chunk change restripes the raid4
-    // with its parity role missing throughout, as md does.
-    if needed == 0 {
-        reshape.add.clear();
-    }
-    let adds = reshape.add.clone();
-    let r = ReshapeRequest {
-        level: Some(Level::Raid4),
-        raid_disks: Some(want + 1),
-        chunk_sectors: chunk,
-        ..Default::default()
-    };
-    let done = takeover_then_restripe(
-        array,
-        devs.clone(),
-        report,
-        st,
-        &r,
-        reshape,
-        (utime, needed > 0),
-    )?;
-    let restriped = done.reshape.as_ref().is_some_and(|r| r.finished);
-    if !restriped {
-        return Ok(GrowReport {
-            summary: format!(
-                "{} (then md's takeover back to raid0 once it finishes: uraid grow --level 0)",
-                done.summary
-            ),
-            ..done
-        });
-    }
-    // The devices the steps took, in the order they took them (the takeover's role
-    // first, then the new roles): every --add up to the count the restripe reports.
-    let added = done.reshape.as_ref().map_or(0, |d| d.added);
-    let mut all = devs;
-    all.extend(adds.into_iter().take(added));
-    let (array, report) = assemble(all.clone(), &AssembleOptions::default())?;
-    let st = array.grow_state();
-    let planned = plan(
-        &st,
-        &GrowRequest {
-            level: Some(Level::Raid0),
-            ..Default::default()
-        },
-    );
-    array.stop()?;
-    drop(array);
-    let Plan::Superblocks(c) = planned? else {
-        return Err(refuse(
-            "the raid4 did not end with only its parity role missing after its restripe",
-        ));
-    };
-    let took = rewrite_superblocks(&all, &report, &st, c, utime)?;
-    Ok(GrowReport {
-        summary: format!("{}, then {}", done.summary, took.summary),
-        events: took.events,
-        missing_roles: took.missing_roles,
-        restripe: true,
-        reshape: done.reshape,
-    })
-}
-
-/// mdadm's refusal of a raid0 growth from `n` to `want` devices with only `given` new ones:
-/// "Need N spares to create working array, and only have M."
-pub(crate) fn raid0_lacks_devices(n: usize, want: usize, given: usize) -> ArrayError {
-    let needed = want - n;
-    refuse(format!(
-        "growing a raid0 from {n} to {want} devices needs {needed} new device(s) and {given} \
-         were given with --add (mdadm: \"Need {needed} spare{} to create working array, and \
-         only have {given}\"): nothing was written",
-        if needed == 1 { "" } else { "s" },
-    ))
 }
 
 /// A rotating raid6 -> raid5 planned on `st`: the `-6` layout to restripe to first (of the
@@ -1376,14 +1294,43 @@ fn rewrite_superblocks(
 ) -> Result<GrowReport, ArrayError> {
     // The devices that belong to the array now: members, spares, the journal. Stale and
     // faulty ones keep their old superblocks (and stay out).
-    let mut targets: Vec<(Arc<dyn Member>, Superblock)> = Vec::new();
+    let mut found: Vec<(&Arc<dyn Member>, &MemberOutcome)> = Vec::new();
+    let mut sbs: Vec<Superblock> = Vec::new();
     for (dev, m) in devs.iter().zip(&report.members) {
         if matches!(
             m.outcome,
             MemberOutcome::Active(_) | MemberOutcome::Spare | MemberOutcome::Journal
         ) {
-            targets.push((dev.clone(), read_member_superblock(dev.as_ref())?.0));
+            found.push((dev, &m.outcome));
+            sbs.push(read_member_superblock(dev.as_ref())?.0);
         }
+    }
+    // As assembly read them: a finished reshape whose clearing a power cut interrupted is
+    // the shape the change starts from.
+    crate::assemble::fold_finished_reshapes(&mut sbs);
+    // The array-wide fields (the roles among them) from the newest superblock: a member a
+    // power cut left one event behind missed the last rewrite; each device keeps its own.
+    if let Some(newest) = sbs.iter().max_by_key(|s| s.events).cloned() {
+        for sb in sbs.iter_mut() {
+            let mut n = newest.clone();
+            n.dev_number = sb.dev_number;
+            *sb = crate::meta::Meta::merge_into(n, sb);
+        }
+    }
+    let mut targets: Vec<(Arc<dyn Member>, Superblock)> = Vec::new();
+    let mut leaving: Vec<(Arc<dyn Member>, Superblock)> = Vec::new();
+    for ((dev, outcome), sb) in found.into_iter().zip(sbs) {
+        // A raid0 keeps its data roles only: the others leave (see to_raid0).
+        let data_role = matches!(outcome, MemberOutcome::Active(r)
+            if c.role_map.get(*r).copied().flatten().is_some());
+        if c.to_raid0 && !data_role {
+            leaving.push((dev.clone(), sb));
+        } else {
+            targets.push((dev.clone(), sb));
+        }
+    }
+    if c.to_raid0 {
+        targets = raid0::leave_for_raid0(targets, &leaving, &c, utime)?;
     }
     let events = targets.iter().map(|(_, sb)| sb.events).max().unwrap_or(0) + 1;
     let new: Vec<Superblock> = targets

@@ -417,7 +417,8 @@ fn plan_shrink(
         )));
     }
     // What every member's data may use, and the room the offset moves up into.
-    let rooms: Vec<u64> = (0..g.raid_disks)
+    // (A raid0 shrinking through its raid4 has no member for the takeover's parity role.)
+    let rooms: Vec<u64> = (0..g.raid_disks.min(a.raid_disks()))
         .filter_map(|r| {
             let sb = a.meta().member_sb(MemberIdx(r)).cloned()?;
             Some(data_room(&sb, a.live(MemberIdx(r)).as_ref()))
@@ -597,7 +598,10 @@ fn plan_start(
     ng.chunk_sectors = req.chunk_sectors.unwrap_or(g.chunk_sectors);
     ng.layout = req.layout.unwrap_or(g.layout);
     if ng.raid_disks < g.raid_disks {
-        if after.is_some() {
+        // md shrinks a raid0 as the raid4 of its takeover (mdadm's analyse_change), with
+        // the parity role the takeover leaves missing; no other takeover is followed by a
+        // shrink.
+        if after.is_some() && a.level() != Level::Raid0 {
             return Err(refused(format!(
                 "a shrink to {} devices after a takeover is not something md does",
                 ng.raid_disks

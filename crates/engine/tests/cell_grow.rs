@@ -490,6 +490,90 @@ fn a_served_raid0_changes_its_chunk_from_one_request() {
     a.stop().unwrap();
 }
 
+/// mdadm's raid0 shrink on a served raid0 of 3 (`--raid-devices 2 --array-size`, one
+/// request): refused without the size or with one that is not whole chunks (nothing
+/// changed); then the size served at once is the kept one (a write past it is refused), and
+/// the takeover to a raid4 of 4, its backwards shrink to 3 run by the daemons and the
+/// takeover back to a raid0 of 2 follow while writers go on in the kept part; the end is
+/// every byte the writers left, and the device that left is no member when the members
+/// are assembled again.
+#[test]
+fn a_served_raid0_shrinks_through_raid4_from_one_request() {
+    let seed = 64;
+    let devs = members(3, 6 * MB, "r0s-");
+    let o = reshape_options(Level::Raid0);
+    let a = create(devs.iter().cloned().map(Some).collect(), &o).unwrap();
+    let zone = a.size_bytes() / 3 / 512 / 64 * 64;
+    let keep_sectors = 2 * zone - 4 * 64;
+    let keep = keep_sectors * 512;
+    let (cell, model) = filled(a, seed);
+    model.lock().unwrap().truncate(keep as usize);
+    cell.start_daemons(DaemonOptions::default()).unwrap();
+    for (req, want) in [
+        (None, "--array-size"),
+        (Some(keep_sectors - 8), "whole number"),
+    ] {
+        let e = cell
+            .grow(&GrowRequest {
+                raid_disks: Some(2),
+                array_sectors: req,
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+        let a = cell.get();
+        assert_eq!((a.level(), a.raid_disks()), (Level::Raid0, 3));
+        assert_eq!(a.exported_bytes(), a.size_bytes(), "nothing changed");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let ws = writers(&cell, keep, &model, &stop, seed);
+    let r = cell
+        .grow(&GrowRequest {
+            raid_disks: Some(2),
+            array_sectors: Some(keep_sectors),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(r.summary.contains("takeover back to raid0"), "{r:?}");
+    assert_eq!(cell.get().exported_bytes(), keep);
+    let e = cell.run(|a| a.write(keep, &[1u8; 4096])).unwrap_err();
+    assert!(matches!(e, ArrayError::OutOfRange { .. }), "{e}");
+    wait_until(
+        "the raid4's shrink and the takeover back to raid0",
+        Duration::from_secs(180),
+        || {
+            let a = cell.get();
+            a.level() == Level::Raid0 && a.raid_disks() == 2
+        },
+    );
+    assert!(stop_writers(&stop, ws) > 0);
+    check(&cell, &model, "after the raid0 shrank");
+    let a = cell.current();
+    assert!(
+        a.size_bytes() >= keep && a.exported_bytes() == keep,
+        "{}",
+        a.size_bytes()
+    );
+    cell.stop_daemons();
+    a.stop().unwrap();
+    drop(a);
+    let (a, rep) = uraid_engine::assemble(devs.clone(), &Default::default()).unwrap();
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid0, 2));
+    assert_eq!(
+        rep.members[2].outcome,
+        uraid_engine::MemberOutcome::Faulty,
+        "{rep:?}"
+    );
+    let mut got = vec![0u8; keep as usize];
+    a.read(0, &mut got).unwrap();
+    assert!(
+        got == *model.lock().unwrap(),
+        "the kept bytes, assembled again"
+    );
+    a.stop().unwrap();
+}
+
 /// Issue 15: `--raid-devices 5 --add d4` on a served raid10 near=2 of 4, one request: the
 /// device added as a spare, md's raid10 reshape started on the served array (the data
 /// offset moving down) and run by the daemons while writers go on, and at its end the

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use uraid_core::geometry::raid5::{
     ALGORITHM_LEFT_SYMMETRIC, ALGORITHM_LEFT_SYMMETRIC_6, ALGORITHM_PARITY_N,
 };
-use uraid_core::superblock::MetadataVersion;
+use uraid_core::superblock::{MetadataVersion, ROLE_FAULTY};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{
-    assemble, create, grow_members, AddOutcome, Array, ArrayError, AssembleOptions, BitmapChange,
-    CreateOptions, GrowRequest, GrowSize, MemMember, Member, SyncKind,
+    assemble, create, grow_members, read_superblock, AddOutcome, Array, ArrayError,
+    AssembleOptions, BitmapChange, CreateOptions, GrowRequest, GrowSize, MemMember, Member,
+    MemberOutcome, SyncKind,
 };
 use uraid_sim::disk::{Power, SimDisk, SimWorld};
 use uraid_testkit::engine::rng;
@@ -380,31 +381,54 @@ fn raid4_and_raid5_parity_last_take_over_each_other() {
     assert_eq!(read_all(&a, data.len()), data);
 }
 
-/// md's raid0_takeover_raid45: a raid4 becomes a raid0 only when its parity role (the
-/// last) is the one role missing; the data roles keep their places and bytes.
+/// md's raid0_takeover_raid45 takes a raid4 whose parity role (the last) is the one role
+/// missing; mdadm's `--level=0` fails and removes the parity member first (Grow.c
+/// impose_level), and so does uraid: the member leaves the array (its role recorded
+/// faulty by the others, its own superblock untouched, two events behind), the data roles
+/// keep their places and bytes, each member's data_size becomes the component size (md's
+/// rdev sectors). A missing data role is refused, writing nothing.
 #[test]
-fn raid4_becomes_raid0_only_without_its_parity_member() {
-    let devs = members(3, 4 * MB, "r40-");
-    let data = made(&devs, &opts(Level::Raid4, None), 14);
+fn raid4_becomes_raid0_as_mdadm_takes_it_there() {
     let to0 = GrowRequest {
         level: Some(Level::Raid0),
         ..Default::default()
     };
-    let before = superblock_bytes(&devs);
-    let e = grow_members(devs.clone(), &to0).unwrap_err().to_string();
-    assert!(e.contains("parity role (2) is the one role missing"), "{e}");
-    assert!(e.contains("nothing was written"), "{e}");
-    assert_eq!(superblock_bytes(&devs), before);
-    // A data member missing instead: refused too.
+    // A data member missing: refused.
+    let devs = members(3, 4 * MB, "r40-");
+    made(&devs, &opts(Level::Raid4, None), 14);
     let a = open(&devs);
-    assert_eq!(read_all(&a, data.len()), data);
     a.fail_member(MemberIdx(0)).unwrap();
     a.stop().unwrap();
+    let before = superblock_bytes(&devs);
     let e = grow_members(devs[1..].to_vec(), &to0)
         .unwrap_err()
         .to_string();
     assert!(e.contains("missing now: 0"), "{e}");
-    // The parity member missing: a raid0 of the two data members.
+    assert!(e.contains("nothing was written"), "{e}");
+    assert_eq!(superblock_bytes(&devs), before);
+    // Whole: the parity member leaves.
+    let devs = members(3, 4 * MB, "r40a-");
+    let data1 = made(&devs, &opts(Level::Raid4, None), 16);
+    let own = read_superblock(devs[2].as_ref()).unwrap();
+    let r = grow_members(devs.clone(), &to0).unwrap();
+    assert!(r.summary.contains("leaves the array"), "{r:?}");
+    assert_eq!(
+        read_superblock(devs[2].as_ref()).unwrap(),
+        own,
+        "the leaving member's superblock is not written"
+    );
+    let (a, rep) = assemble(devs.clone(), &AssembleOptions::default()).unwrap();
+    assert_eq!((a.level(), a.raid_disks()), (Level::Raid0, 2));
+    assert_eq!(rep.members[2].outcome, MemberOutcome::Faulty, "{rep:?}");
+    assert_eq!(read_all(&a, data1.len()), data1);
+    a.stop().unwrap();
+    for d in &devs[..2] {
+        let sb = read_superblock(d.as_ref()).unwrap();
+        assert_eq!(sb.dev_roles[own.dev_number as usize], ROLE_FAULTY);
+        assert_eq!(sb.data_size, sb.size);
+        assert!(sb.events >= own.events + 2, "{} {}", sb.events, own.events);
+    }
+    // The parity member missing already: a raid0 of the two data members.
     let devs = members(3, 4 * MB, "r40b-");
     let data2 = made(&devs, &opts(Level::Raid4, None), 15);
     let a = open(&devs);
