@@ -1284,6 +1284,19 @@ fn write_resized_bitmaps(
     Ok(())
 }
 
+/// Refuses, before any is written, new superblocks that uraid could not itself assemble
+/// (a feature or field it does not support), naming the feature.
+pub(super) fn check_new_superblocks(new: &[Superblock]) -> Result<(), ArrayError> {
+    for sb in new {
+        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
+            array: sb.set_name.clone(),
+            member: "new superblock".into(),
+            what,
+        })?;
+    }
+    Ok(())
+}
+
 /// Rewrite every member's superblock for a change that moves no data (events + 1).
 fn rewrite_superblocks(
     devs: &[Arc<dyn Member>],
@@ -1338,13 +1351,7 @@ fn rewrite_superblocks(
         .map(|(dev, sb)| c.apply(sb, events, dev.size_bytes() / 512, utime))
         .collect();
     // Every new superblock must say the same thing before the first is written.
-    for sb in &new {
-        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
-            array: sb.set_name.clone(),
-            member: "new superblock".into(),
-            what,
-        })?;
-    }
+    check_new_superblocks(&new)?;
     // A new bitmap's area first, all clean and in step with the new events: no old
     // superblock looks there, and every new one finds it written.
     if let Some((b, _)) = c.add_bitmap.as_deref() {

@@ -13,7 +13,9 @@
 //! Each step leaves superblocks Linux md assembles (level 4 while the data moves, so that md
 //! can continue it); every refusal comes before the first write.
 
-use super::{plan, rewrite_superblocks, takeover_then_restripe, Change, GrowReport};
+use super::{
+    check_new_superblocks, plan, rewrite_superblocks, takeover_then_restripe, Change, GrowReport,
+};
 use super::{GrowRequest, GrowState, Plan};
 use crate::array::Array;
 use crate::assemble::{assemble, AssembleOptions, AssembleReport};
@@ -316,13 +318,7 @@ pub(super) fn leave_for_raid0(
             n
         })
         .collect();
-    for sb in &new {
-        uraid_core::support::check(sb).map_err(|what| ArrayError::Unsupported {
-            array: sb.set_name.clone(),
-            member: "new superblock".into(),
-            what,
-        })?;
-    }
+    check_new_superblocks(&new)?;
     for ((dev, _), sb) in kept.iter().zip(&new) {
         write_superblock(dev.as_ref(), sb)?;
     }
