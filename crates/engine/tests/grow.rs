@@ -15,7 +15,7 @@ use uraid_engine::{
     MemberOutcome, SyncKind,
 };
 use uraid_sim::disk::{Power, SimDisk, SimWorld};
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{read_all, rng};
 
 const MB: u64 = 1 << 20;
 
@@ -50,12 +50,6 @@ fn open(devs: &[Arc<dyn Member>]) -> Array {
     assemble(devs.to_vec(), &AssembleOptions::default())
         .unwrap()
         .0
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
 }
 
 fn superblock_bytes(devs: &[Arc<dyn Member>]) -> Vec<Vec<u8>> {

@@ -17,7 +17,7 @@ use uraid_engine::{
     MemberOutcome, ReshapeOptions, SyncKind,
 };
 use uraid_sim::disk::{Power, SimDisk, SimWorld};
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{read_all, rng, same};
 
 const MB: u64 = 1 << 20;
 
@@ -43,20 +43,6 @@ fn raid0(devs: &[Arc<dyn Member>], chunk_kib: u64, data_offset: u64, seed: u64) 
 
 fn open(devs: &[Arc<dyn Member>]) -> (Array, uraid_engine::AssembleReport) {
     assemble(devs.to_vec(), &AssembleOptions::default()).unwrap()
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
-}
-
-/// Equal bytes, or the first difference named.
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
 }
 
 fn all_bytes(devs: &[Arc<dyn Member>]) -> Vec<Vec<u8>> {

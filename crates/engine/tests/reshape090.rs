@@ -16,7 +16,7 @@ use uraid_engine::{
     assemble, continue_reshape, create, read_superblock, reshape_members, Array, AssembleOptions,
     CreateOptions, DaemonOptions, MemMember, Member, ReshapeOptions, ReshapeRequest, SyncKind,
 };
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{read_all, rng, same};
 
 const MB: u64 = 1 << 20;
 /// Chunk in sectors (32 KiB).
@@ -49,19 +49,6 @@ fn place(m: &dyn Member) -> u64 {
 fn record(m: &MemMember) -> Superblock090 {
     let at = place(m) as usize;
     Superblock090::decode(&m.snapshot()[at..at + SB090_BYTES]).unwrap()
-}
-
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
 }
 
 fn open(devs: &[Arc<MemMember>]) -> Array {

@@ -15,7 +15,7 @@ use uraid_engine::{
     assemble, continue_reshape, read_superblock, write_superblock, AssembleOptions, CreateOptions,
     MemMember, Member, ReshapeOptions,
 };
-use uraid_testkit::engine::as_members;
+use uraid_testkit::engine::{as_members, same_but_unsure, writes_until_cut};
 
 const DATA_OFFSET: u64 = 2048;
 const MEMBER_BYTES: u64 = 8 << 20;
@@ -1061,42 +1061,18 @@ fn a_power_cut_during_a_served_raid10_reshape_loses_no_acknowledged_write() {
         let cut_devs: Vec<Arc<dyn Member>> =
             cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
         let mut model = data.clone();
-        let mut unsure: Vec<(usize, usize)> = Vec::new();
-        {
+        let unsure = {
             let a = Arc::new(open(&cut_devs, &what));
             assert!(a.is_reshaping() && !a.is_read_only(), "{what}");
             let d = a.start_daemons(DaemonOptions::default()).unwrap();
-            while power.on() && a.is_reshaping() {
-                let sectors = r.gen_range(1..=24u64);
-                let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
-                let mut buf = vec![0u8; (sectors * 512) as usize];
-                r.fill(&mut buf[..]);
-                let (s, e) = (off as usize, off as usize + buf.len());
-                let done = a.write(off, &buf).and_then(|_| a.flush());
-                if done.is_ok() && power.on() {
-                    model[s..e].copy_from_slice(&buf);
-                } else {
-                    unsure.push((s, e));
-                    break;
-                }
-            }
+            let unsure = writes_until_cut(&a, &mut model, &mut r, &|| power.on());
             d.stop();
-        }
+            unsure
+        };
         let finished = power.on();
         let after = SimDisk::after_cut(&cut);
         let check = |a: &uraid_engine::Array, when: &str| {
-            let mut got = vec![0u8; model.len()];
-            a.read(0, &mut got)
-                .unwrap_or_else(|e| panic!("{what}: {when}: {e}"));
-            for &(s, e) in &unsure {
-                got[s..e].copy_from_slice(&model[s..e]);
-            }
-            if let Some(i) = got.iter().zip(&model).position(|(x, y)| x != y) {
-                panic!(
-                    "{what}: {when}: first difference at byte {i} (sector {})",
-                    i / 512
-                );
-            }
+            same_but_unsure(a, &model, unsure, &format!("{what}: {when}"));
         };
         let a = Arc::new(open(&after, &what));
         check(&a, "after the cut");

@@ -12,7 +12,7 @@ use uraid_engine::{
     assemble, continue_reshape, create, read_superblock, reshape_members, Array, AssembleOptions,
     CreateOptions, MemMember, Member, ReshapeOptions, ReshapeRequest,
 };
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{rng, same};
 
 const MB: u64 = 1 << 20;
 const CHUNK: u64 = 64 * 1024;
@@ -51,13 +51,6 @@ fn read_all(a: &Array) -> Vec<u8> {
     let mut v = vec![0u8; a.size_bytes() as usize];
     a.read(0, &mut v).unwrap();
     v
-}
-
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
 }
 
 fn grow_to_4() -> ReshapeRequest {

@@ -25,7 +25,9 @@ use uraid_engine::{
     CreateOptions, DaemonOptions, MemMember, Member, ReshapeOptions, SlotState, SyncKind,
     SyncLimits,
 };
-use uraid_testkit::engine::{model_writers, rng};
+use uraid_testkit::engine::{
+    model_writers, read_all, rng, same, same_but_unsure, writes_until_cut,
+};
 
 const MEMBER_BYTES: u64 = 2 << 20;
 const DATA_OFFSET: u64 = 256;
@@ -222,23 +224,10 @@ fn like_md(kind: Kind, rows: u64, lag_rows: u64, tag: &str, seed: u64) -> Fixtur
     }
 }
 
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
-}
-
 fn open(devs: &[Arc<dyn Member>]) -> Array {
     assemble(devs.to_vec(), &AssembleOptions::default())
         .unwrap_or_else(|e| panic!("assemble: {e}"))
         .0
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
 }
 
 /// The finished array: raid6 (or raid5) left-symmetric of 5, every role in sync, the
@@ -633,32 +622,16 @@ fn a_power_cut_during_the_served_reshape_loses_no_acknowledged_write() {
         let cut = SimDisk::crash_set("spc", &power, &images);
         let devs: Vec<Arc<dyn Member>> = cut.iter().map(|d| d.clone() as _).collect();
         let mut model = f.data.clone();
-        let mut unsure: Vec<(usize, usize)> = Vec::new();
-        {
+        let unsure = {
             let (a, d) = serve(&devs, 0);
-            while power.on() && a.is_reshaping() {
-                let sectors = r.gen_range(1..=24u64);
-                let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
-                let mut buf = vec![0u8; (sectors * 512) as usize];
-                r.fill(&mut buf[..]);
-                let (s, e) = (off as usize, off as usize + buf.len());
-                if a.write(off, &buf).and_then(|_| a.flush()).is_ok() && power.on() {
-                    model[s..e].copy_from_slice(&buf);
-                } else {
-                    unsure.push((s, e));
-                    break;
-                }
-            }
+            let unsure = writes_until_cut(&a, &mut model, &mut r, &|| power.on());
             d.stop();
-        }
+            unsure
+        };
         let finished = power.on();
         let after = SimDisk::after_cut(&cut);
         let check = |a: &Array, when: &str| {
-            let mut got = read_all(a, model.len());
-            for &(s, e) in &unsure {
-                got[s..e].copy_from_slice(&model[s..e]);
-            }
-            same(&got, &model, &format!("{what}: {when}"));
+            same_but_unsure(a, &model, unsure, &format!("{what}: {when}"));
         };
         let a = open(&after);
         check(&a, "after the cut");

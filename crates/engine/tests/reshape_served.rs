@@ -16,20 +16,15 @@ use uraid_engine::{
     DaemonOptions, Event, MemMember, Member, MemberIdx, ReshapeOptions, ReshapeRequest, SyncKind,
     SyncLimits,
 };
-use uraid_testkit::engine::{model_writers, rng};
+use uraid_testkit::engine::{
+    model_writers, read_all, rng, same, same_but_unsure, writes_until_cut,
+};
 
 const MB: u64 = 1 << 20;
 fn members(n: usize, bytes: u64, tag: &str) -> Vec<Arc<dyn Member>> {
     (0..n)
         .map(|i| Arc::new(MemMember::new(format!("{tag}{i}"), bytes)) as Arc<dyn Member>)
         .collect()
-}
-
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
 }
 
 fn open(devs: &[Arc<dyn Member>]) -> Array {
@@ -106,12 +101,6 @@ fn serve(
         })
         .unwrap();
     (a, d, events)
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
 }
 
 fn wait_done(a: &Array, limit: Duration) -> bool {
@@ -290,34 +279,17 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
         let cut_devs: Vec<Arc<dyn Member>> =
             cut.iter().map(|d| d.clone() as Arc<dyn Member>).collect();
         let mut model = data.clone();
-        let mut unsure: Vec<(usize, usize)> = Vec::new();
-        {
+        let unsure = {
             let a = Arc::new(open(&cut_devs));
             let d = a.start_daemons(DaemonOptions::default()).unwrap();
-            while power.on() && a.is_reshaping() {
-                let sectors = r.gen_range(1..=24u64);
-                let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
-                let mut buf = vec![0u8; (sectors * 512) as usize];
-                r.fill(&mut buf[..]);
-                let (s, e) = (off as usize, off as usize + buf.len());
-                let done = a.write(off, &buf).and_then(|_| a.flush());
-                if done.is_ok() && power.on() {
-                    model[s..e].copy_from_slice(&buf);
-                } else {
-                    unsure.push((s, e));
-                    break;
-                }
-            }
+            let unsure = writes_until_cut(&a, &mut model, &mut r, &|| power.on());
             d.stop();
-        }
+            unsure
+        };
         let finished = power.on();
         let after = SimDisk::after_cut(&cut);
         let check = |a: &Array, when: &str| {
-            let mut got = read_all(a, model.len());
-            for &(s, e) in &unsure {
-                got[s..e].copy_from_slice(&model[s..e]);
-            }
-            same(&got, &model, &format!("{what}: {when}"));
+            same_but_unsure(a, &model, unsure, &format!("{what}: {when}"));
         };
         let a = Arc::new(open(&after));
         check(&a, "after the cut");

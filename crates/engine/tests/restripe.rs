@@ -18,7 +18,7 @@ use uraid_engine::{
     ReshapeRequest, SyncKind,
 };
 use uraid_sim::disk::{Power, SimDisk, SimWorld};
-use uraid_testkit::engine::rng;
+use uraid_testkit::engine::{read_all, rng, same};
 
 const MB: u64 = 1 << 20;
 
@@ -54,19 +54,6 @@ fn open(devs: &[Arc<dyn Member>]) -> Array {
 }
 
 /// Equal bytes, or the first difference named (not both buffers printed).
-fn same(got: &[u8], want: &[u8], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
-        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
-    }
-}
-
-fn read_all(a: &Array, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    a.read(0, &mut v).unwrap();
-    v
-}
-
 /// The array after a finished reshape: the new shape, the old bytes first, zeros after,
 /// and md's check finds every parity block right.
 fn verify_finished(

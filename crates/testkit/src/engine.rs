@@ -319,3 +319,54 @@ pub fn model_writers(
     });
     writes.into_inner()
 }
+
+/// The array's first `len` bytes (panics on a read error).
+pub fn read_all(a: &Array, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    a.read(0, &mut v)
+        .unwrap_or_else(|e| panic!("read of {len} bytes: {e}"));
+    v
+}
+
+/// Panics, naming `what`, the first differing byte and its sector, unless `got` is `want`.
+pub fn same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!("{what}: first difference at byte {i} (sector {})", i / 512);
+    }
+}
+
+/// A served array's writes while a reshape runs and the power may go: seeded pieces of 1 to
+/// 24 sectors anywhere in `model`, each flushed, for as long as `power_on()` and the array
+/// reshapes. `model` takes a write only when it and its flush returned with the power still
+/// on. Returns the write the cut fell in, whose bytes may be old or new, if there is one.
+pub fn writes_until_cut(
+    a: &Array,
+    model: &mut [u8],
+    r: &mut StdRng,
+    power_on: &dyn Fn() -> bool,
+) -> Option<(usize, usize)> {
+    while power_on() && a.is_reshaping() {
+        let sectors = r.gen_range(1..=24u64);
+        let off = r.gen_range(0..model.len() as u64 / 512 - sectors) * 512;
+        let mut buf = vec![0u8; (sectors * 512) as usize];
+        r.fill(&mut buf[..]);
+        let (s, e) = (off as usize, off as usize + buf.len());
+        if a.write(off, &buf).and_then(|_| a.flush()).is_ok() && power_on() {
+            model[s..e].copy_from_slice(&buf);
+        } else {
+            return Some((s, e));
+        }
+    }
+    None
+}
+
+/// [`same`] for the array's first `model.len()` bytes, except the range a cut left unsure
+/// (see [`writes_until_cut`]), which may hold either.
+pub fn same_but_unsure(a: &Array, model: &[u8], unsure: Option<(usize, usize)>, what: &str) {
+    let mut got = read_all(a, model.len());
+    if let Some((s, e)) = unsure {
+        got[s..e].copy_from_slice(&model[s..e]);
+    }
+    same(&got, model, what);
+}
