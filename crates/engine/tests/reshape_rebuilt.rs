@@ -22,11 +22,11 @@ use uraid_core::superblock::*;
 use uraid_core::{Level, MemberIdx, SECTOR_BYTES};
 use uraid_engine::{
     assemble, continue_reshape, create, read_superblock, write_superblock, Array, AssembleOptions,
-    CreateOptions, DaemonOptions, MemMember, Member, ReshapeOptions, SlotState, SyncKind,
-    SyncLimits,
+    CreateOptions, MemMember, Member, ReshapeOptions, SlotState, SyncKind,
 };
 use uraid_testkit::engine::{
-    model_writers, read_all, rng, same, same_but_unsure, writes_until_cut,
+    model_writers, read_all, rng, same, same_but_unsure, serve_reshape, wait_reshaped,
+    writes_until_cut,
 };
 
 const MEMBER_BYTES: u64 = 2 << 20;
@@ -548,7 +548,10 @@ fn served_with_writers_the_rebuilt_member_ends_in_sync() {
         let (a, d) = serve(&f.members(), 0);
         let a2 = a.clone();
         let n = model_writers(&a, &model, 2, &|| !a2.is_reshaping());
-        assert!(wait_done(&a, Duration::from_secs(120)), "{what}: not done");
+        assert!(
+            wait_reshaped(&a, Duration::from_secs(120)),
+            "{what}: not done"
+        );
         let model = model.lock().unwrap().clone();
         same(
             &read_all(&a, model.len()),
@@ -640,7 +643,10 @@ fn a_power_cut_during_the_served_reshape_loses_no_acknowledged_write() {
         if mid {
             saw_mid = true;
             let (a, d) = serve(&after, 0);
-            assert!(wait_done(&a, Duration::from_secs(60)), "{what}: not done");
+            assert!(
+                wait_reshaped(&a, Duration::from_secs(60)),
+                "{what}: not done"
+            );
             d.stop();
             check(&a, "served to the end");
             a.stop().unwrap();
@@ -664,32 +670,8 @@ fn a_power_cut_during_the_served_reshape_loses_no_acknowledged_write() {
 /// Served mid-reshape with the daemons: the reshape runs at `max_kib_s` (0: no limit).
 fn serve(devs: &[Arc<dyn Member>], max_kib_s: u64) -> (Arc<Array>, uraid_engine::Daemons) {
     let a = Arc::new(open(devs));
-    assert!(
-        a.is_reshaping() && !a.is_read_only(),
-        "{:?}",
-        a.read_only_reason()
-    );
-    let d = a
-        .start_daemons(DaemonOptions {
-            sync_limits: SyncLimits {
-                min_kib_s: 0,
-                max_kib_s,
-            },
-            ..Default::default()
-        })
-        .unwrap();
+    let d = serve_reshape(&a, max_kib_s);
     (a, d)
-}
-
-fn wait_done(a: &Array, limit: Duration) -> bool {
-    let t = Instant::now();
-    while a.is_reshaping() {
-        if t.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
 }
 
 /// The slot states the engine exposes: the rebuilt member is recovering mid-reshape.

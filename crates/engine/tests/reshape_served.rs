@@ -14,10 +14,10 @@ use uraid_core::Level;
 use uraid_engine::{
     assemble, create, read_superblock, reshape_members, Array, AssembleOptions, CreateOptions,
     DaemonOptions, Event, MemMember, Member, MemberIdx, ReshapeOptions, ReshapeRequest, SyncKind,
-    SyncLimits,
 };
 use uraid_testkit::engine::{
-    model_writers, read_all, rng, same, same_but_unsure, writes_until_cut,
+    model_writers, read_all, rng, same, same_but_unsure, serve_reshape, wait_reshaped,
+    writes_until_cut,
 };
 
 const MB: u64 = 1 << 20;
@@ -88,30 +88,9 @@ fn serve(
     std::sync::mpsc::Receiver<Event>,
 ) {
     let a = Arc::new(open(devs));
-    assert!(a.is_reshaping());
-    assert!(!a.is_read_only(), "{:?}", a.read_only_reason());
     let events = a.subscribe();
-    let d = a
-        .start_daemons(DaemonOptions {
-            sync_limits: SyncLimits {
-                min_kib_s: 0,
-                max_kib_s,
-            },
-            ..Default::default()
-        })
-        .unwrap();
+    let d = serve_reshape(&a, max_kib_s);
     (a, d, events)
-}
-
-fn wait_done(a: &Array, limit: Duration) -> bool {
-    let t = Instant::now();
-    while a.is_reshaping() {
-        if t.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    true
 }
 
 /// The finished array assembled again: its new shape, the model's bytes first, zeros
@@ -166,7 +145,7 @@ fn writes_go_on_through_a_served_reshape() {
         model_writers(&a, &model, 1, &until)
     };
     assert!(
-        wait_done(&a, Duration::from_secs(120)),
+        wait_reshaped(&a, Duration::from_secs(120)),
         "the reshape did not finish"
     );
     assert!(writes > 50, "only {writes} writes while the reshape ran");
@@ -215,7 +194,7 @@ fn a_served_reshape_stopped_midway_goes_on_from_its_recorded_position() {
     // Assembled again mid-reshape: every byte, then served to the end.
     let (a, d, _) = serve(&devs, 0);
     same(&read_all(&a, model.len()), &model, "the bytes mid-reshape");
-    assert!(wait_done(&a, Duration::from_secs(120)));
+    assert!(wait_reshaped(&a, Duration::from_secs(120)));
     d.stop();
     a.stop().unwrap();
     verify_finished(&devs, &model, 4, None);
@@ -235,7 +214,7 @@ fn a_member_failing_mid_reshape_leaves_every_byte() {
         }
         !a2.is_reshaping()
     });
-    assert!(wait_done(&a, Duration::from_secs(120)));
+    assert!(wait_reshaped(&a, Duration::from_secs(120)));
     assert!(
         failed.load(Ordering::SeqCst),
         "the reshape ended before the failure"
@@ -297,7 +276,7 @@ fn a_power_cut_during_a_served_reshape_loses_no_acknowledged_write() {
             saw_mid = true;
             let d = a.start_daemons(DaemonOptions::default()).unwrap();
             assert!(
-                wait_done(&a, Duration::from_secs(60)),
+                wait_reshaped(&a, Duration::from_secs(60)),
                 "{what}: not finished"
             );
             d.stop();
@@ -368,7 +347,7 @@ fn a_degraded_array_reshapes_while_served() {
         model_writers(&a, &model, 7, &until)
     };
     assert!(
-        wait_done(&a, Duration::from_secs(120)),
+        wait_reshaped(&a, Duration::from_secs(120)),
         "the reshape did not finish"
     );
     assert!(writes > 0);

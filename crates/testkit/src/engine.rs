@@ -5,9 +5,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use uraid_core::geometry::raid5::*;
 use uraid_core::Level;
-use uraid_engine::{assemble, Array, AssembleOptions, CreateOptions, MemMember, Member};
+use uraid_engine::{
+    assemble, Array, AssembleOptions, CreateOptions, DaemonOptions, Daemons, MemMember, Member,
+    SyncLimits,
+};
 
 /// One array to create: level, layout, members and chunk.
 #[derive(Clone, Debug)]
@@ -369,4 +373,34 @@ pub fn same_but_unsure(a: &Array, model: &[u8], unsure: Option<(usize, usize)>, 
         got[s..e].copy_from_slice(&model[s..e]);
     }
     same(&got, model, what);
+}
+
+/// Starts the daemons of an array assembled in the middle of a reshape (which it asserts,
+/// and that it is writable), the reshape at `max_kib_s` (0: no limit).
+pub fn serve_reshape(a: &Arc<Array>, max_kib_s: u64) -> Daemons {
+    assert!(
+        a.is_reshaping() && !a.is_read_only(),
+        "not a writable array mid-reshape: {:?}",
+        a.read_only_reason()
+    );
+    a.start_daemons(DaemonOptions {
+        sync_limits: SyncLimits {
+            min_kib_s: 0,
+            max_kib_s,
+        },
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Waits up to `limit` for the array's reshape to end: false if it has not.
+pub fn wait_reshaped(a: &Array, limit: Duration) -> bool {
+    let t = Instant::now();
+    while a.is_reshaping() {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
 }
