@@ -4,6 +4,9 @@
 //! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files]
 //!
 //! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`).
+//! URAID_FILL_PERCENT (default 100) writes only that share of the array, from its start: on
+//! sparse file members the rest stays a hole on every member, which the recovery zeroes on
+//! the new member instead of rebuilding it (memory members cannot tell holes).
 //!
 //! For raid5 (4 disks) and raid6 (6 disks), on memory members and on file members: fill the
 //! array, then time
@@ -85,9 +88,15 @@ fn run(
         x ^= x << 17;
         c.copy_from_slice(&x.to_le_bytes());
     }
+    let pct: u64 = std::env::var("URAID_FILL_PERCENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+        .min(100);
+    let fill = a.size_bytes() * pct / 100;
     let mut off = 0;
-    while off < a.size_bytes() {
-        let n = (a.size_bytes() - off).min(buf.len() as u64) as usize;
+    while off < fill {
+        let n = (fill - off).min(buf.len() as u64) as usize;
         a.write(off, &buf[..n]).unwrap();
         off += n as u64;
     }
@@ -110,7 +119,7 @@ fn run(
     let secs = t.elapsed().as_secs_f64();
     let speed = rebuilt_bytes as f64 / secs / 1e6;
     println!(
-        "| {label} | raid{} {disks} disks | {} MiB | {raw:.0} | {floor:.0} | {speed:.0} | {:.2} | {:.2} |",
+        "| {label}, {pct}% written | raid{} {disks} disks | {} MiB | {raw:.0} | {floor:.0} | {speed:.0} | {:.2} | {:.2} |",
         level.md_level(),
         rebuilt_bytes >> 20,
         speed / raw,

@@ -15,6 +15,7 @@ pub(crate) use crate::array::{SyncCtx, SyncMode};
 use crate::barrier::Barriers;
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member::ZeroHow;
 use crate::member_io::OpList;
 use crate::read_balance;
 use std::sync::atomic::Ordering;
@@ -301,6 +302,31 @@ pub(crate) fn sync_piece(
         .copied()
         .filter(|(r, _)| a.usable(*r, unit).is_some())
         .collect();
+    // Every valid copy a hole (SEEK_DATA: nothing allocated): the copies agree (zeros), and
+    // a target's copy is zeroed, not read and rewritten (md cannot tell). Devices that
+    // cannot tell say data.
+    let holes = !valid.is_empty()
+        && valid.iter().all(|&(role, msec)| {
+            a.usable(role, unit).is_some_and(|dev| {
+                dev.is_hole(a.member_byte(role, msec), len as u64)
+                    .unwrap_or(false)
+            })
+        });
+    if holes {
+        for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
+            if let Some(dev) = a.slot(role).device() {
+                let at = a.member_byte(role, msec);
+                // A new member that is a hole there already (a fresh sparse file) reads zeros.
+                if dev.is_hole(at, len as u64).unwrap_or(false) {
+                    continue;
+                }
+                if let Err(e) = dev.write_zeroes(at, len as u64, ZeroHow { unmap: true }) {
+                    a.member_error(role, &e);
+                }
+            }
+        }
+        return Ok(false);
+    }
     let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
     let mut ops = OpList::new();
     for ((role, msec), b) in valid.iter().zip(bufs.iter_mut()) {

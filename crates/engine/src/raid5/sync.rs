@@ -8,7 +8,8 @@ use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::member_io::OpList;
+use crate::member::ZeroHow;
+use crate::member_io::{member_byte, OpList};
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::Get;
 use std::sync::atomic::Ordering;
@@ -179,6 +180,9 @@ struct SyncPass<'a> {
     rows: Vec<Rows>,
     /// Blocks to write: (stripe, role, data).
     writes: Vec<(u64, MemberIdx, AlignedBuf)>,
+    /// Recovery targets' blocks of stripes that are holes on every member read: zeroed
+    /// (stripe, role), never read nor computed (see [`holes_everywhere`]).
+    zeroes: Vec<(u64, MemberIdx)>,
 }
 
 impl<'a> SyncPass<'a> {
@@ -192,8 +196,22 @@ impl<'a> SyncPass<'a> {
         heads: Vec<StripeHead<'a>>,
     ) -> SyncPass<'a> {
         let cb = chunk_bytes(g);
+        let mut zeroes = Vec::new();
         let stripes: Vec<u64> = (first..first + k)
             .filter(|&s| !(ctx.skip_clean && a.bitmap_clean(s * g.chunk_sectors, g.chunk_sectors)))
+            .filter(|&s| {
+                let map = g.stripe_map(s);
+                if !holes_everywhere(a, g, &map, s) {
+                    return true;
+                }
+                let lost = lost_roles(a, &map, s, &[]);
+                zeroes.extend(
+                    lost.into_iter()
+                        .filter(|l| ctx.targets.contains(l))
+                        .map(|l| (s, l)),
+                );
+                false
+            })
             .collect();
         let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
         let rows = maps
@@ -218,6 +236,7 @@ impl<'a> SyncPass<'a> {
             maps,
             rows,
             writes: Vec::new(),
+            zeroes,
         }
     }
 
@@ -274,6 +293,33 @@ impl<'a> SyncPass<'a> {
         ctx: &SyncCtx,
         ops: &mut OpList<'o>,
     ) {
+        // Consecutive stripes are consecutive on a member: one zeroing per run and role.
+        let cb = chunk_bytes(g) as u64;
+        let mut zeroes = self.zeroes.clone();
+        zeroes.sort_by_key(|&(s, role)| (role, s));
+        let mut i = 0;
+        while i < zeroes.len() {
+            let (first, role) = zeroes[i];
+            let mut n = 1;
+            while zeroes
+                .get(i + n)
+                .is_some_and(|&(s, r)| r == role && s == first + n as u64)
+            {
+                n += 1;
+            }
+            i += n;
+            let slot = a.slot(role);
+            let Some(dev) = slot.device() else { continue };
+            let at = member_byte(slot, Sector(g.member_sector(first, 0)));
+            let len = cb * n as u64;
+            // A new member that is a hole there already (a fresh sparse file) reads zeros.
+            if dev.is_hole(at, len).unwrap_or(false) {
+                continue;
+            }
+            if let Err(e) = dev.write_zeroes(at, len, ZeroHow { unmap: true }) {
+                a.member_error(role, &e);
+            }
+        }
         for (s, role, b) in &self.writes {
             let dev = if ctx.targets.contains(role) {
                 a.slot(*role).device()
@@ -293,6 +339,31 @@ impl<'a> SyncPass<'a> {
         ops.run(a);
         ctx.advance(a, self.first + self.k);
     }
+}
+
+/// Whether stripe `s` is a hole (SEEK_DATA: nothing allocated) on every member that holds
+/// valid data for it: then its data, its parity and any block rebuilt from them are zeros
+/// (the parity of zeros is zeros, P and Q alike), so a sync neither reads nor compares it
+/// and a recovery zeroes its targets' blocks (md cannot tell, and reads and rewrites
+/// them). Never with a journal, whose log may hold the stripe's newest data; members that
+/// cannot tell (block devices, memory) say data, and the stripe is synced as any other.
+fn holes_everywhere(a: &Array, g: &ParityGeometry, map: &StripeMap, s: u64) -> bool {
+    if a.has_journal() {
+        return false;
+    }
+    let cb = chunk_bytes(g) as u64;
+    let mut asked = 0;
+    for role in stripe_roles(map) {
+        let slot = a.slot(role);
+        let Some(dev) = slot.usable(s) else { continue };
+        let at = member_byte(slot, Sector(g.member_sector(s, 0)));
+        if !dev.is_hole(at, cb).unwrap_or(false) {
+            return false;
+        }
+        asked += 1;
+    }
+    // A stripe with fewer valid members than its data disks cannot be rebuilt at all.
+    asked >= g.data_disks()
 }
 
 /// Check parity of complete rows page by page; in repair mode queue fixed blocks in
