@@ -185,6 +185,23 @@ fn change(a: &Array, sector: u64, sectors: u64, kind: Kind) -> Result<(), ArrayE
     a.check_metadata()
 }
 
+/// A recovery target's `len` bytes at `offset` that must read as zeros (rebuilt from
+/// members that are holes there): left alone where the target is a hole already (a fresh
+/// sparse file) with no bad block recorded there, else zeroed as a write would be
+/// ([`member_zero`]: counted, its bad blocks cleared, the member failed if it cannot).
+pub(crate) fn zero_target(a: &Array, role: MemberIdx, offset: u64, len: u64) {
+    let slot = a.slot(role);
+    let Some(dev) = slot.device() else {
+        return;
+    };
+    let recorded_bad = slot.is_bad(offset / SECTOR_BYTES, len.div_ceil(SECTOR_BYTES));
+    if !recorded_bad && dev.is_hole(offset, len).unwrap_or(false) {
+        return;
+    }
+    let how = ZeroHow { unmap: true };
+    member_zero(a, role, dev.as_ref(), offset, len, Kind::Zero(how), true);
+}
+
 /// Discard or zero `len` bytes at `offset` of a member. `redundant`: the range must read
 /// zeros afterwards (copies or parity depend on it), so a failed discard falls back to
 /// zeroing, and a failed zeroing fails the member. Returns whether the member took it.

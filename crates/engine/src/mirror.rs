@@ -15,7 +15,6 @@ pub(crate) use crate::array::{SyncCtx, SyncMode};
 use crate::barrier::Barriers;
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::member::ZeroHow;
 use crate::member_io::OpList;
 use crate::read_balance;
 use std::sync::atomic::Ordering;
@@ -314,16 +313,7 @@ pub(crate) fn sync_piece(
         });
     if holes {
         for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
-            if let Some(dev) = a.slot(role).device() {
-                let at = a.member_byte(role, msec);
-                // A new member that is a hole there already (a fresh sparse file) reads zeros.
-                if dev.is_hole(at, len as u64).unwrap_or(false) {
-                    continue;
-                }
-                if let Err(e) = dev.write_zeroes(at, len as u64, ZeroHow { unmap: true }) {
-                    a.member_error(role, &e);
-                }
-            }
+            crate::discard::zero_target(a, role, a.member_byte(role, msec), len as u64);
         }
         return Ok(false);
     }

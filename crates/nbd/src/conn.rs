@@ -3,8 +3,9 @@
 //! Workers take turns as the reader (leader/followers, as nbdkit does): a
 //! worker locks the input, parses one request and its payload, unlocks, runs
 //! the request against the backend and writes the reply with one `writev`
-//! (small replies that finish together go out in one write: `send`). So requests run in parallel and replies leave in
-//! completion order, with no hand-off between a reader thread and a pool.
+//! (small replies that finish together go out in one write: `send`). So
+//! requests run in parallel and replies leave in completion order, with no
+//! hand-off between a reader thread and a pool.
 //! Workers are started lazily, when a request arrives and no worker is
 //! waiting for the input, up to `max_workers`: that is the bound on requests
 //! in flight per connection.

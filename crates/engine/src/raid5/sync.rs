@@ -8,7 +8,6 @@ use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::member::ZeroHow;
 use crate::member_io::{member_byte, OpList};
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::Get;
@@ -181,8 +180,8 @@ struct SyncPass<'a> {
     /// Blocks to write: (stripe, role, data).
     writes: Vec<(u64, MemberIdx, AlignedBuf)>,
     /// Recovery targets' blocks of stripes that are holes on every member read: zeroed
-    /// (stripe, role), never read nor computed (see [`holes_everywhere`]).
-    zeroes: Vec<(u64, MemberIdx)>,
+    /// (role, stripe), sorted, never read nor computed (see [`holes_everywhere`]).
+    zeroes: Vec<(MemberIdx, u64)>,
 }
 
 impl<'a> SyncPass<'a> {
@@ -208,11 +207,12 @@ impl<'a> SyncPass<'a> {
                 zeroes.extend(
                     lost.into_iter()
                         .filter(|l| ctx.targets.contains(l))
-                        .map(|l| (s, l)),
+                        .map(|l| (l, s)),
                 );
                 false
             })
             .collect();
+        zeroes.sort_unstable();
         let maps: Vec<StripeMap> = stripes.iter().map(|&s| g.stripe_map(s)).collect();
         let rows = maps
             .iter()
@@ -293,32 +293,20 @@ impl<'a> SyncPass<'a> {
         ctx: &SyncCtx,
         ops: &mut OpList<'o>,
     ) {
-        // Consecutive stripes are consecutive on a member: one zeroing per run and role.
+        // Consecutive stripes are consecutive on a member: one zeroing per run and role
+        // (`zeroes` is in role, then stripe order).
         let cb = chunk_bytes(g) as u64;
-        let mut zeroes = self.zeroes.clone();
-        zeroes.sort_by_key(|&(s, role)| (role, s));
         let mut i = 0;
-        while i < zeroes.len() {
-            let (first, role) = zeroes[i];
-            let mut n = 1;
-            while zeroes
-                .get(i + n)
-                .is_some_and(|&(s, r)| r == role && s == first + n as u64)
-            {
-                n += 1;
-            }
+        while i < self.zeroes.len() {
+            let (role, first) = self.zeroes[i];
+            let n = self.zeroes[i..]
+                .iter()
+                .zip(first..)
+                .take_while(|&(&(r, s), want)| r == role && s == want)
+                .count();
             i += n;
-            let slot = a.slot(role);
-            let Some(dev) = slot.device() else { continue };
-            let at = member_byte(slot, Sector(g.member_sector(first, 0)));
-            let len = cb * n as u64;
-            // A new member that is a hole there already (a fresh sparse file) reads zeros.
-            if dev.is_hole(at, len).unwrap_or(false) {
-                continue;
-            }
-            if let Err(e) = dev.write_zeroes(at, len, ZeroHow { unmap: true }) {
-                a.member_error(role, &e);
-            }
+            let at = member_byte(a.slot(role), Sector(g.member_sector(first, 0)));
+            crate::discard::zero_target(a, role, at, cb * n as u64);
         }
         for (s, role, b) in &self.writes {
             let dev = if ctx.targets.contains(role) {
