@@ -45,20 +45,20 @@ run_md() {  # LEVEL N ROUND
     fio $FIO --filename=/dev/md0 --output="$O/md-raid$1-$3.json"
     mdadm --stop /dev/md0 >/dev/null
 }
-run_uraid() {  # LEVEL N ROUND
+run_uraid() {  # LEVEL N ROUND INLINE
     zero
     _c=""; [ $1 = 5 ] && _c="-c 64"
     uraid create --assume-clean -l $1 -n $2 $_c -b none -N bench $(devs $2) >/dev/null \
         || { echo "FAIL uraid-create raid$1"; return; }
-    rm -f /tmp/ctl.sock
-    ${WORKERS:+env URAID_UBLK_WORKERS=$WORKERS} uraid serve --ublk --no-nbd --control /tmp/ctl.sock $(devs $2) >/tmp/serve.out 2>>"$O/serve.err" &
+    rm -f /tmp/ctl.sock /tmp/serve.out  # else the wait below may see the last run's line
+    env URAID_UBLK_INLINE=$4 ${WORKERS:+URAID_UBLK_WORKERS=$WORKERS} uraid serve --ublk --no-nbd --control /tmp/ctl.sock $SERVE_ARGS $(devs $2) >/tmp/serve.out 2>>"$O/serve.err" &
     _p=$!
     _i=0
     until grep -q '^ublk: ' /tmp/serve.out; do
         _i=$((_i + 1)); [ $_i -gt 600 ] && { echo "FAIL uraid-serve raid$1"; return; }; sleep 0.1
     done
     _u=$(grep '^ublk: ' /tmp/serve.out | cut -d' ' -f2)
-    fio $FIO --filename=$_u --output="$O/uraid-raid$1-$3.json"
+    fio $FIO --filename=$_u --output="$O/uraid-$4-raid$1-$3.json"
     uraid stop --control /tmp/ctl.sock >/dev/null
     wait $_p
 }
@@ -69,9 +69,9 @@ while [ $r -le $ROUNDS ]; do
         # Alternate which goes first, so neither always runs on a warmer guest.
         if [ $((r % 2)) = 1 ]; then
             mark "round $r raid$1 md"; run_md $1 $2 $r
-            mark "round $r raid$1 uraid"; run_uraid $1 $2 $r
+            for m in $INLINE; do mark "round $r raid$1 uraid $m"; run_uraid $1 $2 $r $m; done
         else
-            mark "round $r raid$1 uraid"; run_uraid $1 $2 $r
+            for m in $INLINE; do mark "round $r raid$1 uraid $m"; run_uraid $1 $2 $r $m; done
             mark "round $r raid$1 md"; run_md $1 $2 $r
         fi
     done
@@ -98,7 +98,15 @@ def main() -> int:
     ap.add_argument("--runtime", type=int, default=20, help="seconds per fio run")
     ap.add_argument("--uraid")
     ap.add_argument("--workers", type=int, help="URAID_UBLK_WORKERS for uraid serve")
+    ap.add_argument("--serve-args", default="", help="more options for uraid serve")
+    ap.add_argument("--inline", default="auto",
+                    help="comma-separated URAID_UBLK_INLINE modes to run uraid with, each "
+                         "beside md in every round (auto, always, never)")
     args = ap.parse_args()
+    modes = [m for m in args.inline.split(",") if m]
+    if not modes or any(m not in ("auto", "always", "never") for m in modes):
+        print(f"--inline {args.inline}: modes are auto, always, never")
+        return 2
     uraid = find_uraid(args.uraid)
     fio = shutil.which("fio")
     if uraid is None or fio is None:
@@ -111,23 +119,25 @@ def main() -> int:
     (boot.share / "brd.ko").write_bytes(lzma.decompress(kmod.read_bytes()))
     boot.guest_bins += [uraid, Path(fio)]
     boot.job.append(f"RUNTIME={args.runtime}\nROUNDS={args.rounds}\n"
-                    f"WORKERS={args.workers or ''}\n" + GUEST_JOB)
-    boot.budget_s = 120 + args.rounds * 4 * (args.runtime + 70)
+                    f"WORKERS={args.workers or ''}\nSERVE_ARGS='{args.serve_args}'\nINLINE='{' '.join(modes)}'\n" + GUEST_JOB)
+    boot.budget_s = 120 + args.rounds * 2 * (1 + len(modes)) * (args.runtime + 70)
     boot.boot(1.0)
     out = boot.share / "out" / "bench"
     ok = True
     for lv in (1, 5):
         got = {}
-        for who in ("md", "uraid"):
+        for who in ["md"] + [f"uraid-{m}" for m in modes]:
             vals = [iops(out / f"{who}-raid{lv}-{r}.json") for r in range(1, args.rounds + 1)]
-            print(f"raid{lv} {who:5}: " + " ".join("-" if v is None else f"{v:.0f}" for v in vals))
+            print(f"raid{lv} {who:12}: " + " ".join("-" if v is None else f"{v:.0f}" for v in vals))
             vals = [v for v in vals if v is not None]
             got[who] = statistics.median(vals) if vals else None
-        if got["md"] and got["uraid"]:
-            print(f"raid{lv} median IOPS: md {got['md']:.0f}, uraid {got['uraid']:.0f}, "
-                  f"uraid/md {got['uraid'] / got['md']:.2f}x")
-        else:
-            ok = False
+        for m in modes:
+            u = got[f"uraid-{m}"]
+            if got["md"] and u:
+                print(f"raid{lv} median IOPS: md {got['md']:.0f}, uraid (inline {m}) {u:.0f}, "
+                      f"uraid/md {u / got['md']:.2f}x")
+            else:
+                ok = False
     if not boot.finished():
         print(f"VM: {boot.vm_problem()}\n{boot.console_tail()}")
         ok = False
