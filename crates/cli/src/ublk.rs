@@ -686,11 +686,15 @@ mod imp {
         };
         drop(array);
         let pool = Arc::new(
-            Pool::new(workers, Inline::from_env(), move |req: &Req, buf: &mut Buf| {
-                observed(observer.as_deref(), req, || {
-                    handle(req, buf.as_mut_slice(), &cell, readonly)
-                })
-            })
+            Pool::new(
+                workers,
+                Inline::from_env(),
+                move |req: &Req, buf: &mut Buf| {
+                    observed(observer.as_deref(), req, || {
+                        handle(req, buf.as_mut_slice(), &cell, readonly)
+                    })
+                },
+            )
             .context("starting the ublk workers")?,
         );
         let _ = pool_slot.set(pool.clone());
