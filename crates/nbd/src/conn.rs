@@ -36,6 +36,15 @@ const MERGED_WRITE_MAX_BYTES: usize = RETAINED_BUFFER_BYTES;
 /// A worker keeps a data buffer up to this size between requests; larger
 /// ones go back to the budget after each request.
 const RETAINED_BUFFER_BYTES: usize = 256 * 1024;
+/// What all workers of one connection keep between requests, at most (16
+/// buffers of the largest kept size): past it a worker frees its buffer after
+/// each request, so the memory a connection keeps does not grow with its
+/// queue depth (workers).
+pub(crate) const RETAINED_PER_CONNECTION_BYTES: usize = 16 * RETAINED_BUFFER_BYTES;
+/// Any worker keeps a buffer up to this size uncharged (one small request's
+/// payload): so a connection keeps at most RETAINED_PER_CONNECTION_BYTES plus
+/// this per worker, and small requests never wait on the budget's lock.
+const SMALL_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Memory for request payloads shared by all connections.
 #[derive(Debug)]
@@ -86,43 +95,86 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A worker's data buffer. Buffers up to [`RETAINED_BUFFER_BYTES`] are kept
-/// between requests and not charged (they are bounded by connections x
-/// workers); larger ones are charged to the budget for one request only, so
-/// a worker never holds budget while it waits for anything but its own
-/// request, and the budget cannot deadlock.
+/// A worker's data buffer. The first workers of a connection keep a buffer of
+/// [`RETAINED_BUFFER_BYTES`] between requests, uncharged, while the
+/// connection's kept buffers stay within [`RETAINED_PER_CONNECTION_BYTES`]
+/// (`retained` counts them); the others keep one of at most
+/// [`SMALL_BUFFER_BYTES`]. Any other buffer (larger than that, or of a worker
+/// past the connection's share) is charged to the budget for one request only,
+/// so a worker never holds budget while it waits for anything but its own
+/// request, the budget cannot deadlock, and the memory a client's requests in
+/// flight hold is bounded by the budget plus the kept buffers, whatever the
+/// queue depth.
 struct WorkBuf<'a> {
     data: Vec<u8>,
     charged: usize,
     budget: &'a BufferBudget,
+    /// Bytes of `data`'s capacity counted in `retained` (0 or RETAINED_BUFFER_BYTES).
+    kept: usize,
+    retained: &'a AtomicUsize,
 }
 
 impl<'a> WorkBuf<'a> {
-    fn new(budget: &'a BufferBudget) -> Self {
+    fn new(budget: &'a BufferBudget, retained: &'a AtomicUsize) -> Self {
         WorkBuf {
             data: Vec::new(),
             charged: 0,
             budget,
+            kept: 0,
+            retained,
         }
+    }
+
+    /// Stops counting this buffer as kept.
+    fn forget_kept(&mut self) {
+        self.retained.fetch_sub(self.kept, Ordering::Relaxed);
+        self.kept = 0;
+    }
+
+    /// Counts a buffer of RETAINED_BUFFER_BYTES in the connection's share, if
+    /// it has room.
+    fn try_keep(&mut self) -> bool {
+        let counted = self
+            .retained
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                (r + RETAINED_BUFFER_BYTES <= RETAINED_PER_CONNECTION_BYTES)
+                    .then_some(r + RETAINED_BUFFER_BYTES)
+            });
+        if counted.is_ok() {
+            self.kept = RETAINED_BUFFER_BYTES;
+        }
+        counted.is_ok()
     }
 
     fn get(&mut self, len: usize) -> &mut [u8] {
         if len > self.data.len() {
-            if len > RETAINED_BUFFER_BYTES {
+            if self.kept == 0
+                && self.charged == 0
+                && len <= RETAINED_BUFFER_BYTES
+                && self.try_keep()
+            {
+                self.data = Vec::with_capacity(RETAINED_BUFFER_BYTES);
+            }
+            // Uncharged: the kept buffer, or a small one of any worker.
+            let free = self.kept.max(SMALL_BUFFER_BYTES);
+            if len > free.max(self.charged) {
                 self.budget.acquire(len - self.charged);
                 self.charged = len;
             }
+            self.data.reserve_exact(len - self.data.len());
             self.data.resize(len, 0);
         }
         &mut self.data[..len]
     }
 
-    /// Ends a request: gives a large buffer back.
+    /// Ends a request: gives a charged buffer back (and with it the kept one it
+    /// replaced, counted again when next needed).
     fn shrink(&mut self) {
         if self.charged > 0 {
             self.budget.release(self.charged);
             self.charged = 0;
             self.data = Vec::new();
+            self.forget_kept();
         }
     }
 }
@@ -130,6 +182,7 @@ impl<'a> WorkBuf<'a> {
 impl Drop for WorkBuf<'_> {
     fn drop(&mut self) {
         self.budget.release(self.charged);
+        self.forget_kept();
     }
 }
 
@@ -243,6 +296,8 @@ struct Shared<'a> {
     wire: Mutex<()>,
     waiting_for_input: AtomicUsize,
     workers: AtomicUsize,
+    /// Bytes the workers keep in their buffers between requests ([`WorkBuf`]).
+    retained: AtomicUsize,
     first_error: Mutex<Option<NbdError>>,
 }
 
@@ -270,6 +325,7 @@ pub(crate) fn serve(
         wire: Mutex::new(()),
         waiting_for_input: AtomicUsize::new(0),
         workers: AtomicUsize::new(1),
+        retained: AtomicUsize::new(0),
         first_error: Mutex::new(None),
     };
     std::thread::scope(|scope| worker(&shared, scope));
@@ -318,7 +374,7 @@ fn worker_loop<'scope, 'env>(
     sh: &'scope Shared<'env>,
     scope: &'scope std::thread::Scope<'scope, 'env>,
 ) {
-    let mut buf = WorkBuf::new(sh.budget);
+    let mut buf = WorkBuf::new(sh.budget, &sh.retained);
     let mut scratch = Vec::with_capacity(64);
     loop {
         let (req, merged) = match next_request(sh, &mut buf) {
@@ -435,7 +491,8 @@ fn next_request(sh: &Shared<'_>, buf: &mut WorkBuf<'_>) -> Next {
         data.truncate(total);
         while let Some(r) = input.take_adjacent_write(
             req.offset + total as u64,
-            MERGED_WRITE_MAX_BYTES - total,
+            // Merging never grows the buffer: only what it holds without being charged.
+            (MERGED_WRITE_MAX_BYTES - total).min(data.capacity().saturating_sub(total)),
             &sh.config.limits,
             data,
         ) {
@@ -713,8 +770,9 @@ mod tests {
     #[test]
     fn budget_accounting() {
         let budget = BufferBudget::new(1 << 20);
+        let retained = AtomicUsize::new(0);
         {
-            let mut a = WorkBuf::new(&budget);
+            let mut a = WorkBuf::new(&budget, &retained);
             a.get(100);
             a.get(50);
             assert_eq!(budget.available(), 1 << 20);
@@ -726,6 +784,58 @@ mod tests {
             assert_eq!(budget.available(), 1 << 20);
             a.get(RETAINED_BUFFER_BYTES * 2);
         }
+        assert_eq!(budget.available(), 1 << 20);
+        assert_eq!(retained.load(Ordering::Relaxed), 0);
+    }
+
+    /// The buffers a connection's workers keep between requests stay within
+    /// RETAINED_PER_CONNECTION_BYTES (plus a small one each) whatever the
+    /// number of workers (the queue depth), the other workers' larger buffers
+    /// are charged to the budget, and all are given back when the workers end.
+    #[test]
+    fn kept_buffers_are_bounded_per_connection() {
+        let budget = BufferBudget::new(1 << 20);
+        let retained = AtomicUsize::new(0);
+        let mut workers: Vec<WorkBuf<'_>> =
+            (0..128).map(|_| WorkBuf::new(&budget, &retained)).collect();
+        for w in workers.iter_mut() {
+            w.get(RETAINED_BUFFER_BYTES).fill(7);
+            w.shrink();
+        }
+        let kept: usize = workers.iter().map(|w| w.data.capacity()).sum();
+        assert_eq!(kept, retained.load(Ordering::Relaxed));
+        assert!(
+            kept <= RETAINED_PER_CONNECTION_BYTES,
+            "128 workers keep {kept} bytes"
+        );
+        assert!(kept >= RETAINED_PER_CONNECTION_BYTES - RETAINED_BUFFER_BYTES);
+        // A worker that kept its buffer goes on reusing it.
+        let first = workers[0].data.as_ptr();
+        workers[0].get(4096);
+        workers[0].shrink();
+        assert_eq!(workers[0].data.as_ptr(), first);
+        // One that did not still serves requests: a small one from a buffer it
+        // keeps uncharged, a larger one from a buffer charged to the budget for
+        // the request, so what requests in flight hold stays bounded too.
+        let last = workers.last_mut().unwrap();
+        assert_eq!(last.data.capacity(), 0);
+        assert_eq!(last.get(4096).len(), 4096);
+        assert_eq!(budget.available(), 1 << 20);
+        last.shrink();
+        assert_eq!(last.data.capacity(), 4096);
+        assert_eq!(
+            last.get(SMALL_BUFFER_BYTES + 1).len(),
+            SMALL_BUFFER_BYTES + 1
+        );
+        assert_eq!(budget.available(), (1 << 20) - SMALL_BUFFER_BYTES - 1);
+        last.shrink();
+        assert_eq!(budget.available(), 1 << 20);
+        assert_eq!(last.data.capacity(), 0, "a charged buffer is not kept");
+        let kept: usize = workers.iter().map(|w| w.data.capacity()).sum();
+        assert_eq!(kept, retained.load(Ordering::Relaxed));
+        assert!(kept <= RETAINED_PER_CONNECTION_BYTES);
+        drop(workers);
+        assert_eq!(retained.load(Ordering::Relaxed), 0);
         assert_eq!(budget.available(), 1 << 20);
     }
 }

@@ -32,7 +32,9 @@ pub struct ServerConfig {
     pub max_payload_bytes: u32,
     /// Memory for payloads above 256 KiB, shared by all connections; smaller
     /// buffers are kept per worker, so the server's buffer memory is at most
-    /// this plus `max_connections` x (64 KiB + `workers_per_connection` x 256 KiB).
+    /// this plus `max_connections` x (64 KiB + 4 MiB + `workers_per_connection` x 16 KiB):
+    /// the workers of one connection keep at most 4 MiB of 256 KiB buffers between
+    /// requests, and 16 KiB each besides.
     pub buffer_budget_bytes: usize,
     /// Time a client has to complete the handshake (none in the transmission phase).
     pub handshake_timeout: Option<Duration>,
