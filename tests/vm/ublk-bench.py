@@ -2,7 +2,8 @@
 """Benchmark (issue 18): uraid's ublk export against Linux md on the same brd members in the
 same guest (the harness's Debian 6.12 VM, TCG). Python 3.11 stdlib only.
 
-    tests/vm/ublk-bench.py [--rounds 3] [--runtime 20] [--uraid PATH]
+    tests/vm/ublk-bench.py [--rounds 3] [--runtime 20] [--uraid PATH] [--inline auto,never]
+                           [--serve-args "--io-engine sync"]
 
 For raid1 (2 members) and raid5 (4 members, 64 KiB chunk) on brd ramdisks of 128 MiB,
 alternating in each round: Linux md (`mdadm --create --assume-clean`, fio on /dev/md0, stop,
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import shlex
 import shutil
 import statistics
 import sys
@@ -119,7 +121,8 @@ def main() -> int:
     (boot.share / "brd.ko").write_bytes(lzma.decompress(kmod.read_bytes()))
     boot.guest_bins += [uraid, Path(fio)]
     boot.job.append(f"RUNTIME={args.runtime}\nROUNDS={args.rounds}\n"
-                    f"WORKERS={args.workers or ''}\nSERVE_ARGS='{args.serve_args}'\nINLINE='{' '.join(modes)}'\n" + GUEST_JOB)
+                    f"WORKERS={args.workers or ''}\nSERVE_ARGS={shlex.quote(args.serve_args)}\n"
+                    f"INLINE={shlex.quote(' '.join(modes))}\n" + GUEST_JOB)
     boot.budget_s = 120 + args.rounds * 2 * (1 + len(modes)) * (args.runtime + 70)
     boot.boot(1.0)
     out = boot.share / "out" / "bench"

@@ -3,15 +3,17 @@
 //! **Many requests in flight.** The kernel hands each queue's requests to one thread of ours
 //! over io_uring. That thread takes the tag's buffer, hands the request to a pool of worker
 //! threads ([`Pool`]) and goes back to its ring, so a request waiting on its members does not
-//! hold the queue. While requests run without sleeping (members in memory, a ramdisk, the
-//! page cache: [`Pace`]), the queue thread runs reads and writes itself instead, as md runs a
-//! request in the task that submits it: a hand-over to a worker and back then costs more
-//! than the request. A worker runs it on the array (which is
-//! synchronous: `Array::read`/`write` block the calling thread), puts the tag, its buffer and
-//! the result on the queue's completion list and writes the queue's eventfd; the queue's ring
-//! has a poll on that eventfd, wakes, and commits every finished tag (COMMIT_AND_FETCH) with
-//! the byte count or `-errno`. A tag's buffer is owned by exactly one side at a time, so it
-//! lives until its request completes. Queues, depth and workers follow the machine's CPUs.
+//! hold the queue. A worker runs it on the array (which is synchronous: `Array::read`/`write`
+//! block the calling thread), puts the tag, its buffer and the result on the queue's
+//! completion list and writes the queue's eventfd; the queue's ring has a poll on that
+//! eventfd, wakes, and commits every finished tag (COMMIT_AND_FETCH) with the byte count or
+//! `-errno`. A tag's buffer is owned by exactly one side at a time, so it lives until its
+//! request completes. Queues, depth and workers follow the machine's CPUs.
+//!
+//! While requests run without sleeping (members in memory, a ramdisk, the page cache:
+//! [`Pace`]), the queue thread runs reads and writes itself instead and commits them at once,
+//! as md runs a request in the task that submits it: the hand-over to a worker and back then
+//! costs more than the request.
 //!
 //! No zero-copy or user-copy: the engine does its member IO on its own threads (and rings),
 //! not on the ublk queue's ring, so the kernel's zero-copy (a fixed buffer of the request,
@@ -188,6 +190,11 @@ pub struct Pool<B: Send + 'static> {
 
 type Runner<B> = dyn Fn(&Req, &mut B) -> i32 + Send + Sync;
 
+/// The ublk ops that move data (`UBLK_IO_OP_READ`, `UBLK_IO_OP_WRITE`; checked against
+/// libublk's bindings where those are built): the only ones that may run inline.
+const OP_READ: u32 = 0;
+const OP_WRITE: u32 = 1;
+
 /// When the queue thread runs a request itself instead of handing it to a worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Inline {
@@ -256,7 +263,7 @@ impl Pace {
     pub fn inline(&self, op: u32) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         // Only reads and writes: a flush or a discard may wait on every member.
-        if op > 1 {
+        if op != OP_READ && op != OP_WRITE {
             return false;
         }
         match self.mode {
@@ -440,6 +447,7 @@ mod imp {
     const EVENTFD_OP: u32 = 1;
     /// Where the array's UUID goes in libublk's json (`target_data`).
     const UUID_KEY: &str = "uraid_uuid";
+    const _: () = assert!(OP_READ == sys::UBLK_IO_OP_READ && OP_WRITE == sys::UBLK_IO_OP_WRITE);
 
     type Buf = IoBuf<u8>;
 

@@ -33,14 +33,13 @@ const INPUT_BUFFER_BYTES: usize = 64 * 1024;
 /// Largest write made by merging buffered adjacent writes (a worker's
 /// retained buffer, so merging never waits for the budget).
 const MERGED_WRITE_MAX_BYTES: usize = RETAINED_BUFFER_BYTES;
-/// A worker keeps a data buffer up to this size between requests; larger
-/// ones go back to the budget after each request.
+/// A worker within its connection's share keeps a data buffer of this size
+/// between requests; larger ones go back to the budget after each request.
 const RETAINED_BUFFER_BYTES: usize = 256 * 1024;
-/// What all workers of one connection keep between requests, at most (16
-/// buffers of the largest kept size): past it a worker frees its buffer after
-/// each request, so the memory a connection keeps does not grow with its
-/// queue depth (workers).
-pub(crate) const RETAINED_PER_CONNECTION_BYTES: usize = 16 * RETAINED_BUFFER_BYTES;
+/// What all workers of one connection keep in such buffers, at most (16 of
+/// them): past it a worker keeps only a small one (SMALL_BUFFER_BYTES), so the
+/// memory a connection keeps grows by that alone with its queue depth.
+const RETAINED_PER_CONNECTION_BYTES: usize = 16 * RETAINED_BUFFER_BYTES;
 /// Any worker keeps a buffer up to this size uncharged (one small request's
 /// payload): so a connection keeps at most RETAINED_PER_CONNECTION_BYTES plus
 /// this per worker, and small requests never wait on the budget's lock.

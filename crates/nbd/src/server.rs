@@ -30,7 +30,8 @@ pub struct ServerConfig {
     pub workers_per_connection: usize,
     /// Largest READ/WRITE payload; a longer write drops the connection.
     pub max_payload_bytes: u32,
-    /// Memory for payloads above 256 KiB, shared by all connections; smaller
+    /// Memory for payloads above 256 KiB (above 16 KiB for the workers of a
+    /// connection past its sixteenth), shared by all connections; smaller
     /// buffers are kept per worker, so the server's buffer memory is at most
     /// this plus `max_connections` x (64 KiB + 4 MiB + `workers_per_connection` x 16 KiB):
     /// the workers of one connection keep at most 4 MiB of 256 KiB buffers between
