@@ -7,6 +7,7 @@
 //! redundancy is left for the range.
 
 use crate::buf::AlignedBuf;
+use crate::counter::Counter;
 use crate::error::ArrayError;
 use crate::member::Member;
 use crate::member_io::MemberHost;
@@ -25,11 +26,11 @@ pub(crate) use personality::{Personality, SyncCtx, SyncMode, ZeroKind};
 #[derive(Default)]
 pub struct Stats {
     /// Requests from the array's users (reads, writes), for sync throttling.
-    pub requests: AtomicU64,
+    pub requests: Counter,
     /// Member reads issued.
-    pub member_reads: AtomicU64,
+    pub member_reads: Counter,
     /// Member writes issued.
-    pub member_writes: AtomicU64,
+    pub member_writes: Counter,
     /// Array reads served by reconstruction or from another copy (md's degraded reads).
     pub degraded_reads: AtomicU64,
     /// Read errors corrected by rewriting the block from redundancy (md's corrected_errors).
@@ -51,6 +52,10 @@ impl Stats {
             (&self.requests, requests),
             (&self.member_reads, member_reads),
             (&self.member_writes, member_writes),
+        ] {
+            mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        for (mine, theirs) in [
             (&self.degraded_reads, degraded_reads),
             (&self.corrected_reads, corrected_reads),
         ] {
@@ -75,7 +80,7 @@ pub struct Array {
     pub(crate) slots: MemberMap<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
-    writes_in_flight: AtomicU64,
+    writes_in_flight: crate::counter::InUse,
     last_write_ms: AtomicU64,
     /// A member failure could not be written to any superblock.
     metadata_failed: AtomicBool,
@@ -147,7 +152,7 @@ impl Array {
             slots,
             meta: Mutex::new(meta),
             dirty: AtomicBool::new(false),
-            writes_in_flight: AtomicU64::new(0),
+            writes_in_flight: Default::default(),
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
             sb_pending: Default::default(),
@@ -567,7 +572,7 @@ impl Array {
     /// members and mark the superblocks clean, so that a crash while idle needs no resync.
     /// Returns whether it marked the array clean. Call it periodically while serving.
     pub fn safemode(&self, delay: std::time::Duration) -> Result<bool, ArrayError> {
-        if !self.dirty.load(Ordering::SeqCst) || self.writes_in_flight.load(Ordering::SeqCst) > 0 {
+        if !self.dirty.load(Ordering::SeqCst) || self.writes_in_flight.any() {
             return Ok(false);
         }
         let idle_ms = self
@@ -578,7 +583,7 @@ impl Array {
         }
         let mut meta = self.meta();
         self.dirty.store(false, Ordering::SeqCst);
-        if self.writes_in_flight.load(Ordering::SeqCst) > 0 {
+        if self.writes_in_flight.any() {
             self.dirty.store(true, Ordering::SeqCst);
             return Ok(false);
         }
@@ -1160,21 +1165,23 @@ pub struct ForcedStop {
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.
-pub(crate) struct InFlight<'a>(&'a Array);
+pub(crate) struct InFlight<'a>(&'a Array, usize);
 
 impl<'a> InFlight<'a> {
     pub(crate) fn new(a: &'a Array) -> InFlight<'a> {
-        a.writes_in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(a)
+        InFlight(a, a.writes_in_flight.enter())
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0
-            .last_write_ms
-            .store(self.0.now_ms(), Ordering::SeqCst);
-        self.0.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
+        // Written only when the millisecond moved on (not by every write: a line that
+        // every CPU writes costs each write a cache miss), and never backwards.
+        let now = self.0.now_ms();
+        if now > self.0.last_write_ms.load(Ordering::SeqCst) {
+            self.0.last_write_ms.fetch_max(now, Ordering::SeqCst);
+        }
+        self.0.writes_in_flight.leave(self.1);
     }
 }
 

@@ -86,6 +86,7 @@ mod bitmap;
 mod buf;
 mod cell;
 mod clock;
+mod counter;
 mod create;
 mod daemon;
 mod dirty;
@@ -143,6 +144,7 @@ pub use allocation::AllocExtent;
 pub use array::{Array, ForcedStop, Stats, WallSecs, MAX_CORRECTED_READ_ERRORS};
 pub use assemble::{assemble, AssembleOptions, AssembleReport, MemberOutcome, MemberReport};
 pub use cell::ArrayCell;
+pub use counter::Counter;
 pub use create::{
     create, create_confirmed, existing_signatures, CreateOptions, Metadata, DEFAULT_CHUNK_SECTORS,
 };

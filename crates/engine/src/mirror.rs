@@ -15,10 +15,11 @@ pub(crate) use crate::array::{SyncCtx, SyncMode};
 use crate::barrier::Barriers;
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::member::Member;
 use crate::member_io::OpList;
 use crate::read_balance;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use uraid_core::{MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
 /// Number of write-lock buckets that serialise writes to the same region.
@@ -296,20 +297,19 @@ pub(crate) fn sync_piece(
     mode: SyncMode,
     targets: &[MemberIdx],
 ) -> Result<bool, ArrayError> {
-    let valid: Vec<(MemberIdx, u64)> = copies
+    // Each valid copy with its device, looked up once (a second lookup could find the
+    // device gone and had to be trusted not to).
+    let mut valid: Vec<(MemberIdx, u64, Arc<dyn Member>)> = copies
         .iter()
-        .copied()
-        .filter(|(r, _)| a.usable(*r, unit).is_some())
+        .filter_map(|&(r, msec)| a.usable(r, unit).map(|dev| (r, msec, dev)))
         .collect();
     // Every valid copy a hole (SEEK_DATA: nothing allocated): the copies agree (zeros), and
     // a target's copy is zeroed, not read and rewritten (md cannot tell). Devices that
     // cannot tell say data.
     let holes = !valid.is_empty()
-        && valid.iter().all(|&(role, msec)| {
-            a.usable(role, unit).is_some_and(|dev| {
-                dev.is_hole(a.member_byte(role, msec), len as u64)
-                    .unwrap_or(false)
-            })
+        && valid.iter().all(|(role, msec, dev)| {
+            dev.is_hole(a.member_byte(*role, *msec), len as u64)
+                .unwrap_or(false)
         });
     if holes {
         for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
@@ -317,16 +317,13 @@ pub(crate) fn sync_piece(
         }
         return Ok(false);
     }
+    // A copy whose member failed meanwhile (the hole checks above are IO) is left out, as
+    // md skips a Faulty rdev; the state check takes no lock.
+    valid.retain(|(role, _, _)| a.slot(*role).is_usable(unit));
     let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
     let mut ops = OpList::new();
-    for ((role, msec), b) in valid.iter().zip(bufs.iter_mut()) {
-        ops.read(
-            a,
-            a.usable(*role, unit).expect("usable"),
-            *role,
-            Sector(*msec),
-            b,
-        );
+    for ((role, msec, dev), b) in valid.iter().zip(bufs.iter_mut()) {
+        ops.read(a, dev.clone(), *role, Sector(*msec), b);
     }
     let failed = ops.run(a);
     let good: Vec<usize> = (0..valid.len())
@@ -337,9 +334,9 @@ pub(crate) fn sync_piece(
     };
     // Unreadable copies get the good data back (read-error repair), or are failed at once
     // if failfast (md's sync reads use failfast too and go on with the other copies).
-    for &(role, msec) in valid.iter().filter(|(r, _)| failed.reads.contains(r)) {
-        if !a.failfast_error(role, &failfast_read_error()) {
-            a.repair_read(role, msec, &bufs[src]);
+    for (role, msec, _) in valid.iter().filter(|(r, _, _)| failed.reads.contains(r)) {
+        if !a.failfast_error(*role, &failfast_read_error()) {
+            a.repair_read(*role, *msec, &bufs[src]);
         }
     }
     let differ = good.iter().any(|&i| bufs[i][..] != bufs[src][..]);
@@ -347,10 +344,8 @@ pub(crate) fn sync_piece(
     if differ && mode == SyncMode::Repair {
         for &i in &good[1..] {
             if bufs[i][..] != bufs[src][..] {
-                let (role, msec) = valid[i];
-                if let Some(dev) = a.usable(role, unit) {
-                    ops.write(a, dev, role, Sector(msec), &bufs[src]);
-                }
+                let (role, msec, ref dev) = valid[i];
+                ops.write(a, dev.clone(), role, Sector(msec), &bufs[src]);
             }
         }
     }

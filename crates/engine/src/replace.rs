@@ -70,6 +70,17 @@ impl Array {
             )));
         }
         let mut meta = self.meta();
+        // Checked again under the metadata lock: the member may have failed and been
+        // removed since the check above.
+        let old = match slot.device() {
+            Some(d) if slot.state() == SlotState::InSync => d,
+            _ => {
+                return Err(ArrayError::Failed(format!(
+                    "member {role} failed or was removed meanwhile: only an active, in-sync \
+                     member can be replaced (see `uraid detail`)"
+                )))
+            }
+        };
         let pick = match with {
             Some(name) => meta.spares.iter().position(|(d, _)| d.name() == name),
             None => (!meta.spares.is_empty()).then_some(0),
@@ -81,7 +92,6 @@ impl Array {
             }));
         };
         let (new, mut sb) = meta.spares.remove(i);
-        let old = slot.device().expect("an in-sync member has a device");
         sb.feature_map |= FEATURE_REPLACEMENT | FEATURE_RECOVERY_OFFSET;
         sb.recovery_offset = 0;
         meta.template.dev_roles[sb.dev_number as usize] = role.0 as u16;

@@ -188,7 +188,7 @@ struct Partition {
 #[derive(Default)]
 pub struct CacheStats {
     /// Stripe heads taken.
-    pub gets: AtomicU64,
+    pub gets: crate::Counter,
     /// Takes that waited for a head.
     pub waits: AtomicU64,
     /// Waiters woken.
