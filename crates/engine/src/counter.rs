@@ -73,6 +73,15 @@ impl InUse {
     pub(crate) fn any(&self) -> bool {
         self.stripes.iter().any(|s| s.0.load(Ordering::SeqCst) > 0)
     }
+
+    /// How many are under way: exact while nobody enters or leaves, otherwise a count
+    /// that was true at some moment of the read or is off by those entering and leaving
+    /// during it.
+    pub(crate) fn count(&self) -> u64 {
+        self.stripes
+            .iter()
+            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(Ordering::SeqCst)))
+    }
 }
 
 impl std::fmt::Debug for Counter {

@@ -69,7 +69,7 @@ pub(crate) struct Joins {
     /// Entries in `open`, read without the lock.
     n_open: AtomicUsize,
     /// raid4/5/6 writes in progress.
-    writers: AtomicUsize,
+    writers: crate::counter::InUse,
     /// Of those, the ones waiting here (leaders in their moment, joiners).
     waiting: AtomicUsize,
     /// Where the last write to start ended (array sector): a write that starts there is
@@ -142,20 +142,19 @@ impl Joined<'_> {
     }
 }
 
-/// A write in progress (counted while it lives).
-pub(crate) struct Writing<'a>(&'a Joins);
+/// A write in progress (counted while it lives, on the stripe it entered by).
+pub(crate) struct Writing<'a>(&'a Joins, usize);
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        self.0.writers.fetch_sub(1, Ordering::SeqCst);
+        self.0.writers.leave(self.1);
     }
 }
 
 impl Joins {
     /// Count a raid4/5/6 write in progress until the guard drops.
     pub(crate) fn writing(&self) -> Writing<'_> {
-        self.writers.fetch_add(1, Ordering::SeqCst);
-        Writing(self)
+        Writing(self, self.writers.enter())
     }
 
     /// A write of array sectors [start, end) starts: whether it continues the last one
@@ -169,8 +168,7 @@ impl Joins {
     /// lately (its next write may still be arriving: over NBD it is not in progress until
     /// its payload is in).
     pub(crate) fn may_lead(&self, sequential: bool) -> bool {
-        self.writers.load(Ordering::SeqCst) > 1
-            || (sequential && self.misses.load(Ordering::Relaxed) < MISS_LIMIT)
+        self.writers.count() > 1 || (sequential && self.misses.load(Ordering::Relaxed) < MISS_LIMIT)
     }
 
     /// Whether sequential streams' stripes have been joining lately (fewer than
@@ -313,7 +311,7 @@ impl Leader<'_> {
             let mut p = lock(&self.slot.st);
             loop {
                 let now = Instant::now();
-                let all_here = j.writers.load(Ordering::SeqCst) <= j.waiting.load(Ordering::SeqCst);
+                let all_here = j.writers.count() <= j.waiting.load(Ordering::SeqCst) as u64;
                 if p.covered == self.stripe_bytes
                     || now >= deadline
                     || (all_here && (p.pieces.len() > 1 || !sequential))
