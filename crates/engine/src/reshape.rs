@@ -571,16 +571,50 @@ pub(crate) fn write_pieces(
     Ok(())
 }
 
+/// A read of `buf` from an array mid-reshape, cut into `pieces` at the position: each
+/// piece read in its side's geometry by `read_side`.
+pub(crate) fn read_pieces(
+    pieces: Vec<(u64, u64, Side)>,
+    buf: &mut [u8],
+    mut read_side: impl FnMut(Side, u64, &mut [u8]) -> Result<(), ArrayError>,
+) -> Result<(), ArrayError> {
+    let mut off = 0usize;
+    for (start, n, side) in pieces {
+        let len = (n * SECTOR_BYTES) as usize;
+        read_side(side, start, &mut buf[off..off + len])?;
+        off += len;
+    }
+    Ok(())
+}
+
+/// Discard and write-zeroes mid-reshape: zeros written through `write` (the reshaping
+/// personality's own write), 1 MiB at a time. A discard may leave anything, and zeros keep
+/// parity and copies right in both geometries without a path of their own.
+pub(crate) fn zero_by_writing(
+    sector: Sector,
+    sectors: u64,
+    mut write: impl FnMut(Sector, &[u8]) -> Result<(), ArrayError>,
+) -> Result<(), ArrayError> {
+    const PIECE: u64 = 2048;
+    let zeros = AlignedBuf::new((PIECE.min(sectors) * SECTOR_BYTES) as usize);
+    let mut s = sector.0;
+    let end = sector.0 + sectors;
+    while s < end {
+        let n = PIECE.min(end - s);
+        write(Sector(s), &zeros[..(n * SECTOR_BYTES) as usize])?;
+        s += n;
+    }
+    Ok(())
+}
+
 impl Personality for ReshapePers {
     fn read(&self, a: &Array, sector: Sector, buf: &mut [u8]) -> Result<(), ArrayError> {
         let p = self.progress();
-        let mut off = 0usize;
-        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
-            let len = (n * SECTOR_BYTES) as usize;
-            self.read_side(a, &p.st, side, start, &mut buf[off..off + len], true)?;
-            off += len;
-        }
-        Ok(())
+        read_pieces(
+            p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES),
+            buf,
+            |side, start, piece| self.read_side(a, &p.st, side, start, piece, true),
+        )
     }
 
     fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
@@ -593,8 +627,7 @@ impl Personality for ReshapePers {
         )
     }
 
-    /// Discard and write-zeroes write zeros (a discard may leave anything; zeros keep the
-    /// parity of both geometries right without a special path).
+    /// Discard and write-zeroes write zeros ([`zero_by_writing`]).
     fn zero(
         &self,
         a: &Array,
@@ -602,16 +635,7 @@ impl Personality for ReshapePers {
         sectors: u64,
         _kind: ZeroKind,
     ) -> Result<(), ArrayError> {
-        const PIECE: u64 = 2048;
-        let zeros = AlignedBuf::new((PIECE.min(sectors) * SECTOR_BYTES) as usize);
-        let mut s = sector.0;
-        let end = sector.0 + sectors;
-        while s < end {
-            let n = PIECE.min(end - s);
-            self.write(a, Sector(s), &zeros[..(n * SECTOR_BYTES) as usize])?;
-            s += n;
-        }
-        Ok(())
+        zero_by_writing(sector, sectors, |s, zeros| self.write(a, s, zeros))
     }
 
     fn sync_range(

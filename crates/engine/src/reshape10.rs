@@ -22,7 +22,6 @@
 
 use crate::array::{Array, Personality};
 use crate::array::{SyncCtx, ZeroKind};
-use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use crate::io::{execute, Op};
 use std::any::Any;
@@ -245,13 +244,11 @@ impl Reshape10Pers {
 impl Personality for Reshape10Pers {
     fn read(&self, a: &Array, sector: Sector, buf: &mut [u8]) -> Result<(), ArrayError> {
         let p = self.progress();
-        let mut off = 0usize;
-        for (start, n, side) in p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES) {
-            let len = (n * SECTOR_BYTES) as usize;
-            self.read_side(a, &p.st, side, start, &mut buf[off..off + len])?;
-            off += len;
-        }
-        Ok(())
+        crate::reshape::read_pieces(
+            p.st.split(sector.0, buf.len() as u64 / SECTOR_BYTES),
+            buf,
+            |side, start, piece| self.read_side(a, &p.st, side, start, piece),
+        )
     }
 
     fn write(&self, a: &Array, sector: Sector, buf: &[u8]) -> Result<(), ArrayError> {
@@ -264,8 +261,8 @@ impl Personality for Reshape10Pers {
         )
     }
 
-    /// Discard and write-zeroes write zeros to every copy of the side (a discard may leave
-    /// anything; zeros keep the copies equal in both geometries without a special path).
+    /// Discard and write-zeroes write zeros to every copy of the side
+    /// ([`crate::reshape::zero_by_writing`]).
     fn zero(
         &self,
         a: &Array,
@@ -273,16 +270,7 @@ impl Personality for Reshape10Pers {
         sectors: u64,
         _kind: ZeroKind,
     ) -> Result<(), ArrayError> {
-        const PIECE: u64 = 2048;
-        let zeros = AlignedBuf::new((PIECE.min(sectors) * SECTOR_BYTES) as usize);
-        let mut s = sector.0;
-        let end = sector.0 + sectors;
-        while s < end {
-            let n = PIECE.min(end - s);
-            self.write(a, Sector(s), &zeros[..(n * SECTOR_BYTES) as usize])?;
-            s += n;
-        }
-        Ok(())
+        crate::reshape::zero_by_writing(sector, sectors, |s, zeros| self.write(a, s, zeros))
     }
 
     fn sync_range(

@@ -99,6 +99,22 @@ pub struct ReshapeOptions {
     pub force: bool,
 }
 
+impl ReshapeOptions {
+    /// After a window: tell `progress` (`done` of `total` sectors) and sleep as long as
+    /// `copied` sectors since `began` are ahead of `max_bytes_per_sec`.
+    pub(crate) fn window_done(&mut self, done: u64, total: u64, copied: u64, began: Instant) {
+        if let Some(p) = self.progress.as_mut() {
+            p(done, total);
+        }
+        if let Some(rate) = self.max_bytes_per_sec.filter(|&r| r > 0) {
+            let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(began.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+}
+
 /// What a reshape did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReshapeReport {
@@ -718,6 +734,40 @@ fn plan_start(
     })
 }
 
+/// After the windows of a reshape: stop the array they ran on (after an error too, which
+/// is then what is returned). `Ok(None)` when the reshape finished and the caller writes
+/// the new shape; otherwise the report of a reshape left at array sector `safe`
+/// (`counts`: windows, checkpoints, events), for a later [`continue_reshape`] or Linux.
+pub(crate) fn stop_after_windows(
+    array: Array,
+    result: Result<bool, ArrayError>,
+    what: &str,
+    (safe, total): (u64, u64),
+    (windows, checkpoints, events): (u64, u64, u64),
+) -> Result<Option<ReshapeReport>, ArrayError> {
+    let finished = match result {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = array.stop();
+            return Err(e);
+        }
+    };
+    array.stop()?;
+    drop(array);
+    if finished {
+        return Ok(None);
+    }
+    Ok(Some(ReshapeReport {
+        summary: format!("reshape {what} stopped at array sector {safe} of {total}"),
+        finished: false,
+        position_sectors: safe,
+        windows,
+        checkpoints,
+        events,
+        added: 0,
+    }))
+}
+
 /// One line naming a reshape from `old` to `new` (reports and logs).
 fn shape_change(old: &ParityGeometry, new: &ParityGeometry) -> String {
     format!(
@@ -861,40 +911,14 @@ pub fn continue_reshape(
                 st.advance(step);
                 windows += 1;
                 copied += sectors;
-                if let Some(p) = opts.progress.as_mut() {
-                    p(st.done_sectors(), total);
-                }
-                if let Some(rate) = opts.max_bytes_per_sec.filter(|&r| r > 0) {
-                    let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
-                    if let Some(wait) = due.checked_sub(began.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                }
+                opts.window_done(st.done_sectors(), total, copied, began);
             }
         }
     })();
-    let finished = match result {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = array.stop();
-            return Err(e);
-        }
-    };
-    array.stop()?;
-    drop(array);
-    if !finished {
-        return Ok(ReshapeReport {
-            summary: format!(
-                "reshape {} stopped at array sector {safe} of {total}",
-                summary(&st)
-            ),
-            finished: false,
-            position_sectors: safe,
-            windows,
-            checkpoints,
-            events,
-            added: 0,
-        });
+    let counts = (windows, checkpoints, events);
+    if let Some(stopped) = stop_after_windows(array, result, &summary(&st), (safe, total), counts)?
+    {
+        return Ok(stopped);
     }
     // Done: the new stripes are durable before any superblock says the new shape.
     flush_all(&targets)?;

@@ -125,40 +125,19 @@ pub(crate) fn continue_reshape10(
                 st.advance(step);
                 windows += 1;
                 copied += sectors;
-                if let Some(p) = opts.progress.as_mut() {
-                    p(st.done_sectors(), total);
-                }
-                if let Some(rate) = opts.max_bytes_per_sec.filter(|&r| r > 0) {
-                    let due = Duration::from_secs_f64((copied * SECTOR_BYTES) as f64 / rate as f64);
-                    if let Some(wait) = due.checked_sub(began.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                }
+                opts.window_done(st.done_sectors(), total, copied, began);
             }
         }
     })();
-    let finished = match result {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = array.stop();
-            return Err(e);
-        }
-    };
-    array.stop()?;
-    drop(array);
-    if !finished {
-        return Ok(ReshapeReport {
-            summary: format!(
-                "reshape {} stopped at array sector {safe} of {total}",
-                shape_change(&st)
-            ),
-            finished: false,
-            position_sectors: safe,
-            windows,
-            checkpoints,
-            events,
-            added: 0,
-        });
+    let counts = (windows, checkpoints, events);
+    if let Some(stopped) = crate::restripe::stop_after_windows(
+        array,
+        result,
+        &shape_change(&st),
+        (safe, total),
+        counts,
+    )? {
+        return Ok(stopped);
     }
     // Done: the new copies are durable before any superblock says the new shape; the
     // bitmap takes the new array's size before they do.
