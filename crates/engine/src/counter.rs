@@ -47,40 +47,39 @@ impl Counter {
     }
 }
 
-/// How many of something are under way (writes in flight), counted as [`Counter`] is: a
-/// thread enters on its CPU's stripe and leaves on the same stripe (even if it moved), so
-/// no stripe goes below zero and the sum is exact once the threads are out.
+/// How many of something are under way (writes in flight), counted in a [`Counter`]'s
+/// stripes: a thread enters on its CPU's stripe and leaves on the same stripe (even if it
+/// moved), so no stripe goes below zero and the sum is exact once the threads are out.
 #[derive(Default)]
-pub(crate) struct InUse {
-    stripes: [Stripe; STRIPES],
-}
+pub(crate) struct InUse(Counter);
 
 impl InUse {
     /// One more under way (SeqCst, as the protocol that reads it needs); returns the stripe
     /// to leave by.
     pub(crate) fn enter(&self) -> usize {
         let i = stripe();
-        self.stripes[i].0.fetch_add(1, Ordering::SeqCst);
+        self.0.stripes[i].0.fetch_add(1, Ordering::SeqCst);
         i
     }
 
     /// One fewer, on the stripe [`InUse::enter`] gave.
     pub(crate) fn leave(&self, stripe: usize) {
-        self.stripes[stripe].0.fetch_sub(1, Ordering::SeqCst);
+        self.0.stripes[stripe].0.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Whether any is under way (SeqCst loads of every stripe).
     pub(crate) fn any(&self) -> bool {
-        self.stripes.iter().any(|s| s.0.load(Ordering::SeqCst) > 0)
+        self.0
+            .stripes
+            .iter()
+            .any(|s| s.0.load(Ordering::SeqCst) > 0)
     }
 
     /// How many are under way: exact while nobody enters or leaves, otherwise a count
     /// that was true at some moment of the read or is off by those entering and leaving
     /// during it.
     pub(crate) fn count(&self) -> u64 {
-        self.stripes
-            .iter()
-            .fold(0u64, |sum, s| sum.wrapping_add(s.0.load(Ordering::SeqCst)))
+        self.0.load(Ordering::SeqCst)
     }
 }
 
