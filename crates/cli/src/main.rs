@@ -143,7 +143,7 @@ enum Cmd {
     JournalMode(control::JournalModeArgs),
     /// Show or set a served raid4/5/6 array's knobs by md's sysfs names
     /// (stripe_cache_size=1024 group_thread_cnt=2 rmw_level=1 skip_copy=0 batching=1
-    /// join_wait_us=500),
+    /// join_wait_us=500, and uraid's own sync_threads=2),
     /// or a member's flags (--member M writemostly=1 failfast=0).
     Set(control::SetArgs),
     /// Change an array's shape (mdadm --grow): --raid-devices, --size, --level takeovers,

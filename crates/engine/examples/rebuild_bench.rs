@@ -3,7 +3,10 @@
 //!
 //! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files]
 //!
-//! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`).
+//! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`), and
+//! URAID_SYNC_THREADS the threads that run passes side by side (the `sync_threads` tunable).
+//! URAID_REBUILD_RUNS (default 3) rebuilds that many times, each onto a fresh member, and
+//! reports the median and every run.
 //! URAID_FILL_PERCENT (default 100) writes only that share of the array, from its start: on
 //! sparse file members the rest stays a hole on every member, which the recovery zeroes on
 //! the new member instead of rebuilding it (memory members cannot tell holes).
@@ -15,8 +18,9 @@
 //!   written, all at once (one thread each). Members that share a device (files on one disk,
 //!   memory behind one memory bus) share its bandwidth, so this is the rebuild's real limit.
 //!
-//! Then fail a member, add a fresh one (written over once beforehand, as a real disk that
-//! needs no page faults or block allocation) and time the recovery.
+//! Then, as many times as URAID_REBUILD_RUNS says: fail a member, add a fresh one (written
+//! over once beforehand, as a real disk that needs no page faults or block allocation) and
+//! time the recovery.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,7 +67,7 @@ fn run(
     level: Level,
     disks: usize,
     members: Vec<Arc<dyn Member>>,
-    spare: Arc<dyn Member>,
+    spare: &dyn Fn(usize) -> Arc<dyn Member>,
     label: &str,
 ) {
     let mut o = CreateOptions::new(level);
@@ -78,6 +82,9 @@ fn run(
             .expect("raid4/5/6")
             .sync_batch_bytes
             .store(kib << 10, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Ok(n) = std::env::var("URAID_SYNC_THREADS") {
+        a.set_tunable("sync_threads", &n).unwrap();
     }
     // Fill with non-zero data so that nothing is a hole.
     let mut buf = vec![0u8; 8 << 20];
@@ -102,26 +109,45 @@ fn run(
     }
     a.flush().unwrap();
     let raw = raw_read_mb_s(members[2].as_ref());
-    overwrite(spare.as_ref());
+    let first = spare(0);
+    overwrite(first.as_ref());
     let survivors: Vec<Arc<dyn Member>> = members
         .iter()
         .enumerate()
         .filter(|&(i, _)| i != 1)
         .map(|(_, m)| m.clone())
         .collect();
-    let floor = concurrent_mb_s(&survivors, &spare);
-    a.fail_member(MemberIdx(1)).unwrap();
-    a.remove_member(MemberIdx(1)).unwrap();
-    a.add_member(spare).unwrap();
+    let floor = concurrent_mb_s(&survivors, &first);
+    let runs: usize = std::env::var("URAID_REBUILD_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
     let rebuilt_bytes = a.geometry().dev_sectors * 512;
-    let t = Instant::now();
-    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
-    let secs = t.elapsed().as_secs_f64();
-    let speed = rebuilt_bytes as f64 / secs / 1e6;
+    let mut speeds = Vec::new();
+    for run in 0..runs {
+        let new = if run == 0 {
+            first.clone()
+        } else {
+            let m = spare(run);
+            overwrite(m.as_ref());
+            m
+        };
+        a.fail_member(MemberIdx(1)).unwrap();
+        a.remove_member(MemberIdx(1)).unwrap();
+        a.add_member(new).unwrap();
+        let t = Instant::now();
+        a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+        speeds.push(rebuilt_bytes as f64 / t.elapsed().as_secs_f64() / 1e6);
+    }
+    let all: Vec<String> = speeds.iter().map(|s| format!("{s:.0}")).collect();
+    speeds.sort_by(f64::total_cmp);
+    let speed = speeds[speeds.len() / 2];
     println!(
-        "| {label}, {pct}% written | raid{} {disks} disks | {} MiB | {raw:.0} | {floor:.0} | {speed:.0} | {:.2} | {:.2} |",
+        "| {label}, {pct}% written | raid{} {disks} disks | {} MiB | {raw:.0} | {floor:.0} | {speed:.0} ({}) | {:.2} | {:.2} |",
         level.md_level(),
         rebuilt_bytes >> 20,
+        all.join(", "),
         speed / raw,
         speed / floor
     );
@@ -140,7 +166,7 @@ fn main() {
     let only = args.get(3).cloned();
     let size = (mib << 20) + (4 << 20);
     println!(
-        "| members | array | rebuilt | one member read MB/s | all read + one written at once, MB/s per member | rebuild MB/s | ratio to one member | ratio to all at once |"
+        "| members | array | rebuilt | one member read MB/s | all read + one written at once, MB/s per member | rebuild MB/s, median (each run) | ratio to one member | ratio to all at once |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for (level, disks) in [(Level::Raid5, 4usize), (Level::Raid6, 6)] {
@@ -152,7 +178,7 @@ fn main() {
                 level,
                 disks,
                 mems,
-                Arc::new(MemMember::new("spare", size)),
+                &|i| Arc::new(MemMember::new(format!("spare{i}"), size)),
                 "memory",
             );
         }
@@ -171,7 +197,7 @@ fn main() {
             level,
             disks,
             files,
-            open("spare.img".into()),
+            &|i| open(format!("spare{i}.img")),
             "files (O_DIRECT)",
         );
         let _ = std::fs::remove_dir_all(&dir);

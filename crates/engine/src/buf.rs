@@ -59,6 +59,32 @@ impl AlignedBuf {
         b
     }
 
+    /// Half of this thread's recycled buffers, to seed a helper thread's pool
+    /// ([`AlignedBuf::pool_fill`]) that works on buffers of the same sizes.
+    pub(crate) fn pool_split() -> Vec<AlignedBuf> {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let keep = p.len() - p.len() / 2;
+            let mut moved = p.split_off(keep);
+            moved.iter_mut().for_each(|b| b.pooled = true);
+            moved
+        })
+    }
+
+    /// Put buffers into this thread's pool (as far as it has room): each is recycled
+    /// when dropped, and the pool keeps those it has room for.
+    pub(crate) fn pool_fill(bufs: Vec<AlignedBuf>) {
+        drop(bufs);
+    }
+
+    /// This thread's recycled buffers, taken out of its pool: a helper thread that ends
+    /// hands them back to the thread that started it, whose pool they join when dropped.
+    pub(crate) fn pool_drain() -> Vec<AlignedBuf> {
+        let mut bufs = POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
+        bufs.iter_mut().for_each(|b| b.pooled = true);
+        bufs
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -40,6 +40,8 @@ fn knobs_take_effect_and_show_md_names() {
         ("batching", "0"),
         ("join_wait_us", "0"),
         ("join_wait_us", "2000"),
+        ("sync_threads", "1"),
+        ("sync_threads", "3"),
     ] {
         a.set_tunable(k, v).unwrap();
         assert_eq!(get(&a, k), v, "{k}");
@@ -67,6 +69,8 @@ fn bad_values_are_refused_and_change_nothing() {
         ("rmw_level", "3"),
         ("skip_copy", "2"),
         ("join_wait_us", "10000001"),
+        ("sync_threads", "0"),
+        ("sync_threads", "17"),
         ("group_thread_cnt", "-1"),
         ("no_such_knob", "1"),
     ] {
@@ -95,10 +99,13 @@ fn write_path_knobs_live_in_the_parity_level() {
     assert_eq!(t.rmw_level.load(Ordering::Relaxed), 2);
     assert!(!t.skip_copy.load(Ordering::Relaxed));
     assert!(!t.batching.load(Ordering::Relaxed));
-    assert_eq!(t.sync_batch_bytes.load(Ordering::Relaxed), 2 << 20);
+    assert_eq!(t.sync_batch_bytes.load(Ordering::Relaxed), 1 << 20);
+    a.set_tunable("sync_threads", "4").unwrap();
+    assert_eq!(t.sync_threads.load(Ordering::Relaxed), 4);
     for (level, disks) in [(Level::Raid0, 2), (Level::Raid1, 2), (Level::Raid10, 4)] {
         let m = array(level, disks);
         assert!(m.tuning().is_none(), "{level:?} has raid5's knobs");
         assert!(m.set_tunable("rmw_level", "0").is_err(), "{level:?}");
+        assert!(m.set_tunable("sync_threads", "1").is_err(), "{level:?}");
     }
 }

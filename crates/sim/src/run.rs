@@ -25,7 +25,28 @@ use uraid_engine::Array;
 use uraid_engine::ArrayError;
 use uraid_engine::Member;
 use uraid_engine::SlotState;
-use uraid_engine::{assemble, AssembleOptions};
+use uraid_engine::{AssembleOptions, AssembleReport};
+
+/// The engine's assemble, with the array's sync passes on one thread (below).
+fn assemble(
+    devs: Vec<Arc<dyn Member>>,
+    opts: &AssembleOptions,
+) -> Result<(Array, AssembleReport), ArrayError> {
+    let (a, rep) = uraid_engine::assemble(devs, opts)?;
+    one_sync_thread(&a);
+    Ok((a, rep))
+}
+
+/// raid4/5/6 sync passes run on two threads by default (`sync_threads`): the order of
+/// their member IO would differ between two runs of a seed, and with it which IO a
+/// scheduled fault hits. The simulator runs them on one; `tests/sync_threads.rs` tests
+/// the threads. (Mirrors and raid0 have no such tunable.)
+fn one_sync_thread(a: &Array) {
+    if let Some(t) = a.tuning() {
+        t.sync_threads
+            .store(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 mod lost_write;
 mod restart;
@@ -319,6 +340,7 @@ impl<'h> Simulator<'h> {
             .collect();
         let array = uraid_engine::create(devs, &cfg.create_options(uuid, world.engine_clock()))
             .map_err(|e| (world.clone(), format!("create failed: {e}")))?;
+        one_sync_thread(&array);
         let personality = array.personality().clone();
         let data_offset_bytes = array.slot(MemberIdx(0)).data_offset_bytes();
         let model = Model::new(array.size_bytes());

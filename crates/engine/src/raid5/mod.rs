@@ -66,6 +66,11 @@ pub struct Tuning {
     /// Member bytes per batched sync pass: each pass reads every member once and writes
     /// once, overlapped with the next pass's reads.
     pub sync_batch_bytes: AtomicUsize,
+    /// Threads that run batched sync passes side by side (uraid's own; md's sync has its
+    /// stripe state machine and async parity engines for the same overlap): one pass's
+    /// parity is computed while another's member IO runs. 1 runs every pass on the sync's
+    /// own thread. Default: 2 where the machine has two CPUs or more.
+    pub sync_threads: AtomicUsize,
     /// md's skip_copy: write straight from the caller's buffer instead of copying the new
     /// data into the stripe's buffers first. On by default (md's default is off): a write
     /// borrows its buffer as `&[u8]`, which nobody can change during the call, and uraid's
@@ -88,12 +93,22 @@ impl Default for Tuning {
         Tuning {
             batching: AtomicBool::new(true),
             rmw_level: AtomicU8::new(1),
-            sync_batch_bytes: AtomicUsize::new(2 << 20),
+            sync_batch_bytes: AtomicUsize::new(1 << 20),
+            sync_threads: AtomicUsize::new(default_sync_threads()),
             skip_copy: AtomicBool::new(true),
             join_wait_us: AtomicU64::new(DEFAULT_JOIN_WAIT_US),
         }
     }
 }
+
+/// `sync_threads`' default: 2 with two CPUs or more (measured in docs/PERFORMANCE.md,
+/// "Rebuild passes on two threads"), else 1.
+fn default_sync_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// `sync_threads`' largest value.
+pub const MAX_SYNC_THREADS: usize = 16;
 
 /// `join_wait_us`'s default.
 pub const DEFAULT_JOIN_WAIT_US: u64 = 500;

@@ -163,6 +163,10 @@ impl Personality for Raid5Pers {
                 t.join_wait_us.load(Ordering::Relaxed).to_string(),
             ),
             (
+                "sync_threads",
+                t.sync_threads.load(Ordering::Relaxed).to_string(),
+            ),
+            (
                 "consistency_policy",
                 if a.has_ppl() {
                     "ppl"
@@ -218,10 +222,21 @@ impl Personality for Raid5Pers {
                     super::MAX_JOIN_WAIT_US
                 ))),
             },
+            "sync_threads" => match num()? {
+                n @ 1..=super::MAX_SYNC_THREADS => {
+                    self.conf.tuning.sync_threads.store(n, Ordering::Relaxed);
+                    Ok(())
+                }
+                n => Err(ArrayError::Failed(format!(
+                    "sync_threads is 1..={}, not {n}",
+                    super::MAX_SYNC_THREADS
+                ))),
+            },
             "consistency_policy" => a.set_consistency_policy(value),
             _ => Err(ArrayError::Failed(format!(
                 "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \
-                 rmw_level, skip_copy, batching, join_wait_us, consistency_policy)"
+                 rmw_level, skip_copy, batching, join_wait_us, sync_threads, \
+                 consistency_policy)"
             ))),
         }
     }

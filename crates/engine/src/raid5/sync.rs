@@ -12,6 +12,7 @@ use crate::member_io::{member_byte, OpList};
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::Get;
 use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex};
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, MemberMap, Sector};
 
@@ -30,11 +31,14 @@ pub(crate) fn sync_range(
     max: u64,
     ctx: &SyncCtx,
 ) -> Result<(u64, u64), ArrayError> {
-    let (mode, targets) = (ctx.mode, ctx.targets);
     let cb = chunk_bytes(g);
     let end = (start + max.max(1)).min(g.stripes());
     let mut mismatches = 0u64;
     let batch = (a.r5().tuning.sync_batch_bytes.load(Ordering::Relaxed) / cb).max(1) as u64;
+    let threads = a.r5().tuning.sync_threads.load(Ordering::Relaxed).max(1);
+    if threads > 1 && batch >= 2 && end - start > batch {
+        return sync_passes_side_by_side(a, g, start, end, batch, threads, ctx);
+    }
     let mut next = start;
     // The previous pass, read and rebuilt, its writes not yet issued (stripes still locked).
     let mut pending: Option<SyncPass> = None;
@@ -85,82 +89,9 @@ pub(crate) fn sync_range(
         }
         let stripe = next;
         next += 1;
-        let map = g.stripe_map(stripe);
         // The recovery cursor moves only while the stripe's head is held (ctx.advance).
         let _head = a.r5().stripe_cache.get(stripe, Get::Wait);
-        // The bitmap counts member sectors for the parity levels.
-        let mut lo = if ctx.skip_clean && a.bitmap_clean(stripe * g.chunk_sectors, g.chunk_sectors)
-        {
-            cb
-        } else {
-            0
-        };
-        while lo < cb {
-            let hi = (lo + SYNC_ROWS_BYTES).min(cb);
-            let mut exclude: Vec<MemberIdx> = Vec::new();
-            let mut rows = loop {
-                match Rows::load(
-                    a,
-                    g,
-                    &map,
-                    stripe,
-                    lo,
-                    hi,
-                    &exclude,
-                    |_| true,
-                    &mut AlignedBuf::scratch,
-                ) {
-                    Ok(r) => break r,
-                    Err(failed) => {
-                        exclude.extend(failed);
-                        if lost_roles(a, &map, stripe, &exclude).len() > g.parity_disks() {
-                            for r in &exclude {
-                                a.member_error(
-                                    *r,
-                                    &std::io::Error::other("read error during sync"),
-                                );
-                            }
-                            return Err(no_redundancy(a, "sync"));
-                        }
-                    }
-                }
-            };
-            let lost = lost_roles(a, &map, stripe, &exclude);
-            let msec = g.member_sector(stripe, sectors(lo));
-            let mut ops = OpList::new();
-            let mut writes: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
-            if !lost.is_empty() {
-                // Rebuild what is missing (recovery targets, read errors).
-                rows.reconstruct(a, g, &map)?;
-                for r in lost.iter().filter(|r| targets.contains(r)) {
-                    let mut b = AlignedBuf::new(hi - lo);
-                    b.copy_from_slice(rows.get(*r));
-                    writes.push((*r, b));
-                }
-            } else {
-                mismatches += compare_rows(&mut rows, &map, hi - lo, mode, &mut writes);
-            }
-            for (r, b) in &writes {
-                let dev = if targets.contains(r) {
-                    a.slot(*r).device()
-                } else {
-                    a.usable(*r, stripe)
-                };
-                if let Some(dev) = dev {
-                    ops.write(a, dev, *r, Sector(msec), b);
-                }
-            }
-            ops.run(a);
-            // Read errors: the rebuilt block is written back and counted, as any read-error
-            // repair (md's fix_read_error: decaying count, bad block log, limit of 20).
-            for r in exclude.iter().filter(|r| !targets.contains(r)) {
-                if a.usable(*r, stripe).is_some() {
-                    a.repair_read(*r, msec, rows.get(*r));
-                }
-            }
-            lo = hi;
-        }
-        ctx.advance(a, stripe + 1);
+        mismatches += sync_stripe(a, g, stripe, ctx)?;
     }
     if let Some(p) = pending.take() {
         p.complete(a, g, ctx);
@@ -168,12 +99,266 @@ pub(crate) fn sync_range(
     Ok((end - start, mismatches))
 }
 
+/// The passes of [start, end) shared by `threads` threads (this one and helpers), each
+/// thread running whole passes on its own: take the next pass's heads, read, rebuild or
+/// compare, write. One pass's parity is computed while another's member IO runs, and
+/// every member has IO queued all the time (md gets the same overlap from its stripe
+/// state machine and async parity engines).
+///
+/// The cursor still moves in order. A pass done early waits, holding its heads, for the
+/// pass before it to move the cursor; it only ever waits for an earlier pass, which holds
+/// every head it needs and waits on nobody later, so no cycle can form. Passes take
+/// their heads in order under one lock, the first head waited for and the rest only if at
+/// hand, while their thread holds no other head ([`take_run`]).
+fn sync_passes_side_by_side(
+    a: &Array,
+    g: &ParityGeometry,
+    start: u64,
+    end: u64,
+    batch: u64,
+    threads: usize,
+    ctx: &SyncCtx,
+) -> Result<(u64, u64), ArrayError> {
+    let passes = Passes {
+        end,
+        batch,
+        next: Mutex::new(start),
+        turn: Mutex::new(Turn {
+            done: start,
+            mismatches: 0,
+            failed: None,
+        }),
+        moved: Condvar::new(),
+    };
+    std::thread::scope(|sc| {
+        let mut helpers = Vec::new();
+        for _ in 1..threads {
+            // The helper starts with a share of this thread's recycled buffers and hands
+            // back its own when it ends: otherwise every step's helper would allocate (and
+            // fault in) its passes' buffers afresh.
+            let seed = AlignedBuf::pool_split();
+            let passes = &passes;
+            helpers.push(sc.spawn(move || {
+                AlignedBuf::pool_fill(seed);
+                passes.run(a, g, ctx);
+                AlignedBuf::pool_drain()
+            }));
+        }
+        passes.run(a, g, ctx);
+        for h in helpers {
+            // Joined here so that the buffers drop on this thread, into its pool.
+            match h.join() {
+                Ok(bufs) => drop(bufs),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    let turn = passes.turn.into_inner().unwrap_or_else(|e| e.into_inner());
+    match turn.failed {
+        Some(e) => Err(e),
+        None => Ok((end - start, turn.mismatches)),
+    }
+}
+
+/// Shared by the threads of [`sync_passes_side_by_side`].
+struct Passes {
+    end: u64,
+    /// Stripes per pass.
+    batch: u64,
+    /// The first stripe of the next pass to take (its lock is held while taking heads).
+    next: Mutex<u64>,
+    turn: Mutex<Turn>,
+    /// `turn` changed.
+    moved: Condvar,
+}
+
+struct Turn {
+    /// Every stripe before this one is synced and the cursor moved past it.
+    done: u64,
+    mismatches: u64,
+    /// The first error; every thread stops at its next pass.
+    failed: Option<ArrayError>,
+}
+
+impl Passes {
+    fn lock_turn(&self) -> std::sync::MutexGuard<'_, Turn> {
+        self.turn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take passes in order and run each, until none is left or one failed.
+    fn run(&self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
+        loop {
+            let (first, heads) = {
+                let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+                if *next >= self.end || self.lock_turn().failed.is_some() {
+                    return;
+                }
+                let first = *next;
+                let want = self.batch.min(self.end - first) as usize;
+                let heads = take_run(a, first, want, Get::Wait).expect("Get::Wait gives a head");
+                *next = first + heads.len() as u64;
+                (first, heads)
+            };
+            if !self.run_pass(a, g, ctx, first, heads) {
+                return;
+            }
+        }
+    }
+
+    /// Run one pass on the heads of its stripes; false when the sync failed.
+    fn run_pass(
+        &self,
+        a: &Array,
+        g: &ParityGeometry,
+        ctx: &SyncCtx,
+        first: u64,
+        heads: Vec<StripeHead<'_>>,
+    ) -> bool {
+        let k = heads.len() as u64;
+        let mut pass = SyncPass::plan(a, g, ctx, first, k, heads);
+        let read_ok = pass.queue_reads(a, g, OpList::new());
+        let rebuilt = if read_ok {
+            let r = pass.rebuild(a, g, ctx);
+            if r.is_ok() {
+                let mut ops = OpList::new();
+                pass.queue_writes(a, g, ctx, &mut ops);
+                ops.run(a);
+            }
+            Some(r)
+        } else {
+            None
+        };
+        // Wait for the passes before this one: the cursor moves in order.
+        {
+            let mut t = self.lock_turn();
+            while t.done != first && t.failed.is_none() {
+                t = self.moved.wait(t).unwrap_or_else(|e| e.into_inner());
+            }
+            if t.failed.is_some() {
+                return false;
+            }
+        }
+        let outcome = match rebuilt {
+            Some(Ok(m)) => {
+                // Its writes completed (a failed write has failed its member): the cursor
+                // moves past its stripes before their heads go.
+                ctx.advance(a, first + k);
+                Ok(m)
+            }
+            Some(Err(e)) => Err(e),
+            // A read failed: stripe by stripe, row by row, on the heads the pass holds.
+            None => {
+                let _heads = pass.into_heads();
+                (first..first + k).try_fold(0, |m, s| Ok(m + sync_stripe(a, g, s, ctx)?))
+            }
+        };
+        let mut t = self.lock_turn();
+        let ok = match outcome {
+            Ok(m) => {
+                t.mismatches += m;
+                t.done = first + k;
+                true
+            }
+            Err(e) => {
+                t.failed.get_or_insert(e);
+                false
+            }
+        };
+        self.moved.notify_all();
+        ok
+    }
+}
+
+/// Sync one stripe row by row (the caller holds its head), then move the cursor past it.
+/// Returns mismatched sectors. Read errors are answered from redundancy and repaired.
+fn sync_stripe(
+    a: &Array,
+    g: &ParityGeometry,
+    stripe: u64,
+    ctx: &SyncCtx,
+) -> Result<u64, ArrayError> {
+    let (mode, targets) = (ctx.mode, ctx.targets);
+    let cb = chunk_bytes(g);
+    let map = g.stripe_map(stripe);
+    let mut mismatches = 0u64;
+    // The bitmap counts member sectors for the parity levels.
+    let mut lo = if ctx.skip_clean && a.bitmap_clean(stripe * g.chunk_sectors, g.chunk_sectors) {
+        cb
+    } else {
+        0
+    };
+    while lo < cb {
+        let hi = (lo + SYNC_ROWS_BYTES).min(cb);
+        let mut exclude: Vec<MemberIdx> = Vec::new();
+        let mut rows = loop {
+            match Rows::load(
+                a,
+                g,
+                &map,
+                stripe,
+                lo,
+                hi,
+                &exclude,
+                |_| true,
+                &mut AlignedBuf::scratch,
+            ) {
+                Ok(r) => break r,
+                Err(failed) => {
+                    exclude.extend(failed);
+                    if lost_roles(a, &map, stripe, &exclude).len() > g.parity_disks() {
+                        for r in &exclude {
+                            a.member_error(*r, &std::io::Error::other("read error during sync"));
+                        }
+                        return Err(no_redundancy(a, "sync"));
+                    }
+                }
+            }
+        };
+        let lost = lost_roles(a, &map, stripe, &exclude);
+        let msec = g.member_sector(stripe, sectors(lo));
+        let mut ops = OpList::new();
+        let mut writes: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+        if !lost.is_empty() {
+            // Rebuild what is missing (recovery targets, read errors).
+            rows.reconstruct(a, g, &map)?;
+            for r in lost.iter().filter(|r| targets.contains(r)) {
+                let mut b = AlignedBuf::new(hi - lo);
+                b.copy_from_slice(rows.get(*r));
+                writes.push((*r, b));
+            }
+        } else {
+            mismatches += compare_rows(&mut rows, &map, hi - lo, mode, &mut writes);
+        }
+        for (r, b) in &writes {
+            let dev = if targets.contains(r) {
+                a.slot(*r).device()
+            } else {
+                a.usable(*r, stripe)
+            };
+            if let Some(dev) = dev {
+                ops.write(a, dev, *r, Sector(msec), b);
+            }
+        }
+        ops.run(a);
+        // Read errors: the rebuilt block is written back and counted, as any read-error
+        // repair (md's fix_read_error: decaying count, bad block log, limit of 20).
+        for r in exclude.iter().filter(|r| !targets.contains(r)) {
+            if a.usable(*r, stripe).is_some() {
+                a.repair_read(*r, msec, rows.get(*r));
+            }
+        }
+        lo = hi;
+    }
+    ctx.advance(a, stripe + 1);
+    Ok(mismatches)
+}
+
 /// `k` whole stripes from `first` synced in one pass: read (every member once), rebuilt or
 /// compared, then written; the stripes' heads are held from the read until the writes complete.
 struct SyncPass<'a> {
     first: u64,
     k: u64,
-    _heads: Vec<StripeHead<'a>>,
+    heads: Vec<StripeHead<'a>>,
     stripes: Vec<u64>,
     maps: Vec<StripeMap>,
     rows: Vec<Rows>,
@@ -231,7 +416,7 @@ impl<'a> SyncPass<'a> {
         SyncPass {
             first,
             k,
-            _heads: heads,
+            heads,
             stripes,
             maps,
             rows,
@@ -318,6 +503,11 @@ impl<'a> SyncPass<'a> {
                 ops.write(a, dev, *role, Sector(g.member_sector(*s, 0)), b);
             }
         }
+    }
+
+    /// The heads of its stripes, its buffers dropped.
+    fn into_heads(self) -> Vec<StripeHead<'a>> {
+        self.heads
     }
 
     /// Write the pass (with whatever `ops` holds) and move the cursor past it.
