@@ -11,8 +11,8 @@
 //! sparse file members the rest stays a hole on every member, which the recovery zeroes on
 //! the new member instead of rebuilding it (memory members cannot tell holes).
 //!
-//! For raid5 (4 disks) and raid6 (6 disks), on memory members and on file members: fill the
-//! array, then time
+//! For raid5 (4 disks), raid6 (6 disks), raid1 (2 disks) and raid10 (4 disks, near 2), on
+//! memory members and on file members: fill the array, then time
 //! - a sequential read of one whole member (the goal's reference: rebuild at 0.8x of it);
 //! - the data movement a rebuild cannot avoid: every surviving member read and the new one
 //!   written, all at once (one thread each). Members that share a device (files on one disk,
@@ -71,17 +71,20 @@ fn run(
     label: &str,
 ) {
     let mut o = CreateOptions::new(level);
-    o.chunk_sectors = Some(1024);
+    if level != Level::Raid1 {
+        o.chunk_sectors = Some(1024);
+    }
     o.assume_clean = true;
     let a = uraid_engine::create(members.iter().map(|m| Some(m.clone())).collect(), &o).unwrap();
     if let Some(kib) = std::env::var("URAID_SYNC_BATCH_KIB")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        a.tuning()
-            .expect("raid4/5/6")
-            .sync_batch_bytes
-            .store(kib << 10, std::sync::atomic::Ordering::Relaxed);
+        // raid4/5/6 only: the mirrors sync in pieces of md's RESYNC_STEP.
+        if let Some(t) = a.tuning() {
+            t.sync_batch_bytes
+                .store(kib << 10, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     if let Ok(n) = std::env::var("URAID_SYNC_THREADS") {
         a.set_tunable("sync_threads", &n).unwrap();
@@ -108,7 +111,7 @@ fn run(
         off += n as u64;
     }
     a.flush().unwrap();
-    let raw = raw_read_mb_s(members[2].as_ref());
+    let raw = raw_read_mb_s(members[0].as_ref());
     let first = spare(0);
     overwrite(first.as_ref());
     let survivors: Vec<Arc<dyn Member>> = members
@@ -169,7 +172,12 @@ fn main() {
         "| members | array | rebuilt | one member read MB/s | all read + one written at once, MB/s per member | rebuild MB/s, median (each run) | ratio to one member | ratio to all at once |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for (level, disks) in [(Level::Raid5, 4usize), (Level::Raid6, 6)] {
+    for (level, disks) in [
+        (Level::Raid5, 4usize),
+        (Level::Raid6, 6),
+        (Level::Raid1, 2),
+        (Level::Raid10, 4),
+    ] {
         let mems: Vec<Arc<dyn Member>> = (0..disks)
             .map(|i| Arc::new(MemMember::new(format!("m{i}"), size)) as Arc<dyn Member>)
             .collect();

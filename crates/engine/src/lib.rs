@@ -96,6 +96,7 @@ mod events;
 mod file;
 mod grow;
 mod identity;
+mod in_order;
 mod io_engine;
 mod levels;
 mod member;

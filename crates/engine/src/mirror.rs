@@ -18,7 +18,7 @@ use crate::error::ArrayError;
 use crate::member::Member;
 use crate::member_io::OpList;
 use crate::read_balance;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use uraid_core::{MemberIdx, MemberMap, Sector, SECTOR_BYTES};
 
@@ -36,6 +36,9 @@ pub(crate) struct MirrorConf {
     heads: MemberMap<read_balance::Head>,
     /// Reads avoid write-mostly members (raid1; md's raid10 does not look at the flag).
     honour_write_mostly: bool,
+    /// Threads that sync pieces side by side (uraid's own tunable, as raid4/5/6's; see
+    /// `in_order`): one piece's write runs while the next one's read does.
+    pub(crate) sync_threads: AtomicUsize,
 }
 
 impl MirrorConf {
@@ -45,6 +48,35 @@ impl MirrorConf {
             locks: (0..LOCK_BUCKETS).map(|_| Mutex::new(())).collect(),
             heads: MemberMap::from_fn(raid_disks, |_| Default::default()),
             honour_write_mostly,
+            sync_threads: AtomicUsize::new(crate::in_order::default_sync_threads()),
+        }
+    }
+
+    /// The mirrors' run-time knobs (`Personality::tunables`).
+    pub(crate) fn tunables(&self) -> Vec<(&'static str, String)> {
+        vec![(
+            "sync_threads",
+            self.sync_threads.load(Ordering::Relaxed).to_string(),
+        )]
+    }
+
+    /// Set one of the mirrors' knobs (`Personality::set_tunable`).
+    pub(crate) fn set_tunable(&self, a: &Array, name: &str, value: &str) -> Result<(), ArrayError> {
+        let max = crate::in_order::MAX_SYNC_THREADS;
+        match name {
+            "sync_threads" => match value.trim().parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => {
+                    self.sync_threads.store(n, Ordering::Relaxed);
+                    Ok(())
+                }
+                _ => Err(ArrayError::Failed(format!(
+                    "sync_threads is 1..={max}, not {value:?}"
+                ))),
+            },
+            _ => Err(ArrayError::Failed(format!(
+                "{} has no tunable {name} (known: sync_threads)",
+                a.level()
+            ))),
         }
     }
 
@@ -320,7 +352,8 @@ pub(crate) fn sync_piece(
     // A copy whose member failed meanwhile (the hole checks above are IO) is left out, as
     // md skips a Faulty rdev; the state check takes no lock.
     valid.retain(|(role, _, _)| a.slot(*role).is_usable(unit));
-    let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::new(len)).collect();
+    // Recycled buffers: every byte is read into, and a copy whose read failed is not used.
+    let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::scratch(len)).collect();
     let mut ops = OpList::new();
     for ((role, msec, dev), b) in valid.iter().zip(bufs.iter_mut()) {
         ops.read(a, dev.clone(), *role, Sector(*msec), b);

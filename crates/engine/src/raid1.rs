@@ -3,7 +3,9 @@
 
 use crate::array::{Array, Personality, ZeroKind};
 use crate::error::ArrayError;
+use crate::in_order::in_order;
 use crate::mirror::{self, bytes, MirrorConf, SyncCtx, RESYNC_STEP_SECTORS};
+use std::sync::atomic::{AtomicU64, Ordering};
 use uraid_core::geometry::Raid1;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
@@ -113,32 +115,49 @@ pub(crate) fn sync_range(
 ) -> Result<(u64, u64), ArrayError> {
     let total = a.personality().array_sectors();
     let end = (start + max).min(total);
-    let mut mismatches = 0;
+    let mismatches = AtomicU64::new(0);
     let mut s = start;
-    while s < end {
-        let n = RESYNC_STEP_SECTORS
-            .min(REGION_SECTORS - s % REGION_SECTORS)
-            .min(end - s);
-        // md's raise_barrier: no request is inside this piece's barrier unit meanwhile, and
-        // the recovery cursor moves before the barrier drops.
-        let _raised = c.barriers.raise(s / BARRIER_UNIT_SECTORS);
-        let skip = ctx.skip_clean && a.bitmap_clean(s, n);
-        if !skip
-            && mirror::sync_piece(
+    // Pieces side by side on the sync threads (`in_order`): one piece's write while the
+    // next one's read runs; the cursor moves in order.
+    in_order(
+        c.sync_threads.load(Ordering::Relaxed),
+        || {
+            if s >= end {
+                return None;
+            }
+            let n = RESYNC_STEP_SECTORS
+                .min(REGION_SECTORS - s % REGION_SECTORS)
+                .min(end - s);
+            // md's raise_barrier: no request is inside this piece's barrier unit meanwhile,
+            // and the recovery cursor moves before the barrier drops.
+            let raised = c.barriers.raise(s / BARRIER_UNIT_SECTORS);
+            s += n;
+            Some((s - n, n, raised))
+        },
+        |&mut (s, n, _)| {
+            let skip = ctx.skip_clean && a.bitmap_clean(s, n);
+            if skip {
+                return Ok(false);
+            }
+            mirror::sync_piece(
                 a,
                 &copies(a, s),
                 unit(s, bytes(n)),
                 bytes(n),
                 ctx.mode,
                 ctx.targets,
-            )?
-        {
-            mismatches += n;
-        }
-        ctx.advance(a, s + n);
-        s += n;
-    }
-    Ok((s - start, mismatches))
+            )
+        },
+        |(s, n, raised), differed| {
+            if differed? {
+                mismatches.fetch_add(n, Ordering::Relaxed);
+            }
+            ctx.advance(a, s + n);
+            drop(raised);
+            Ok(())
+        },
+    )?;
+    Ok((end - start, mismatches.into_inner()))
 }
 
 /// raid1's conf (md's r1conf): the mirror's barriers, write locks and read heads.
@@ -212,6 +231,14 @@ impl Personality for Raid1Conf {
 
     fn survives(&self, missing: &[MemberIdx]) -> bool {
         missing.len() < self.map.raid_disks
+    }
+
+    fn tunables(&self, _a: &Array) -> Vec<(&'static str, String)> {
+        self.mirror.tunables()
+    }
+
+    fn set_tunable(&self, a: &Array, name: &str, value: &str) -> Result<(), ArrayError> {
+        self.mirror.set_tunable(a, name, value)
     }
 
     fn max_degraded(&self) -> usize {

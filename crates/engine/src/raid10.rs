@@ -3,7 +3,9 @@
 
 use crate::array::{Array, Personality, ZeroKind};
 use crate::error::ArrayError;
+use crate::in_order::in_order;
 use crate::mirror::{self, bytes, MirrorConf, SyncCtx};
+use std::sync::atomic::{AtomicU64, Ordering};
 use uraid_core::geometry::Raid10;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
@@ -87,23 +89,55 @@ pub(crate) fn sync_range(
 ) -> Result<(u64, u64), ArrayError> {
     let total = g.array_sectors();
     let end = (start + max.max(g.chunk_sectors)).min(total);
-    let mut mismatches = 0;
+    let mismatches = AtomicU64::new(0);
     let mut s = start;
-    while s < end {
-        let m = g.map(s);
-        let n = m.contiguous_sectors.min(total - s);
-        let chunk = s / g.chunk_sectors;
-        let _raised = c.barriers.raise(chunk);
-        let skip = ctx.skip_clean && a.bitmap_clean(s, n);
-        if !skip && mirror::sync_piece(a, &m.copies, chunk, bytes(n), ctx.mode, ctx.targets)? {
-            mismatches += n;
-        }
-        s += n;
-        if s.is_multiple_of(g.chunk_sectors) {
-            ctx.advance(a, s / g.chunk_sectors);
-        }
-    }
-    Ok((s - start, mismatches))
+    // Pieces side by side on the sync threads (`in_order`); the cursor moves in order.
+    // An item is one piece to sync, after the pieces before it that need nothing.
+    in_order(
+        c.sync_threads.load(Ordering::Relaxed),
+        || {
+            let from = s;
+            while s < end {
+                let m = g.map(s);
+                let n = m.contiguous_sectors.min(total - s);
+                // A recovery rebuilds its targets only, as md's raid10 recovery does: a
+                // chunk with no copy on a target is passed over (comparing copies is a
+                // resync's job), and taken with the next piece that needs work, so that
+                // every item gives a thread something to do.
+                let needed =
+                    ctx.targets.is_empty() || m.copies.iter().any(|(r, _)| ctx.targets.contains(r));
+                s += n;
+                if needed {
+                    let raised = c.barriers.raise((s - n) / g.chunk_sectors);
+                    return Some((s - n, n, Some((m.copies, raised))));
+                }
+            }
+            // Only pieces that need nothing were left: the cursor still passes them.
+            (s > from).then_some((s, 0, None))
+        },
+        |(s, n, piece)| {
+            let Some((copies, _)) = piece else {
+                return Ok(false);
+            };
+            if ctx.skip_clean && a.bitmap_clean(*s, *n) {
+                return Ok(false);
+            }
+            let chunk = *s / g.chunk_sectors;
+            mirror::sync_piece(a, copies, chunk, bytes(*n), ctx.mode, ctx.targets)
+        },
+        |(s, n, piece), differed| {
+            if differed? {
+                mismatches.fetch_add(n, Ordering::Relaxed);
+            }
+            if (s + n).is_multiple_of(g.chunk_sectors) {
+                ctx.advance(a, (s + n) / g.chunk_sectors);
+            }
+            // The barrier drops after the cursor has moved.
+            drop(piece);
+            Ok(())
+        },
+    )?;
+    Ok((s - start, mismatches.into_inner()))
 }
 
 /// raid10's conf (md's r10conf): the mirror's barriers, write locks and read heads.
@@ -213,6 +247,14 @@ impl Personality for Raid10Conf {
 
     fn survives(&self, missing: &[MemberIdx]) -> bool {
         self.map.survives(missing)
+    }
+
+    fn tunables(&self, _a: &Array) -> Vec<(&'static str, String)> {
+        self.mirror.tunables()
+    }
+
+    fn set_tunable(&self, a: &Array, name: &str, value: &str) -> Result<(), ArrayError> {
+        self.mirror.set_tunable(a, name, value)
     }
 
     fn max_degraded(&self) -> usize {

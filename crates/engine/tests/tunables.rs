@@ -80,10 +80,17 @@ fn bad_values_are_refused_and_change_nothing() {
     assert_eq!(get(&a, "stripe_cache_size"), "256");
     assert_eq!(get(&a, "rmw_level"), "1");
     assert_eq!(get(&a, "skip_copy"), "1");
-    // Mirrors have no stripe cache.
+    // Mirrors have no stripe cache; their one knob is the sync threads.
     let m = array(Level::Raid1, 2);
     assert!(m.set_tunable("stripe_cache_size", "512").is_err());
-    assert!(m.tunables().is_empty());
+    let default = default_sync_threads();
+    assert_eq!(m.tunables(), vec![("sync_threads", default.to_string())]);
+    m.set_tunable("sync_threads", "3").unwrap();
+    assert_eq!(get(&m, "sync_threads"), "3");
+    for bad in ["0", "17", "two"] {
+        let e = m.set_tunable("sync_threads", bad).unwrap_err();
+        assert!(e.to_string().contains("sync_threads"), "{bad}: {e}");
+    }
 }
 
 /// The write-path knobs are raid4/5/6's, kept in the level's conf: `set_tunable` reaches
@@ -106,6 +113,15 @@ fn write_path_knobs_live_in_the_parity_level() {
         let m = array(level, disks);
         assert!(m.tuning().is_none(), "{level:?} has raid5's knobs");
         assert!(m.set_tunable("rmw_level", "0").is_err(), "{level:?}");
-        assert!(m.set_tunable("sync_threads", "1").is_err(), "{level:?}");
+        assert_eq!(
+            m.set_tunable("sync_threads", "1").is_ok(),
+            level != Level::Raid0,
+            "{level:?}: the mirrors have sync threads, raid0 has no sync"
+        );
     }
+}
+
+/// What `sync_threads` starts at: 2 on a machine with two CPUs or more.
+fn default_sync_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }

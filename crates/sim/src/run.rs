@@ -37,14 +37,18 @@ fn assemble(
     Ok((a, rep))
 }
 
-/// raid4/5/6 sync passes run on two threads by default (`sync_threads`): the order of
+/// Sync passes and pieces run on two threads by default (`sync_threads`): the order of
 /// their member IO would differ between two runs of a seed, and with it which IO a
 /// scheduled fault hits. The simulator runs them on one; `tests/sync_threads.rs` tests
-/// the threads. (Mirrors and raid0 have no such tunable.)
+/// the threads.
 fn one_sync_thread(a: &Array) {
     if let Some(t) = a.tuning() {
+        // raid4/5/6, also while a reshape's personality answers `set_tunable`.
         t.sync_threads
             .store(1, std::sync::atomic::Ordering::Relaxed);
+    } else {
+        // raid1 and raid10 take it; raid0 (no sync) and a reshaping raid10 refuse it.
+        let _ = a.set_tunable("sync_threads", "1");
     }
 }
 

@@ -94,21 +94,12 @@ impl Default for Tuning {
             batching: AtomicBool::new(true),
             rmw_level: AtomicU8::new(1),
             sync_batch_bytes: AtomicUsize::new(1 << 20),
-            sync_threads: AtomicUsize::new(default_sync_threads()),
+            sync_threads: AtomicUsize::new(crate::in_order::default_sync_threads()),
             skip_copy: AtomicBool::new(true),
             join_wait_us: AtomicU64::new(DEFAULT_JOIN_WAIT_US),
         }
     }
 }
-
-/// `sync_threads`' default: 2 with two CPUs or more (measured in docs/PERFORMANCE.md,
-/// "Rebuild passes on two threads"), else 1.
-fn default_sync_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
-}
-
-/// `sync_threads`' largest value.
-pub const MAX_SYNC_THREADS: usize = 16;
 
 /// `join_wait_us`'s default.
 pub const DEFAULT_JOIN_WAIT_US: u64 = 500;

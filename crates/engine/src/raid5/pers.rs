@@ -223,13 +223,13 @@ impl Personality for Raid5Pers {
                 ))),
             },
             "sync_threads" => match num()? {
-                n @ 1..=super::MAX_SYNC_THREADS => {
+                n @ 1..=crate::in_order::MAX_SYNC_THREADS => {
                     self.conf.tuning.sync_threads.store(n, Ordering::Relaxed);
                     Ok(())
                 }
                 n => Err(ArrayError::Failed(format!(
                     "sync_threads is 1..={}, not {n}",
-                    super::MAX_SYNC_THREADS
+                    crate::in_order::MAX_SYNC_THREADS
                 ))),
             },
             "consistency_policy" => a.set_consistency_policy(value),

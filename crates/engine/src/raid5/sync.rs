@@ -8,11 +8,11 @@ use super::{chunk_bytes, lost_roles, sectors, stripe_roles};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
+use crate::in_order::in_order;
 use crate::member_io::{member_byte, OpList};
 use crate::mirror::{SyncCtx, SyncMode};
 use crate::stripe_cache::Get;
-use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{MemberIdx, MemberMap, Sector};
 
@@ -99,17 +99,11 @@ pub(crate) fn sync_range(
     Ok((end - start, mismatches))
 }
 
-/// The passes of [start, end) shared by `threads` threads (this one and helpers), each
-/// thread running whole passes on its own: take the next pass's heads, read, rebuild or
-/// compare, write. One pass's parity is computed while another's member IO runs, and
-/// every member has IO queued all the time (md gets the same overlap from its stripe
-/// state machine and async parity engines).
-///
-/// The cursor still moves in order. A pass done early waits, holding its heads, for the
-/// pass before it to move the cursor; it only ever waits for an earlier pass, which holds
-/// every head it needs and waits on nobody later, so no cycle can form. Passes take
-/// their heads in order under one lock, the first head waited for and the rest only if at
-/// hand, while their thread holds no other head ([`take_run`]).
+/// The passes of [start, end) on `threads` threads ([`in_order`]): each thread runs
+/// whole passes (take the next pass's heads, read, rebuild or compare, write), so one
+/// pass's parity is computed while another's member IO runs. A pass's heads are taken in
+/// order, the first waited for and the rest only if at hand, while its thread holds no
+/// other head ([`take_run`]); the pass keeps them until its turn has moved the cursor.
 fn sync_passes_side_by_side(
     a: &Array,
     g: &ParityGeometry,
@@ -119,154 +113,57 @@ fn sync_passes_side_by_side(
     threads: usize,
     ctx: &SyncCtx,
 ) -> Result<(u64, u64), ArrayError> {
-    let passes = Passes {
-        end,
-        batch,
-        next: Mutex::new(start),
-        turn: Mutex::new(Turn {
-            done: start,
-            mismatches: 0,
-            failed: None,
-        }),
-        moved: Condvar::new(),
-    };
-    std::thread::scope(|sc| {
-        let mut helpers = Vec::new();
-        for _ in 1..threads {
-            // The helper starts with a share of this thread's recycled buffers and hands
-            // back its own when it ends: otherwise every step's helper would allocate (and
-            // fault in) its passes' buffers afresh.
-            let seed = AlignedBuf::pool_split();
-            let passes = &passes;
-            helpers.push(sc.spawn(move || {
-                AlignedBuf::pool_fill(seed);
-                passes.run(a, g, ctx);
-                AlignedBuf::pool_drain()
-            }));
-        }
-        passes.run(a, g, ctx);
-        for h in helpers {
-            // Joined here so that the buffers drop on this thread, into its pool.
-            match h.join() {
-                Ok(bufs) => drop(bufs),
-                Err(panic) => std::panic::resume_unwind(panic),
+    let mismatches = AtomicU64::new(0);
+    let mut next = start;
+    in_order(
+        threads,
+        || {
+            if next >= end {
+                return None;
             }
-        }
-    });
-    let turn = passes.turn.into_inner().unwrap_or_else(|e| e.into_inner());
-    match turn.failed {
-        Some(e) => Err(e),
-        None => Ok((end - start, turn.mismatches)),
-    }
-}
-
-/// Shared by the threads of [`sync_passes_side_by_side`].
-struct Passes {
-    end: u64,
-    /// Stripes per pass.
-    batch: u64,
-    /// The first stripe of the next pass to take (its lock is held while taking heads).
-    next: Mutex<u64>,
-    turn: Mutex<Turn>,
-    /// `turn` changed.
-    moved: Condvar,
-}
-
-struct Turn {
-    /// Every stripe before this one is synced and the cursor moved past it.
-    done: u64,
-    mismatches: u64,
-    /// The first error; every thread stops at its next pass.
-    failed: Option<ArrayError>,
-}
-
-impl Passes {
-    fn lock_turn(&self) -> std::sync::MutexGuard<'_, Turn> {
-        self.turn.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Take passes in order and run each, until none is left or one failed.
-    fn run(&self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
-        loop {
-            let (first, heads) = {
-                let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
-                if *next >= self.end || self.lock_turn().failed.is_some() {
-                    return;
+            let want = batch.min(end - next) as usize;
+            let heads = take_run(a, next, want, Get::Wait).expect("Get::Wait gives a head");
+            let first = next;
+            next += heads.len() as u64;
+            Some((first, heads))
+        },
+        |(first, heads)| {
+            let k = heads.len() as u64;
+            let mut pass = SyncPass::plan(a, g, ctx, *first, k, std::mem::take(heads));
+            let rebuilt = pass.queue_reads(a, g, OpList::new()).then(|| {
+                let r = pass.rebuild(a, g, ctx);
+                if r.is_ok() {
+                    let mut ops = OpList::new();
+                    pass.queue_writes(a, g, ctx, &mut ops);
+                    ops.run(a);
                 }
-                let first = *next;
-                let want = self.batch.min(self.end - first) as usize;
-                let heads = take_run(a, first, want, Get::Wait).expect("Get::Wait gives a head");
-                *next = first + heads.len() as u64;
-                (first, heads)
-            };
-            if !self.run_pass(a, g, ctx, first, heads) {
-                return;
-            }
-        }
-    }
-
-    /// Run one pass on the heads of its stripes; false when the sync failed.
-    fn run_pass(
-        &self,
-        a: &Array,
-        g: &ParityGeometry,
-        ctx: &SyncCtx,
-        first: u64,
-        heads: Vec<StripeHead<'_>>,
-    ) -> bool {
-        let k = heads.len() as u64;
-        let mut pass = SyncPass::plan(a, g, ctx, first, k, heads);
-        let read_ok = pass.queue_reads(a, g, OpList::new());
-        let rebuilt = if read_ok {
-            let r = pass.rebuild(a, g, ctx);
-            if r.is_ok() {
-                let mut ops = OpList::new();
-                pass.queue_writes(a, g, ctx, &mut ops);
-                ops.run(a);
-            }
-            Some(r)
-        } else {
-            None
-        };
-        // Wait for the passes before this one: the cursor moves in order.
-        {
-            let mut t = self.lock_turn();
-            while t.done != first && t.failed.is_none() {
-                t = self.moved.wait(t).unwrap_or_else(|e| e.into_inner());
-            }
-            if t.failed.is_some() {
-                return false;
-            }
-        }
-        let outcome = match rebuilt {
-            Some(Ok(m)) => {
+                r
+            });
+            (pass, rebuilt)
+        },
+        |(first, _), (pass, rebuilt)| {
+            let k = pass.k;
+            let m = match rebuilt {
                 // Its writes completed (a failed write has failed its member): the cursor
                 // moves past its stripes before their heads go.
-                ctx.advance(a, first + k);
-                Ok(m)
-            }
-            Some(Err(e)) => Err(e),
-            // A read failed: stripe by stripe, row by row, on the heads the pass holds.
-            None => {
-                let _heads = pass.into_heads();
-                (first..first + k).try_fold(0, |m, s| Ok(m + sync_stripe(a, g, s, ctx)?))
-            }
-        };
-        let mut t = self.lock_turn();
-        let ok = match outcome {
-            Ok(m) => {
-                t.mismatches += m;
-                t.done = first + k;
-                true
-            }
-            Err(e) => {
-                t.failed.get_or_insert(e);
-                false
-            }
-        };
-        self.moved.notify_all();
-        ok
-    }
+                Some(r) => {
+                    let m = r?;
+                    ctx.advance(a, first + k);
+                    m
+                }
+                // A read failed: stripe by stripe, row by row, on the heads the pass holds.
+                None => {
+                    let _heads = pass.into_heads();
+                    (first..first + k).try_fold(0, |m, s| {
+                        Ok::<_, ArrayError>(m + sync_stripe(a, g, s, ctx)?)
+                    })?
+                }
+            };
+            mismatches.fetch_add(m, Ordering::Relaxed);
+            Ok(())
+        },
+    )?;
+    Ok((end - start, mismatches.into_inner()))
 }
 
 /// Sync one stripe row by row (the caller holds its head), then move the cursor past it.

@@ -1,0 +1,215 @@
+//! Work taken in order, done on several threads at once, committed in order: the shape of
+//! every sync loop (raid4/5/6 passes in `raid5/sync.rs`, raid1 and raid10 pieces), so that
+//! one piece's member IO runs while another's is read, compared or rebuilt, and members
+//! whose IO is a copy by the calling thread (memory, the page cache) are copied by every
+//! CPU. md gets the same overlap from many sync requests in flight (RESYNC_DEPTH) and
+//! from its stripe state machine.
+//!
+//! The recovery cursor must still move in order, so an item that is done early waits for
+//! its turn, holding what it took (stripe heads, a raised barrier). That cannot deadlock
+//! as long as an item never waits on a later one: items are taken in order by one thread
+//! at a time, and the earliest item not committed waits on nobody.
+
+use crate::buf::AlignedBuf;
+use crate::error::ArrayError;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// The number of sync threads by default: 2 with two CPUs or more (measured in
+/// docs/PERFORMANCE.md, "Rebuild passes on two threads"), else 1.
+pub(crate) fn default_sync_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// The largest number of sync threads accepted.
+pub const MAX_SYNC_THREADS: usize = 16;
+
+/// Run items on `threads` threads: this one and `threads - 1` scoped helpers.
+///
+/// - `take` gives the next item (None when there is none), called by one thread at a time,
+///   in item order; it may wait (for a stripe head, a barrier), but only on earlier items
+///   or on requests, never on a later item.
+/// - `work` runs on the items side by side.
+/// - `commit` runs for each item once every earlier item is committed, in the order taken.
+///
+/// The first error of a `commit` stops every thread before its next item and is returned;
+/// items taken meanwhile are dropped without their commit.
+pub(crate) fn in_order<I, R>(
+    threads: usize,
+    take: impl FnMut() -> Option<I> + Send,
+    work: impl Fn(&mut I) -> R + Sync,
+    commit: impl Fn(I, R) -> Result<(), ArrayError> + Sync,
+) -> Result<(), ArrayError> {
+    let run = InOrder {
+        take: Mutex::new((0, take)),
+        turn: Mutex::new(Turn {
+            done: 0,
+            failed: None,
+        }),
+        moved: Condvar::new(),
+    };
+    if threads <= 1 {
+        run.worker(&work, &commit);
+    } else {
+        std::thread::scope(|sc| {
+            let mut helpers = Vec::new();
+            for _ in 1..threads {
+                // A helper starts with a share of this thread's recycled buffers and hands
+                // its own back at the end: otherwise every sync step's helper would
+                // allocate (and fault in) its buffers afresh.
+                let seed = AlignedBuf::pool_split();
+                let (run, work, commit) = (&run, &work, &commit);
+                helpers.push(sc.spawn(move || {
+                    AlignedBuf::pool_fill(seed);
+                    run.worker(work, commit);
+                    AlignedBuf::pool_drain()
+                }));
+            }
+            run.worker(&work, &commit);
+            for h in helpers {
+                // Joined here so that the buffers drop on this thread, into its pool.
+                match h.join() {
+                    Ok(bufs) => drop(bufs),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+        });
+    }
+    let turn = run.turn.into_inner().unwrap_or_else(|e| e.into_inner());
+    match turn.failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+struct InOrder<T> {
+    /// The next item's number, and what takes it.
+    take: Mutex<(u64, T)>,
+    turn: Mutex<Turn>,
+    /// `turn` changed.
+    moved: Condvar,
+}
+
+struct Turn {
+    /// Items committed (the next to commit).
+    done: u64,
+    /// The first error; every thread stops at its next item.
+    failed: Option<ArrayError>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<T> InOrder<T> {
+    fn worker<I, R>(
+        &self,
+        work: &impl Fn(&mut I) -> R,
+        commit: &impl Fn(I, R) -> Result<(), ArrayError>,
+    ) where
+        T: FnMut() -> Option<I>,
+    {
+        loop {
+            let (n, mut item) = {
+                let mut take = lock(&self.take);
+                if lock(&self.turn).failed.is_some() {
+                    return;
+                }
+                let Some(item) = (take.1)() else { return };
+                take.0 += 1;
+                (take.0 - 1, item)
+            };
+            let r = work(&mut item);
+            {
+                let mut t = lock(&self.turn);
+                while t.done != n && t.failed.is_none() {
+                    t = self.moved.wait(t).unwrap_or_else(|e| e.into_inner());
+                }
+                if t.failed.is_some() {
+                    return;
+                }
+            }
+            // Only this item's thread moves `done` past it: no lock held while committing.
+            let res = commit(item, r);
+            let mut t = lock(&self.turn);
+            let ok = match res {
+                Ok(()) => {
+                    t.done = n + 1;
+                    true
+                }
+                Err(e) => {
+                    t.failed.get_or_insert(e);
+                    false
+                }
+            };
+            self.moved.notify_all();
+            if !ok {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Items are committed in the order taken, however the work's durations interleave,
+    /// and every item is committed once.
+    #[test]
+    fn commits_in_the_order_taken() {
+        for threads in [1, 2, 4] {
+            let mut next = 0u32;
+            let committed = Mutex::new(Vec::new());
+            in_order(
+                threads,
+                || {
+                    next += 1;
+                    (next <= 200).then_some(next)
+                },
+                |i: &mut u32| {
+                    // Uneven work, so that later items often finish first.
+                    let spin = (*i as u64 * 7919) % 50_000;
+                    (0..spin).fold(0u64, |a, x| a.wrapping_add(x * x))
+                },
+                |i, _| {
+                    lock(&committed).push(i);
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(
+                committed.into_inner().unwrap(),
+                (1..=200).collect::<Vec<_>>(),
+                "{threads} threads"
+            );
+        }
+    }
+
+    /// The first commit error stops the threads and is returned; nothing after the failed
+    /// item is committed.
+    #[test]
+    fn the_first_error_stops_every_thread() {
+        let mut next = 0u32;
+        let committed = AtomicUsize::new(0);
+        let e = in_order(
+            2,
+            || {
+                next += 1;
+                (next <= 1000).then_some(next)
+            },
+            |_: &mut u32| (),
+            |i, _| {
+                if i == 10 {
+                    return Err(ArrayError::Failed("item 10".into()));
+                }
+                assert!(i < 10, "item {i} committed after the failed one");
+                committed.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("item 10"));
+        assert_eq!(committed.load(Ordering::SeqCst), 9);
+    }
+}
