@@ -388,8 +388,9 @@ pub struct SetArgs {
     #[arg(long)]
     pub json: bool,
     /// NAME=VALUE pairs: the array's stripe_cache_size, group_thread_cnt, rmw_level,
-    /// skip_copy, batching, consistency_policy (ppl or resync, raid5); with --member, the
-    /// member's writemostly=1|0 and failfast=1|0.
+    /// skip_copy, batching, join_wait_us, consistency_policy (ppl or resync, raid5), and
+    /// sync_threads (raid1/4/5/6/10: threads a resync or rebuild runs on); with --member,
+    /// the member's writemostly=1|0 and failfast=1|0.
     /// None: print the current values.
     pub values: Vec<String>,
 }
