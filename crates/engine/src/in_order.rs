@@ -21,7 +21,17 @@ pub(crate) fn default_sync_threads() -> usize {
 }
 
 /// The largest number of sync threads accepted.
-pub const MAX_SYNC_THREADS: usize = 16;
+pub(crate) const MAX_SYNC_THREADS: usize = 16;
+
+/// A `sync_threads` tunable's value: 1..=[`MAX_SYNC_THREADS`] (every level that has it).
+pub(crate) fn parse_sync_threads(value: &str) -> Result<usize, ArrayError> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_SYNC_THREADS).contains(&n) => Ok(n),
+        _ => Err(ArrayError::Failed(format!(
+            "sync_threads is 1..={MAX_SYNC_THREADS}, not {value:?}"
+        ))),
+    }
+}
 
 /// Run items on `threads` threads: this one and `threads - 1` scoped helpers.
 ///

@@ -62,17 +62,12 @@ impl MirrorConf {
 
     /// Set one of the mirrors' knobs (`Personality::set_tunable`).
     pub(crate) fn set_tunable(&self, a: &Array, name: &str, value: &str) -> Result<(), ArrayError> {
-        let max = crate::in_order::MAX_SYNC_THREADS;
         match name {
-            "sync_threads" => match value.trim().parse::<usize>() {
-                Ok(n) if (1..=max).contains(&n) => {
-                    self.sync_threads.store(n, Ordering::Relaxed);
-                    Ok(())
-                }
-                _ => Err(ArrayError::Failed(format!(
-                    "sync_threads is 1..={max}, not {value:?}"
-                ))),
-            },
+            "sync_threads" => {
+                let n = crate::in_order::parse_sync_threads(value)?;
+                self.sync_threads.store(n, Ordering::Relaxed);
+                Ok(())
+            }
             _ => Err(ArrayError::Failed(format!(
                 "{} has no tunable {name} (known: sync_threads)",
                 a.level()

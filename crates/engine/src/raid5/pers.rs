@@ -222,16 +222,11 @@ impl Personality for Raid5Pers {
                     super::MAX_JOIN_WAIT_US
                 ))),
             },
-            "sync_threads" => match num()? {
-                n @ 1..=crate::in_order::MAX_SYNC_THREADS => {
-                    self.conf.tuning.sync_threads.store(n, Ordering::Relaxed);
-                    Ok(())
-                }
-                n => Err(ArrayError::Failed(format!(
-                    "sync_threads is 1..={}, not {n}",
-                    crate::in_order::MAX_SYNC_THREADS
-                ))),
-            },
+            "sync_threads" => {
+                let n = crate::in_order::parse_sync_threads(value)?;
+                self.conf.tuning.sync_threads.store(n, Ordering::Relaxed);
+                Ok(())
+            }
             "consistency_policy" => a.set_consistency_policy(value),
             _ => Err(ArrayError::Failed(format!(
                 "unknown tunable {name} (known: stripe_cache_size, group_thread_cnt, \

@@ -133,9 +133,7 @@ fn sync_passes_side_by_side(
             let rebuilt = pass.queue_reads(a, g, OpList::new()).then(|| {
                 let r = pass.rebuild(a, g, ctx);
                 if r.is_ok() {
-                    let mut ops = OpList::new();
-                    pass.queue_writes(a, g, ctx, &mut ops);
-                    ops.run(a);
+                    pass.write(a, g, ctx);
                 }
                 r
             });
@@ -407,11 +405,16 @@ impl<'a> SyncPass<'a> {
         self.heads
     }
 
-    /// Write the pass (with whatever `ops` holds) and move the cursor past it.
-    fn complete(self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
+    /// Write the pass's blocks (zeroings first) and wait for the writes.
+    fn write(&self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
         let mut ops = OpList::new();
         self.queue_writes(a, g, ctx, &mut ops);
         ops.run(a);
+    }
+
+    /// Write the pass and move the cursor past it.
+    fn complete(self, a: &Array, g: &ParityGeometry, ctx: &SyncCtx) {
+        self.write(a, g, ctx);
         ctx.advance(a, self.first + self.k);
     }
 }
