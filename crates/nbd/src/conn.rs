@@ -44,6 +44,10 @@ const RETAINED_PER_CONNECTION_BYTES: usize = 16 * RETAINED_BUFFER_BYTES;
 /// payload): so a connection keeps at most RETAINED_PER_CONNECTION_BYTES plus
 /// this per worker, and small requests never wait on the budget's lock.
 const SMALL_BUFFER_BYTES: usize = 16 * 1024;
+/// Write payload buffers larger than a kept one that the budget keeps for the next large
+/// write, in all (a queue of 1 MiB writes at depth 16), so that such a write reuses
+/// memory instead of zeroing a fresh buffer. A quarter of the budget at most.
+const SPARE_BYTES: usize = 16 << 20;
 
 /// Memory for request payloads shared by all connections.
 #[derive(Debug)]
@@ -51,6 +55,11 @@ pub(crate) struct BufferBudget {
     available: Mutex<usize>,
     freed: Condvar,
     total: usize,
+    /// Large write payload buffers given back, kept for the next ones
+    /// ([`BufferBudget::take_spare`]); they hold no budget, and their bytes stay
+    /// within `spare_limit`.
+    spare: Mutex<Vec<Vec<u8>>>,
+    spare_limit: usize,
 }
 
 impl BufferBudget {
@@ -59,7 +68,48 @@ impl BufferBudget {
             available: Mutex::new(total),
             freed: Condvar::new(),
             total,
+            spare: Mutex::new(Vec::new()),
+            spare_limit: SPARE_BYTES.min(total / 4),
         }
+    }
+
+    /// Charges `bytes` if they are available now, without waiting.
+    fn try_acquire(&self, bytes: usize) -> bool {
+        let mut avail = lock(&self.available);
+        let ok = *avail >= bytes;
+        if ok {
+            *avail -= bytes;
+        }
+        ok
+    }
+
+    /// A kept buffer for a payload of `len` bytes, the smallest of those that hold it
+    /// with at most a quarter to spare. Its bytes are a former payload's: only for
+    /// one that overwrites them all before anything reads them.
+    fn take_spare(&self, len: usize) -> Option<Vec<u8>> {
+        let mut spare = lock(&self.spare);
+        let fit = spare
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.len() >= len && v.len() - len <= len / 4)
+            .min_by_key(|(_, v)| v.len())
+            .map(|(i, _)| i)?;
+        Some(spare.swap_remove(fit))
+    }
+
+    /// Keeps a large payload buffer for the next large write, if the spares have room
+    /// (else frees it).
+    fn put_spare(&self, v: Vec<u8>) {
+        let mut spare = lock(&self.spare);
+        let held: usize = spare.iter().map(Vec::len).sum();
+        if held + v.len() <= self.spare_limit {
+            spare.push(v);
+        }
+    }
+
+    #[cfg(test)]
+    fn spare_bytes(&self) -> usize {
+        lock(&self.spare).iter().map(Vec::len).sum()
     }
 
     fn acquire(&self, bytes: usize) {
@@ -103,7 +153,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// so a worker never holds budget while it waits for anything but its own
 /// request, the budget cannot deadlock, and the memory a client's requests in
 /// flight hold is bounded by the budget plus the kept buffers, whatever the
-/// queue depth.
+/// queue depth. A charged buffer of a write payload goes back to the budget's spares
+/// for the next large write ([`SPARE_BYTES`] in all, uncharged), so that
+/// sequential large writes do not zero a fresh buffer each.
 struct WorkBuf<'a> {
     data: Vec<u8>,
     charged: usize,
@@ -166,13 +218,33 @@ impl<'a> WorkBuf<'a> {
         &mut self.data[..len]
     }
 
+    /// A buffer for a write payload of `len` bytes, which the caller overwrites whole
+    /// before anything reads it: as [`WorkBuf::get`], but a charged one may be a spare
+    /// of the budget's (a former payload's bytes, not zeroed again).
+    fn get_for_payload(&mut self, len: usize) -> &mut [u8] {
+        if len > RETAINED_BUFFER_BYTES && len > self.data.len() && self.charged == 0 {
+            if let Some(v) = self.budget.take_spare(len) {
+                if self.budget.try_acquire(v.len()) {
+                    // Charged whole, so the budget still bounds the memory in use.
+                    self.charged = v.len();
+                    self.data = v;
+                    self.forget_kept();
+                } else {
+                    self.budget.put_spare(v);
+                }
+            }
+        }
+        self.get(len)
+    }
+
     /// Ends a request: gives a charged buffer back (and with it the kept one it
-    /// replaced, counted again when next needed).
+    /// replaced, counted again when next needed); the buffer becomes a spare of the
+    /// budget's if it has room.
     fn shrink(&mut self) {
         if self.charged > 0 {
             self.budget.release(self.charged);
             self.charged = 0;
-            self.data = Vec::new();
+            self.budget.put_spare(std::mem::take(&mut self.data));
             self.forget_kept();
         }
     }
@@ -467,7 +539,7 @@ fn next_request(sh: &Shared<'_>, buf: &mut WorkBuf<'_>) -> Next {
         if large {
             let _ = sh.stream.set_read_timeout(sh.config.io_timeout);
         }
-        let data = buf.get(payload as usize);
+        let data = buf.get_for_payload(payload as usize);
         let result = input.read_payload(sh.stream, data);
         if large {
             let _ = sh.stream.set_read_timeout(None);
@@ -785,6 +857,63 @@ mod tests {
         }
         assert_eq!(budget.available(), 1 << 20);
         assert_eq!(retained.load(Ordering::Relaxed), 0);
+    }
+
+    /// A large write payload's buffer is kept for the next large write (charged whole
+    /// while in use, uncharged and bounded while spare), reads never get one, and
+    /// the spares stay within their limit.
+    #[test]
+    fn large_payload_buffers_are_reused_within_bounds() {
+        let total = 64 << 20;
+        let budget = BufferBudget::new(total);
+        let retained = AtomicUsize::new(0);
+        let big = 1 << 20;
+        let mut a = WorkBuf::new(&budget, &retained);
+        a.get_for_payload(big).fill(9);
+        let first = a.data.as_ptr();
+        assert_eq!(budget.available(), total - big);
+        a.shrink();
+        assert_eq!(budget.available(), total);
+        assert_eq!(budget.spare_bytes(), big);
+        // The next payload of a size it holds (within a quarter) reuses it, not zeroed.
+        let d = a.get_for_payload(big - 4096);
+        assert_eq!(d.len(), big - 4096);
+        assert!(d.iter().all(|&b| b == 9));
+        assert_eq!(a.data.as_ptr(), first);
+        assert_eq!(budget.available(), total - big, "charged whole");
+        assert_eq!(budget.spare_bytes(), 0);
+        a.shrink();
+        // One much smaller, or a read's buffer, is a fresh zeroed one.
+        assert!(a.get_for_payload(big / 2).iter().all(|&b| b == 0));
+        a.shrink();
+        a.get_for_payload(big).fill(9);
+        a.shrink();
+        let spare = budget.spare_bytes();
+        assert!(spare >= big);
+        assert!(
+            a.get(big).iter().all(|&b| b == 0),
+            "a read's buffer is never a spare"
+        );
+        assert_eq!(budget.spare_bytes(), spare);
+        a.shrink();
+        // The spares stay within their limit however many workers give buffers back.
+        let mut workers: Vec<WorkBuf<'_>> =
+            (0..40).map(|_| WorkBuf::new(&budget, &retained)).collect();
+        for w in workers.iter_mut() {
+            w.get_for_payload(big);
+        }
+        for w in workers.iter_mut() {
+            w.shrink();
+        }
+        assert!(budget.spare_bytes() <= SPARE_BYTES);
+        assert!(budget.spare_bytes() >= SPARE_BYTES - big);
+        assert_eq!(budget.available(), total);
+        // A small budget keeps at most a quarter of itself spare.
+        let small = BufferBudget::new(2 << 20);
+        let mut w = WorkBuf::new(&small, &retained);
+        w.get_for_payload(big);
+        w.shrink();
+        assert_eq!(small.spare_bytes(), 0);
     }
 
     /// The buffers a connection's workers keep between requests stay within
