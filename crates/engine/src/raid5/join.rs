@@ -12,15 +12,21 @@
 //! only beside another write): it opens a pending entry for the stripe, holding no stripe
 //! head, and waits a bounded moment (`join_wait_us`) for others. A piece
 //! of the same stripe that finds the entry open and overlaps no piece in it *joins*: it
-//! copies its bytes in, goes on with the rest of its request, and at the request's end
+//! gives its bytes (below), goes on with the rest of its request, and at the request's end
 //! sleeps until the leader reports. The leader stops waiting when
 //! the pieces cover the stripe, when the moment is over, or when every write in progress
 //! is waiting here and a piece joined already or the stream is not sequential (nobody
 //! else could come); it then closes the entry (nobody joins after
 //! that), takes the stripe's head as any write does and writes the stripe whole, or, if the
 //! pieces did not cover it, writes them as the ordinary path would (adjacent ones merged).
-//! The entry holds a copy of the joiners' bytes (their buffers stay theirs); with skip_copy
-//! the leader writes the whole chunks of its own piece from its own buffer.
+//! With skip_copy (the default) no piece is copied: each piece's bytes stay in its
+//! request's buffer, *lent* to the leader, and a chunk that lies inside one piece is
+//! written (and its parity computed) from there, as md writes a bio's pages straight to
+//! the members with skip_copy. Only a chunk that two pieces share, or a stripe that goes
+//! out as pieces, is copied into the entry's buffer. Without skip_copy every piece is
+//! copied in as it arrives. A lent buffer outlives the leader's use of it: its request
+//! does not return, and does not unwind past it, before the leader reports
+//! ([`Joined::wait`], or the drop of a `Joined` that was not waited for).
 //! Each joined request completes when the leader's member writes are done, with the
 //! leader's result (an error reaches every one of them).
 //!
@@ -87,12 +93,32 @@ struct Slot {
     cv: Condvar,
 }
 
+/// The address of a piece's bytes in its request's buffer, lent to the leader
+/// ([`Pending`]); the piece's range gives the length.
+#[derive(Clone, Copy)]
+struct Lent(*const u8);
+
+// SAFETY: the bytes behind a `Lent` are only read, by the leader, while the request they
+// belong to waits for the leader's report (see the module's text): they are neither
+// written nor freed meanwhile.
+unsafe impl Send for Lent {}
+unsafe impl Sync for Lent {}
+
+/// A piece of a pending stripe: its stripe byte range, and where its bytes are.
+#[derive(Clone)]
+pub(crate) struct Piece {
+    pub(crate) range: Range<usize>,
+    /// In the giver's buffer (skip_copy); None: copied into the entry's buffer.
+    lent: Option<Lent>,
+}
+
 #[derive(Default)]
 struct Pending {
-    /// The stripe's data bytes, as the pieces gave them (chunk by chunk, data index order).
+    /// The stripe's data bytes, as the pieces gave them (chunk by chunk, data index order):
+    /// those copied in; lent ones stay in their buffers until needed here.
     data: Option<AlignedBuf>,
-    /// Byte ranges of `data` that pieces gave; disjoint.
-    pieces: Vec<Range<usize>>,
+    /// The pieces given; their ranges are disjoint.
+    pieces: Vec<Piece>,
     covered: usize,
     open: bool,
     /// The leader's result, for the joiners (None while it runs).
@@ -113,20 +139,27 @@ pub(crate) enum Offer<'a> {
     Lead(Leader<'a>),
 }
 
-/// A piece that joined a pending stripe: its bytes are in the entry; the leader writes
-/// them. The request goes on with its other pieces (it may lead the next stripe, which the
+/// A piece that joined a pending stripe: its bytes are in the entry or lent to it; the
+/// leader writes them. The request goes on with its other pieces (it may lead the next stripe, which the
 /// next request's first piece then joins) and waits for this one at its end, holding no
 /// head: a joiner that waited at once would reach its next stripe only after this one's
 /// member writes, too late for the request behind it to join.
+/// `'a` also bounds the buffer the piece came from, which it may have lent.
 pub(crate) struct Joined<'a> {
     joins: &'a Joins,
     slot: Arc<Slot>,
+    waited: bool,
 }
 
 impl Joined<'_> {
     /// The leader's result, once its member writes are done (counted as waiting here
     /// meanwhile, so that leaders know nobody else is coming).
-    pub(crate) fn wait(self) -> Result<(), ArrayError> {
+    pub(crate) fn wait(mut self) -> Result<(), ArrayError> {
+        self.waited = true;
+        self.wait_for_leader()
+    }
+
+    fn wait_for_leader(&self) -> Result<(), ArrayError> {
         let j = self.joins;
         j.waiting.fetch_add(1, Ordering::SeqCst);
         let mut p = lock(&self.slot.st);
@@ -139,6 +172,17 @@ impl Joined<'_> {
         drop(p);
         j.waiting.fetch_sub(1, Ordering::SeqCst);
         r.map_err(ArrayError::Failed)
+    }
+}
+
+impl Drop for Joined<'_> {
+    /// A piece's bytes may be lent to the leader: whatever happens to its request (an
+    /// error or a panic in a later piece), it waits for the leader before the buffer can
+    /// go.
+    fn drop(&mut self) {
+        if !self.waited {
+            let _ = self.wait_for_leader();
+        }
     }
 }
 
@@ -184,18 +228,18 @@ impl Joins {
     }
 
     /// Offer the piece `data` at byte `start` of `stripe`'s data (`stripe_bytes` in all):
-    /// join an open entry of the stripe, or with `may_lead` open one. A joiner copies its
-    /// bytes in; a leader copies all but `keep` (stripe bytes inside its piece that it
-    /// writes from its own buffer, [`Gathered::kept`]).
-    pub(crate) fn offer(
-        &self,
+    /// join an open entry of the stripe, or with `may_lead` open one. With `lend` the
+    /// piece's bytes stay in `data` (which the returned `Joined` or `Leader` borrows) until
+    /// the leader needs them; without, they are copied in now.
+    pub(crate) fn offer<'a>(
+        &'a self,
         stripe: u64,
         start: usize,
-        data: &[u8],
+        data: &'a [u8],
         stripe_bytes: usize,
         may_lead: bool,
-        keep: Range<usize>,
-    ) -> Offer<'_> {
+        lend: bool,
+    ) -> Offer<'a> {
         if !may_lead && self.n_open.load(Ordering::SeqCst) == 0 {
             return Offer::Alone;
         }
@@ -209,19 +253,23 @@ impl Joins {
                 && !p
                     .pieces
                     .iter()
-                    .any(|r| r.start < range.end && range.start < r.end);
+                    .any(|q| q.range.start < range.end && range.start < q.range.end);
             if !fits {
                 return Offer::Alone;
             }
-            p.data.as_mut().expect("data")[range.clone()].copy_from_slice(data);
+            let piece = give(p.data.as_mut().expect("data"), range, data, lend);
             p.covered += data.len();
-            p.pieces.push(range);
+            p.pieces.push(piece);
             self.stats.joined.fetch_add(1, Ordering::Relaxed);
             if p.covered == stripe_bytes {
                 slot.cv.notify_all();
             }
             drop(p);
-            return Offer::Joined(Joined { joins: self, slot });
+            return Offer::Joined(Joined {
+                joins: self,
+                slot,
+                waited: false,
+            });
         }
         if !may_lead {
             return Offer::Alone;
@@ -232,17 +280,10 @@ impl Joins {
         self.n_open.fetch_add(1, Ordering::SeqCst);
         drop(open);
         let mut buf = self.take_buf(stripe_bytes);
-        let keep = if keep.is_empty() {
-            range.end..range.end
-        } else {
-            keep
-        };
-        assert!(range.start <= keep.start && keep.end <= range.end);
-        buf[range.start..keep.start].copy_from_slice(&data[..keep.start - start]);
-        buf[keep.end..range.end].copy_from_slice(&data[keep.end - start..]);
+        let piece = give(&mut buf, range, data, lend);
         p.data = Some(buf);
         p.covered = data.len();
-        p.pieces.push(range);
+        p.pieces.push(piece);
         p.open = true;
         drop(p);
         self.stats.led.fetch_add(1, Ordering::Relaxed);
@@ -251,7 +292,6 @@ impl Joins {
             stripe,
             slot,
             stripe_bytes,
-            kept: keep,
             closed: false,
             done: false,
         })
@@ -279,23 +319,110 @@ pub(crate) struct Leader<'a> {
     stripe: u64,
     slot: Arc<Slot>,
     stripe_bytes: usize,
-    kept: Range<usize>,
     closed: bool,
     done: bool,
 }
 
-/// What a leader writes: the stripe's data buffer and the byte ranges in it that pieces
-/// gave, sorted and with adjacent ones merged (the whole stripe when covered). The bytes
-/// `kept` are not in `data` but in the leader's own buffer.
+impl Piece {
+    /// A lent piece's bytes.
+    fn lent_bytes(&self) -> Option<&[u8]> {
+        // SAFETY: a lent piece's bytes stay valid and unchanged until the leader reports,
+        // and the leader reports only after it has given up its pieces ([`Leader::finish`]
+        // takes the `Gathered` that holds them, see `Lent`); the slice borrows the piece.
+        self.lent
+            .map(|l| unsafe { std::slice::from_raw_parts(l.0, self.range.len()) })
+    }
+}
+
+/// The piece `data` at stripe bytes `range`: lent (its address kept), or copied into `buf`.
+fn give(buf: &mut [u8], range: Range<usize>, data: &[u8], lend: bool) -> Piece {
+    if lend {
+        Piece {
+            range,
+            lent: Some(Lent(data.as_ptr())),
+        }
+    } else {
+        buf[range.clone()].copy_from_slice(data);
+        Piece { range, lent: None }
+    }
+}
+
+/// What a leader writes: the stripe's data buffer and the pieces, sorted by their place
+/// in the stripe. Their bytes are in `data` or lent; lent ones can be read until the
+/// leader's [`Leader::finish`], which takes this.
 pub(crate) struct Gathered {
-    pub(crate) data: AlignedBuf,
-    pub(crate) ranges: Vec<Range<usize>>,
-    pub(crate) kept: Range<usize>,
+    data: AlignedBuf,
+    pieces: Vec<Piece>,
+    covered: usize,
 }
 
 impl Gathered {
+    /// Whether the pieces cover the stripe.
     pub(crate) fn is_full(&self) -> bool {
-        self.ranges.len() == 1 && self.ranges[0] == (0..self.data.len())
+        self.covered == self.data.len()
+    }
+
+    /// The lent piece that holds all of `r`, if one does.
+    fn lent_over(&self, r: &Range<usize>) -> Option<&Piece> {
+        self.pieces
+            .iter()
+            .find(|p| p.lent.is_some() && p.range.start <= r.start && r.end <= p.range.end)
+    }
+
+    /// Copies into `data` the lent bytes of every part of `parts` that no single lent
+    /// piece holds, so that [`Gathered::part`] can serve each of them.
+    fn settle(&mut self, parts: &[Range<usize>]) {
+        for r in parts {
+            if self.lent_over(r).is_some() {
+                continue;
+            }
+            for p in &self.pieces {
+                let (lo, hi) = (p.range.start.max(r.start), p.range.end.min(r.end));
+                if lo < hi {
+                    if let Some(b) = p.lent_bytes() {
+                        self.data[lo..hi]
+                            .copy_from_slice(&b[lo - p.range.start..hi - p.range.start]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The stripe bytes `r`, after [`Gathered::settle`] with `r` among its parts: from a
+    /// lent buffer when one piece holds them all, else from `data`.
+    fn part(&self, r: &Range<usize>) -> &[u8] {
+        match self.lent_over(r) {
+            Some(p) => {
+                let b = p.lent_bytes().expect("lent");
+                &b[r.start - p.range.start..r.end - p.range.start]
+            }
+            None => &self.data[r.clone()],
+        }
+    }
+
+    /// The stripe's chunks of `chunk_bytes` each, when the pieces cover it: a chunk inside
+    /// one lent piece from there, the others from `data` (copied in as needed).
+    pub(crate) fn chunks(&mut self, chunk_bytes: usize) -> Vec<&[u8]> {
+        assert!(self.is_full());
+        let parts: Vec<Range<usize>> = (0..self.data.len() / chunk_bytes)
+            .map(|i| i * chunk_bytes..(i + 1) * chunk_bytes)
+            .collect();
+        self.settle(&parts);
+        parts.iter().map(|r| self.part(r)).collect()
+    }
+
+    /// The pieces' bytes as runs of adjacent pieces (array order), each with its first
+    /// stripe byte: what goes out when the stripe is not written whole.
+    pub(crate) fn runs(&mut self) -> Vec<(usize, &[u8])> {
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(self.pieces.len());
+        for p in &self.pieces {
+            match merged.last_mut() {
+                Some(m) if m.end == p.range.start => m.end = p.range.end,
+                _ => merged.push(p.range.clone()),
+            }
+        }
+        self.settle(&merged);
+        merged.iter().map(|r| (r.start, self.part(r))).collect()
     }
 }
 
@@ -330,24 +457,17 @@ impl Leader<'_> {
         j.waiting.fetch_sub(1, Ordering::SeqCst);
         self.close();
         let mut p = lock(&self.slot.st);
-        let mut ranges = std::mem::take(&mut p.pieces);
-        if ranges.len() > 1 {
+        let mut pieces = std::mem::take(&mut p.pieces);
+        if pieces.len() > 1 {
             j.misses.store(0, Ordering::Relaxed);
         } else if sequential {
             j.misses.fetch_add(1, Ordering::Relaxed);
         }
-        ranges.sort_by_key(|r| r.start);
-        let mut merged: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
-        for r in ranges {
-            match merged.last_mut() {
-                Some(m) if m.end == r.start => m.end = r.end,
-                _ => merged.push(r),
-            }
-        }
+        pieces.sort_by_key(|q| q.range.start);
         let g = Gathered {
             data: p.data.take().expect("data"),
-            ranges: merged,
-            kept: self.kept.clone(),
+            pieces,
+            covered: p.covered,
         };
         let stat = if g.is_full() {
             &j.stats.full
@@ -403,5 +523,110 @@ impl Drop for Leader<'_> {
                 self.stripe
             )));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNK: usize = 8192;
+    const STRIPE: usize = 3 * CHUNK;
+
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+    }
+
+    /// Three pieces cover a stripe of three chunks: [0, 1.5 chunks) leads, then
+    /// [1.5, 2) and [2, 3) join. Returns the gathered stripe with each piece's buffer.
+    fn three_pieces(lend: bool, f: impl FnOnce(&mut Gathered, [&[u8]; 3])) {
+        let joins = Joins::default();
+        let (a, b, c) = (
+            bytes(1, CHUNK * 3 / 2),
+            bytes(2, CHUNK / 2),
+            bytes(3, CHUNK),
+        );
+        let Offer::Lead(mut leader) = joins.offer(7, 0, &a, STRIPE, true, lend) else {
+            panic!("the first piece leads");
+        };
+        let Offer::Joined(jb) = joins.offer(7, CHUNK * 3 / 2, &b, STRIPE, false, lend) else {
+            panic!("the second piece joins");
+        };
+        // Overlapping an earlier piece: not joined.
+        assert!(matches!(
+            joins.offer(7, CHUNK, &b, STRIPE, false, lend),
+            Offer::Alone
+        ));
+        let Offer::Joined(jc) = joins.offer(7, 2 * CHUNK, &c, STRIPE, false, lend) else {
+            panic!("the third piece joins");
+        };
+        let mut g = leader.gather(Duration::from_secs(10), true);
+        assert!(g.is_full());
+        f(&mut g, [&a, &b, &c]);
+        leader.finish(g, &Ok(()));
+        assert!(jb.wait().is_ok());
+        assert!(jc.wait().is_ok());
+    }
+
+    #[test]
+    fn lent_pieces_serve_their_whole_chunks_in_place_and_shared_chunks_are_copied() {
+        three_pieces(true, |g, [a, b, c]| {
+            let chunks = g.chunks(CHUNK);
+            // Chunk 0 lies in piece a, chunk 2 is piece c: their own buffers, no copy.
+            assert_eq!(chunks[0].as_ptr(), a.as_ptr());
+            assert_eq!(chunks[2].as_ptr(), c.as_ptr());
+            // Chunk 1 is half a's, half b's: assembled in the entry's buffer.
+            assert!(chunks[1].as_ptr() != a[CHUNK..].as_ptr());
+            assert_eq!(&chunks[1][..CHUNK / 2], &a[CHUNK..]);
+            assert_eq!(&chunks[1][CHUNK / 2..], b);
+            assert_eq!(chunks[2], c);
+        });
+    }
+
+    #[test]
+    fn without_lending_every_piece_is_copied() {
+        three_pieces(false, |g, [a, b, c]| {
+            let chunks = g.chunks(CHUNK);
+            for (i, ch) in chunks.iter().enumerate() {
+                for buf in [a, b, c] {
+                    let r = buf.as_ptr_range();
+                    assert!(!r.contains(&ch.as_ptr()), "chunk {i} read from a request");
+                }
+            }
+            let whole: Vec<u8> = [a, b, c].concat();
+            assert_eq!(chunks.concat(), whole);
+        });
+    }
+
+    #[test]
+    fn runs_merge_adjacent_pieces_and_keep_a_lone_one_in_place() {
+        let joins = Joins::default();
+        let (a, b, c) = (bytes(1, CHUNK), bytes(2, CHUNK / 2), bytes(3, CHUNK / 2));
+        let Offer::Lead(mut leader) = joins.offer(3, 0, &a, STRIPE, true, true) else {
+            panic!("leads");
+        };
+        let Offer::Joined(jb) = joins.offer(3, CHUNK, &b, STRIPE, false, true) else {
+            panic!("joins");
+        };
+        let Offer::Joined(jc) = joins.offer(3, 5 * CHUNK / 2, &c, STRIPE, false, true) else {
+            panic!("joins");
+        };
+        let mut g = leader.gather(Duration::ZERO, false);
+        assert!(!g.is_full());
+        let runs = g.runs();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].0, 0);
+        assert_eq!(runs[0].1, [&a[..], &b[..]].concat());
+        assert_eq!(runs[1].0, 5 * CHUNK / 2);
+        assert_eq!(
+            runs[1].1.as_ptr(),
+            c.as_ptr(),
+            "a lone piece goes out in place"
+        );
+        drop(runs);
+        leader.finish(g, &Err(ArrayError::Failed("member gone".into())));
+        assert!(jb.wait().is_err());
+        // Dropped without a wait: it waits for the leader's report all the same.
+        drop(jc);
     }
 }

@@ -39,7 +39,7 @@ fn write_pieces<'a>(
     a: &'a Array,
     g: &ParityGeometry,
     sector: u64,
-    buf: &[u8],
+    buf: &'a [u8],
     joined: &mut Vec<super::join::Joined<'a>>,
 ) -> Result<(), ArrayError> {
     let mut s = sector;
@@ -113,7 +113,7 @@ fn join<'a>(
     a: &'a Array,
     g: &ParityGeometry,
     loc: &StripeLocation,
-    data: &[u8],
+    data: &'a [u8],
     stripe_bytes: usize,
     sequential: bool,
 ) -> Option<Joining<'a>> {
@@ -133,14 +133,9 @@ fn join<'a>(
     }
     let cb = chunk_bytes(g);
     let start = loc.data_index * cb + (loc.offset_sectors * SECTOR_BYTES) as usize;
-    // With skip_copy a leader writes the whole chunks of its piece from its own buffer.
-    let keep = if a.r5().tuning.skip_copy.load(Ordering::Relaxed) {
-        start.next_multiple_of(cb)..(start + data.len()) / cb * cb
-    } else {
-        0..0
-    };
-    let keep = if keep.start < keep.end { keep } else { 0..0 };
-    let offer = joins.offer(loc.stripe, start, data, stripe_bytes, may_lead, keep);
+    // With skip_copy the pieces' bytes stay in their requests' buffers (lent).
+    let lend = a.r5().tuning.skip_copy.load(Ordering::Relaxed);
+    let offer = joins.offer(loc.stripe, start, data, stripe_bytes, may_lead, lend);
     let mut leader = match offer {
         super::join::Offer::Alone => return None,
         super::join::Offer::Joined(j) => return Some(Joining::Pending(j)),
@@ -155,36 +150,23 @@ fn join<'a>(
         wait_us
     };
     let mut gathered = leader.gather(std::time::Duration::from_micros(wait_us), sequential);
-    let r = write_gathered(a, g, loc.stripe, &mut gathered, start, data);
+    let r = write_gathered(a, g, loc.stripe, &mut gathered);
     leader.finish(gathered, &r);
     Some(Joining::Written(r))
 }
 
 /// A leader's write: the whole stripe from the new data alone when the pieces cover it
-/// (unless a member was lost meanwhile), else each merged range the ordinary way. The
-/// buffer is the leader's own copy, so no further copy is made; the chunks it kept in
-/// its own piece (`own`, at stripe byte `start`) come from there.
+/// (unless a member was lost meanwhile), else each run of adjacent pieces the ordinary
+/// way. A chunk inside one lent piece goes out from its request's buffer; the rest from
+/// the entry's buffer, so nothing is copied twice.
 fn write_gathered(
     a: &Array,
     g: &ParityGeometry,
     stripe: u64,
     gathered: &mut super::join::Gathered,
-    start: usize,
-    own: &[u8],
 ) -> Result<(), ArrayError> {
-    let kept = gathered.kept.clone();
     if gathered.is_full() {
-        let cb = chunk_bytes(g);
-        let chunks: Vec<&[u8]> = (0..g.data_disks())
-            .map(|i| {
-                let c = i * cb..(i + 1) * cb;
-                if kept.start <= c.start && c.end <= kept.end {
-                    &own[c.start - start..c.end - start]
-                } else {
-                    &gathered.data[c]
-                }
-            })
-            .collect();
+        let chunks = gathered.chunks(chunk_bytes(g));
         let head = a.r5().stripe_cache.get(stripe, Get::Wait).expect("waited");
         let done = a
             .r5()
@@ -194,14 +176,10 @@ fn write_gathered(
             return Ok(());
         }
     }
-    // Piece by piece: the kept bytes join the others in the buffer first.
-    if !kept.is_empty() {
-        gathered.data[kept.clone()].copy_from_slice(&own[kept.start - start..kept.end - start]);
-    }
     let first = g.array_sector(stripe, 0);
-    for r in &gathered.ranges {
-        let s = first + sectors(r.start);
-        write_in_stripe(a, g, &g.locate(s), s, &gathered.data[r.clone()], true)?;
+    for (start, bytes) in gathered.runs() {
+        let s = first + sectors(start);
+        write_in_stripe(a, g, &g.locate(s), s, bytes, true)?;
     }
     Ok(())
 }
