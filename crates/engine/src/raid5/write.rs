@@ -643,7 +643,8 @@ fn execute(
     let (pieces, lo, hi) = (&an.pieces, an.lo, an.hi);
     let mut p = bufs.take(hi - lo);
     let mut q = map.q.map(|_| bufs.take(hi - lo));
-    let mut cols: Vec<AlignedBuf> = Vec::new();
+    // Partly written chunks of an rcw, merged (old around new), by data index.
+    let mut cols: Vec<Option<AlignedBuf>> = Vec::new();
     match plan {
         Plan::Unrecoverable => return Err(no_redundancy(a, "write")),
         Plan::Full => {
@@ -746,18 +747,28 @@ fn execute(
                 // A member failed after the analysis: redo with the new set.
                 return Ok(Outcome::Retry(Vec::new()));
             }
+            // Parity from the sources as they are: a chunk written whole from the new data,
+            // one not written from the member's row; only a partly written one is merged.
             for (i, r) in map.data.iter().enumerate() {
-                let mut b = bufs.take(hi - lo);
-                if an.summary.cover[i] != Cover::Full {
-                    b.copy_from_slice(rows.get(*r));
-                }
-                if let Some(pc) = &pieces[i] {
-                    b[pc.start - lo..pc.end() - lo].copy_from_slice(pc.data);
-                }
-                cols.push(b);
+                cols.push(match &pieces[i] {
+                    Some(pc) if an.summary.cover[i] != Cover::Full => {
+                        let mut b = bufs.take(hi - lo);
+                        b.copy_from_slice(rows.get(*r));
+                        b[pc.start - lo..pc.end() - lo].copy_from_slice(pc.data);
+                        Some(b)
+                    }
+                    _ => None,
+                });
             }
-            let srcs: Vec<&[u8]> = cols.iter().map(|b| &b[..]).collect();
+            let srcs: Vec<&[u8]> = (0..map.data.len())
+                .map(|i| match (&cols[i], &pieces[i]) {
+                    (Some(b), _) => &b[..],
+                    (None, Some(pc)) => pc.data,
+                    (None, None) => rows.get(map.data[i]),
+                })
+                .collect();
             gen_parity(map, &srcs, &mut p, q.as_deref_mut());
+            drop(srcs);
             for b in rows.bufs.into_values().flatten() {
                 bufs.put(b);
             }
@@ -776,7 +787,8 @@ fn execute(
                         if (s, e) == (pc.start, pc.end()) {
                             (s, pc.data)
                         } else {
-                            (s, &cols[i][s - lo..e - lo])
+                            let merged = cols[i].as_ref().expect("a partly written page");
+                            (s, &merged[s - lo..e - lo])
                         }
                     })
                 })
@@ -805,7 +817,12 @@ fn execute(
     if let (Some(j), Some(t)) = (a.journal(), ticket) {
         j.stripe_written(t);
     }
-    for b in cols.into_iter().chain(std::iter::once(p)).chain(q) {
+    for b in cols
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(p))
+        .chain(q)
+    {
         bufs.put(b);
     }
     // A failed write leaves the stripe consistent on the survivors; it only matters if
