@@ -263,6 +263,56 @@ fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
     assert_eq!(a.check().unwrap(), 0);
 }
 
+/// A request that leads a stripe offers its next piece before it waits for joiners: here
+/// its next piece is what the stripe after needs, whose leader came first. (A leader that
+/// waited before going on kept that stripe from filling, and the stripes of a sequential
+/// stream whose requests start out of order went out in pieces.) Stripe 2's last part
+/// comes only once stripe 3 is written, so a request that waited at stripe 2 first would
+/// leave stripe 3 to its leader's 10 s wait and both stripes in pieces.
+#[test]
+fn a_leader_offers_its_next_piece_before_it_waits() {
+    let r = rig(Level::Raid5, 4, 128); // 64 KiB chunks, 192 KiB stripes
+    let a = &r.a;
+    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
+    let held = hold_a_writer(&r, 7);
+    let sb = r.stripe_bytes as usize;
+    let (s2, s3) = (2 * r.stripe_bytes, 3 * r.stripe_bytes);
+    let (cut2, cut3) = (32 << 10, 64 << 10);
+    // x: the start of stripe 2, last; y: the rest of stripe 2 and the start of stripe 3;
+    // z: the rest of stripe 3, first.
+    let x = pattern(31, cut2);
+    let y = pattern(32, sb - cut2 + cut3);
+    let z = pattern(33, sb - cut3);
+    let reads0 = a.stats.member_reads.load(Ordering::SeqCst);
+    let spawn = |off: u64, d: &Vec<u8>| {
+        let (a, d) = (a.clone(), d.clone());
+        std::thread::spawn(move || a.write(off, &d))
+    };
+    let tz = spawn(s3 + cut3 as u64, &z);
+    eventually("z leads stripe 3", || stat(a, |s| &s.led) == 1);
+    let ty = spawn(s2 + cut2 as u64, &y);
+    tz.join().unwrap().expect("z");
+    assert_eq!(stat(a, |s| &s.led), 2, "y leads stripe 2");
+    assert_eq!(stat(a, |s| &s.joined), 1, "y joined stripe 3");
+    assert_eq!(stat(a, |s| &s.full), 1, "stripe 3 went out whole");
+    assert!(!ty.is_finished(), "y completed with stripe 2 not covered");
+    let tx = spawn(s2, &x);
+    tx.join().unwrap().expect("x");
+    ty.join().unwrap().expect("y");
+    assert_eq!(stat(a, |s| &s.full), 2, "stripe 2 went out whole");
+    assert_eq!(stat(a, |s| &s.partial), 0);
+    assert_eq!(a.stats.member_reads.load(Ordering::SeqCst) - reads0, 0);
+    r.gate.release();
+    held.join().unwrap().expect("held write");
+    let mut back = vec![0u8; 2 * sb];
+    a.read(s2, &mut back).unwrap();
+    assert!(
+        back == [x, y, z].concat(),
+        "stripes 2 and 3 read back wrong"
+    );
+    assert_eq!(a.check().unwrap(), 0);
+}
+
 /// Three pieces, the middle one last, each crossing a chunk boundary: all join the first.
 #[test]
 fn three_pieces_in_any_order_make_one_full_stripe() {

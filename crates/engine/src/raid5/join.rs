@@ -7,10 +7,11 @@
 //! can instead go out as one full-stripe write whose parity comes from the new data alone.
 //!
 //! The first such piece of a stripe *leads* (if it is large, see `write`, and another write
-//! is in progress or its request continues the last one: a sequential stream's next write
-//! may still be arriving; a stream whose last [`MISS_LIMIT`] leaders nobody joined leads
-//! only beside another write): it opens a pending entry for the stripe, holding no stripe
-//! head, and waits a bounded moment (`join_wait_us`) for others. A piece
+//! is in progress or its request continues or precedes one of the last few large ones: a
+//! sequential stream's next write may still be arriving; a stream whose last [`MISS_LIMIT`]
+//! leaders nobody joined leads only beside another write): it opens a pending entry for the
+//! stripe, holding no stripe head, and, once its request has offered all its pieces, waits
+//! a bounded moment (`join_wait_us`) for others. A piece
 //! of the same stripe that finds the entry open and overlaps no piece in it *joins*: it
 //! gives its bytes (below), goes on with the rest of its request, and at the request's end
 //! sleeps until the leader reports. The leader stops waiting when
@@ -54,6 +55,11 @@ const KEEP_BUFS: usize = 16;
 /// Leaders of a sequential stream in a row that nobody joined, after which a sequential
 /// piece leads only when another write is in progress (a queue depth of one).
 const MISS_LIMIT: u32 = 8;
+/// Large writes remembered to tell a sequential stream: a stream's writes in flight at
+/// once (over NBD, one per worker) start in any order, so the one just before is not
+/// enough (it took three writes in four of a 1 MiB stream at queue depth 8 for random
+/// ones, and their stripes waited the short moment).
+const RECENT: usize = 16;
 
 /// Counters of joined writes (for tests and `detail`).
 #[derive(Default)]
@@ -78,9 +84,14 @@ pub(crate) struct Joins {
     writers: crate::counter::InUse,
     /// Of those, the ones waiting here (leaders in their moment, joiners).
     waiting: AtomicUsize,
-    /// Where the last write to start ended (array sector): a write that starts there is
-    /// part of a sequential stream, whose next write may still be on its way in.
-    last_end: AtomicU64,
+    /// The array sectors of the last [`RECENT`] large writes to start, plus one (0: none),
+    /// by start and by end: a write that starts where one of them ended, or ends where one
+    /// of them started, is part of a sequential stream, whose next write may still be on
+    /// its way in.
+    recent_start: [AtomicU64; RECENT],
+    recent_end: [AtomicU64; RECENT],
+    /// Where the next write goes in `recent_*` (modulo RECENT).
+    recent_next: AtomicUsize,
     /// Sequential leaders in a row that nobody joined.
     misses: AtomicU32,
     bufs: Mutex<Vec<AlignedBuf>>,
@@ -201,10 +212,17 @@ impl Joins {
         Writing(self, self.writers.enter())
     }
 
-    /// A write of array sectors [start, end) starts: whether it continues the last one
-    /// (a sequential stream).
+    /// A large write of array sectors [start, end) starts: whether it continues or
+    /// precedes one of the last [`RECENT`] (a sequential stream).
     pub(crate) fn sequential(&self, start: u64, end: u64) -> bool {
-        self.last_end.swap(end, Ordering::Relaxed) == start
+        let me = self.recent_next.fetch_add(1, Ordering::Relaxed) % RECENT;
+        self.recent_start[me].store(start + 1, Ordering::Relaxed);
+        self.recent_end[me].store(end + 1, Ordering::Relaxed);
+        (0..RECENT).any(|i| {
+            i != me
+                && (self.recent_end[i].load(Ordering::Relaxed) == start + 1
+                    || self.recent_start[i].load(Ordering::Relaxed) == end + 1)
+        })
     }
 
     /// Whether a piece may lead: another write is in progress beside the caller's (so
@@ -566,6 +584,21 @@ mod tests {
         leader.finish(g, &Ok(()));
         assert!(jb.wait().is_ok());
         assert!(jc.wait().is_ok());
+    }
+
+    #[test]
+    fn a_stream_is_sequential_whatever_order_its_writes_start_in() {
+        let j = Joins::default();
+        assert!(!j.sequential(2048, 4096), "nothing before it");
+        assert!(j.sequential(0, 2048), "it precedes one remembered");
+        assert!(!j.sequential(6144, 8192), "a gap");
+        assert!(j.sequential(4096, 6144), "it fills the gap");
+        assert!(!j.sequential(100_000, 102_048), "elsewhere");
+        // Forgotten after RECENT others.
+        for k in 0..RECENT as u64 {
+            assert!(!j.sequential(1 << 20 | k << 10, (1 << 20 | k << 10) + 8));
+        }
+        assert!(!j.sequential(8192, 10240));
     }
 
     #[test]

@@ -81,10 +81,10 @@ pub struct Tuning {
     /// Microseconds a partial-stripe write of at least 64 KiB (or a chunk) waits, holding
     /// no stripe head, for concurrent writes that fill the rest of its stripe, so that the
     /// stripe goes out whole without reads (md's delayed stripes; `raid5::join`); it waits less
-    /// once the stripe is covered or when nobody else could come. A piece that starts a
-    /// stripe in a sequential stream whose stripes have been joining lately waits up to
-    /// 8 times this (`SEQUENTIAL_JOIN_WAITS`): the rest of its stripe is the stream's next
-    /// write, whose payload may still be on its way in. 0 turns joining off.
+    /// once the stripe is covered or when nobody else could come. A piece of a
+    /// sequential stream whose stripes have been joining lately waits up to 8 times this
+    /// (`SEQUENTIAL_JOIN_WAITS`): the rest of its stripe is the stream's next or previous
+    /// write, which may still be on its way in or not yet scheduled. 0 turns joining off.
     pub join_wait_us: AtomicU64,
 }
 
@@ -103,8 +103,9 @@ impl Default for Tuning {
 
 /// `join_wait_us`'s default.
 pub const DEFAULT_JOIN_WAIT_US: u64 = 500;
-/// How many `join_wait_us` a piece that starts a stripe of a joining sequential stream
-/// waits. Measured (docs/PERFORMANCE.md, "Joining"): 1 MiB sequential writes at QD8 over
+/// How many `join_wait_us` a leading piece of a joining sequential stream waits (any
+/// piece: its stream's writes reach the array in any order, behind a scheduler that runs
+/// more threads than CPUs). Measured (docs/PERFORMANCE.md, "Joining"): 1 MiB sequential writes at QD8 over
 /// NBD into a raid5 of 4 with 512 KiB chunks (1.5 MiB stripes) went out whole for 45% of
 /// the stripes with 500 us and 92% with 2 ms: a 1 MiB payload is read off the socket
 /// before its request starts, so the next write arrives a payload's copy later.

@@ -35,6 +35,12 @@ pub(crate) fn write(
     first.map_or(Ok(()), Err)
 }
 
+/// Write `buf` at array sector `sector` piece by piece (a stripe or a run of whole
+/// stripes each). The partial stripes that lead a pending stripe are written last, once
+/// every piece of the request has been offered: a leader waits for its joiners, and a
+/// request that waited there before offering its next piece kept the stripe that piece
+/// belongs to from filling (the request behind it, started first, led that stripe alone
+/// and gave up waiting). Joined pieces are pushed to `joined`, to be waited for.
 fn write_pieces<'a>(
     a: &'a Array,
     g: &ParityGeometry,
@@ -42,12 +48,35 @@ fn write_pieces<'a>(
     buf: &'a [u8],
     joined: &mut Vec<super::join::Joined<'a>>,
 ) -> Result<(), ArrayError> {
+    let mut led = Vec::new();
+    let r = offer_pieces(a, g, sector, buf, joined, &mut led);
+    let mut first = r.err();
+    for l in led {
+        if let Err(e) = write_led(a, g, l) {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The pieces of `write_pieces`: written at once, or joined (`joined`), or leading a
+/// pending stripe (`led`, written by the caller afterwards).
+fn offer_pieces<'a>(
+    a: &'a Array,
+    g: &ParityGeometry,
+    sector: u64,
+    buf: &'a [u8],
+    joined: &mut Vec<super::join::Joined<'a>>,
+    led: &mut Vec<Led<'a>>,
+) -> Result<(), ArrayError> {
     let mut s = sector;
     let mut off = 0usize;
     let stripe_bytes = (g.stripe_data_sectors() * SECTOR_BYTES) as usize;
     let tuning = &a.r5().tuning;
     let skip_copy = tuning.skip_copy.load(Ordering::Relaxed);
-    let sequential = a.r5().joins.sequential(sector, sector + sectors(buf.len()));
+    // Only writes that may lead a stripe count (small ones only join).
+    let sequential = buf.len() >= LEAD_MIN_BYTES.min(chunk_bytes(g))
+        && a.r5().joins.sequential(sector, sector + sectors(buf.len()));
     while off < buf.len() {
         let loc = g.locate(s);
         // A run of whole stripes goes out in one pass (md's full-stripe batching).
@@ -81,7 +110,7 @@ fn write_pieces<'a>(
         let n = (((next_stripe - s) * SECTOR_BYTES) as usize).min(buf.len() - off);
         let data = &buf[off..off + n];
         match join(a, g, &loc, data, stripe_bytes, sequential) {
-            Some(Joining::Written(r)) => r?,
+            Some(Joining::Led(l)) => led.push(l),
             Some(Joining::Pending(j)) => joined.push(j),
             None => write_in_stripe(a, g, &loc, s, data, skip_copy)?,
         }
@@ -98,15 +127,32 @@ const LEAD_MIN_BYTES: usize = 64 << 10;
 
 /// What became of a piece offered to the pending stripes.
 enum Joining<'a> {
-    /// It led its stripe, which went out: the result.
-    Written(Result<(), ArrayError>),
+    /// It leads its stripe: to gather and write ([`write_led`]).
+    Led(Led<'a>),
     /// It joined another write's stripe: to wait for.
     Pending(super::join::Joined<'a>),
 }
 
+/// A pending stripe that a piece leads, with how long it waits for joiners.
+struct Led<'a> {
+    leader: super::join::Leader<'a>,
+    stripe: u64,
+    wait: std::time::Duration,
+    sequential: bool,
+}
+
+/// Gather a led stripe's pieces (waiting for joiners), write them, and report to the
+/// joiners.
+fn write_led(a: &Array, g: &ParityGeometry, mut l: Led<'_>) -> Result<(), ArrayError> {
+    let mut gathered = l.leader.gather(l.wait, l.sequential);
+    let r = write_gathered(a, g, l.stripe, &mut gathered);
+    l.leader.finish(gathered, &r);
+    r
+}
+
 /// Write the part `data` of `loc`'s stripe (less than the whole stripe) together with
 /// other writes in flight that cover the rest, if it can join or lead ([`super::join`]):
-/// Some when it led (written) or joined (pending), None when it is to be written the
+/// Some when it leads or joined (both pending), None when it is to be written the
 /// ordinary way. Not with a journal or PPL (they log per request), nor on a degraded
 /// stripe.
 fn join<'a>(
@@ -136,23 +182,25 @@ fn join<'a>(
     // With skip_copy the pieces' bytes stay in their requests' buffers (lent).
     let lend = a.r5().tuning.skip_copy.load(Ordering::Relaxed);
     let offer = joins.offer(loc.stripe, start, data, stripe_bytes, may_lead, lend);
-    let mut leader = match offer {
+    let leader = match offer {
         super::join::Offer::Alone => return None,
         super::join::Offer::Joined(j) => return Some(Joining::Pending(j)),
         super::join::Offer::Lead(l) => l,
     };
-    // A sequential stream's piece that starts its stripe: the rest is the stream's next
-    // write, which comes a payload later; any other leader expects only writes already
-    // in flight.
-    let wait_us = if sequential && start == 0 && joins.streams_join() {
+    // A sequential stream's piece: the rest of its stripe is the stream's next write,
+    // which comes a payload later, or its previous one, started first but not always
+    // scheduled first; any other leader expects only writes already in flight.
+    let wait_us = if sequential && joins.streams_join() {
         wait_us.saturating_mul(super::SEQUENTIAL_JOIN_WAITS)
     } else {
         wait_us
     };
-    let mut gathered = leader.gather(std::time::Duration::from_micros(wait_us), sequential);
-    let r = write_gathered(a, g, loc.stripe, &mut gathered);
-    leader.finish(gathered, &r);
-    Some(Joining::Written(r))
+    Some(Joining::Led(Led {
+        leader,
+        stripe: loc.stripe,
+        wait: std::time::Duration::from_micros(wait_us),
+        sequential,
+    }))
 }
 
 /// A leader's write: the whole stripe from the new data alone when the pieces cover it
