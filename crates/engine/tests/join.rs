@@ -117,6 +117,38 @@ fn stat(a: &Array, f: impl Fn(&uraid_engine::JoinStats) -> &AtomicU64) -> u64 {
     f(a.join_stats().expect("parity array")).load(Ordering::SeqCst)
 }
 
+/// A rig whose leaders wait 10 s for joiners, with a whole-stripe write of `held_stripe`
+/// held at its member (so that a leader always has someone who could still join).
+fn waiting_rig(
+    level: Level,
+    disks: usize,
+    chunk_sectors: u64,
+    held_stripe: u64,
+) -> (Rig, std::thread::JoinHandle<Result<(), ArrayError>>) {
+    let r = rig(level, disks, chunk_sectors);
+    r.a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
+    let held = hold_a_writer(&r, held_stripe);
+    (r, held)
+}
+
+/// A write of `d` at array byte `off` on its own thread.
+fn spawn_write(
+    a: &Arc<Array>,
+    off: u64,
+    d: &[u8],
+) -> std::thread::JoinHandle<Result<(), ArrayError>> {
+    let (a, d) = (a.clone(), d.to_vec());
+    std::thread::spawn(move || a.write(off, &d))
+}
+
+/// The array reads `want` back at byte `off`, and its parity is consistent.
+fn reads_back(a: &Array, off: u64, want: &[u8], what: &str) {
+    let mut back = vec![0u8; want.len()];
+    a.read(off, &mut back).unwrap();
+    assert!(back == want, "{what} read back wrong");
+    assert_eq!(a.check().unwrap(), 0, "{what}: parity mismatches");
+}
+
 /// Hold a whole-stripe write of stripe `stripe` at its first member write (in flight, not
 /// waiting for joins: so that a leader has someone who could still join); returns its
 /// thread.
@@ -210,10 +242,8 @@ fn raid6_halves_of_a_stripe_join_without_reads() {
 /// member until the end, so a joiner that waited would never lead the second.
 #[test]
 fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
-    let r = rig(Level::Raid5, 4, 128); // 64 KiB chunks, 192 KiB stripes
+    let (r, held) = waiting_rig(Level::Raid5, 4, 128, 7); // 64 KiB chunks, 192 KiB stripes
     let a = &r.a;
-    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
-    let held = hold_a_writer(&r, 7);
     let sb = r.stripe_bytes as usize;
     let (s2, s3) = (2 * r.stripe_bytes, 3 * r.stripe_bytes);
     // Hold the first member write of stripe 2 too (its leader's, once covered).
@@ -228,10 +258,7 @@ fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
     let y = pattern(22, sb - cut2 + cut3);
     let z = pattern(23, sb - cut3);
     let reads0 = a.stats.member_reads.load(Ordering::SeqCst);
-    let spawn = |off: u64, d: &Vec<u8>| {
-        let (a, d) = (a.clone(), d.clone());
-        std::thread::spawn(move || a.write(off, &d))
-    };
+    let spawn = |off: u64, d: &Vec<u8>| spawn_write(a, off, d);
     let tx = spawn(s2, &x);
     eventually("x leads stripe 2", || stat(a, |s| &s.led) == 1);
     let ty = spawn(s2 + cut2 as u64, &y);
@@ -254,13 +281,7 @@ fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
     ty.join().unwrap().expect("y");
     held.join().unwrap().expect("held write");
     assert_eq!(a.stats.member_reads.load(Ordering::SeqCst) - reads0, 0);
-    let mut back = vec![0u8; 2 * sb];
-    a.read(s2, &mut back).unwrap();
-    assert!(
-        back == [x, y, z].concat(),
-        "stripes 2 and 3 read back wrong"
-    );
-    assert_eq!(a.check().unwrap(), 0);
+    reads_back(a, s2, &[x, y, z].concat(), "stripes 2 and 3");
 }
 
 /// A request that leads a stripe offers its next piece before it waits for joiners: here
@@ -271,10 +292,8 @@ fn a_joiner_leads_its_next_stripe_while_the_one_it_joined_is_written() {
 /// leave stripe 3 to its leader's 10 s wait and both stripes in pieces.
 #[test]
 fn a_leader_offers_its_next_piece_before_it_waits() {
-    let r = rig(Level::Raid5, 4, 128); // 64 KiB chunks, 192 KiB stripes
+    let (r, held) = waiting_rig(Level::Raid5, 4, 128, 7); // 64 KiB chunks, 192 KiB stripes
     let a = &r.a;
-    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
-    let held = hold_a_writer(&r, 7);
     let sb = r.stripe_bytes as usize;
     let (s2, s3) = (2 * r.stripe_bytes, 3 * r.stripe_bytes);
     let (cut2, cut3) = (32 << 10, 64 << 10);
@@ -284,10 +303,7 @@ fn a_leader_offers_its_next_piece_before_it_waits() {
     let y = pattern(32, sb - cut2 + cut3);
     let z = pattern(33, sb - cut3);
     let reads0 = a.stats.member_reads.load(Ordering::SeqCst);
-    let spawn = |off: u64, d: &Vec<u8>| {
-        let (a, d) = (a.clone(), d.clone());
-        std::thread::spawn(move || a.write(off, &d))
-    };
+    let spawn = |off: u64, d: &Vec<u8>| spawn_write(a, off, d);
     let tz = spawn(s3 + cut3 as u64, &z);
     eventually("z leads stripe 3", || stat(a, |s| &s.led) == 1);
     let ty = spawn(s2 + cut2 as u64, &y);
@@ -304,22 +320,14 @@ fn a_leader_offers_its_next_piece_before_it_waits() {
     assert_eq!(a.stats.member_reads.load(Ordering::SeqCst) - reads0, 0);
     r.gate.release();
     held.join().unwrap().expect("held write");
-    let mut back = vec![0u8; 2 * sb];
-    a.read(s2, &mut back).unwrap();
-    assert!(
-        back == [x, y, z].concat(),
-        "stripes 2 and 3 read back wrong"
-    );
-    assert_eq!(a.check().unwrap(), 0);
+    reads_back(a, s2, &[x, y, z].concat(), "stripes 2 and 3");
 }
 
 /// Three pieces, the middle one last, each crossing a chunk boundary: all join the first.
 #[test]
 fn three_pieces_in_any_order_make_one_full_stripe() {
-    let r = rig(Level::Raid5, 5, 64); // 32 KiB chunks, 4 data chunks
+    let (r, held) = waiting_rig(Level::Raid5, 5, 64, 9); // 32 KiB chunks, 4 data chunks
     let a = &r.a;
-    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
-    let held = hold_a_writer(&r, 9);
     let sb = r.stripe_bytes as usize;
     let base = 3 * r.stripe_bytes;
     let cuts = [0, 40 << 10, 90 << 10, sb];
@@ -419,10 +427,8 @@ fn join_wait_zero_turns_joining_off() {
 /// error reaches the joined request too.
 #[test]
 fn an_error_reaches_every_joined_request() {
-    let r = rig(Level::Raid5, 4, 128);
+    let (r, held) = waiting_rig(Level::Raid5, 4, 128, 7);
     let a = &r.a;
-    a.set_tunable("join_wait_us", LONG_WAIT_US).unwrap();
-    let held = hold_a_writer(&r, 7);
     let sb = r.stripe_bytes as usize;
     let t1 = {
         let a = a.clone();

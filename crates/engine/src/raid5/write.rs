@@ -23,44 +23,24 @@ pub(crate) fn write(
 ) -> Result<(), ArrayError> {
     // Counted while it runs, so that a leader knows whether anyone else could join.
     let _writing = a.r5().joins.writing();
-    // Pieces that joined another write's stripe: waited for once every piece is out.
-    let mut joined = Vec::new();
-    let r = write_pieces(a, g, sector, buf, &mut joined);
-    let mut first = r.err();
-    for j in joined {
-        if let Err(e) = j.wait() {
-            first.get_or_insert(e);
-        }
-    }
+    // Every piece is offered first: written at once, or joined to another write's pending
+    // stripe, or leading one. Then the stripes this request leads are written, waiting for
+    // their joiners: a request that waited there before offering its next piece kept the
+    // stripe that piece belongs to from filling (the request behind it, started first, led
+    // that stripe alone and gave up waiting). Last, the joined pieces are waited for.
+    let (mut joined, mut led) = (Vec::new(), Vec::new());
+    let r = offer_pieces(a, g, sector, buf, &mut joined, &mut led);
+    let first = led
+        .into_iter()
+        .map(|l| write_led(a, g, l))
+        .chain(joined.into_iter().map(|j| j.wait()))
+        .fold(r.err(), |first, r| first.or(r.err()));
     first.map_or(Ok(()), Err)
 }
 
-/// Write `buf` at array sector `sector` piece by piece (a stripe or a run of whole
-/// stripes each). The partial stripes that lead a pending stripe are written last, once
-/// every piece of the request has been offered: a leader waits for its joiners, and a
-/// request that waited there before offering its next piece kept the stripe that piece
-/// belongs to from filling (the request behind it, started first, led that stripe alone
-/// and gave up waiting). Joined pieces are pushed to `joined`, to be waited for.
-fn write_pieces<'a>(
-    a: &'a Array,
-    g: &ParityGeometry,
-    sector: u64,
-    buf: &'a [u8],
-    joined: &mut Vec<super::join::Joined<'a>>,
-) -> Result<(), ArrayError> {
-    let mut led = Vec::new();
-    let r = offer_pieces(a, g, sector, buf, joined, &mut led);
-    let mut first = r.err();
-    for l in led {
-        if let Err(e) = write_led(a, g, l) {
-            first.get_or_insert(e);
-        }
-    }
-    first.map_or(Ok(()), Err)
-}
-
-/// The pieces of `write_pieces`: written at once, or joined (`joined`), or leading a
-/// pending stripe (`led`, written by the caller afterwards).
+/// Write `buf` at array sector `sector` piece by piece (a stripe or a run of whole stripes
+/// each): written at once, or joined (`joined`), or leading a pending stripe (`led`,
+/// written by the caller afterwards).
 fn offer_pieces<'a>(
     a: &'a Array,
     g: &ParityGeometry,
