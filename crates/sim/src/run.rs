@@ -33,19 +33,24 @@ fn assemble(
     opts: &AssembleOptions,
 ) -> Result<(Array, AssembleReport), ArrayError> {
     let (a, rep) = uraid_engine::assemble(devs, opts)?;
-    one_sync_thread(&a);
+    replayable_knobs(&a);
     Ok((a, rep))
 }
 
 /// Sync passes and pieces run on two threads by default (`sync_threads`): the order of
 /// their member IO would differ between two runs of a seed, and with it which IO a
 /// scheduled fault hits. The simulator runs them on one; `tests/sync_threads.rs` tests
-/// the threads.
-fn one_sync_thread(a: &Array) {
+/// the threads. For the same reason it turns off raid4/5/6's joins of partial stripes
+/// (`join_wait_us` 0): whether a write in flight joins another's stripe depends on how
+/// long the leader waits in real time; `tests/join.rs` and `tests/concurrency.rs` test
+/// the joins.
+fn replayable_knobs(a: &Array) {
     if let Some(t) = a.tuning() {
         // raid4/5/6, also while a reshape's personality answers `set_tunable`.
         t.sync_threads
             .store(1, std::sync::atomic::Ordering::Relaxed);
+        t.join_wait_us
+            .store(0, std::sync::atomic::Ordering::Relaxed);
     } else {
         // raid1 and raid10 take it; raid0 (no sync) and a reshaping raid10 refuse it.
         let _ = a.set_tunable("sync_threads", "1");
@@ -344,7 +349,7 @@ impl<'h> Simulator<'h> {
             .collect();
         let array = uraid_engine::create(devs, &cfg.create_options(uuid, world.engine_clock()))
             .map_err(|e| (world.clone(), format!("create failed: {e}")))?;
-        one_sync_thread(&array);
+        replayable_knobs(&array);
         let personality = array.personality().clone();
         let data_offset_bytes = array.slot(MemberIdx(0)).data_offset_bytes();
         let model = Model::new(array.size_bytes());
