@@ -29,8 +29,11 @@ trap report_skips EXIT
 # Under CI the debug build keeps line tables only (file:line in backtraces and panics, no
 # variable info): less to generate and link in ~80 test binaries, and less disk. Not set
 # outside CI, where it would rebuild what a plain `cargo test` built.
+# Nor does a CI build keep incremental state (1.6 GB of target/debug/incremental that a clean
+# clone never reuses): CI machines have been seen with little disk free.
 if [ -n "${CI:-}" ]; then
     export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 fi
 
 echo "== cargo fmt --check"

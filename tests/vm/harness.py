@@ -43,6 +43,9 @@ QUICK_MEMBER_MIB = 8
 FULL_MEMBER_MIB = 16
 MAX_DISKS_PER_BOOT = 200  # virtio-scsi allows 255 targets; leave room
 MAX_ARRAYS_PER_BOOT = 60  # keeps a hung boot from costing a whole full run
+# Free space left beside one boot's member images: the build, logs and other suites share
+# the disk. Below it the images go to a memory file system (see image_dir).
+SPARE_MIB = 1024
 URAID_TIMEOUT_S = 300
 
 RAID10_NAMES = {"n": "near", "f": "far", "o": "offset"}
@@ -208,11 +211,39 @@ def check_uraid_geometry(spec: Spec, d: dict, size: int | None) -> None:
 
 # ---------------------------------------------------------------------------- VM
 
+def free_mib(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize // MiB
+
+
+def image_dir(preferred: Path, label: str, need_mib: int) -> Path:
+    """Where one boot's member images go: `preferred` (the run folder) when its file system
+    has room for them and SPARE_MIB more; else a folder on /dev/shm (a memory file system,
+    which raw images under qemu's cache=unsafe need nothing else from) when that has room;
+    else a Failure that says how much is missing where. CI machines have been seen with
+    under a gigabyte of disk free."""
+    preferred.mkdir(parents=True, exist_ok=True)
+    if free_mib(preferred) >= need_mib + SPARE_MIB:
+        return preferred
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and free_mib(shm) >= need_mib + SPARE_MIB:
+        d = shm / f"uraid-vm-{preferred.parent.name}-{label}"
+        d.mkdir(parents=True, exist_ok=True)
+        print(f"[harness] {free_mib(preferred)} MiB free beside {preferred}, {need_mib} MiB "
+              f"of member images needed: they go to {d}", flush=True)
+        return d
+    raise Failure(f"no room for {need_mib} MiB of member images: {free_mib(preferred)} MiB "
+                  f"free in {preferred}, {free_mib(shm) if shm.is_dir() else 0} MiB in "
+                  f"/dev/shm, and {SPARE_MIB} MiB must stay free beside them; free disk "
+                  "space (an old target/ or tests/vm/.cache/runs/) and run again")
+
+
 class Boot:
     """One VM boot: a share folder, the pattern disk and a list of member images."""
 
     def __init__(self, run_dir: Path, label: str, pattern: Pattern) -> None:
         self.dir = run_dir / label
+        self.img_dir = self.dir  # see image_dir
         self.label = label
         self.share = self.dir / "share"
         self.share.mkdir(parents=True, exist_ok=True)
@@ -382,7 +413,7 @@ class L2U:
         self.images: list[Path] = []
         disks = []
         for i, mib in enumerate(spec.member_sizes(member_mib)):
-            img = boot.dir / f"{spec.name}.{i}.img"
+            img = boot.img_dir / f"{spec.name}.{i}.img"
             img.unlink(missing_ok=True)
             with open(img, "wb") as f:
                 f.truncate(mib * MiB)
@@ -399,7 +430,7 @@ class L2U:
         if spec.grow:
             # mdadm --add then --grow, as a user sequences them; md recovers the new roles.
             for i in range(spec.grow_add):
-                img = boot.dir / f"{spec.name}.add{i}.img"
+                img = boot.img_dir / f"{spec.name}.add{i}.img"
                 img.unlink(missing_ok=True)
                 with open(img, "wb") as f:
                     f.truncate(member_mib * MiB)
@@ -490,7 +521,7 @@ class U2L:
             if i in spec.fail:
                 self.images.append(None)
                 continue
-            img = boot.dir / f"{spec.name}.{i}.img"
+            img = boot.img_dir / f"{spec.name}.{i}.img"
             img.unlink(missing_ok=True)
             with open(img, "wb") as f:
                 f.truncate(mib * MiB)
@@ -553,7 +584,7 @@ class U2L:
         s = self.spec
         adds = []
         for i in range(s.grow_add):
-            img = self.boot.dir / f"{s.name}.add{i}.img"
+            img = self.boot.img_dir / f"{s.name}.add{i}.img"
             img.unlink(missing_ok=True)
             with open(img, "wb") as f:
                 f.truncate(self.member_mib * MiB)
@@ -719,6 +750,9 @@ def run_script(args) -> int:
     boot.job.append(Path(args.script).read_text())
     boot.budget_s = args.boot_timeout
     boot.boot(1.0)
+    # The binaries are copies: a run's logs stay, its 50 MB of uraid does not.
+    for d in ("bin", "lib"):
+        shutil.rmtree(boot.share / d, ignore_errors=True)
     print((boot.share / "out" / "job.log").read_text(errors="replace")
           if (boot.share / "out" / "job.log").exists() else "", end="")
     if not boot.finished():
@@ -791,28 +825,48 @@ def main() -> int:
 
     failed: list[str] = []
     skipped: list[str] = []
-    passed_dirs: list[tuple[Boot, list[Path]]] = []
 
-    def outcome(name: str, fn, images: list[Path], boot: Boot) -> None:
+    def run_batch(label: str, batch: list[Spec], make, verify) -> None:
+        """One boot: its images are made, checked, and those of passing arrays removed
+        before the next boot makes its own, so the disk holds one boot's images at most."""
+        boot = Boot(run_dir, label, pattern)
+        need = sum(sum(s.member_sizes(member_mib)) + s.grow_add * member_mib for s in batch)
         try:
-            note = fn()
-        except Failure as e:
-            failed.append(name)
-            report(name, False, e.why, e.details)
+            boot.img_dir = image_dir(boot.dir, label, need)
+            t0 = time.monotonic()
+            arrays = [make(s, boot) for s in batch]
+        except (Failure, OSError) as e:
+            why = e.why if isinstance(e, Failure) else f"making the member images: {e}"
+            for s in batch:
+                failed.append(s.name)
+                report(s.name, False, why)
             return
-        report(name, True, note=note)
-        passed_dirs.append((boot, images))
+        prep_s = time.monotonic() - t0
+        if boot.job:
+            boot.boot(args.timeout_scale)
+        print(f"# boot {boot.label}: {len(batch)} arrays, {len(boot.disks)} disks, "
+              f"{prep_s:.0f}s prepared on the host, {boot.elapsed_s:.0f}s in the VM", flush=True)
+        for a in arrays:
+            try:
+                note = verify(a)
+            except Failure as e:
+                failed.append(a.spec.name)
+                report(a.spec.name, False, e.why, e.details)
+                continue
+            report(a.spec.name, True, note=note)
+            if not args.keep:
+                for img in a.images:
+                    if img is not None:
+                        img.unlink(missing_ok=True)
+        if boot.img_dir != boot.dir and not args.keep:
+            # A memory file system: what a failing array left there goes too.
+            shutil.rmtree(boot.img_dir, ignore_errors=True)
 
     l2u = [s for s in specs if s.direction == "l2u"]
     u2l = [s for s in specs if s.direction == "u2l"]
     for bi, batch in enumerate(split_batches(l2u, member_mib)):
-        boot = Boot(run_dir, f"l2u-{bi}", pattern)
-        arrays = [L2U(s, boot, member_mib) for s in batch]
-        boot.boot(args.timeout_scale)
-        print(f"# boot {boot.label}: {len(batch)} arrays, {len(boot.disks)} disks, "
-              f"{boot.elapsed_s:.0f}s in the VM", flush=True)
-        for a in arrays:
-            outcome(a.spec.name, lambda a=a: a.verify(uraid), a.images, boot)
+        run_batch(f"l2u-{bi}", batch, lambda s, boot: L2U(s, boot, member_mib),
+                  lambda a: a.verify(uraid))
 
     if uraid is None:
         skipped += [s.name for s in u2l]
@@ -820,21 +874,9 @@ def main() -> int:
             print(f"SKIP {s.name}: no uraid binary")
     else:
         for bi, batch in enumerate(split_batches(u2l, member_mib)):
-            boot = Boot(run_dir, f"u2l-{bi}", pattern)
-            t0 = time.monotonic()
-            arrays = [U2L(s, boot, member_mib, uraid) for s in batch]
-            prep_s = time.monotonic() - t0
-            if boot.job:
-                boot.boot(args.timeout_scale)
-            print(f"# boot {boot.label}: {len(batch)} arrays, {len(boot.disks)} disks, "
-                  f"{prep_s:.0f}s uraid create+write, {boot.elapsed_s:.0f}s in the VM", flush=True)
-            for a in arrays:
-                outcome(a.spec.name, a.verify, a.present, boot)
+            run_batch(f"u2l-{bi}", batch, lambda s, boot: U2L(s, boot, member_mib, uraid),
+                      lambda a: a.verify())
 
-    if not args.keep:
-        for _, images in passed_dirs:
-            for img in images:
-                img.unlink(missing_ok=True)
     total = len(specs)
     print(f"# {total - len(failed) - len(skipped)} passed, {len(failed)} failed, "
           f"{len(skipped)} skipped of {total} in {time.monotonic() - t_start:.0f}s; "

@@ -15,7 +15,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 URAID="${URAID:-$ROOT/target/debug/uraid}"
 "$HERE/setup.sh" >/dev/null
-W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-journal-vm.XXXXXX")"
+. "$HERE/scratch.sh"
+W="$(vm_scratch journal-vm 400)"
 trap 'rm -rf "$W"' EXIT
 cd "$W"
 truncate -s 32M m0 m1 m2 m3 j n0 n1 n2 n3 k

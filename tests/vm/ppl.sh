@@ -13,7 +13,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 URAID="${URAID:-$ROOT/target/debug/uraid}"
 "$HERE/setup.sh" >/dev/null
-W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-ppl-vm.XXXXXX")"
+. "$HERE/scratch.sh"
+W="$(vm_scratch ppl-vm 200)"
 trap 'rm -rf "$W"' EXIT
 cd "$W"
 LEN=$((4 << 20))

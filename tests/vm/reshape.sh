@@ -52,7 +52,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 URAID="${URAID:-$ROOT/target/debug/uraid}"
 "$HERE/setup.sh" >/dev/null
-W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-reshape-vm.XXXXXX")"
+. "$HERE/scratch.sh"
+W="$(vm_scratch reshape-vm 2200)"
 # RESHAPE_KEEP=1 keeps the member images (the folder is printed) to look at by hand.
 if [ -n "${RESHAPE_KEEP:-}" ]; then echo "images in $W"; else trap 'rm -rf "$W"' EXIT; fi
 cd "$W"

@@ -25,7 +25,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 URAID="${URAID:-$ROOT/target/debug/uraid}"
 "$HERE/setup.sh" >/dev/null
-W="$(mktemp -d "${TMPDIR:-/tmp}/uraid-reshape10-vm.XXXXXX")"
+. "$HERE/scratch.sh"
+W="$(vm_scratch reshape10-vm 800)"
 # RESHAPE_KEEP=1 keeps the member images (the folder is printed) to look at by hand.
 if [ -n "${RESHAPE_KEEP:-}" ]; then echo "images in $W"; else trap 'rm -rf "$W"' EXIT; fi
 cd "$W"
