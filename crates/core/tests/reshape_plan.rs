@@ -6,7 +6,9 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use uraid_core::geometry::{ArrayGeometry, ParityGeometry, ReshapeState, ReshapeStep, Side};
+use uraid_core::geometry::{
+    ArrayGeometry, ParityGeometry, ReshapeState, ReshapeStep, ReshapeWalk, Side,
+};
 use uraid_core::Level;
 
 fn geometry(level: Level, layout: u32, chunk: u64, disks: usize, dev: u64) -> ParityGeometry {

@@ -44,7 +44,7 @@ use crate::meta::{read_superblock, write_superblock};
 use crate::reshape::ReshapePers;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uraid_core::geometry::{ParityGeometry, ReshapeState, ReshapeStep, Side};
+use uraid_core::geometry::{ParityGeometry, ReshapeState, ReshapeStep, ReshapeWalk, Side};
 use uraid_core::superblock::{
     MetadataVersion, Superblock, FEATURE_BITMAP_OFFSET, FEATURE_NEW_OFFSET, FEATURE_PPL,
     FEATURE_RECOVERY_OFFSET, FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,

@@ -21,7 +21,7 @@ pub use raid0::Raid0;
 pub use raid1::Raid1;
 pub use raid10::Raid10;
 pub use raid5::{ParityGeometry, StripeLocation, StripeMap};
-pub use reshape::{ReshapeState, ReshapeStep, Side};
+pub use reshape::{ReshapeState, ReshapeStep, ReshapeWalk, Side};
 pub use reshape10::Raid10Reshape;
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

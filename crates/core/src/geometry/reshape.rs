@@ -300,33 +300,6 @@ impl ReshapeState {
         )))
     }
 
-    /// Whether the reshape can run from its position to the end under the rule, with a
-    /// checkpoint wherever one is needed (checked before anything is written: a reshape
-    /// that would stop part-way, such as one mdadm protected with a backup file near its
-    /// end, is refused whole). The error names the sector it cannot pass.
-    pub fn can_finish(&self) -> Result<(), GeometryError> {
-        let mut st = self.clone();
-        let mut safe = st.position_sectors;
-        loop {
-            match st.next_step(safe, u64::MAX)? {
-                ReshapeStep::Done => return Ok(()),
-                ReshapeStep::Checkpoint => safe = st.position_sectors,
-                step => st.advance(step),
-            }
-        }
-    }
-
-    /// Record that a window returned by [`ReshapeState::next_step`] was copied.
-    pub fn advance(&mut self, step: ReshapeStep) {
-        if let ReshapeStep::Copy { start, sectors } = step {
-            self.position_sectors = if self.backwards {
-                start
-            } else {
-                start + sectors
-            };
-        }
-    }
-
     /// md's checks when it starts an array mid-reshape (raid5_run): the position lies on
     /// a stripe boundary of the new geometry (at the larger chunk size) and in the array.
     pub fn check(&self) -> Result<(), GeometryError> {
@@ -510,5 +483,51 @@ pub fn fold_finished(sb: &mut Superblock) -> bool {
             true
         }
         _ => false,
+    }
+}
+
+/// The walk of a reshape through its windows, the same for raid4/5/6 ([`ReshapeState`])
+/// and raid10 ([`super::Raid10Reshape`]): each gives its next window under its own rule;
+/// the walk's check and bookkeeping are these.
+pub trait ReshapeWalk: Clone {
+    /// The next window to copy, given the position `safe` recorded last on the members,
+    /// at most `max_sectors` long (each level's inherent `next_step`).
+    fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError>;
+
+    /// The reshape's position (array sectors), and whether it runs backwards.
+    fn position(&mut self) -> (&mut u64, bool);
+
+    /// Whether the reshape can run from its position to the end under the rule, with a
+    /// checkpoint wherever one is needed (checked before anything is written: a reshape
+    /// that would stop part-way, such as one mdadm protected with a backup file near its
+    /// end, is refused whole). The error names the sector it cannot pass.
+    fn can_finish(&self) -> Result<(), GeometryError> {
+        let mut st = self.clone();
+        let mut safe = *st.position().0;
+        loop {
+            match st.next_step(safe, u64::MAX)? {
+                ReshapeStep::Done => return Ok(()),
+                ReshapeStep::Checkpoint => safe = *st.position().0,
+                step => st.advance(step),
+            }
+        }
+    }
+
+    /// Record that a window returned by [`ReshapeWalk::next_step`] was copied.
+    fn advance(&mut self, step: ReshapeStep) {
+        if let ReshapeStep::Copy { start, sectors } = step {
+            let (position, backwards) = self.position();
+            *position = if backwards { start } else { start + sectors };
+        }
+    }
+}
+
+impl ReshapeWalk for ReshapeState {
+    fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
+        ReshapeState::next_step(self, safe, max_sectors)
+    }
+
+    fn position(&mut self) -> (&mut u64, bool) {
+        (&mut self.position_sectors, self.backwards)
     }
 }

@@ -18,7 +18,7 @@
 //! device count and the new geometry's used device sectors.
 
 use super::raid10::Raid10;
-use super::reshape::{ReshapeStep, Side};
+use super::reshape::{ReshapeStep, ReshapeWalk, Side};
 use super::{ArrayGeometry, GeometryError};
 use crate::superblock::{
     Superblock, FEATURE_NEW_OFFSET, FEATURE_RESHAPE_ACTIVE, FEATURE_RESHAPE_BACKWARDS,
@@ -337,30 +337,15 @@ impl Raid10Reshape {
             self.offset_diff_sectors
         )))
     }
+}
 
-    /// Whether the reshape can run from its position to the end, checkpointing wherever
-    /// needed (checked before anything is written).
-    pub fn can_finish(&self) -> Result<(), GeometryError> {
-        let mut st = self.clone();
-        let mut safe = st.position_sectors;
-        loop {
-            match st.next_step(safe, u64::MAX)? {
-                ReshapeStep::Done => return Ok(()),
-                ReshapeStep::Checkpoint => safe = st.position_sectors,
-                step => st.advance(step),
-            }
-        }
+impl ReshapeWalk for Raid10Reshape {
+    fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
+        Raid10Reshape::next_step(self, safe, max_sectors)
     }
 
-    /// Record that a window returned by [`Raid10Reshape::next_step`] was copied.
-    pub fn advance(&mut self, step: ReshapeStep) {
-        if let ReshapeStep::Copy { start, sectors } = step {
-            self.position_sectors = if self.backwards {
-                start
-            } else {
-                start + sectors
-            };
-        }
+    fn position(&mut self) -> (&mut u64, bool) {
+        (&mut self.position_sectors, self.backwards)
     }
 }
 

@@ -445,6 +445,11 @@ impl Gathered {
 }
 
 impl Leader<'_> {
+    /// The stripe this leader leads.
+    pub(crate) fn stripe(&self) -> u64 {
+        self.stripe
+    }
+
     /// Wait up to `wait` for joiners (less once the stripe is covered, or when every write
     /// in progress waits here and either someone joined already or the write is not
     /// `sequential`: nobody else is coming), close the entry and take what the pieces gave.

@@ -116,7 +116,6 @@ enum Joining<'a> {
 /// A pending stripe that a piece leads, with how long it waits for joiners.
 struct Led<'a> {
     leader: super::join::Leader<'a>,
-    stripe: u64,
     wait: std::time::Duration,
     sequential: bool,
 }
@@ -125,7 +124,7 @@ struct Led<'a> {
 /// joiners.
 fn write_led(a: &Array, g: &ParityGeometry, mut l: Led<'_>) -> Result<(), ArrayError> {
     let mut gathered = l.leader.gather(l.wait, l.sequential);
-    let r = write_gathered(a, g, l.stripe, &mut gathered);
+    let r = write_gathered(a, g, l.leader.stripe(), &mut gathered);
     l.leader.finish(gathered, &r);
     r
 }
@@ -177,7 +176,6 @@ fn join<'a>(
     };
     Some(Joining::Led(Led {
         leader,
-        stripe: loc.stripe,
         wait: std::time::Duration::from_micros(wait_us),
         sequential,
     }))

@@ -23,7 +23,7 @@ use crate::restripe::{ReshapeOptions, ReshapeReport};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uraid_core::geometry::raid10::layout_name;
-use uraid_core::geometry::{Raid10Reshape, ReshapeStep, Side};
+use uraid_core::geometry::{Raid10Reshape, ReshapeStep, ReshapeWalk, Side};
 use uraid_core::{MemberIdx, SECTOR_BYTES};
 
 /// The most array data one window copies (4 MiB).
