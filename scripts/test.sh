@@ -58,6 +58,8 @@ if grep -rn 'impl .*Backend for' crates/cli/src; then
 fi
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
+echo "== the VM suites' own helpers: where member images go when the disk is short"
+python3 -m unittest tests/vm/test_scratch.py
 echo "== Linux md interoperability (VM)"
 # `cargo test --workspace` built target/debug/uraid already (the integration tests run it);
 # `cargo build -p uraid` would build it again with other dependency features (minutes).

@@ -46,6 +46,7 @@ MAX_ARRAYS_PER_BOOT = 60  # keeps a hung boot from costing a whole full run
 # Free space left beside one boot's member images: the build, logs and other suites share
 # the disk. Below it the images go to a memory file system (see image_dir).
 SPARE_MIB = 1024
+SHM = Path("/dev/shm")
 URAID_TIMEOUT_S = 300
 
 RAID10_NAMES = {"n": "near", "f": "far", "o": "offset"}
@@ -225,7 +226,7 @@ def image_dir(preferred: Path, label: str, need_mib: int) -> Path:
     preferred.mkdir(parents=True, exist_ok=True)
     if free_mib(preferred) >= need_mib + SPARE_MIB:
         return preferred
-    shm = Path("/dev/shm")
+    shm = SHM
     if shm.is_dir() and os.access(shm, os.W_OK) and free_mib(shm) >= need_mib + SPARE_MIB:
         d = shm / f"uraid-vm-{preferred.parent.name}-{label}"
         d.mkdir(parents=True, exist_ok=True)
@@ -234,7 +235,7 @@ def image_dir(preferred: Path, label: str, need_mib: int) -> Path:
         return d
     raise Failure(f"no room for {need_mib} MiB of member images: {free_mib(preferred)} MiB "
                   f"free in {preferred}, {free_mib(shm) if shm.is_dir() else 0} MiB in "
-                  f"/dev/shm, and {SPARE_MIB} MiB must stay free beside them; free disk "
+                  f"{shm}, and {SPARE_MIB} MiB must stay free beside them; free disk "
                   "space (an old target/ or tests/vm/.cache/runs/) and run again")
 
 
