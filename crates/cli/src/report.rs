@@ -2,7 +2,7 @@
 
 use crate::timefmt::ctime;
 use serde_json::{json, Value};
-use uraid_core::geometry::{raid10, raid5};
+use uraid_core::geometry::{raid10, raid5, ReshapeWalk};
 use uraid_core::superblock::{self as sbm, uuid_string, Superblock};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::JournalMode;

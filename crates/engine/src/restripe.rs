@@ -1160,53 +1160,6 @@ impl Array {
     }
 }
 
-/// What the served reshape loop ([`drive_served`]) asks of a reshape's plan: raid4/5/6's
-/// [`ReshapeState`] and raid10's [`uraid_core::geometry::Raid10Reshape`] plan their windows
-/// against the recorded position the same way.
-pub(crate) trait Windows: Clone {
-    fn position(&self) -> u64;
-    fn is_done(&self) -> bool;
-    fn window_unit(&self) -> u64;
-    fn next_step(
-        &self,
-        safe: u64,
-        max: u64,
-    ) -> Result<ReshapeStep, uraid_core::geometry::GeometryError>;
-    fn done_sectors(&self) -> u64;
-    fn new_array_sectors(&self) -> u64;
-}
-
-macro_rules! windows_of {
-    ($t:ty) => {
-        impl Windows for $t {
-            fn position(&self) -> u64 {
-                self.position_sectors
-            }
-            fn is_done(&self) -> bool {
-                <$t>::is_done(self)
-            }
-            fn window_unit(&self) -> u64 {
-                <$t>::window_unit(self)
-            }
-            fn next_step(
-                &self,
-                safe: u64,
-                max: u64,
-            ) -> Result<ReshapeStep, uraid_core::geometry::GeometryError> {
-                <$t>::next_step(self, safe, max)
-            }
-            fn done_sectors(&self) -> u64 {
-                <$t>::done_sectors(self)
-            }
-            fn new_array_sectors(&self) -> u64 {
-                <$t>::new_array_sectors(self)
-            }
-        }
-    };
-}
-windows_of!(ReshapeState);
-windows_of!(uraid_core::geometry::Raid10Reshape);
-
 /// A window whose new stripes or copies some members did not take: those members (to fail)
 /// and the error to stop with when the array cannot go on without them.
 pub(crate) struct Unmoved {
@@ -1217,7 +1170,7 @@ pub(crate) struct Unmoved {
 /// One personality's part of a served reshape (raid4/5/6's here, raid10's in
 /// `restripe/raid10.rs`).
 pub(crate) trait ServedReshape: crate::array::Personality {
-    type Plan: Windows;
+    type Plan: ReshapeWalk;
     /// The plan in memory, and the position the superblocks record.
     fn now(&self) -> (Self::Plan, u64);
     /// Move the window of `step` under the window lock: read through the old geometry,

@@ -216,20 +216,6 @@ impl ReshapeState {
         Ok(state)
     }
 
-    /// The position at which every sector is in the new geometry.
-    pub fn end_position(&self) -> u64 {
-        if self.backwards {
-            0
-        } else {
-            self.new_array_sectors()
-        }
-    }
-
-    /// Whether the reshape is complete.
-    pub fn is_done(&self) -> bool {
-        self.position_sectors == self.end_position()
-    }
-
     /// The unit a window is made of: one row of the larger chunk across the new data
     /// disks (md's reshape_sectors times the new data disks), so that every window ends
     /// on a stripe boundary of both geometries' rows.
@@ -339,16 +325,6 @@ impl ReshapeState {
     pub fn array_sectors(&self) -> u64 {
         let dd = self.old.data_disks().min(self.new.data_disks()) as u64;
         self.dev_sectors() * dd
-    }
-
-    /// How far the reshape has got, in array sectors from where it began (md's
-    /// reshape progress): the position going forwards, what lies past it going backwards.
-    pub fn done_sectors(&self) -> u64 {
-        if self.backwards {
-            self.array_sectors().saturating_sub(self.position_sectors)
-        } else {
-            self.position_sectors
-        }
     }
 
     /// The array size once the reshape is done.
@@ -487,15 +463,57 @@ pub fn fold_finished(sb: &mut Superblock) -> bool {
 }
 
 /// The walk of a reshape through its windows, the same for raid4/5/6 ([`ReshapeState`])
-/// and raid10 ([`super::Raid10Reshape`]): each gives its next window under its own rule;
-/// the walk's check and bookkeeping are these.
+/// and raid10 ([`super::Raid10Reshape`]): each gives its next window under its own rule
+/// and its sizes; the walk's end, progress, check and bookkeeping are these. The engine's
+/// reshape loops (offline and served) run over it.
 pub trait ReshapeWalk: Clone {
     /// The next window to copy, given the position `safe` recorded last on the members,
     /// at most `max_sectors` long (each level's inherent `next_step`).
     fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError>;
 
-    /// The reshape's position (array sectors), and whether it runs backwards.
-    fn position(&mut self) -> (&mut u64, bool);
+    /// The reshape's position (array sectors), to move.
+    fn position_mut(&mut self) -> &mut u64;
+
+    /// The reshape's position (array sectors).
+    fn position(&self) -> u64;
+
+    /// Whether the reshape runs backwards (a shrink, from the end down).
+    fn backwards(&self) -> bool;
+
+    /// The array size while the reshape runs.
+    fn array_sectors(&self) -> u64;
+
+    /// The array size once the reshape is done.
+    fn new_array_sectors(&self) -> u64;
+
+    /// The unit every window is a whole number of (each level's inherent `window_unit`).
+    fn window_unit(&self) -> u64;
+
+    /// The position at which every sector is in the new geometry: the new size going
+    /// forwards (raid10 writes zeros past the old end where md resyncs them after its
+    /// reshape), 0 going backwards (md starts a backwards reshape at the reshaping size).
+    fn end_position(&self) -> u64 {
+        if self.backwards() {
+            0
+        } else {
+            self.new_array_sectors()
+        }
+    }
+
+    /// Whether the reshape is complete.
+    fn is_done(&self) -> bool {
+        self.position() == self.end_position()
+    }
+
+    /// How far the reshape has got, in array sectors from where it began (md's reshape
+    /// progress): the position going forwards, what lies past it going backwards.
+    fn done_sectors(&self) -> u64 {
+        if self.backwards() {
+            self.array_sectors().saturating_sub(self.position())
+        } else {
+            self.position()
+        }
+    }
 
     /// Whether the reshape can run from its position to the end under the rule, with a
     /// checkpoint wherever one is needed (checked before anything is written: a reshape
@@ -503,11 +521,11 @@ pub trait ReshapeWalk: Clone {
     /// end, is refused whole). The error names the sector it cannot pass.
     fn can_finish(&self) -> Result<(), GeometryError> {
         let mut st = self.clone();
-        let mut safe = *st.position().0;
+        let mut safe = st.position();
         loop {
             match st.next_step(safe, u64::MAX)? {
                 ReshapeStep::Done => return Ok(()),
-                ReshapeStep::Checkpoint => safe = *st.position().0,
+                ReshapeStep::Checkpoint => safe = st.position(),
                 step => st.advance(step),
             }
         }
@@ -516,18 +534,46 @@ pub trait ReshapeWalk: Clone {
     /// Record that a window returned by [`ReshapeWalk::next_step`] was copied.
     fn advance(&mut self, step: ReshapeStep) {
         if let ReshapeStep::Copy { start, sectors } = step {
-            let (position, backwards) = self.position();
-            *position = if backwards { start } else { start + sectors };
+            let backwards = self.backwards();
+            *self.position_mut() = if backwards { start } else { start + sectors };
         }
     }
 }
 
-impl ReshapeWalk for ReshapeState {
-    fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
-        ReshapeState::next_step(self, safe, max_sectors)
-    }
+/// The trait's view of a type's own fields and sizes.
+macro_rules! reshape_walk_fields {
+    ($t:ty) => {
+        impl $crate::geometry::reshape::ReshapeWalk for $t {
+            fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
+                <$t>::next_step(self, safe, max_sectors)
+            }
 
-    fn position(&mut self) -> (&mut u64, bool) {
-        (&mut self.position_sectors, self.backwards)
-    }
+            fn position_mut(&mut self) -> &mut u64 {
+                &mut self.position_sectors
+            }
+
+            fn position(&self) -> u64 {
+                self.position_sectors
+            }
+
+            fn backwards(&self) -> bool {
+                self.backwards
+            }
+
+            fn array_sectors(&self) -> u64 {
+                <$t>::array_sectors(self)
+            }
+
+            fn new_array_sectors(&self) -> u64 {
+                <$t>::new_array_sectors(self)
+            }
+
+            fn window_unit(&self) -> u64 {
+                <$t>::window_unit(self)
+            }
+        }
+    };
 }
+pub(crate) use reshape_walk_fields;
+
+reshape_walk_fields!(ReshapeState);

@@ -200,31 +200,6 @@ impl Raid10Reshape {
         self.old.array_sectors()
     }
 
-    /// The position at which every sector is in the new geometry. Forwards uraid copies up
-    /// to the new size (sectors past the old end are written as zeros on every copy, where
-    /// md resyncs them after its reshape); backwards md starts at the reshaping size.
-    pub fn end_position(&self) -> u64 {
-        if self.backwards {
-            0
-        } else {
-            self.new_array_sectors()
-        }
-    }
-
-    /// Whether the reshape is complete.
-    pub fn is_done(&self) -> bool {
-        self.position_sectors == self.end_position()
-    }
-
-    /// Array sectors the reshape has moved (md's reshape progress, from where it began).
-    pub fn done_sectors(&self) -> u64 {
-        if self.backwards {
-            self.array_sectors().saturating_sub(self.position_sectors)
-        } else {
-            self.position_sectors
-        }
-    }
-
     /// Which geometry holds array sector `sector` (md's raid10_find_phys).
     pub fn side_of(&self, sector: u64) -> Side {
         if (sector >= self.position_sectors) != self.backwards {
@@ -339,15 +314,7 @@ impl Raid10Reshape {
     }
 }
 
-impl ReshapeWalk for Raid10Reshape {
-    fn next_step(&self, safe: u64, max_sectors: u64) -> Result<ReshapeStep, GeometryError> {
-        Raid10Reshape::next_step(self, safe, max_sectors)
-    }
-
-    fn position(&mut self) -> (&mut u64, bool) {
-        (&mut self.position_sectors, self.backwards)
-    }
-}
+super::reshape::reshape_walk_fields!(Raid10Reshape);
 
 /// Rewrite `sb` as the superblock of a completed raid10 reshape (md's end_reshape,
 /// md_finish_reshape and raid10_finish_reshape): the new layout, chunk and device count,
