@@ -259,6 +259,14 @@ class Boot:
         self.timed_out = False
         self.elapsed_s = 0.0
 
+    def new_image(self, name: str, mib: int) -> Path:
+        """A sparse member image of `mib` MiB in this boot's image folder (see image_dir)."""
+        img = self.img_dir / f"{name}.img"
+        img.unlink(missing_ok=True)
+        with open(img, "wb") as f:
+            f.truncate(mib * MiB)
+        return img
+
     def add_disk(self, path: Path, unmap: bool = False) -> str:
         """unmap: the guest's discards and zero writes punch holes in the image file."""
         self.disks.append(path)
@@ -414,10 +422,7 @@ class L2U:
         self.images: list[Path] = []
         disks = []
         for i, mib in enumerate(spec.member_sizes(member_mib)):
-            img = boot.img_dir / f"{spec.name}.{i}.img"
-            img.unlink(missing_ok=True)
-            with open(img, "wb") as f:
-                f.truncate(mib * MiB)
+            img = boot.new_image(f"{spec.name}.{i}", mib)
             self.images.append(img)
             disks.append(boot.add_disk(img))
         j = [f"begin {spec.name}", "run create " + " ".join(mdadm_create_args(spec, disks))]
@@ -431,10 +436,7 @@ class L2U:
         if spec.grow:
             # mdadm --add then --grow, as a user sequences them; md recovers the new roles.
             for i in range(spec.grow_add):
-                img = boot.img_dir / f"{spec.name}.add{i}.img"
-                img.unlink(missing_ok=True)
-                with open(img, "wb") as f:
-                    f.truncate(member_mib * MiB)
+                img = boot.new_image(f"{spec.name}.add{i}", member_mib)
                 self.images.append(img)
                 j.append(f"run add{i} mdadm /dev/md0 --add {boot.add_disk(img)}")
             j += ["run grow mdadm --grow /dev/md0 " + " ".join(spec.grow), "wait_sync",
@@ -522,11 +524,7 @@ class U2L:
             if i in spec.fail:
                 self.images.append(None)
                 continue
-            img = boot.img_dir / f"{spec.name}.{i}.img"
-            img.unlink(missing_ok=True)
-            with open(img, "wb") as f:
-                f.truncate(mib * MiB)
-            self.images.append(img)
+            self.images.append(boot.new_image(f"{spec.name}.{i}", mib))
         try:
             self._create()
         except Failure as e:
@@ -583,13 +581,8 @@ class U2L:
     def _grow(self, members: list[str]) -> None:
         """`uraid grow` with --add on the host; the spec then describes the grown array."""
         s = self.spec
-        adds = []
-        for i in range(s.grow_add):
-            img = self.boot.img_dir / f"{s.name}.add{i}.img"
-            img.unlink(missing_ok=True)
-            with open(img, "wb") as f:
-                f.truncate(self.member_mib * MiB)
-            adds.append(img)
+        adds = [self.boot.new_image(f"{s.name}.add{i}", self.member_mib)
+                for i in range(s.grow_add)]
         uraid_run(self.uraid, ["grow", *s.grow] + (["--add", *map(str, adds)] if adds else [])
                   + ["--"] + members)
         self.images += adds
@@ -831,9 +824,17 @@ def main() -> int:
         """One boot: its images are made, checked, and those of passing arrays removed
         before the next boot makes its own, so the disk holds one boot's images at most."""
         boot = Boot(run_dir, label, pattern)
+        try:
+            check_batch(boot, batch, make, verify)
+        finally:
+            if boot.img_dir != boot.dir and not args.keep:
+                # A memory file system: what a failing array left there goes too.
+                shutil.rmtree(boot.img_dir, ignore_errors=True)
+
+    def check_batch(boot: Boot, batch: list[Spec], make, verify) -> None:
         need = sum(sum(s.member_sizes(member_mib)) + s.grow_add * member_mib for s in batch)
         try:
-            boot.img_dir = image_dir(boot.dir, label, need)
+            boot.img_dir = image_dir(boot.dir, boot.label, need)
             t0 = time.monotonic()
             arrays = [make(s, boot) for s in batch]
         except (Failure, OSError) as e:
@@ -859,9 +860,6 @@ def main() -> int:
                 for img in a.images:
                     if img is not None:
                         img.unlink(missing_ok=True)
-        if boot.img_dir != boot.dir and not args.keep:
-            # A memory file system: what a failing array left there goes too.
-            shutil.rmtree(boot.img_dir, ignore_errors=True)
 
     l2u = [s for s in specs if s.direction == "l2u"]
     u2l = [s for s in specs if s.direction == "u2l"]

@@ -63,6 +63,9 @@ class VmScratch(unittest.TestCase):
 
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
+        # A cleanup, not tearDown: cleanups run last in, first out, so a folder a test
+        # made there is removed before the whole.
+        self.addCleanup(self.tmp.cleanup)
         base = Path(self.tmp.name)
         self.tmpdir = base / "tmp"
         self.tmpdir.mkdir()
@@ -77,14 +80,16 @@ class VmScratch(unittest.TestCase):
         df.chmod(0o755)
         self.path = f"{bin_dir}:{os.environ['PATH']}"
 
-    def tearDown(self) -> None:
-        self.tmp.cleanup()
-
     def scratch(self, free_tmp: int, free_shm: int, need: int) -> subprocess.CompletedProcess:
         env = dict(os.environ, PATH=self.path, TMPDIR=str(self.tmpdir),
                    FREE_TMP=str(free_tmp), FREE_SHM=str(free_shm))
         script = f'. "{HERE}/scratch.sh"; set -e; W="$(vm_scratch test-vm {need})"; echo "$W"'
-        return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        made = Path(r.stdout.strip()) if r.stdout.strip() else None
+        if made is not None and made.is_dir():
+            # Also when an assertion fails: a folder in /dev/shm would outlive the test.
+            self.addCleanup(made.rmdir)
+        return r
 
     def test_tmpdir_while_it_keeps_the_spare(self) -> None:
         r = self.scratch(1024 + 400, 10**6, 400)
@@ -98,11 +103,8 @@ class VmScratch(unittest.TestCase):
         r = self.scratch(1024 + 399, 10**6, 400)
         self.assertEqual(r.returncode, 0, r.stderr)
         w = Path(r.stdout.strip())
-        try:
-            self.assertEqual(w.parent, Path("/dev/shm"))
-            self.assertIn("member images in memory", r.stderr)
-        finally:
-            w.rmdir()
+        self.assertEqual(w.parent, Path("/dev/shm"))
+        self.assertIn("member images in memory", r.stderr)
 
     def test_a_failure_that_names_both_places_when_neither_has_room(self) -> None:
         r = self.scratch(100, 200, 400)

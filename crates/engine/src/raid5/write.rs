@@ -55,7 +55,7 @@ fn offer_pieces<'a>(
     let tuning = &a.r5().tuning;
     let skip_copy = tuning.skip_copy.load(Ordering::Relaxed);
     // Only writes that may lead a stripe count (small ones only join).
-    let sequential = buf.len() >= LEAD_MIN_BYTES.min(chunk_bytes(g))
+    let sequential = buf.len() >= lead_min_bytes(g)
         && a.r5().joins.sequential(sector, sector + sectors(buf.len()));
     while off < buf.len() {
         let loc = g.locate(s);
@@ -105,6 +105,11 @@ fn offer_pieces<'a>(
 /// joiners that random small writes never bring would only add latency.
 const LEAD_MIN_BYTES: usize = 64 << 10;
 
+/// [`LEAD_MIN_BYTES`], or a chunk if that is smaller.
+fn lead_min_bytes(g: &ParityGeometry) -> usize {
+    LEAD_MIN_BYTES.min(chunk_bytes(g))
+}
+
 /// What became of a piece offered to the pending stripes.
 enum Joining<'a> {
     /// It leads its stripe: to gather and write ([`write_led`]).
@@ -147,7 +152,7 @@ fn join<'a>(
         return None;
     }
     let joins = &a.r5().joins;
-    let may_lead = data.len() >= LEAD_MIN_BYTES.min(chunk_bytes(g)) && joins.may_lead(sequential);
+    let may_lead = data.len() >= lead_min_bytes(g) && joins.may_lead(sequential);
     if !may_lead && !joins.any_open() {
         // The common small write: nothing to join, nothing to look up.
         return None;
