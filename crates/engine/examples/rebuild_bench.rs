@@ -7,6 +7,9 @@
 //! URAID_SYNC_THREADS the threads that run passes side by side (the `sync_threads` tunable).
 //! URAID_REBUILD_RUNS (default 3) rebuilds that many times, each onto a fresh member, and
 //! reports the median and every run.
+//! URAID_REBUILD_LEVELS (for example `5,1`) runs only those levels.
+//! URAID_PERF_CTL=FIFO writes `enable` and `disable` into FIFO around each rebuild, for
+//! `perf record -D -1 --control fifo:FIFO`: a profile of the rebuilds alone.
 //! URAID_FILL_PERCENT (default 100) writes only that share of the array, from its start: on
 //! sparse file members the rest stays a hole on every member, which the recovery zeroes on
 //! the new member instead of rebuilding it (memory members cannot tell holes).
@@ -139,8 +142,15 @@ fn run(
         a.fail_member(MemberIdx(1)).unwrap();
         a.remove_member(MemberIdx(1)).unwrap();
         a.add_member(new).unwrap();
+        let ctl = std::env::var("URAID_PERF_CTL").ok();
+        if let Some(c) = &ctl {
+            std::fs::write(c, "enable\n").unwrap();
+        }
         let t = Instant::now();
         a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+        if let Some(c) = &ctl {
+            std::fs::write(c, "disable\n").unwrap();
+        }
         speeds.push(rebuilt_bytes as f64 / t.elapsed().as_secs_f64() / 1e6);
     }
     let all: Vec<String> = speeds.iter().map(|s| format!("{s:.0}")).collect();
@@ -155,6 +165,14 @@ fn run(
         speed / floor
     );
     assert!(!a.is_degraded());
+}
+
+/// URAID_REBUILD_LEVELS (for example `1,10`) runs only those levels; all by default.
+fn levels_wanted(level: Level) -> bool {
+    std::env::var("URAID_REBUILD_LEVELS").map_or(true, |v| {
+        v.split(',')
+            .any(|l| l.trim().trim_start_matches("raid") == level.md_level().to_string())
+    })
 }
 
 fn main() {
@@ -178,6 +196,9 @@ fn main() {
         (Level::Raid1, 2),
         (Level::Raid10, 4),
     ] {
+        if !levels_wanted(level) {
+            continue;
+        }
         let mems: Vec<Arc<dyn Member>> = (0..disks)
             .map(|i| Arc::new(MemMember::new(format!("m{i}"), size)) as Arc<dyn Member>)
             .collect();

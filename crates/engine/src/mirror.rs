@@ -367,7 +367,8 @@ pub(crate) fn sync_piece(
             a.repair_read(*role, *msec, &bufs[src]);
         }
     }
-    let differ = good.iter().any(|&i| bufs[i][..] != bufs[src][..]);
+    // `src` is `good[0]`: the others are compared with it (none in a recovery from one copy).
+    let differ = good[1..].iter().any(|&i| bufs[i][..] != bufs[src][..]);
     let mut ops = OpList::new();
     if differ && mode == SyncMode::Repair {
         for &i in &good[1..] {
