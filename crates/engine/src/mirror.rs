@@ -314,8 +314,14 @@ pub(crate) fn zero_piece(
     Ok(())
 }
 
+/// md counts a mirror's mismatches per resync block (its RESYNC_PAGES, 64 KiB): a piece
+/// whose copies differ anywhere in such a block counts the block's sectors.
+pub(crate) const MISMATCH_BLOCK_BYTES: usize = 64 << 10;
+
 /// Compare (and in repair mode rewrite) the valid copies of a piece; also writes the piece to
-/// `targets` (recovering members). Returns whether the copies differed.
+/// `targets` (recovering members). Returns the sectors that mismatched, counted as md
+/// counts them: every [`MISMATCH_BLOCK_BYTES`] block of the piece (from its start) in which
+/// some copy differs.
 pub(crate) fn sync_piece(
     a: &Array,
     copies: &Copies,
@@ -323,7 +329,7 @@ pub(crate) fn sync_piece(
     len: usize,
     mode: SyncMode,
     targets: &[MemberIdx],
-) -> Result<bool, ArrayError> {
+) -> Result<u64, ArrayError> {
     // Each valid copy with its device, looked up once (a second lookup could find the
     // device gone and had to be trusted not to).
     let mut valid: Vec<(MemberIdx, u64, Arc<dyn Member>)> = copies
@@ -342,7 +348,7 @@ pub(crate) fn sync_piece(
         for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
             crate::discard::zero_target(a, role, a.member_byte(role, msec), len as u64);
         }
-        return Ok(false);
+        return Ok(0);
     }
     // A copy whose member failed meanwhile (the hole checks above are IO) is left out, as
     // md skips a Faulty rdev; the state check takes no lock.
@@ -369,6 +375,19 @@ pub(crate) fn sync_piece(
     }
     // `src` is `good[0]`: the others are compared with it (none in a recovery from one copy).
     let differ = good[1..].iter().any(|&i| bufs[i][..] != bufs[src][..]);
+    let mismatched: u64 = match differ {
+        false => 0,
+        true => (0..len)
+            .step_by(MISMATCH_BLOCK_BYTES)
+            .map(|b| b..(b + MISMATCH_BLOCK_BYTES).min(len))
+            .filter(|r| {
+                good[1..]
+                    .iter()
+                    .any(|&i| bufs[i][r.clone()] != bufs[src][r.clone()])
+            })
+            .map(|r| (r.len() as u64).div_ceil(SECTOR_BYTES))
+            .sum(),
+    };
     let mut ops = OpList::new();
     if differ && mode == SyncMode::Repair {
         for &i in &good[1..] {
@@ -384,7 +403,7 @@ pub(crate) fn sync_piece(
         }
     }
     ops.run(a);
-    Ok(differ)
+    Ok(mismatched)
 }
 
 /// Sectors per resync step.

@@ -9,13 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use uraid_core::geometry::Raid1;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
-/// Mirror write-lock region, in sectors: sync and zeroing pieces never cross one; a write
-/// takes the locks of every region its piece covers.
+/// Mirror write-lock region, in sectors: zeroing pieces never cross one; a write takes the
+/// locks of every region its piece covers (sync pieces take none: the barrier keeps
+/// requests out of them).
 pub(crate) const REGION_SECTORS: u64 = 128;
 
 /// Resync barrier unit, 1 MiB: requests are split at its boundaries and enter its barrier
-/// bucket; sync raises the bucket of the piece it works on (pieces never cross a region, so
-/// any multiple of REGION_SECTORS works). md uses 64 MiB; that puts a small array in a few
+/// bucket; sync raises the bucket of the piece it works on (pieces never cross a unit; any
+/// multiple of REGION_SECTORS works). md uses 64 MiB; that puts a small array in a few
 /// buckets whose counters every request touches, which costs on few CPUs (ARCHITECTURE.md).
 pub(crate) const BARRIER_UNIT_SECTORS: u64 = 1 << 11;
 
@@ -125,8 +126,12 @@ pub(crate) fn sync_range(
             if s >= end {
                 return None;
             }
+            // A piece lies in one barrier unit: the barrier raised for it keeps every
+            // request out of the whole piece. (It once also stopped at each write-lock
+            // region, 64 KiB, from when sync took the region's lock; that made a recovery
+            // over O_DIRECT members wait on one 64 KiB read and write at a time per thread.)
             let n = RESYNC_STEP_SECTORS
-                .min(REGION_SECTORS - s % REGION_SECTORS)
+                .min(to_boundary(s, BARRIER_UNIT_SECTORS))
                 .min(end - s);
             // md's raise_barrier: no request is inside this piece's barrier unit meanwhile,
             // and the recovery cursor moves before the barrier drops.
@@ -137,7 +142,7 @@ pub(crate) fn sync_range(
         |&mut (s, n, _)| {
             let skip = ctx.skip_clean && a.bitmap_clean(s, n);
             if skip {
-                return Ok(false);
+                return Ok(0);
             }
             mirror::sync_piece(
                 a,
@@ -148,10 +153,8 @@ pub(crate) fn sync_range(
                 ctx.targets,
             )
         },
-        |(s, n, raised), differed| {
-            if differed? {
-                mismatches.fetch_add(n, Ordering::Relaxed);
-            }
+        |(s, n, raised), mismatched| {
+            mismatches.fetch_add(mismatched?, Ordering::Relaxed);
             ctx.advance(a, s + n);
             drop(raised);
             Ok(())

@@ -117,18 +117,16 @@ pub(crate) fn sync_range(
         },
         |(s, n, piece)| {
             let Some((copies, _)) = piece else {
-                return Ok(false);
+                return Ok(0);
             };
             if ctx.skip_clean && a.bitmap_clean(*s, *n) {
-                return Ok(false);
+                return Ok(0);
             }
             let chunk = *s / g.chunk_sectors;
             mirror::sync_piece(a, copies, chunk, bytes(*n), ctx.mode, ctx.targets)
         },
-        |(s, n, piece), differed| {
-            if differed? {
-                mismatches.fetch_add(n, Ordering::Relaxed);
-            }
+        |(s, n, piece), mismatched| {
+            mismatches.fetch_add(mismatched?, Ordering::Relaxed);
             if (s + n).is_multiple_of(g.chunk_sectors) {
                 ctx.advance(a, (s + n) / g.chunk_sectors);
             }

@@ -228,6 +228,31 @@ fn read_errors_are_answered_from_redundancy_and_repaired() {
     }
 }
 
+/// A mirror's check counts mismatches as md does, per 64 KiB resync block, however large
+/// the pieces it syncs: raid1's are 1 MiB, raid10's a chunk (512 KiB here). 4 KiB corrupted
+/// inside one block counts 128 sectors; 4 KiB across a block boundary counts 256.
+#[test]
+fn mirror_mismatches_are_counted_per_64k_block() {
+    for (level, layout, disks) in [(Level::Raid1, None, 2), (Level::Raid10, Some(0x102), 4)] {
+        let c = Config {
+            chunk_sectors: 1024,
+            member_bytes: vec![8 << 20; disks],
+            ..cfg(level, layout, disks)
+        };
+        let mems = mem_members(&c, "mb");
+        let a = uraid_engine::create(as_members(&mems), &create_opts(&c)).unwrap();
+        fill(&a, 9);
+        assert_eq!(a.check().unwrap(), 0, "{c:?}: fresh array has mismatches");
+        let data = 64 * 512 + (1 << 20);
+        for (corrupt_at, want) in [(data + 200 * 1024, 128), (data + 318 * 1024, 256)] {
+            mems[1].write_at(&[0xa5u8; 4096], corrupt_at).unwrap();
+            assert_eq!(a.check().unwrap(), want, "{c:?}: corrupted at {corrupt_at}");
+            assert_eq!(a.repair().unwrap(), want, "{c:?}");
+            assert_eq!(a.check().unwrap(), 0, "{c:?}: repair left mismatches");
+        }
+    }
+}
+
 #[test]
 fn check_counts_and_repair_fixes_mismatches_raid6_locates_bad_data() {
     for c in [
