@@ -86,6 +86,77 @@ fn recovery_rebuilds_a_failed_member_for_every_level() {
     }
 }
 
+/// A raid6 recovery of one member reads one parity per stripe, not both: P where the lost
+/// block is data or P (rebuilt by XOR), the data alone where it is Q. Every layout's
+/// rotation puts each role on the lost member somewhere, and the data comes back whole.
+#[test]
+fn raid6_recovery_of_one_member_reads_one_parity() {
+    for layout in [None, Some(1), Some(8)] {
+        let c = cfg(Level::Raid6, layout, 5);
+        let mems = mem_members(&c, "q");
+        let reads: Arc<std::sync::Mutex<Vec<(usize, u64, u64)>>> = Arc::default();
+        let members: Vec<Option<Arc<dyn Member>>> = mems
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let reads = reads.clone();
+                let f = FaultMember::new(m.clone() as Arc<dyn Member>).with_hook(move |io| {
+                    if !io.write {
+                        reads.lock().unwrap().push((i, io.offset, io.len));
+                    }
+                    uraid_sim::Verdict::Pass
+                });
+                Some(Arc::new(f) as Arc<dyn Member>)
+            })
+            .collect();
+        let a = uraid_engine::create(members, &create_opts(&c)).unwrap();
+        let model = fill(&a, 4);
+        a.fail_member(MemberIdx(1)).unwrap();
+        a.remove_member(MemberIdx(1)).unwrap();
+        a.add_member(Arc::new(MemMember::new("new", 2 << 20)))
+            .unwrap();
+        reads.lock().unwrap().clear();
+        a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+        let g = uraid_core::geometry::ParityGeometry::new(a.geometry()).unwrap();
+        let chunk = c.chunk_sectors * 512;
+        let data_start = 64 * 512;
+        let read_chunk = |role: usize, stripe: u64| {
+            let (lo, hi) = (
+                data_start + stripe * chunk,
+                data_start + (stripe + 1) * chunk,
+            );
+            reads
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|&(m, off, len)| m == role && off < hi && off + len > lo)
+        };
+        for stripe in 0..a.geometry().dev_sectors / c.chunk_sectors {
+            let map = g.stripe_map(stripe);
+            let q = map.q.unwrap();
+            let lost = MemberIdx(1);
+            let unread = if lost == q { map.p } else { q };
+            assert!(
+                !read_chunk(unread.0, stripe),
+                "{c:?}: stripe {stripe} read its unneeded parity on member {unread:?}"
+            );
+            for r in map.data.iter().chain([&map.p, &q]) {
+                if *r != lost && *r != unread {
+                    assert!(
+                        read_chunk(r.0, stripe),
+                        "{c:?}: stripe {stripe}: {r:?} not read"
+                    );
+                }
+            }
+        }
+        assert_eq!(a.check().unwrap(), 0, "{c:?}");
+        for r in [0, 2] {
+            a.fail_member(MemberIdx(r)).unwrap();
+        }
+        assert!(read_all(&a) == model, "{c:?}: data differs after recovery");
+    }
+}
+
 #[test]
 fn recovery_resumes_after_restart_from_recovery_offset() {
     for c in [

@@ -71,6 +71,24 @@ impl Rows {
         self.bufs[role].is_some()
     }
 
+    /// Rebuild `target`, a data block or P, as the XOR of the stripe's other data blocks and
+    /// P (loaded): Q is not used, so it need not be loaded.
+    pub(super) fn reconstruct_from_p(&mut self, map: &StripeMap, target: MemberIdx) {
+        let mut acc = AlignedBuf::scratch(self.len);
+        let srcs: Vec<&[u8]> = map
+            .data
+            .iter()
+            .chain([&map.p])
+            .filter(|&&r| r != target)
+            .map(|r| self.get(*r))
+            .collect();
+        for r in parity_slices(self.len) {
+            let part: Vec<&[u8]> = srcs.iter().map(|b| &b[r.clone()]).collect();
+            uraid_parity::xor_gen(&mut acc[r], &part);
+        }
+        self.bufs[target] = Some(acc);
+    }
+
     /// Rebuild every block of the stripe's roles that is not loaded.
     pub(super) fn reconstruct(
         &mut self,

@@ -264,6 +264,17 @@ struct SyncPass<'a> {
     zeroes: Vec<(MemberIdx, u64)>,
 }
 
+/// The parity block a raid6 recovery of this stripe need not read: with one member lost
+/// and rebuilt, P gives back a data block or itself (XOR, [`Rows::reconstruct_from_p`]),
+/// and Q is computed from the data (P is then recomputed beside it and dropped), so the
+/// other parity is not needed. One read fewer per stripe; md reads them all.
+fn unneeded_parity(map: &StripeMap, lost: &[MemberIdx], ctx: &SyncCtx) -> Option<MemberIdx> {
+    match (map.q, lost) {
+        (Some(q), [l]) if ctx.targets.contains(l) => Some(if *l == q { map.p } else { q }),
+        _ => None,
+    }
+}
+
 impl<'a> SyncPass<'a> {
     /// Buffers for the stripes that need syncing (the bitmap may say some are clean).
     fn plan(
@@ -300,8 +311,9 @@ impl<'a> SyncPass<'a> {
             .map(|(map, &s)| {
                 let mut bufs: MemberMap<Option<AlignedBuf>> =
                     MemberMap::from_fn(a.raid_disks(), |_| None);
+                let unread = unneeded_parity(map, &lost_roles(a, map, s, &[]), ctx);
                 for role in stripe_roles(map) {
-                    if a.usable(role, s).is_some() {
+                    if Some(role) != unread && a.usable(role, s).is_some() {
                         bufs[role] = Some(AlignedBuf::scratch(cb));
                     }
                 }
@@ -350,8 +362,13 @@ impl<'a> SyncPass<'a> {
             let lost = lost_roles(a, map, s, &[]);
             let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
             if !lost.is_empty() {
-                // Rebuilt straight into the buffer that is then written.
-                r.reconstruct(a, g, map)?;
+                // Rebuilt straight into the buffer that is then written: from P alone where
+                // Q was not read (a data block or P itself), by the stripe's whole parity
+                // math otherwise.
+                match unneeded_parity(map, &lost, ctx) {
+                    Some(q) if Some(q) == map.q => r.reconstruct_from_p(map, lost[0]),
+                    _ => r.reconstruct(a, g, map)?,
+                }
                 for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
                     w.push((*l, r.bufs[*l].take().expect("rebuilt block")));
                 }
