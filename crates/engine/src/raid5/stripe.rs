@@ -71,7 +71,7 @@ impl Rows {
         self.bufs[role].is_some()
     }
 
-    /// Rebuild `target`, a data block or P, as the XOR of the stripe's other data blocks and
+    /// Rebuild `target`, a data block or P (of any parity level), as the XOR of the stripe's other data blocks and
     /// P (loaded): Q is not used, so it need not be loaded.
     pub(super) fn reconstruct_from_p(&mut self, map: &StripeMap, target: MemberIdx) {
         let mut acc = AlignedBuf::scratch(self.len);
@@ -105,18 +105,8 @@ impl Rows {
             return Err(no_redundancy(a, "reconstruct"));
         }
         if g.level != Level::Raid6 {
-            let target = lost[0];
-            let mut acc = AlignedBuf::scratch(self.len);
-            let srcs: Vec<&[u8]> = roles
-                .iter()
-                .filter(|&&r| r != target)
-                .map(|r| self.get(*r))
-                .collect();
-            for r in parity_slices(self.len) {
-                let part: Vec<&[u8]> = srcs.iter().map(|b| &b[r.clone()]).collect();
-                uraid_parity::xor_gen(&mut acc[r], &part);
-            }
-            self.bufs[target] = Some(acc);
+            // raid4/5: the stripe's roles are its data and P.
+            self.reconstruct_from_p(map, lost[0]);
             return Ok(());
         }
         for r in &lost {
