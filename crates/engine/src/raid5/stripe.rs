@@ -71,8 +71,8 @@ impl Rows {
         self.bufs[role].is_some()
     }
 
-    /// Rebuild `target`, a data block or P (of any parity level), as the XOR of the stripe's other data blocks and
-    /// P (loaded): Q is not used, so it need not be loaded.
+    /// Rebuild `target`, a data block or P (of any parity level), as the XOR of the stripe's
+    /// other data blocks and P (loaded): Q is not used, so it need not be loaded.
     pub(super) fn reconstruct_from_p(&mut self, map: &StripeMap, target: MemberIdx) {
         let mut acc = AlignedBuf::scratch(self.len);
         let srcs: Vec<&[u8]> = map
