@@ -274,7 +274,7 @@ pub fn write_zero_buffers<M: Member + ?Sized>(m: &M, offset: u64, len: u64) -> i
 
 /// A memory member (a ramdisk), for tests and benchmarks.
 ///
-/// Its bytes are behind one lock per [`MEM_REGION_BYTES`] (as brd has one per page), not
+/// Its bytes are behind one lock per 64 KiB region (as brd has one per page), not
 /// one for the whole member: IOs to different regions run at once on different threads, as
 /// on a block device. An IO takes the locks of every region it touches, in ascending order,
 /// before it copies, so overlapping IOs still happen one after the other, each whole.
