@@ -716,6 +716,11 @@ impl Array {
         self.has_bitmap
     }
 
+    /// The write-intent bitmap's chunk in sectors of bitmap positions, if there is one.
+    pub(crate) fn bitmap_chunk_sectors(&self) -> Option<u64> {
+        self.meta().bitmap.as_ref().map(|b| b.chunk_sectors())
+    }
+
     /// Whether the bitmap says [start, start+sectors) (bitmap positions) saw no write that
     /// could be unsynced. Without a bitmap nothing is known to be clean.
     pub(crate) fn bitmap_clean(&self, start: u64, sectors: u64) -> bool {

@@ -130,9 +130,15 @@ pub(crate) fn sync_range(
             // request out of the whole piece. (It once also stopped at each write-lock
             // region, 64 KiB, from when sync took the region's lock; that made a recovery
             // over O_DIRECT members wait on one 64 KiB read and write at a time per thread.)
-            let n = RESYNC_STEP_SECTORS
+            let mut n = RESYNC_STEP_SECTORS
                 .min(to_boundary(s, BARRIER_UNIT_SECTORS))
                 .min(end - s);
+            // A bitmap-guided resync skips clean pieces: a piece also stops at a bitmap
+            // chunk (of 64 KiB at least, the old piece), so that a dirty chunk does not
+            // take its clean neighbours along.
+            if let Some(bc) = a.bitmap_chunk_sectors().filter(|_| ctx.skip_clean) {
+                n = n.min(to_boundary(s, bc.max(REGION_SECTORS)));
+            }
             // md's raise_barrier: no request is inside this piece's barrier unit meanwhile,
             // and the recovery cursor moves before the barrier drops.
             let raised = c.barriers.raise(s / BARRIER_UNIT_SECTORS);

@@ -154,6 +154,37 @@ fn the_daemon_keeps_the_bits_a_resync_owes() {
     }
 }
 
+/// A raid1 resync after a crash syncs the dirty bitmap chunk only, not the rest of the
+/// 1 MiB piece it lies in: damage in a clean 64 KiB chunk beside it, in the same piece,
+/// is still there for a check to find (and a repair to mend).
+#[test]
+fn a_raid1_resync_leaves_the_clean_chunks_of_a_dirty_piece() {
+    let c = cfg(Level::Raid1, 2);
+    let (mems, a) = make(&c, "rp");
+    let mut model = vec![0u8; a.size_bytes() as usize];
+    rng(13).fill(&mut model[..]);
+    a.write(0, &model).unwrap();
+    a.stop().unwrap();
+    let (a, _) = assemble(devs(&mems), &AssembleOptions::default()).unwrap();
+    a.write(8192, &model[8192..8192 + 4096]).unwrap();
+    std::mem::forget(a); // a crash: the first chunk's bit stays set
+    let data_off = 2048 * 512;
+    // The next chunk but one: clean, and inside the same 1 MiB piece.
+    mems[1]
+        .write_at(&[0xEE; 4096], data_off + 2 * BM_CHUNK as u64)
+        .unwrap();
+    let (b, rep) = assemble(devs(&mems), &AssembleOptions::default()).unwrap();
+    assert!(rep.unclean);
+    b.resync().unwrap();
+    assert_eq!(
+        b.check().unwrap(),
+        128,
+        "the clean chunk's damage was synced over"
+    );
+    b.repair().unwrap();
+    assert_eq!(b.check().unwrap(), 0);
+}
+
 /// What a check finds with only the clean chunk's damage (the reference for the above).
 fn crash_then_resync_clean_only(c: &Config) -> u64 {
     let (mems, a) = make(c, "co");
