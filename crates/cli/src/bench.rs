@@ -48,7 +48,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "256M")]
     member_size: String,
     /// Memory member kind: brd (page-locked, like Linux brd) or engine (uraid's MemMember,
-    /// one lock per member).
+    /// a lock per 64 KiB region).
     #[arg(long, value_enum, default_value_t = MemKind::Brd)]
     mem: MemKind,
     /// Create the members as sparse files in this directory (removed afterwards).
