@@ -363,10 +363,12 @@ impl<'a> SyncPass<'a> {
             let mut w: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
             if !lost.is_empty() {
                 // Rebuilt straight into the buffer that is then written: from P alone where
-                // Q was not read (a data block or P itself), by the stripe's whole parity
-                // math otherwise.
-                match unneeded_parity(map, &lost, ctx) {
-                    Some(q) if Some(q) == map.q => r.reconstruct_from_p(map, lost[0]),
+                // the plan left Q unread (`unneeded_parity`) and one block is lost, by the
+                // stripe's whole parity math otherwise. Told from the buffers themselves, so
+                // a member that failed after planning cannot make the two disagree.
+                let q_unread = map.q.is_some_and(|q| !r.has(q) && !lost.contains(&q));
+                match lost.as_slice() {
+                    [l] if q_unread => r.reconstruct_from_p(map, *l),
                     _ => r.reconstruct(a, g, map)?,
                 }
                 for l in lost.iter().filter(|l| ctx.targets.contains(l)) {
