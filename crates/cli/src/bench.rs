@@ -11,6 +11,7 @@
 //! per request (from the array's counters), CPU time of the process (getrusage), and memory:
 //! the process RSS minus the memory of the members (which are fully resident).
 
+mod cpus;
 mod hist;
 mod load;
 mod svg;
@@ -168,6 +169,11 @@ struct Point {
     /// Raw CPU per request over uraid's CPU per member IO.
     #[serde(skip_serializing_if = "Option::is_none")]
     member_vs_raw_cpu: Option<f64>,
+    /// Round trip of a cache line between the first two CPUs just before the run, in ns
+    /// ([`cpus::round_trip_ns`]): under a hypervisor it tells apart runs on vCPUs whose
+    /// cores share a cache from runs on vCPUs whose cores do not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_round_trip_ns: Option<f64>,
     /// With `--repeat`: the median run is reported; these are the extremes.
     iops_min: f64,
     iops_max: f64,
@@ -542,6 +548,7 @@ fn run_point(
         member_vs_raw: None,
         raw_cpu_us_per_request: None,
         member_vs_raw_cpu: None,
+        cpu_round_trip_ns: None,
         iops_min: iops,
         iops_max: iops,
         runs: 1,
@@ -634,7 +641,7 @@ fn print_header(compare_raw: bool) {
     if compare_raw {
         print!(" {:>10} {:>7} {:>7}", "raw IOPS", "mIO/raw", "cpu/raw");
     }
-    println!();
+    println!(" {:>6}", "rt ns");
 }
 
 fn print_point(p: &Point) {
@@ -655,7 +662,10 @@ fn print_point(p: &Point) {
     if let (Some(r), Some(x), Some(c)) = (p.raw_iops, p.member_vs_raw, p.member_vs_raw_cpu) {
         print!(" {r:>10.0} {x:>7.2} {c:>7.2}");
     }
-    println!();
+    match p.cpu_round_trip_ns {
+        Some(ns) => println!(" {ns:>6.0}"),
+        None => println!(" {:>6}", "-"),
+    }
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
@@ -747,7 +757,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             // Each repetition runs the array, then the raw member, so both see the same noise.
             let mut runs = Vec::new();
             for _ in 0..a.repeat {
+                let rt = cpus::round_trip_ns();
                 let mut p = run_point(&s, pat, jobs, threads, ramp, runtime, resident)?;
+                p.cpu_round_trip_ns = rt;
                 if let Some(r) = &raw {
                     let rp = run_point(r, pat, jobs, threads, ramp, runtime, resident)?;
                     p.raw_iops = Some(rp.iops);
@@ -928,6 +940,7 @@ mod tests {
             member_vs_raw: None,
             raw_cpu_us_per_request: None,
             member_vs_raw_cpu: None,
+            cpu_round_trip_ns: None,
             iops_min: iops,
             iops_max: iops,
             runs: 1,
