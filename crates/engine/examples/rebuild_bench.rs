@@ -216,10 +216,17 @@ fn main() {
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let open = |name: String| -> Arc<dyn Member> {
+        let open_file = |name: String| -> FileMember {
             let p = dir.join(name);
             std::fs::File::create(&p).unwrap().set_len(size).unwrap();
-            Arc::new(FileMember::open(&p, DirectMode::Auto).unwrap())
+            FileMember::open(&p, DirectMode::Auto).unwrap()
+        };
+        let open = |name: String| -> Arc<dyn Member> { Arc::new(open_file(name)) };
+        // Auto opens with O_DIRECT where the file system takes it (not tmpfs): say which.
+        let label = if open_file("probe.img".into()).uses_direct() {
+            "files (O_DIRECT)"
+        } else {
+            "files (page cache)"
         };
         let files: Vec<Arc<dyn Member>> = (0..disks).map(|i| open(format!("f{i}.img"))).collect();
         run(
@@ -227,7 +234,7 @@ fn main() {
             disks,
             files,
             &|i| open(format!("spare{i}.img")),
-            "files (O_DIRECT)",
+            label,
         );
         let _ = std::fs::remove_dir_all(&dir);
     }
