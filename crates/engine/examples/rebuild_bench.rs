@@ -222,13 +222,16 @@ fn main() {
             FileMember::open(&p, DirectMode::Auto).unwrap()
         };
         let open = |name: String| -> Arc<dyn Member> { Arc::new(open_file(name)) };
-        // Auto opens with O_DIRECT where the file system takes it (not tmpfs): say which.
-        let label = if open_file("probe.img".into()).uses_direct() {
+        let first = open_file("f0.img".into());
+        // Auto opens with O_DIRECT where the file system takes it: say which it got.
+        let label = if first.uses_direct() {
             "files (O_DIRECT)"
         } else {
             "files (page cache)"
         };
-        let files: Vec<Arc<dyn Member>> = (0..disks).map(|i| open(format!("f{i}.img"))).collect();
+        let files: Vec<Arc<dyn Member>> = std::iter::once(Arc::new(first) as Arc<dyn Member>)
+            .chain((1..disks).map(|i| open(format!("f{i}.img"))))
+            .collect();
         run(
             level,
             disks,
