@@ -231,7 +231,7 @@ fn check_raid10(r: &Raid10, rows: &[Raid10Row]) {
         let m = r.map(sector);
         let want: Vec<(MemberIdx, u64)> = copies.iter().map(|&(d, s)| (MemberIdx(d), s)).collect();
         assert_eq!(
-            (m.copies, m.contiguous_sectors),
+            (m.copies.to_vec(), m.contiguous_sectors),
             (want, contiguous),
             "raid10 {} on {} disks, sector {sector}",
             raid10::layout_name(r.layout),
@@ -516,7 +516,7 @@ fn check_parity(g: &ParityGeometry, rows: &[ParityRow]) {
         let m = g.stripe_map(stripe as u64);
         let want_data: Vec<MemberIdx> = data.iter().map(|&d| MemberIdx(d)).collect();
         assert_eq!(
-            (m.p, m.q, m.data, m.syndrome_order.as_slice()),
+            (m.p, m.q, m.data.to_vec(), m.syndrome_order.as_slice()),
             (MemberIdx(p), q.map(MemberIdx), want_data, syn),
             "{} layout {} stripe {stripe}",
             g.level,
@@ -608,7 +608,10 @@ fn raid4_parity_last_whatever_the_layout() {
         for s in 0..5 {
             let m = g.stripe_map(s);
             assert_eq!(m.p, MemberIdx(3));
-            assert_eq!(m.data, vec![MemberIdx(0), MemberIdx(1), MemberIdx(2)]);
+            assert_eq!(
+                m.data.as_slice(),
+                [MemberIdx(0), MemberIdx(1), MemberIdx(2)]
+            );
             assert_eq!(m.q, None);
         }
     }
@@ -866,7 +869,8 @@ fn raid6_ddf_layouts() {
             let mut by_disk: Vec<usize> = data.to_vec();
             by_disk.sort_unstable();
             assert_eq!(
-                m.syndrome_slots, by_disk,
+                m.syndrome_slots.as_slice(),
+                by_disk,
                 "layout {layout} stripe {stripe} slots"
             );
         }

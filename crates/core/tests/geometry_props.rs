@@ -239,7 +239,7 @@ proptest! {
             let mut order = m.syndrome_order.clone();
             order.sort_unstable();
             if level == Level::Raid6 {
-                prop_assert_eq!(order, (0..d).collect::<Vec<_>>());
+                prop_assert_eq!(order.to_vec(), (0..d).collect::<Vec<_>>());
                 // Coefficient slots: distinct and increasing; for md's layouts 0..d, for the
                 // DDF layouts the disk numbers of the data disks.
                 prop_assert_eq!(m.syndrome_slots.len(), d);

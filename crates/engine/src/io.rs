@@ -14,6 +14,7 @@
 pub use crate::member::OpBuf;
 use crate::member::{Batch, FileIo, Member, MemberOp};
 use io_uring::{opcode, types, IoUring};
+use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::io;
 use std::os::unix::io::RawFd;
@@ -71,16 +72,30 @@ thread_local! {
 
 /// Run all ops; returns one result per op, in order.
 pub fn execute(ops: &mut [Op<'_>]) -> Vec<io::Result<()>> {
+    execute_inline(ops).into_vec()
+}
+
+/// Member IOs of one request kept inline: a stripe's worth (raid6 on 6 members reads or
+/// writes at most 6 blocks a row) needs no heap allocation.
+pub(crate) const INLINE_OPS: usize = 8;
+
+/// Results of a request's member IOs, inline up to a stripe's worth.
+pub(crate) type Results = SmallVec<[io::Result<()>; INLINE_OPS]>;
+
+/// [`execute`] without a heap allocation for a request's few ops: the engine's own path.
+pub(crate) fn execute_inline(ops: &mut [Op<'_>]) -> Results {
     if let [op] = ops {
         // One op never uses the ring, and a member's submit does for one op what read_at
         // or write_at does: skip building a batch.
-        return vec![match &mut op.buf {
+        let mut one = Results::new();
+        one.push(match &mut op.buf {
             OpBuf::Read(b) => op.member.read_at(b, op.offset),
             OpBuf::Write(b) => op.member.write_at(b, op.offset),
-        }];
+        });
+        return one;
     }
     let mut batch = Batch::new(ops.len() > 1 && io_engine() == IoEngine::Uring);
-    let mut mops: Vec<MemberOp<'_>> = Vec::with_capacity(ops.len());
+    let mut mops: SmallVec<[MemberOp<'_>; INLINE_OPS]> = SmallVec::with_capacity(ops.len());
     for (index, op) in ops.iter_mut().enumerate() {
         let buf = match &mut op.buf {
             OpBuf::Read(b) => OpBuf::Read(b),

@@ -7,9 +7,11 @@
 //! Member addresses at this boundary are [`Sector`]s relative to the member's data area;
 //! bytes only appear where `io` takes them.
 
-use crate::io::{execute, Op, OpBuf};
+pub(crate) use crate::io::INLINE_OPS;
+use crate::io::{execute_inline, Op, OpBuf};
 use crate::member::Member;
 use crate::slot::Slot;
+use smallvec::SmallVec;
 use std::io;
 use std::sync::Arc;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
@@ -51,7 +53,7 @@ impl Failures {
 /// the caller can answer from redundancy and repair the block.
 pub(crate) fn run_ops(a: &dyn MemberHost, ops: &mut [Op<'_>], roles: &[MemberIdx]) -> Failures {
     debug_assert_eq!(ops.len(), roles.len());
-    let results = execute(ops);
+    let results = execute_inline(ops);
     let mut f = Failures::default();
     let (mut reads, mut writes) = (0u64, 0u64);
     for (i, ((op, mut r), role)) in ops.iter().zip(results).zip(roles).enumerate() {
@@ -95,19 +97,22 @@ pub(crate) fn run_ops(a: &dyn MemberHost, ops: &mut [Op<'_>], roles: &[MemberIdx
     f
 }
 
+/// A request's few member roles (written, failed), inline like its ops.
+pub(crate) type Roles = SmallVec<[MemberIdx; INLINE_OPS]>;
+
 /// Helper for level modules: one op per (role, member sector, buffer).
 pub(crate) struct OpList<'a> {
-    devs: Vec<Arc<dyn Member>>,
-    pending: Vec<(u64, OpBuf<'a>)>,
-    roles: Vec<MemberIdx>,
+    devs: SmallVec<[Arc<dyn Member>; INLINE_OPS]>,
+    pending: SmallVec<[(u64, OpBuf<'a>); INLINE_OPS]>,
+    roles: SmallVec<[MemberIdx; INLINE_OPS]>,
 }
 
 impl<'a> OpList<'a> {
     pub fn new() -> OpList<'a> {
         OpList {
-            devs: Vec::new(),
-            pending: Vec::new(),
-            roles: Vec::new(),
+            devs: SmallVec::new(),
+            pending: SmallVec::new(),
+            roles: SmallVec::new(),
         }
     }
 
@@ -144,7 +149,7 @@ impl<'a> OpList<'a> {
         if self.pending.is_empty() {
             return Failures::default();
         }
-        let mut ops: Vec<Op<'_>> = self
+        let mut ops: SmallVec<[Op<'_>; INLINE_OPS]> = self
             .pending
             .into_iter()
             .zip(&self.devs)

@@ -116,7 +116,7 @@ pub(crate) enum RegionLocks<'a> {
 }
 
 /// Copies of one contiguous piece: (role, member sector) for each copy.
-pub(crate) type Copies = Vec<(MemberIdx, u64)>;
+pub(crate) type Copies = [(MemberIdx, u64)];
 
 /// Read `buf` (one piece, contiguous on every copy) from a valid copy, trying the others on
 /// error; a copy that failed to read gets the good data written back. The first copy tried

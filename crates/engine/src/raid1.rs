@@ -25,7 +25,8 @@ fn to_boundary(s: u64, unit: u64) -> u64 {
     unit - s % unit
 }
 
-fn copies(a: &Array, sector: u64) -> mirror::Copies {
+/// Every mirror's copy of `sector`, inline (no allocation per request) up to 4 mirrors.
+fn copies(a: &Array, sector: u64) -> smallvec::SmallVec<[(MemberIdx, u64); 4]> {
     // The mirror count is read through the shape's sequence counter (reshape may grow it).
     (0..a.shape().raid_disks)
         .map(|i| (MemberIdx(i), sector))

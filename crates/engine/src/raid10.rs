@@ -13,7 +13,12 @@ fn for_pieces(
     g: &Raid10,
     sector: u64,
     len: usize,
-    mut f: impl FnMut(u64, mirror::Copies, usize, usize) -> Result<(), ArrayError>,
+    mut f: impl FnMut(
+        u64,
+        uraid_core::geometry::StripeList<(MemberIdx, u64)>,
+        usize,
+        usize,
+    ) -> Result<(), ArrayError>,
 ) -> Result<(), ArrayError> {
     let mut s = sector;
     let mut off = 0usize;

@@ -45,6 +45,7 @@
 //! [`crate::raid5::writeback`]). The pages' flags and their legal transitions: [`head`].
 
 use crate::buf::AlignedBuf;
+use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
@@ -143,8 +144,9 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 }
 
 struct PartState {
-    /// Owned stripes, with the rows each of their heads holds (one entry per head).
-    active: StripeMap<Vec<Range<usize>>>,
+    /// Owned stripes, with the rows each of their heads holds (one entry per head; inline
+    /// for two, so that owning a stripe allocates nothing under the partition's lock).
+    active: StripeMap<SmallVec<[Range<usize>; 2]>>,
     free: Vec<HeadBufs>,
     /// Heads of this partition: active + free.
     heads: usize,
@@ -507,7 +509,7 @@ impl<T> StripeCache<T> {
     /// Heads owned now (for tests: none may be leaked).
     pub fn active(&self) -> usize {
         (0..self.parts.len())
-            .map(|p| self.lock(p).active.values().map(Vec::len).sum::<usize>())
+            .map(|p| self.lock(p).active.values().map(|h| h.len()).sum::<usize>())
             .sum()
     }
 

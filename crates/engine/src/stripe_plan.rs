@@ -2,6 +2,11 @@
 //! execute). Pure: no IO, no locks; `raid5` analyses a stripe into a [`Summary`], asks
 //! [`plan`] what to read and how to compute parity, and executes that.
 
+use smallvec::SmallVec;
+
+/// Data block indices of a stripe, inline up to 16 (no allocation per request).
+pub type Blocks = SmallVec<[usize; 16]>;
+
 /// How the write touches one data block of the stripe, over the rows [lo, hi) it spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cover {
@@ -17,10 +22,10 @@ pub enum Cover {
 #[derive(Clone, Debug)]
 pub struct Summary {
     /// Per data block (logical order).
-    pub cover: Vec<Cover>,
+    pub cover: SmallVec<[Cover; 16]>,
     /// Data blocks that cannot be read (missing, faulty, recovering above the cursor, or
     /// excluded after a read error).
-    pub lost_data: Vec<usize>,
+    pub lost_data: Blocks,
     /// Parity blocks (P, and Q for raid6) that cannot be read.
     pub lost_parity: usize,
     /// 1 for raid4/5, 2 for raid6.
@@ -40,11 +45,11 @@ pub enum Plan {
     Full,
     /// Read-modify-write: read the old data of `read_data` (the written blocks) and the
     /// parity, fold old ^ new into it.
-    Rmw { read_data: Vec<usize> },
+    Rmw { read_data: Blocks },
     /// Reconstruct-write: read `read_data` (what the write leaves), rebuild the lost blocks
     /// first when `reconstruct` (then every readable block is read), compute parity afresh.
     Rcw {
-        read_data: Vec<usize>,
+        read_data: Blocks,
         reconstruct: bool,
     },
     /// More blocks lost than the level tolerates.
@@ -76,10 +81,10 @@ pub fn plan(s: &Summary) -> Plan {
     if s.cover.iter().all(|c| *c == Cover::Full) {
         return Plan::Full;
     }
-    let touched: Vec<usize> = (0..s.cover.len())
+    let touched: Blocks = (0..s.cover.len())
         .filter(|&i| s.cover[i] != Cover::None)
         .collect();
-    let uncovered: Vec<usize> = (0..s.cover.len())
+    let uncovered: Blocks = (0..s.cover.len())
         .filter(|&i| s.cover[i] != Cover::Full)
         .collect();
     let healthy = s.lost_data.is_empty() && s.lost_parity == 0;
@@ -106,12 +111,13 @@ pub fn plan(s: &Summary) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smallvec::smallvec;
     use Cover::{Full as F, None as N, Partial as P};
 
     fn sum(cover: &[Cover], parity_disks: usize, rmw_level: u8) -> Summary {
         Summary {
-            cover: cover.to_vec(),
-            lost_data: vec![],
+            cover: cover.into(),
+            lost_data: Blocks::new(),
             lost_parity: 0,
             parity_disks,
             sub_page_journal: false,
@@ -139,7 +145,12 @@ mod tests {
         let k = |lvl| kind(&plan(&sum(&one_of_4, 1, lvl)));
         assert_eq!((k(0), k(1), k(2)), ("rcw", "rmw", "rmw"));
         let p = plan(&sum(&one_of_4, 1, 1));
-        assert_eq!(p, Plan::Rmw { read_data: vec![1] });
+        assert_eq!(
+            p,
+            Plan::Rmw {
+                read_data: smallvec![1]
+            }
+        );
         assert_eq!(p.reads(&sum(&one_of_4, 1, 1)), 2);
         // 5 disks, three of four written: rmw 4 > rcw 1.
         let three = [F, F, F, N];
@@ -147,7 +158,7 @@ mod tests {
         assert_eq!(
             p,
             Plan::Rcw {
-                read_data: vec![3],
+                read_data: smallvec![3],
                 reconstruct: false
             }
         );
@@ -170,7 +181,7 @@ mod tests {
         assert_eq!(
             p,
             Plan::Rcw {
-                read_data: vec![0, 2, 3],
+                read_data: smallvec![0, 2, 3],
                 reconstruct: false
             }
         );
@@ -180,7 +191,7 @@ mod tests {
     fn a_full_stripe_reads_nothing_even_degraded() {
         let mut s = sum(&[F, F, F], 1, 1);
         assert_eq!(plan(&s), Plan::Full);
-        s.lost_data = vec![1];
+        s.lost_data = smallvec![1];
         assert_eq!(plan(&s), Plan::Full);
         assert_eq!(plan(&s).reads(&s), 0);
     }
@@ -190,37 +201,37 @@ mod tests {
         // raid5, 5 disks, one block written, another data block lost: rmw would be cheaper
         // but needs every old block it folds; md reconstructs.
         let mut s = sum(&[F, N, N, N], 1, 2);
-        s.lost_data = vec![2];
+        s.lost_data = smallvec![2];
         let p = plan(&s);
         assert_eq!(
             p,
             Plan::Rcw {
-                read_data: vec![1, 2, 3],
+                read_data: smallvec![1, 2, 3],
                 reconstruct: true
             }
         );
         // Everything readable is read to rebuild block 2: data 0, 1, 3 and P.
         assert_eq!(p.reads(&s), 4);
         // The written block itself lost: nothing to rebuild, read the others.
-        s.lost_data = vec![0];
+        s.lost_data = smallvec![0];
         assert_eq!(
             plan(&s),
             Plan::Rcw {
-                read_data: vec![1, 2, 3],
+                read_data: smallvec![1, 2, 3],
                 reconstruct: false
             }
         );
         // Parity lost: no rmw either.
-        s.lost_data = vec![];
+        s.lost_data = smallvec![];
         s.lost_parity = 1;
         assert_eq!(kind(&plan(&s)), "rcw");
         // raid6 with two data blocks lost, one of them untouched.
         let mut s6 = sum(&[F, N, N, N], 2, 1);
-        s6.lost_data = vec![0, 3];
+        s6.lost_data = smallvec![0, 3];
         assert_eq!(
             plan(&s6),
             Plan::Rcw {
-                read_data: vec![1, 2, 3],
+                read_data: smallvec![1, 2, 3],
                 reconstruct: true
             }
         );
@@ -229,11 +240,11 @@ mod tests {
     #[test]
     fn beyond_the_tolerance_is_unrecoverable() {
         let mut s = sum(&[F, N, N], 1, 1);
-        s.lost_data = vec![1];
+        s.lost_data = smallvec![1];
         s.lost_parity = 1;
         assert_eq!(plan(&s), Plan::Unrecoverable);
         let mut s6 = sum(&[F, N, N, N], 2, 1);
-        s6.lost_data = vec![1, 2, 3];
+        s6.lost_data = smallvec![1, 2, 3];
         assert_eq!(plan(&s6), Plan::Unrecoverable);
     }
 

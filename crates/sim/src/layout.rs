@@ -124,7 +124,7 @@ pub fn unit_members(p: &Personality, unit: u64) -> Vec<MemberIdx> {
         Personality::Raid10(g) => g.map(start).copies.iter().map(|c| c.0).collect(),
         Personality::Parity(g) => {
             let map = g.stripe_map(unit);
-            let mut v = map.data.clone();
+            let mut v = map.data.to_vec();
             v.push(map.p);
             v.extend(map.q);
             v

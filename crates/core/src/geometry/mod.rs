@@ -21,6 +21,11 @@ pub use raid0::Raid0;
 pub use raid1::Raid1;
 pub use raid10::Raid10;
 pub use raid5::{ParityGeometry, StripeLocation, StripeMap};
+
+/// One entry per member of a stripe (a raid5/6 stripe's data members, a raid10 chunk's
+/// copies), inline up to 16 entries: a map is computed for every request, and a heap
+/// allocation per request showed in the engine's profile.
+pub type StripeList<T> = smallvec::SmallVec<[T; 16]>;
 pub use reshape::{ReshapeState, ReshapeStep, ReshapeWalk, Side};
 pub use reshape10::Raid10Reshape;
 

@@ -23,7 +23,7 @@ pub const RAID10_OFFSET_BIT: u32 = 1 << 16;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Raid10Map {
     /// (member, member sector relative to data_offset) for each copy, in md's order.
-    pub copies: Vec<(MemberIdx, u64)>,
+    pub copies: super::StripeList<(MemberIdx, u64)>,
     pub contiguous_sectors: u64,
 }
 
@@ -129,7 +129,7 @@ impl Raid10 {
         }
         let mut dev = (first % disks) as usize;
         let mut base = row * self.chunk_sectors + in_chunk;
-        let mut copies = Vec::with_capacity(self.copies());
+        let mut copies = super::StripeList::with_capacity(self.copies());
         for _ in 0..self.near_copies {
             let mut d = dev;
             let mut s = base;

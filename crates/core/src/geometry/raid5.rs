@@ -19,6 +19,7 @@
 //! symmetric layouts 18 and 19, whose Q is fixed on the last disk) it is a rotation of it.
 //! The DDF layouts (8, 9, 10) are not supported.
 
+use super::StripeList;
 use super::{ArrayGeometry, GeometryError};
 use crate::types::{Level, MemberIdx};
 
@@ -127,18 +128,18 @@ pub struct StripeLocation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripeMap {
     /// Member of each logical data chunk, in array order.
-    pub data: Vec<MemberIdx>,
+    pub data: StripeList<MemberIdx>,
     /// Member holding P.
     pub p: MemberIdx,
     /// Member holding Q (raid6 only).
     pub q: Option<MemberIdx>,
     /// raid6: `syndrome_order[k]` is the logical data index whose chunk gets coefficient
     /// {02}^k in Q. Empty for raid4/5.
-    pub syndrome_order: Vec<usize>,
+    pub syndrome_order: StripeList<usize>,
     /// raid6: the coefficient exponent of each `syndrome_order` entry: 0, 1, 2, ... for md's
     /// layouts; the disk number for the DDF layouts, whose P and Q take slots of their own
     /// (as zero blocks). Empty for raid4/5.
-    pub syndrome_slots: Vec<usize>,
+    pub syndrome_slots: StripeList<usize>,
 }
 
 impl StripeMap {
@@ -300,7 +301,7 @@ impl ParityGeometry {
         let r = (stripe % n as u64) as usize;
         let raid6 = self.level == Level::Raid6;
         // Each closure maps a logical data index to a disk for this stripe.
-        let (p, q, data): (usize, Option<usize>, Vec<usize>) = if !raid6 {
+        let (p, q, data): (usize, Option<usize>, StripeList<usize>) = if !raid6 {
             let (p, sym) = match self.algorithm {
                 ALGORITHM_LEFT_ASYMMETRIC => (d - r, false),
                 ALGORITHM_RIGHT_ASYMMETRIC => (r, false),
@@ -391,10 +392,10 @@ impl ParityGeometry {
         let ddf = (ALGORITHM_ROTATING_ZERO_RESTART..=ALGORITHM_ROTATING_N_CONTINUE)
             .contains(&self.algorithm);
         let (syndrome_order, syndrome_slots) = match q {
-            None => (Vec::new(), Vec::new()),
+            None => (StripeList::new(), StripeList::new()),
             Some(q) => {
-                let mut order = Vec::with_capacity(d);
-                let mut slots = Vec::with_capacity(d);
+                let mut order = StripeList::new();
+                let mut slots = StripeList::new();
                 // md: the syndrome starts after Q; for DDF it starts at disk 0 and every
                 // disk, P and Q included, takes a coefficient slot.
                 let mut disk = if ddf { 0 } else { (q + 1) % n };

@@ -215,11 +215,10 @@ pub(super) fn sectors(bytes: usize) -> u64 {
     bytes as u64 / SECTOR_BYTES
 }
 
-pub(super) fn stripe_roles(map: &StripeMap) -> Vec<MemberIdx> {
-    let mut v = map.data.clone();
-    v.push(map.p);
-    v.extend(map.q);
-    v
+/// The stripe's roles: its data chunks in order, then P, then Q (raid6). An iterator, not
+/// a list: it is walked on every request, and building a list cost two allocations.
+pub(super) fn stripe_roles(map: &StripeMap) -> impl Iterator<Item = MemberIdx> + '_ {
+    map.data.iter().copied().chain([map.p]).chain(map.q)
 }
 
 /// Roles of the stripe that cannot be read for it: missing, faulty, recovering above their
@@ -231,7 +230,6 @@ pub(super) fn lost_roles(
     exclude: &[MemberIdx],
 ) -> Vec<MemberIdx> {
     stripe_roles(map)
-        .into_iter()
         .filter(|r| exclude.contains(r) || !a.slot(*r).is_usable(stripe))
         .collect()
 }

@@ -386,7 +386,7 @@ pub(super) fn write_logged(
     hi: usize,
     p: &[u8],
     ppl: &Ppl,
-    mut write: impl FnMut(std::ops::Range<usize>) -> Vec<MemberIdx>,
+    mut write: impl FnMut(std::ops::Range<usize>) -> crate::member_io::Roles,
 ) {
     // md logs only while the parity member is in sync; otherwise the write goes unlogged.
     let pdev = a.live(map.p);

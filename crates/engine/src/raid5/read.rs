@@ -21,7 +21,7 @@ pub(crate) fn read(
     let cb = chunk_bytes(g);
     // (sector, buf offset, len, (role, op index) when read directly)
     type Piece = (u64, usize, usize, Option<(MemberIdx, usize)>);
-    let mut pieces: Vec<Piece> = Vec::new();
+    let mut pieces: smallvec::SmallVec<[Piece; 4]> = smallvec::SmallVec::new();
     let mut nops = 0usize;
     let failed = {
         let mut ops = OpList::new();

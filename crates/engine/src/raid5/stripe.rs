@@ -5,7 +5,10 @@ use super::{sectors, stripe_roles};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::member_io::OpList;
+use crate::member::Member;
+use crate::member_io::{OpList, INLINE_OPS};
+use smallvec::SmallVec;
+use std::sync::Arc;
 use uraid_core::geometry::{ParityGeometry, StripeMap};
 use uraid_core::{Level, MemberIdx, MemberMap, Sector};
 
@@ -33,23 +36,31 @@ impl Rows {
     ) -> Result<Rows, Vec<MemberIdx>> {
         let len = hi - lo;
         let mut bufs: MemberMap<Option<AlignedBuf>> = MemberMap::from_fn(a.raid_disks(), |_| None);
-        let mut devs: MemberMap<Option<std::sync::Arc<dyn crate::member::Member>>> =
-            MemberMap::from_fn(a.raid_disks(), |_| None);
+        let mut devs: SmallVec<[(MemberIdx, Arc<dyn Member>); INLINE_OPS]> = SmallVec::new();
         for role in stripe_roles(map) {
             if exclude.contains(&role) || !want(role) {
                 continue;
             }
             if let Some(dev) = a.usable(role, stripe) {
                 bufs[role] = Some(take(len));
-                devs[role] = Some(dev);
+                devs.push((role, dev));
             }
         }
         let msec = g.member_sector(stripe, sectors(lo));
         let mut ops = OpList::new();
         for (role, b) in bufs.iter_mut() {
-            if let (Some(b), Some(dev)) = (b, devs[role].take()) {
-                ops.read(a, dev, role, Sector(msec), b);
-            }
+            let Some(b) = b else { continue };
+            let dev = devs
+                .iter()
+                .position(|(r, _)| *r == role)
+                .map(|i| devs.swap_remove(i).1);
+            ops.read(
+                a,
+                dev.expect("a loaded block's member"),
+                role,
+                Sector(msec),
+                b,
+            );
         }
         let failed = ops.run(a);
         if !failed.reads.is_empty() {
@@ -96,8 +107,7 @@ impl Rows {
         g: &ParityGeometry,
         map: &StripeMap,
     ) -> Result<(), ArrayError> {
-        let roles = stripe_roles(map);
-        let lost: Vec<MemberIdx> = roles.iter().copied().filter(|&r| !self.has(r)).collect();
+        let lost: Vec<MemberIdx> = stripe_roles(map).filter(|&r| !self.has(r)).collect();
         if lost.is_empty() {
             return Ok(());
         }
@@ -177,18 +187,21 @@ fn parity_slices(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 }
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
+/// A stripe's parity sources (one slice per data block), inline for up to 16 data blocks.
+type Sources<'a> = SmallVec<[&'a [u8]; 16]>;
+
 pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     match q {
         None => {
             for r in parity_slices(p.len()) {
-                let part: Vec<&[u8]> = data.iter().map(|b| &b[r.clone()]).collect();
+                let part: Sources = data.iter().map(|b| &b[r.clone()]).collect();
                 uraid_parity::xor_gen(&mut p[r], &part);
             }
         }
         Some(q) => {
             // Data by coefficient slot; the DDF layouts' holes (P and Q) are zero blocks.
             let zero;
-            let mut ordered: Vec<&[u8]> = Vec::with_capacity(map.syndrome_width());
+            let mut ordered = Sources::with_capacity(map.syndrome_width());
             if map.syndrome_width() == map.syndrome_order.len() {
                 ordered.extend(map.syndrome_order.iter().map(|&i| data[i]));
             } else {
@@ -199,7 +212,7 @@ pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Optio
                 }
             }
             for r in parity_slices(p.len()) {
-                let part: Vec<&[u8]> = ordered.iter().map(|b| &b[r.clone()]).collect();
+                let part: Sources = ordered.iter().map(|b| &b[r.clone()]).collect();
                 uraid_parity::gen_pq(&part, &mut p[r.clone()], &mut q[r]);
             }
         }

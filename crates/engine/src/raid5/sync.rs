@@ -211,8 +211,8 @@ fn sync_stripe(
         };
         let lost = lost_roles(a, &map, stripe, &exclude);
         let msec = g.member_sector(stripe, sectors(lo));
-        let mut ops = OpList::new();
         let mut writes: Vec<(MemberIdx, AlignedBuf)> = Vec::new();
+        let mut ops = OpList::new();
         if !lost.is_empty() {
             // Rebuild what is missing (recovery targets, read errors).
             rows.reconstruct(a, g, &map)?;

@@ -8,9 +8,10 @@ use super::{chunk_bytes, lost_roles, retrying, sectors, Outcome};
 use crate::array::{no_redundancy, Array};
 use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
-use crate::member_io::OpList;
+use crate::member_io::{OpList, Roles};
 use crate::stripe_cache::{Get, HeadBufs, WHOLE};
 use crate::stripe_plan::{self, Cover, Plan, Summary};
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use uraid_core::geometry::{ParityGeometry, StripeLocation, StripeMap};
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
@@ -275,9 +276,9 @@ pub(super) fn write_members(
     p: &[u8],
     q: Option<&[u8]>,
     rows: std::ops::Range<usize>,
-) -> Vec<MemberIdx> {
+) -> Roles {
     let mut ops = OpList::new();
-    let mut written = Vec::new();
+    let mut written = Roles::new();
     for (i, pc) in pieces.iter().enumerate() {
         if let Some(pc) = pc {
             let (s, e) = (pc.start.max(rows.start), pc.end().min(rows.end));
@@ -497,10 +498,13 @@ impl Piece<'_> {
     }
 }
 
+/// A stripe write's pieces by logical data chunk, inline up to 16 data disks.
+type Pieces<'d> = SmallVec<[Option<Piece<'d>>; 16]>;
+
 /// Analyse: split the write into per-chunk pieces, the rows [lo, hi) they span, and what the
 /// stripe's members can give (a [`Summary`] for the plan step).
 struct Analysis<'d> {
-    pieces: Vec<Option<Piece<'d>>>,
+    pieces: Pieces<'d>,
     lo: usize,
     hi: usize,
     summary: Summary,
@@ -519,7 +523,7 @@ fn analyse<'d>(
     let cb = chunk_bytes(g);
     let dd = g.data_disks();
     let first = g.locate(sector);
-    let mut pieces: Vec<Option<Piece>> = (0..dd).map(|_| None).collect();
+    let mut pieces: Pieces = (0..dd).map(|_| None).collect();
     let mut pos = 0usize;
     let mut idx = first.data_index;
     let mut start = (first.offset_sectors * SECTOR_BYTES) as usize;
@@ -560,7 +564,7 @@ pub(crate) fn write_pieces_locked(
     let map = g.stripe_map(stripe);
     let bufs = head.bufs();
     retrying(a, &map, stripe, g, |exclude| {
-        let pieces: Vec<Option<Piece>> = pieces
+        let pieces: Pieces = pieces
             .iter()
             .map(|p| p.map(|(start, data)| Piece { start, data }))
             .collect();
@@ -576,7 +580,7 @@ fn analyse_pieces<'d>(
     g: &ParityGeometry,
     map: &StripeMap,
     stripe: u64,
-    pieces: Vec<Option<Piece<'d>>>,
+    pieces: Pieces<'d>,
     exclude: &[MemberIdx],
 ) -> Analysis<'d> {
     let dd = g.data_disks();
@@ -649,9 +653,11 @@ fn write_stripe(
         b
     });
     let data = copy.as_deref().unwrap_or(data);
-    let an = analyse(a, g, map, stripe, sector, data, exclude);
-    let plan = stripe_plan::plan(&an.summary);
-    let r = execute(a, g, map, stripe, &an, &plan, exclude, bufs, Log::Stripe);
+    let r = {
+        let an = analyse(a, g, map, stripe, sector, data, exclude);
+        let plan = stripe_plan::plan(&an.summary);
+        execute(a, g, map, stripe, &an, &plan, exclude, bufs, Log::Stripe)
+    };
     if let Some(c) = copy {
         bufs.put(c);
     }
@@ -675,11 +681,11 @@ fn execute(
     let mut p = bufs.take(hi - lo);
     let mut q = map.q.map(|_| bufs.take(hi - lo));
     // Partly written chunks of an rcw, merged (old around new), by data index.
-    let mut cols: Vec<Option<AlignedBuf>> = Vec::new();
+    let mut cols: SmallVec<[Option<AlignedBuf>; 16]> = SmallVec::new();
     match plan {
         Plan::Unrecoverable => return Err(no_redundancy(a, "write")),
         Plan::Full => {
-            let srcs: Vec<&[u8]> = pieces
+            let srcs: SmallVec<[&[u8]; 16]> = pieces
                 .iter()
                 .map(|p| p.as_ref().expect("full").data)
                 .collect();
@@ -689,7 +695,8 @@ fn execute(
             // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
             // `old` is by data index (the stripe's logical chunk, as `pieces`), not by role:
             // the role is `map.data[i]`.
-            let mut old: Vec<Option<AlignedBuf>> = (0..pieces.len()).map(|_| None).collect();
+            let mut old: SmallVec<[Option<AlignedBuf>; 16]> =
+                (0..pieces.len()).map(|_| None).collect();
             for &i in read_data {
                 let pc = pieces[i].as_ref().expect("touched");
                 old[i] = Some(bufs.take(pc.data.len()));
@@ -791,7 +798,7 @@ fn execute(
                     _ => None,
                 });
             }
-            let srcs: Vec<&[u8]> = (0..map.data.len())
+            let srcs: SmallVec<[&[u8]; 16]> = (0..map.data.len())
                 .map(|i| match (&cols[i], &pieces[i]) {
                     (Some(b), _) => &b[..],
                     (None, Some(pc)) => pc.data,
