@@ -186,10 +186,10 @@ fn parity_slices(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
         .map(move |s| s..(s + PARITY_SLICE_BYTES).min(len))
 }
 
-/// Compute P (and Q) of `data` (logical order) into `p`/`q`.
 /// A stripe's parity sources (one slice per data block), inline for up to 16 data blocks.
 type Sources<'a> = SmallVec<[&'a [u8]; 16]>;
 
+/// Compute P (and Q) of `data` (logical order) into `p`/`q`.
 pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {
     match q {
         None => {
