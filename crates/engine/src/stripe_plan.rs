@@ -2,10 +2,10 @@
 //! execute). Pure: no IO, no locks; `raid5` analyses a stripe into a [`Summary`], asks
 //! [`plan`] what to read and how to compute parity, and executes that.
 
-use smallvec::SmallVec;
+use uraid_core::geometry::StripeList;
 
 /// Data block indices of a stripe, inline up to 16 (no allocation per request).
-pub type Blocks = SmallVec<[usize; 16]>;
+pub type Blocks = StripeList<usize>;
 
 /// How the write touches one data block of the stripe, over the rows [lo, hi) it spans.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum Cover {
 #[derive(Clone, Debug)]
 pub struct Summary {
     /// Per data block (logical order).
-    pub cover: SmallVec<[Cover; 16]>,
+    pub cover: StripeList<Cover>,
     /// Data blocks that cannot be read (missing, faulty, recovering above the cursor, or
     /// excluded after a read error).
     pub lost_data: Blocks,

@@ -9,7 +9,7 @@ use crate::member::Member;
 use crate::member_io::{OpList, INLINE_OPS};
 use smallvec::SmallVec;
 use std::sync::Arc;
-use uraid_core::geometry::{ParityGeometry, StripeMap};
+use uraid_core::geometry::{ParityGeometry, StripeList, StripeMap};
 use uraid_core::{Level, MemberIdx, MemberMap, Sector};
 
 /// Blocks of one stripe over rows [lo, hi), by role (None: not loaded or lost).
@@ -187,7 +187,7 @@ fn parity_slices(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 }
 
 /// A stripe's parity sources (one slice per data block), inline for up to 16 data blocks.
-type Sources<'a> = SmallVec<[&'a [u8]; 16]>;
+pub(super) type Sources<'a> = StripeList<&'a [u8]>;
 
 /// Compute P (and Q) of `data` (logical order) into `p`/`q`.
 pub(crate) fn gen_parity(map: &StripeMap, data: &[&[u8]], p: &mut [u8], q: Option<&mut [u8]>) {

@@ -2,7 +2,7 @@
 //! analyse -> plan ([`crate::stripe_plan`]) -> execute (rmw or rcw, journal first if any);
 //! discard and write-zeroes of whole stripes.
 
-use super::stripe::{gen_parity, Rows};
+use super::stripe::{gen_parity, Rows, Sources};
 use super::StripeHead;
 use super::{chunk_bytes, lost_roles, retrying, sectors, Outcome};
 use crate::array::{no_redundancy, Array};
@@ -11,9 +11,8 @@ use crate::error::ArrayError;
 use crate::member_io::{OpList, Roles};
 use crate::stripe_cache::{Get, HeadBufs, WHOLE};
 use crate::stripe_plan::{self, Cover, Plan, Summary};
-use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
-use uraid_core::geometry::{ParityGeometry, StripeLocation, StripeMap};
+use uraid_core::geometry::{ParityGeometry, StripeList, StripeLocation, StripeMap};
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
 
 pub(crate) fn write(
@@ -499,7 +498,7 @@ impl Piece<'_> {
 }
 
 /// A stripe write's pieces by logical data chunk, inline up to 16 data disks.
-type Pieces<'d> = SmallVec<[Option<Piece<'d>>; 16]>;
+type Pieces<'d> = StripeList<Option<Piece<'d>>>;
 
 /// Analyse: split the write into per-chunk pieces, the rows [lo, hi) they span, and what the
 /// stripe's members can give (a [`Summary`] for the plan step).
@@ -681,11 +680,11 @@ fn execute(
     let mut p = bufs.take(hi - lo);
     let mut q = map.q.map(|_| bufs.take(hi - lo));
     // Partly written chunks of an rcw, merged (old around new), by data index.
-    let mut cols: SmallVec<[Option<AlignedBuf>; 16]> = SmallVec::new();
+    let mut cols: StripeList<Option<AlignedBuf>> = StripeList::new();
     match plan {
         Plan::Unrecoverable => return Err(no_redundancy(a, "write")),
         Plan::Full => {
-            let srcs: SmallVec<[&[u8]; 16]> = pieces
+            let srcs: Sources = pieces
                 .iter()
                 .map(|p| p.as_ref().expect("full").data)
                 .collect();
@@ -695,8 +694,7 @@ fn execute(
             // Read-modify-write: fold old ^ new of each touched chunk into the old parity.
             // `old` is by data index (the stripe's logical chunk, as `pieces`), not by role:
             // the role is `map.data[i]`.
-            let mut old: SmallVec<[Option<AlignedBuf>; 16]> =
-                (0..pieces.len()).map(|_| None).collect();
+            let mut old: StripeList<Option<AlignedBuf>> = (0..pieces.len()).map(|_| None).collect();
             for &i in read_data {
                 let pc = pieces[i].as_ref().expect("touched");
                 old[i] = Some(bufs.take(pc.data.len()));
@@ -798,7 +796,7 @@ fn execute(
                     _ => None,
                 });
             }
-            let srcs: SmallVec<[&[u8]; 16]> = (0..map.data.len())
+            let srcs: Sources = (0..map.data.len())
                 .map(|i| match (&cols[i], &pieces[i]) {
                     (Some(b), _) => &b[..],
                     (None, Some(pc)) => pc.data,
