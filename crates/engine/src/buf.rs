@@ -1,6 +1,7 @@
 //! Page-aligned buffers, so that member IO can go through O_DIRECT without a bounce.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A zeroed, page-aligned byte buffer (for O_DIRECT member IO without a bounce buffer).
 pub struct AlignedBuf {
@@ -11,12 +12,30 @@ pub struct AlignedBuf {
     pooled: bool,
 }
 
-/// Buffers per thread kept for reuse, and the size from which pooling pays.
-const POOL_MAX: usize = 64;
+/// The recycled buffers, shared by every thread: at most this many, of this many bytes in
+/// all, each of at least `POOL_MIN_BYTES` (from which recycling pays: smaller ones cost
+/// the allocator less than the lock).
+const POOL_MAX: usize = 128;
+const POOL_MAX_BYTES: usize = 64 << 20;
 const POOL_MIN_BYTES: usize = 64 * 1024;
 
-thread_local! {
-    static POOL: std::cell::RefCell<Vec<AlignedBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+/// Buffers dropped for reuse. One pool for the process, not one per thread: a buffer often
+/// drops on another thread than the one that took it (a sync item one thread reads and
+/// another commits, a request one worker starts and another finishes), and per-thread
+/// pools then fill on one side and run dry on the other, which allocates and faults in
+/// fresh pages on every pass.
+struct Pool {
+    bufs: Vec<AlignedBuf>,
+    bytes: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool {
+    bufs: Vec::new(),
+    bytes: 0,
+});
+
+fn pool() -> MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -40,15 +59,22 @@ impl AlignedBuf {
 
     /// A buffer whose contents are unspecified (old data of an earlier buffer, never
     /// uninitialised memory), for callers that overwrite all of it, such as read targets.
-    /// Large buffers are recycled per thread, which saves the zeroing and the page faults.
+    /// Large buffers are recycled (the last one dropped of that size first, the one most
+    /// likely still in a cache), which saves the zeroing and the page faults.
     pub fn scratch(len: usize) -> AlignedBuf {
         if len >= POOL_MIN_BYTES {
-            let hit = POOL.with(|p| {
-                let mut p = p.borrow_mut();
-                p.iter()
-                    .position(|b| b.len == len)
-                    .map(|i| p.swap_remove(i))
-            });
+            let hit = {
+                let mut p = pool();
+                let hit = p
+                    .bufs
+                    .iter()
+                    .rposition(|b| b.len == len)
+                    .map(|i| p.bufs.remove(i));
+                if hit.is_some() {
+                    p.bytes -= len;
+                }
+                hit
+            };
             if let Some(mut b) = hit {
                 b.pooled = true;
                 return b;
@@ -57,32 +83,6 @@ impl AlignedBuf {
         let mut b = AlignedBuf::new(len);
         b.pooled = len >= POOL_MIN_BYTES;
         b
-    }
-
-    /// Half of this thread's recycled buffers, to seed a helper thread's pool
-    /// ([`AlignedBuf::pool_fill`]) that works on buffers of the same sizes.
-    pub(crate) fn pool_split() -> Vec<AlignedBuf> {
-        POOL.with(|p| {
-            let mut p = p.borrow_mut();
-            let keep = p.len() - p.len() / 2;
-            let mut moved = p.split_off(keep);
-            moved.iter_mut().for_each(|b| b.pooled = true);
-            moved
-        })
-    }
-
-    /// Put buffers into this thread's pool (as far as it has room): each is recycled
-    /// when dropped, and the pool keeps those it has room for.
-    pub(crate) fn pool_fill(bufs: Vec<AlignedBuf>) {
-        drop(bufs);
-    }
-
-    /// This thread's recycled buffers, taken out of its pool: a helper thread that ends
-    /// hands them back to the thread that started it, whose pool they join when dropped.
-    pub(crate) fn pool_drain() -> Vec<AlignedBuf> {
-        let mut bufs = POOL.with(|p| std::mem::take(&mut *p.borrow_mut()));
-        bufs.iter_mut().for_each(|b| b.pooled = true);
-        bufs
     }
 
     /// Length in bytes.
@@ -117,18 +117,15 @@ impl Drop for AlignedBuf {
                 layout: self.layout,
                 pooled: false,
             };
-            let kept = POOL.try_with(|p| {
-                let mut p = p.borrow_mut();
-                if p.len() < POOL_MAX {
-                    p.push(back);
-                    None
-                } else {
-                    Some(back)
-                }
-            });
-            // The allocation now belongs to `back`: kept in the pool, or freed when `back`
-            // drops (pool full, or the thread is exiting and the closure was dropped).
-            drop(kept);
+            let mut p = pool();
+            if p.bufs.len() < POOL_MAX && p.bytes + back.len <= POOL_MAX_BYTES {
+                p.bytes += back.len;
+                p.bufs.push(back);
+                return;
+            }
+            drop(p);
+            // The allocation now belongs to `back`, which frees it as it drops.
+            drop(back);
             return;
         }
         // SAFETY: allocated in new() with this layout.
@@ -146,5 +143,52 @@ impl std::ops::Deref for AlignedBuf {
 impl std::ops::DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.as_mut_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A size no other test uses, so that the shared pool's buffer of it is this test's.
+    const ODD: usize = POOL_MIN_BYTES + 7 * 4096;
+
+    #[test]
+    fn a_buffer_dropped_on_another_thread_is_reused() {
+        // A recycled buffer keeps what it held; a new one is zeroed.
+        let mut b = AlignedBuf::scratch(ODD);
+        b.fill(0xa5);
+        let ptr = b.as_ptr();
+        std::thread::spawn(move || drop(b)).join().unwrap();
+        let again = AlignedBuf::scratch(ODD);
+        assert_eq!(
+            again.as_ptr(),
+            ptr,
+            "the buffer dropped elsewhere was not recycled"
+        );
+        assert!(
+            again.iter().all(|&x| x == 0xa5),
+            "a fresh buffer, not the recycled one"
+        );
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_its_bytes() {
+        // Larger than the pool may hold in all: the second one dropped is freed.
+        let size = POOL_MAX_BYTES / 2 + 4096;
+        let (a, b) = (AlignedBuf::scratch(size), AlignedBuf::scratch(size));
+        drop(a);
+        drop(b);
+        let p = pool();
+        assert!(p.bytes <= POOL_MAX_BYTES && p.bufs.len() <= POOL_MAX);
+        assert!(p.bufs.iter().filter(|b| b.len == size).count() <= 1);
+        assert_eq!(p.bytes, p.bufs.iter().map(|b| b.len).sum::<usize>());
+    }
+
+    #[test]
+    fn small_buffers_are_zeroed_and_not_pooled() {
+        let b = AlignedBuf::scratch(4096);
+        assert!(!b.pooled && b.iter().all(|&x| x == 0));
+        assert_eq!(b.as_ptr() as usize % 4096, 0);
     }
 }

@@ -10,7 +10,6 @@
 //! as long as an item never waits on a later one: items are taken in order by one thread
 //! at a time, and the earliest item not committed waits on nobody.
 
-use crate::buf::AlignedBuf;
 use crate::error::ArrayError;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -73,23 +72,13 @@ pub(crate) fn in_order<I: Send, R: Send>(
         std::thread::scope(|sc| {
             let mut helpers = Vec::new();
             for _ in 1..threads {
-                // A helper starts with a share of this thread's recycled buffers and hands
-                // its own back at the end: otherwise every sync step's helper would
-                // allocate (and fault in) its buffers afresh.
-                let seed = AlignedBuf::pool_split();
                 let (run, work, commit) = (&run, &work, &commit);
-                helpers.push(sc.spawn(move || {
-                    AlignedBuf::pool_fill(seed);
-                    run.worker(work, commit);
-                    AlignedBuf::pool_drain()
-                }));
+                helpers.push(sc.spawn(move || run.worker(work, commit)));
             }
             run.worker(&work, &commit);
             for h in helpers {
-                // Joined here so that the buffers drop on this thread, into its pool.
-                match h.join() {
-                    Ok(bufs) => drop(bufs),
-                    Err(panic) => std::panic::resume_unwind(panic),
+                if let Err(panic) = h.join() {
+                    std::panic::resume_unwind(panic);
                 }
             }
         });
