@@ -117,6 +117,8 @@ pub struct Array {
     /// Replaced by a new shape ([`crate::ArrayCell::replace`]): requests get
     /// [`ArrayError::Replaced`] and run again on the new array.
     pub(crate) retired: AtomicBool,
+    /// Counts this array among the live ones: the last to go empties the buffer pool.
+    _pool_user: crate::buf::PoolUser,
 }
 
 /// A source of wall seconds, for [`Array::set_clock`].
@@ -171,6 +173,7 @@ impl Array {
             read_only: AtomicBool::new(false),
             read_only_reason: std::sync::OnceLock::new(),
             retired: AtomicBool::new(false),
+            _pool_user: crate::buf::PoolUser::new(),
         };
         let missing = a.missing_roles();
         if !a.pers.survives(&missing) {

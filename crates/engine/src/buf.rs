@@ -1,6 +1,7 @@
 //! Page-aligned buffers, so that member IO can go through O_DIRECT without a bounce.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// A zeroed, page-aligned byte buffer (for O_DIRECT member IO without a bounce buffer).
@@ -36,6 +37,34 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
 
 fn pool() -> MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Arrays alive in the process. When the last one goes, the pool gives its buffers back to
+/// the allocator, so that an embedder done with its arrays does not keep their memory.
+static POOL_USERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One array's share in [`POOL_USERS`], held for the array's life.
+pub(crate) struct PoolUser(());
+
+impl PoolUser {
+    pub(crate) fn new() -> PoolUser {
+        POOL_USERS.fetch_add(1, Ordering::SeqCst);
+        PoolUser(())
+    }
+}
+
+impl Drop for PoolUser {
+    fn drop(&mut self) {
+        if POOL_USERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // Taken out under the lock, freed after it.
+            let bufs = {
+                let mut p = pool();
+                p.bytes = 0;
+                std::mem::take(&mut p.bufs)
+            };
+            drop(bufs);
+        }
+    }
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -155,6 +184,8 @@ mod tests {
 
     #[test]
     fn a_buffer_dropped_on_another_thread_is_reused() {
+        // Counted as an array, so that no other test's last array empties the pool meanwhile.
+        let _user = PoolUser::new();
         // A recycled buffer keeps what it held; a new one is zeroed.
         let mut b = AlignedBuf::scratch(ODD);
         b.fill(0xa5);
