@@ -850,10 +850,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// "met" or "NOT met", for the summary lines.
+fn verdict(ratio: f64, goal: f64) -> &'static str {
+    if ratio >= goal {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
 fn print_summary(coll: &[Collapse], over: &[Overhead]) {
     if !over.is_empty() {
         println!("low overhead: member IOPS through uraid vs raw member");
-        let verdict = |r: f64, goal: f64| if r >= goal { "met" } else { "NOT met" };
         for o in over {
             println!(
                 "  {:<10} best {:>10.0} vs raw best {:>10.0} = {:.2} {}; CPU-normalised median {:.2} {} (goal >= {:.2})",
@@ -879,9 +887,9 @@ fn print_summary(coll: &[Collapse], over: &[Overhead]) {
                 c.best_fewer_jobs,
                 c.best_at_jobs,
                 c.ratio,
-                if c.ratio >= 0.9 { "met" } else { "NOT met" },
+                verdict(c.ratio, 0.9),
                 c.ratio_per_cpu,
-                if c.ratio_per_cpu >= 0.9 { "met" } else { "NOT met" }
+                verdict(c.ratio_per_cpu, 0.9)
             );
         }
     }

@@ -150,11 +150,9 @@ impl Drop for AlignedBuf {
             if p.bufs.len() < POOL_MAX && p.bytes + back.len <= POOL_MAX_BYTES {
                 p.bytes += back.len;
                 p.bufs.push(back);
-                return;
             }
-            drop(p);
-            // The allocation now belongs to `back`, which frees it as it drops.
-            drop(back);
+            // Otherwise the allocation belongs to `back`, which frees it as it drops, after
+            // the lock (`p`, declared later, drops first).
             return;
         }
         // SAFETY: allocated in new() with this layout.
