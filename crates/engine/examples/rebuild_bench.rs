@@ -1,7 +1,7 @@
 //! Rebuild throughput against the raw sequential read bandwidth of one member, measured in
 //! the same run (a benchmark, not a test).
 //!
-//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files]
+//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files|nbd]
 //!
 //! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`), and
 //! URAID_SYNC_THREADS the threads that run passes side by side (the `sync_threads` tunable).
@@ -11,8 +11,9 @@
 //! URAID_PERF_CTL=FIFO writes `enable` and `disable` into FIFO around each rebuild, for
 //! `perf record -D -1 --control fifo:FIFO`: a profile of the rebuilds alone.
 //! URAID_FILL_PERCENT (default 100) writes only that share of the array, from its start: on
-//! sparse file members the rest stays a hole on every member, which the recovery zeroes on
-//! the new member instead of rebuilding it (memory members cannot tell holes).
+//! sparse file members (and memory members, which know the regions never written) the
+//! rest stays a hole on every member, which the recovery zeroes on the new member instead
+//! of rebuilding it.
 //!
 //! For raid5 (4 disks), raid6 (6 disks), raid1 (2 disks) and raid10 (4 disks, near 2), on
 //! memory members and on file members: fill the array, then time
@@ -167,6 +168,32 @@ fn run(
     assert!(!a.is_degraded());
 }
 
+/// A member on a new `nbdkit memory` export of `size` bytes on a Unix socket in `dir`.
+fn nbdkit_member(
+    dir: &std::path::Path,
+    name: &str,
+    size: u64,
+    servers: &std::sync::Mutex<Vec<std::process::Child>>,
+) -> Arc<dyn Member> {
+    let sock = dir.join(format!("{name}.sock"));
+    let child = std::process::Command::new("nbdkit")
+        .args(["-f", "--exit-with-parent", "-U"])
+        .arg(&sock)
+        .args(["memory", &size.to_string()])
+        .spawn()
+        .expect("nbdkit (the nbd mode needs it)");
+    servers.lock().unwrap().push(child);
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let t = Instant::now();
+    loop {
+        match uraid_engine::NbdMember::connect(&uri, &Default::default()) {
+            Ok(m) => return Arc::new(m),
+            Err(e) if t.elapsed().as_secs() > 10 => panic!("{uri}: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
 /// URAID_REBUILD_LEVELS (for example `1,10`) runs only those levels; all by default.
 fn levels_wanted(level: Level) -> bool {
     std::env::var("URAID_REBUILD_LEVELS").map_or(true, |v| {
@@ -183,7 +210,8 @@ fn main() {
             .cloned()
             .unwrap_or_else(|| "/var/tmp/uraid-rebuild-bench".into()),
     );
-    // Optional third argument: "memory" or "files" runs only those members.
+    // Optional third argument: "memory" or "files" runs only those members; "nbd" runs
+    // members on `nbdkit memory` exports over Unix sockets (remote members) instead.
     let only = args.get(3).cloned();
     let size = (mib << 20) + (4 << 20);
     println!(
@@ -197,6 +225,27 @@ fn main() {
         (Level::Raid10, 4),
     ] {
         if !levels_wanted(level) {
+            continue;
+        }
+        if only.as_deref() == Some("nbd") {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let servers = std::sync::Mutex::new(Vec::new());
+            let open =
+                |name: String| -> Arc<dyn Member> { nbdkit_member(&dir, &name, size, &servers) };
+            let members = (0..disks).map(|i| open(format!("n{i}"))).collect();
+            run(
+                level,
+                disks,
+                members,
+                &|i| open(format!("spare{i}")),
+                "nbdkit memory",
+            );
+            for mut c in servers.into_inner().unwrap() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = std::fs::remove_dir_all(&dir);
             continue;
         }
         let mems: Vec<Arc<dyn Member>> = (0..disks)

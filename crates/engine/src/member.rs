@@ -3,6 +3,7 @@
 use std::cell::UnsafeCell;
 use std::io;
 use std::os::unix::io::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A member device: a byte-addressed store with a fixed size.
@@ -43,9 +44,11 @@ pub trait Member: Send + Sync {
         let _ = unmap;
         false
     }
-    /// Whether `len` bytes at `offset` are a hole (unallocated, reading as zeros), as a
-    /// sparse file's SEEK_DATA says. `false` means "not known to be one" (the default, for
+    /// Whether `len` bytes at `offset` are a hole: they read as zeros until written (a
+    /// sparse file's hole as SEEK_DATA says, an NBD export's NBD_STATE_ZERO, a memory
+    /// member's unwritten regions). `false` means "not known to be one" (the default, for
     /// devices that cannot tell): block status then reports data, which is always true.
+    /// Callers keep writes out of the range while they rely on the answer.
     fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
         let _ = (offset, len);
         Ok(false)
@@ -278,10 +281,16 @@ pub fn write_zero_buffers<M: Member + ?Sized>(m: &M, offset: u64, len: u64) -> i
 /// one for the whole member: IOs to different regions run at once on different threads, as
 /// on a block device. An IO takes the locks of every region it touches, in ascending order,
 /// before it copies, so overlapping IOs still happen one after the other, each whole.
+///
+/// It knows which regions were never written (or were wholly discarded since): those read
+/// as zeros, and [`Member::is_hole`] says so, as SEEK_DATA does for a sparse file.
 pub struct MemMember {
     name: String,
     data: Box<[UnsafeCell<u8>]>,
     regions: Box<[RwLock<()>]>,
+    /// Per region: written since it was last wholly zeroed (changed under the region's
+    /// exclusive lock, read under its shared lock).
+    written: Box<[AtomicBool]>,
 }
 
 /// The bytes behind one lock of a [`MemMember`].
@@ -313,13 +322,12 @@ impl MemMember {
         // SAFETY: `UnsafeCell<u8>` has the layout of `u8` (repr(transparent)), so the
         // allocation is the same slice type for the allocator.
         let data = unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [UnsafeCell<u8>]) };
-        let regions = (0..(size_bytes as usize).div_ceil(MEM_REGION_BYTES))
-            .map(|_| RwLock::new(()))
-            .collect();
+        let count = (size_bytes as usize).div_ceil(MEM_REGION_BYTES);
         MemMember {
             name: name.into(),
             data,
-            regions,
+            regions: (0..count).map(|_| RwLock::new(())).collect(),
+            written: (0..count).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -355,6 +363,14 @@ impl MemMember {
         hold(self.regions_of(r), |l| {
             l.write().unwrap_or_else(PoisonError::into_inner)
         })
+    }
+
+    /// The written flags of the regions of `r` (as [`MemMember::regions_of`]).
+    fn written_of(&self, r: &std::ops::Range<usize>) -> &[AtomicBool] {
+        match r.is_empty() {
+            true => &self.written[..0],
+            false => &self.written[r.start / MEM_REGION_BYTES..=(r.end - 1) / MEM_REGION_BYTES],
+        }
     }
 
     fn range(&self, offset: u64, len: usize) -> io::Result<std::ops::Range<usize>> {
@@ -395,6 +411,11 @@ impl Member for MemMember {
         // SAFETY: `r` is inside `data` and its regions are held exclusively; `buf` is
         // another allocation (a caller cannot hold a reference into `data`).
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), self.base().add(r.start), r.len()) };
+        for w in self.written_of(&r) {
+            if !w.load(Ordering::Relaxed) {
+                w.store(true, Ordering::Relaxed);
+            }
+        }
         Ok(())
     }
 
@@ -407,7 +428,28 @@ impl Member for MemMember {
         let _held = self.write_locked(&r);
         // SAFETY: as in `write_at`.
         unsafe { std::ptr::write_bytes(self.base().add(r.start), 0, r.len()) };
+        // Regions zeroed whole read as zeros again; a region zeroed in part keeps its flag.
+        let first = r.start.div_ceil(MEM_REGION_BYTES);
+        let end = if r.end == self.data.len() {
+            self.regions.len()
+        } else {
+            r.end / MEM_REGION_BYTES
+        };
+        for w in self.written.get(first..end).unwrap_or(&[]) {
+            w.store(false, Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// Whether every region the range touches is unwritten (zeros), looked at under the
+    /// regions' shared locks (after any write to them in progress).
+    fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let r = self.range(offset, len as usize)?;
+        let _held = self.read_locked(&r);
+        Ok(self
+            .written_of(&r)
+            .iter()
+            .all(|w| !w.load(Ordering::Relaxed)))
     }
 
     fn discard_zeroes(&self) -> bool {
@@ -573,6 +615,34 @@ mod tests {
         assert_eq!(m.snapshot(), expect);
         assert_eq!(m.size_bytes(), size);
         m.read_at(&mut [], size).unwrap();
+    }
+
+    /// A memory member says a range is a hole only where no region it touches was written
+    /// since it was last zeroed whole: a new member everywhere; after a write, none of the
+    /// regions it touched; a discard of part of a region keeps it data, a discard of whole
+    /// regions (the short last one included) makes them holes again.
+    #[test]
+    fn mem_member_holes_are_the_regions_never_written() {
+        let r = MEM_REGION_BYTES as u64;
+        let size = 4 * r + 4096;
+        let m = MemMember::new("m", size);
+        assert!(m.is_hole(0, size).unwrap());
+        m.write_at(&[0; 512], r + r / 2).unwrap();
+        assert!(m.is_hole(0, r).unwrap());
+        assert!(!m.is_hole(r, 1).unwrap());
+        assert!(!m.is_hole(0, 2 * r).unwrap());
+        assert!(m.is_hole(2 * r, size - 2 * r).unwrap());
+        m.write_at(&[7; 1024], 2 * r - 512).unwrap(); // across regions 1 and 2
+        assert!(!m.is_hole(2 * r, 1).unwrap());
+        m.discard(r + 4096, r).unwrap(); // the end of region 1 and the start of 2
+        assert!(!m.is_hole(r, 1).unwrap() && !m.is_hole(2 * r, 1).unwrap());
+        m.discard(r, 2 * r).unwrap(); // regions 1 and 2 whole
+        assert!(m.is_hole(0, 4 * r).unwrap());
+        m.write_at(&[9; 4096], 4 * r).unwrap(); // the short last region
+        assert!(!m.is_hole(4 * r, 1).unwrap());
+        m.discard(4 * r, 4096).unwrap();
+        assert!(m.is_hole(0, size).unwrap());
+        assert!(m.is_hole(size - 512, 1024).is_err());
     }
 
     /// An IO over several regions is whole to every other IO over them: readers of a range

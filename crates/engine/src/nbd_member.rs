@@ -54,7 +54,102 @@ pub struct NbdMember {
     gave_up: AtomicBool,
     /// Requests waiting to reconnect now (the `reconnecting` state of [`Member::remote`]).
     retrying: AtomicUsize,
+    /// Writes started and in flight, so that block status answers are trusted only
+    /// while no write came since.
+    writes: Writes,
+    /// What the last block status answers said ([`Member::is_hole`]).
+    status: StatusCache,
 }
+
+/// The writes sent to the export: how many were started (a generation) and how many are
+/// in flight.
+#[derive(Default)]
+struct Writes {
+    started: std::sync::atomic::AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Writes {
+    /// Counts a write from now until the guard drops (after its reply).
+    fn begin(&self) -> WriteGuard<'_> {
+        // In flight first: whoever sees the new generation's predecessor then sees it
+        // in flight.
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        WriteGuard(self)
+    }
+    fn started(&self) -> u64 {
+        self.started.load(Ordering::SeqCst)
+    }
+    /// The generation now, and whether no write is in flight.
+    fn snapshot(&self) -> (u64, bool) {
+        let generation = self.started();
+        (generation, self.in_flight.load(Ordering::SeqCst) == 0)
+    }
+}
+
+/// One write in flight ([`Writes::begin`]).
+struct WriteGuard<'a>(&'a Writes);
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The last runs block status gave. Data is kept whatever happens later: calling zeros
+/// data is always a true answer (the range is read and rebuilt as any other). Zeros are
+/// kept only with the write generation they were seen at, and believed only while no
+/// write has started since: a write may have put data there, and calling data zeros would
+/// have a recovery zero it.
+#[derive(Default)]
+struct StatusCache(Mutex<Runs>);
+
+#[derive(Default)]
+struct Runs {
+    data: std::ops::Range<u64>,
+    zero: std::ops::Range<u64>,
+    zero_generation: u64,
+}
+
+impl StatusCache {
+    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Some of `start..end` is known data.
+    fn known(&self, start: u64, end: u64) -> bool {
+        let r = self.runs();
+        r.data.start < end && start < r.data.end
+    }
+    /// All of `start..end` is known zeros, and no write started since (`generation` now).
+    fn zero(&self, start: u64, end: u64, generation: u64) -> bool {
+        let r = self.runs();
+        r.zero_generation == generation && r.zero.start <= start && end <= r.zero.end
+    }
+    /// An answer: `zero` reads as zeros (kept if seen at `generation` with no write
+    /// overlapping the question), `data` (if some) is data.
+    fn learn(
+        &self,
+        zero: std::ops::Range<u64>,
+        data: Option<std::ops::Range<u64>>,
+        generation: Option<u64>,
+    ) {
+        let mut r = self.runs();
+        if let Some(d) = data {
+            r.data = d;
+        }
+        if let Some(g) = generation {
+            if !zero.is_empty() {
+                r.zero = zero;
+                r.zero_generation = g;
+            }
+        }
+    }
+}
+
+/// Bytes asked about per NBD_CMD_BLOCK_STATUS at least: one answer then serves a recovery's
+/// next stripes (a server gives long runs of data in one descriptor).
+const STATUS_WINDOW_BYTES: u64 = 64 << 20;
 
 /// Counts a request among those reconnecting while it lives.
 struct Retrying<'a>(&'a AtomicUsize);
@@ -90,6 +185,8 @@ impl NbdMember {
             retry_for: DEFAULT_RETRY,
             gave_up: AtomicBool::new(false),
             retrying: AtomicUsize::new(0),
+            writes: Writes::default(),
+            status: StatusCache::default(),
         })
     }
 
@@ -189,6 +286,7 @@ impl Member for NbdMember {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let _w = self.writes.begin();
         self.with_client(|c| c.write(buf, offset, false))
     }
 
@@ -197,6 +295,7 @@ impl Member for NbdMember {
     }
 
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _w = self.writes.begin();
         self.with_client(|c| c.trim(offset, len))
     }
 
@@ -204,11 +303,60 @@ impl Member for NbdMember {
         if !self.client().info().can_write_zeroes() {
             return write_zero_buffers(self, offset, len);
         }
+        let _w = self.writes.begin();
         self.with_client(|c| c.write_zeroes(offset, len, !how.unmap, false))
     }
 
     fn zeroes_fast(&self, _unmap: bool) -> bool {
         self.client().info().can_write_zeroes()
+    }
+
+    /// From the server's `base:allocation` (NBD_STATE_ZERO: reads as zeros), so that a
+    /// recovery or resync over remote members skips what was never written, as it does
+    /// over sparse files. A server without the context, or an error, says data.
+    fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let client = self.client();
+        if !client.info().block_status {
+            return Ok(false);
+        }
+        let end = offset.saturating_add(len);
+        if self.status.known(offset, end) {
+            return Ok(false);
+        }
+        if self.status.zero(offset, end, self.writes.started()) {
+            return Ok(true);
+        }
+        let size = client.info().size_bytes;
+        let mut at = offset;
+        while at < end {
+            let ask = (end - at)
+                .max(STATUS_WINDOW_BYTES)
+                .min(size.saturating_sub(at));
+            // No write in flight when asked, and none started until answered: the
+            // answer's zeros hold until the next write.
+            let (generation, quiet) = self.writes.snapshot();
+            let extents = client.block_status(at, ask)?;
+            let unchanged = quiet && self.writes.started() == generation;
+            let mut from = at;
+            let mut data = None;
+            for e in extents {
+                if !e.zero {
+                    data = Some(from..from + e.length);
+                    break;
+                }
+                from += e.length;
+            }
+            self.status
+                .learn(at..from, data.clone(), unchanged.then_some(generation));
+            if from <= at {
+                return Ok(false); // data at `at`, or no progress (a server off protocol)
+            }
+            if data.is_some_and(|d| d.start < end) {
+                return Ok(false);
+            }
+            at = from;
+        }
+        Ok(true)
     }
 
     fn name(&self) -> String {
@@ -272,9 +420,12 @@ impl Member for NbdMember {
                 op.run_sync(self);
                 continue;
             }
-            let ticket = match op.buf() {
-                OpBuf::Read(b) => client.start_read(op.offset, b.len() as u32),
-                OpBuf::Write(b) => client.start_write(b, op.offset, false),
+            let (ticket, write) = match op.buf() {
+                OpBuf::Read(b) => (client.start_read(op.offset, b.len() as u32), None),
+                OpBuf::Write(b) => {
+                    let w = self.writes.begin();
+                    (client.start_write(b, op.offset, false), Some(w))
+                }
             };
             let sent_on = client.clone();
             batch.complete_later(op, move |op: &mut MemberOp<'a>| {
@@ -283,6 +434,7 @@ impl Member for NbdMember {
                         b.copy_from_slice(&data);
                     }
                 });
+                drop(write); // answered (a retry below counts itself)
                 let retry = r.is_err()
                     && !sent_on.status().connected
                     && !self.failfast.load(Ordering::Relaxed)

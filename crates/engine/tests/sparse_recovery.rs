@@ -1,16 +1,19 @@
-//! Recovery over sparse file members: what was never written (a hole on every member that
-//! holds it, as SEEK_DATA says) is zeroed on the new member, not read, rebuilt and written
-//! (issue 18: "recovery skips what was never written when the array knows it"). The new
-//! member starts full of garbage; after the recovery its unwritten ranges are holes again,
-//! every byte reads as the model, parity and copies agree, and the rebuilt member carries
-//! its share when another member fails.
+//! Recovery over members that know where they were never written (sparse files by
+//! SEEK_DATA, memory members by their unwritten regions, NBD members by the server's
+//! `base:allocation`): what is a hole on every member that holds it is zeroed on the new
+//! member, not read, rebuilt and written (issue 18: "recovery skips what was never written
+//! when the array knows it"). The new member starts full of garbage; the recovery reads and
+//! writes about the written share only, every byte then reads as the model, parity and
+//! copies agree, and the rebuilt member carries its share when another member fails.
 
 use rand::Rng;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use uraid_core::{Level, MemberIdx};
-use uraid_engine::{CreateOptions, DirectMode, FileMember, Member, SlotState, SyncKind};
+use uraid_engine::{
+    read_superblock, CreateOptions, DirectMode, FileMember, Member, SlotState, SyncKind,
+};
 use uraid_testkit::engine::{read_all, rng, same};
 use uraid_testkit::tmp::{TempDir, MIB};
 
@@ -34,35 +37,17 @@ fn recovery_zeroes_what_was_never_written_instead_of_rebuilding_it() {
         let dir = TempDir::new(&format!("sparse-rec-{level}"));
         let paths = dir.images(disks, MEMBER_MIB, "m");
         let spare = dir.path("spare.img");
-        // A used disk: every block allocated and not zero.
-        std::fs::write(&spare, vec![0xa5u8; (MEMBER_MIB * MIB) as usize]).unwrap();
-        let mut o = CreateOptions::new(level);
-        if level != Level::Raid1 {
-            o.chunk_sectors = Some(128);
-        }
-        o.assume_clean = true;
-        let a = uraid_engine::create(paths.iter().map(|p| Some(open(p))).collect(), &o).unwrap();
-        let size = a.size_bytes() as usize;
-        let mut model = vec![0u8; size];
-        let mut r = rng(18);
-        for (at, len) in [(0usize, 1 << 20), (5 << 20, 192 << 10)] {
-            r.fill(&mut model[at..at + len]);
-            a.write(at as u64, &model[at..at + len]).unwrap();
-        }
-        a.flush().unwrap();
-
-        a.fail_member(MemberIdx(1)).unwrap();
-        a.remove_member(MemberIdx(1)).unwrap();
-        a.add_member(open(&spare)).unwrap();
-        a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
-        assert_eq!(a.slot_state(MemberIdx(1)), SlotState::InSync, "{level}");
-        same(
-            &read_all(&a, size),
-            &model,
-            &format!("{level}: after recovery"),
+        std::fs::File::create(&spare)
+            .unwrap()
+            .set_len(MEMBER_MIB * MIB)
+            .unwrap();
+        // The spare is written full of garbage first (a used disk: every block allocated).
+        recovery_moves_only_what_was_written(
+            level,
+            paths.iter().map(|p| open(p)).collect(),
+            open(&spare),
+            &format!("{level} files"),
         );
-        assert_eq!(a.check().unwrap(), 0, "{level}: check after recovery");
-
         // The unwritten ranges were zeroed as holes, not rewritten: the new member keeps
         // about its share of the 1.2 MiB written (and the superblock), far from all of it.
         let kept = allocated_bytes(&spare);
@@ -70,14 +55,6 @@ fn recovery_zeroes_what_was_never_written_instead_of_rebuilding_it() {
             kept < MEMBER_MIB * MIB / 4,
             "{level}: the new member has {kept} bytes allocated of {}",
             MEMBER_MIB * MIB
-        );
-
-        // The rebuilt member carries its share (zeros included) without member 0.
-        a.fail_member(MemberIdx(0)).unwrap();
-        same(
-            &read_all(&a, size),
-            &model,
-            &format!("{level}: rebuilt member carrying data"),
         );
     }
 }
@@ -164,5 +141,251 @@ fn a_mirror_copy_that_fails_during_a_sync_piece_is_left_out() {
             &model,
             &format!("{level}: after the check"),
         );
+    }
+}
+
+/// A member that counts the bytes read from and written to it (what a recovery moves).
+struct Counting {
+    inner: Arc<dyn Member>,
+    read: std::sync::atomic::AtomicU64,
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Counting {
+    fn new(inner: Arc<dyn Member>) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner,
+            read: 0.into(),
+            written: 0.into(),
+        })
+    }
+    fn reset(&self) {
+        self.read.store(0, std::sync::atomic::Ordering::SeqCst);
+        self.written.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Member for Counting {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.read
+            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.written
+            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn discard_zeroes(&self) -> bool {
+        self.inner.discard_zeroes()
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        how: uraid_engine::ZeroHow,
+    ) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len, how)
+    }
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        self.inner.zeroes_fast(unmap)
+    }
+    fn is_hole(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+        self.inner.is_hole(offset, len)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// Recovery of member 1 of an array on `devs` onto `spare` (which holds old data): only
+/// what was written since creation is read from the others and written to it, the rest
+/// is zeroed; the array reads back the model, checks clean, and the rebuilt member
+/// carries its share when member 0 fails.
+fn recovery_moves_only_what_was_written(
+    level: Level,
+    devs: Vec<Arc<dyn Member>>,
+    spare: Arc<dyn Member>,
+    what: &str,
+) {
+    let member_bytes = devs[0].size_bytes();
+    spare
+        .write_at(&vec![0xa5u8; member_bytes as usize], 0)
+        .unwrap();
+    let counted: Vec<Arc<Counting>> = devs.into_iter().map(Counting::new).collect();
+    let mut o = CreateOptions::new(level);
+    if level != Level::Raid1 {
+        o.chunk_sectors = Some(128);
+    }
+    o.assume_clean = true;
+    let a = uraid_engine::create(
+        counted
+            .iter()
+            .map(|c| Some(c.clone() as Arc<dyn Member>))
+            .collect(),
+        &o,
+    )
+    .unwrap();
+    let size = a.size_bytes() as usize;
+    let mut model = vec![0u8; size];
+    let mut r = rng(18);
+    for (at, len) in [(0usize, 1 << 20), (5 << 20, 192 << 10)] {
+        r.fill(&mut model[at..at + len]);
+        a.write(at as u64, &model[at..at + len]).unwrap();
+    }
+    a.flush().unwrap();
+
+    a.fail_member(MemberIdx(1)).unwrap();
+    a.remove_member(MemberIdx(1)).unwrap();
+    let new = Counting::new(spare);
+    a.add_member(new.clone()).unwrap();
+    for c in &counted {
+        c.reset();
+    }
+    a.run_sync(SyncKind::Recovery, |_| {}).unwrap();
+    assert_eq!(a.slot_state(MemberIdx(1)), SlotState::InSync, "{what}");
+    // About a member's share of the 1.2 MiB written, far from the whole member.
+    let survivors_read: Vec<u64> = counted
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 1)
+        .map(|(_, c)| c.read.load(std::sync::atomic::Ordering::SeqCst))
+        .collect();
+    let rebuilt = new.written.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        survivors_read.iter().all(|&n| n < member_bytes / 4) && rebuilt < member_bytes / 4,
+        "{what}: the recovery read {survivors_read:?} bytes from the others and wrote \
+         {rebuilt} to the new member, of {member_bytes} each"
+    );
+    same(
+        &read_all(&a, size),
+        &model,
+        &format!("{what}: after recovery"),
+    );
+    assert_eq!(a.check().unwrap(), 0, "{what}: check after recovery");
+    a.fail_member(MemberIdx(0)).unwrap();
+    same(
+        &read_all(&a, size),
+        &model,
+        &format!("{what}: rebuilt member carrying data"),
+    );
+}
+
+/// Memory members know which of their regions were never written.
+#[test]
+fn recovery_over_memory_members_moves_only_what_was_written() {
+    for (level, disks) in [
+        (Level::Raid1, 2),
+        (Level::Raid10, 4),
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+    ] {
+        let devs = (0..disks)
+            .map(|i| {
+                Arc::new(uraid_engine::MemMember::new(format!("m{i}"), 16 * MIB)) as Arc<dyn Member>
+            })
+            .collect();
+        let spare = Arc::new(uraid_engine::MemMember::new("spare", 16 * MIB));
+        recovery_moves_only_what_was_written(level, devs, spare, &format!("{level} memory"));
+    }
+}
+
+/// A member on a new 16 MiB export of uraid's own NBD server (memory, which calls zero
+/// blocks holes in its `base:allocation`) on a Unix socket in `dir`; the server is kept in
+/// `servers`.
+fn nbd_member(
+    dir: &TempDir,
+    name: &str,
+    servers: &mut Vec<uraid_nbd::RunningServer>,
+) -> Arc<uraid_engine::NbdMember> {
+    use uraid_nbd::{Backend, Listener, MemBackend, Server, ServerConfig};
+    let socket = dir.path(&format!("{name}.sock"));
+    let listener = Listener::bind_unix(&socket).unwrap();
+    let backend = Arc::new(MemBackend::new((16 * MIB) as usize)) as Arc<dyn Backend>;
+    servers.push(
+        Server::new(ServerConfig::default())
+            .unwrap()
+            .spawn(listener, backend)
+            .unwrap(),
+    );
+    let uri = format!("nbd+unix:///?socket={}", socket.display());
+    let m = uraid_engine::NbdMember::connect(&uri, &Default::default()).unwrap();
+    assert!(m.client().info().block_status, "{uri}: base:allocation");
+    Arc::new(m)
+}
+
+/// An NBD member remembers where the server said zeros only until the next write to it:
+/// a write by `write_at` or through the array's batches (the member's `submit`) anywhere
+/// makes it ask again, so a range written after a "zeros" answer is data at once.
+#[test]
+fn an_nbd_members_zeros_are_forgotten_at_the_next_write() {
+    let dir = TempDir::new("nbd-zero-cache");
+    let mut servers = Vec::new();
+    let members: Vec<_> = (0..2)
+        .map(|i| nbd_member(&dir, &format!("m{i}"), &mut servers))
+        .collect();
+    let m = &members[0];
+    assert!(m.is_hole(MIB, 4096).unwrap());
+    m.write_at(&[1; 512], MIB + 512).unwrap();
+    assert!(!m.is_hole(MIB, 4096).unwrap(), "written by write_at");
+    assert!(m.is_hole(2 * MIB, 4096).unwrap());
+
+    // Through an array: its writes reach the members in batches.
+    let mut o = CreateOptions::new(Level::Raid1);
+    o.assume_clean = true;
+    let a = uraid_engine::create(
+        members
+            .iter()
+            .map(|m| Some(m.clone() as Arc<dyn Member>))
+            .collect(),
+        &o,
+    )
+    .unwrap();
+    let at = 8 * MIB;
+    let on_member = read_superblock(members[1].as_ref()).unwrap().data_offset * 512 + at;
+    assert!(members[1].is_hole(on_member, 4096).unwrap());
+    a.write(at, &[7; 4096]).unwrap();
+    assert!(
+        !members[1].is_hole(on_member, 4096).unwrap(),
+        "written through the array"
+    );
+    // The array dirty and the bitmap bit set already: the next write, in the same
+    // bitmap chunk, is the members' batch alone.
+    assert!(members[1].is_hole(on_member + 65536, 4096).unwrap());
+    a.write(at + 65536, &[8; 4096]).unwrap();
+    assert!(
+        !members[1].is_hole(on_member + 65536, 4096).unwrap(),
+        "written through the array's batch"
+    );
+    drop(a);
+    for s in servers {
+        s.shutdown().unwrap();
+    }
+}
+
+/// Remote members say where they read as zeros (NBD `base:allocation`, here from uraid's
+/// own server over memory, which calls zero blocks holes).
+#[test]
+fn recovery_over_nbd_members_moves_only_what_was_written() {
+    for (level, disks) in [(Level::Raid1, 2), (Level::Raid5, 4)] {
+        let dir = TempDir::new(&format!("sparse-nbd-{level}"));
+        let mut servers = Vec::new();
+        let devs = (0..disks)
+            .map(|i| nbd_member(&dir, &format!("m{i}"), &mut servers) as Arc<dyn Member>)
+            .collect();
+        let spare = nbd_member(&dir, "spare", &mut servers);
+        recovery_moves_only_what_was_written(level, devs, spare, &format!("{level} over NBD"));
+        for s in servers {
+            s.shutdown().unwrap();
+        }
     }
 }

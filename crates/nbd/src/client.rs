@@ -1,8 +1,9 @@
 //! NBD client: an export as a block device, for arrays whose members live on other hosts.
 //!
 //! - **Handshake**: fixed newstyle only (oldstyle servers are long gone), then
-//!   `NBD_OPT_STRUCTURED_REPLY` (taken where offered) and `NBD_OPT_GO` asking for
-//!   `NBD_INFO_BLOCK_SIZE`; a server without `GO` gets `NBD_OPT_EXPORT_NAME`.
+//!   `NBD_OPT_STRUCTURED_REPLY` (taken where offered), `NBD_OPT_SET_META_CONTEXT` for
+//!   `base:allocation` (with structured replies; [`Client::block_status`]) and `NBD_OPT_GO`
+//!   asking for `NBD_INFO_BLOCK_SIZE`; a server without `GO` gets `NBD_OPT_EXPORT_NAME`.
 //! - **Transmission**: any number of threads send requests on one connection (a mutex
 //!   around the socket's write side, one `sendmsg` per request), so several requests are
 //!   in flight at once. Replies, simple or structured chunks in any order, are matched to
@@ -390,6 +391,9 @@ pub struct ExportInfo {
     pub max_payload_bytes: u32,
     /// Structured replies were negotiated.
     pub structured_replies: bool,
+    /// The server set `base:allocation` (NBD_OPT_SET_META_CONTEXT), so
+    /// [`Client::block_status`] can ask where the export is allocated and reads as zeros.
+    pub block_status: bool,
 }
 
 impl ExportInfo {
@@ -550,6 +554,8 @@ struct Conn {
     watcher: Mutex<Option<JoinHandle<()>>>,
     /// Reply latency: moving average and histogram.
     latency: Latency,
+    /// The id the server gave `base:allocation` on this connection, if it set it.
+    alloc_context: Option<u32>,
 }
 
 /// How a client's connections stand ([`Client::status`]), for `uraid detail`.
@@ -1085,6 +1091,15 @@ fn structured_chunk(
         } else {
             p.data[from..to].fill(0);
         }
+    } else if kind == REPLY_TYPE_BLOCK_STATUS {
+        if command != Command::BlockStatus {
+            return Err("a block status chunk outside a block status request".into());
+        }
+        let (id, _) = parse_block_status_chunk(scratch).map_err(bad)?;
+        // Only the context asked for is kept (the reply's data: its descriptors as sent).
+        if Some(id) == conn.alloc_context {
+            p.data.extend_from_slice(&scratch[4..]);
+        }
     } else {
         return Err(format!("a reply chunk of unknown type {kind}"));
     }
@@ -1435,6 +1450,70 @@ impl Client {
         }
         Ok(())
     }
+
+    /// `base:allocation` from `offset` (NBD_CMD_BLOCK_STATUS): runs in order, the first
+    /// starting at `offset`, covering at most `len` bytes and at least one (the server may
+    /// say less than asked; ask again from where it stopped). Fails `Unsupported` where
+    /// the server did not set the context ([`ExportInfo::block_status`]).
+    pub fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<crate::Extent>> {
+        self.check_range(offset, len)?;
+        let Some(conn) = self.conns.iter().find(|c| c.alloc_context.is_some()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{}: the server gives no base:allocation", self.name),
+            ));
+        };
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        // Whole blocks of the server's minimum size, at most what a u32 length holds.
+        let a = u64::from(self.info.min_block_bytes.max(1));
+        let start = offset / a * a;
+        let end = (offset + len)
+            .div_ceil(a)
+            .saturating_mul(a)
+            .min(self.info.size_bytes)
+            .min(start + (u64::from(u32::MAX) / a * a));
+        let raw = conn
+            .send(
+                Command::BlockStatus,
+                0,
+                start,
+                (end - start) as u32,
+                &[],
+                self.timeout,
+            )
+            .wait()?;
+        let mut out: Vec<crate::Extent> = Vec::new();
+        let mut at = start;
+        for d in raw.chunks_exact(8) {
+            let length = u64::from(u32::from_be_bytes(d[..4].try_into().expect("4 bytes")));
+            let flags = u32::from_be_bytes(d[4..].try_into().expect("4 bytes"));
+            // Only the part inside [offset, offset + len): the widening and anything the
+            // server said past the request are cut off.
+            let from = at.max(offset);
+            let to = (at + length).min(offset + len);
+            at += length;
+            if to <= from {
+                if at >= offset + len {
+                    break;
+                }
+                continue;
+            }
+            out.push(crate::Extent {
+                length: to - from,
+                hole: flags & STATE_HOLE != 0,
+                zero: flags & STATE_ZERO != 0,
+            });
+        }
+        if out.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: block status at {offset} covered nothing", self.name),
+            ));
+        }
+        Ok(out)
+    }
 }
 
 impl Drop for Client {
@@ -1751,6 +1830,32 @@ fn negotiate(
     }
 
     let name = uri.export.as_bytes();
+    // `base:allocation`, for where the export reads as zeros (a recovery over this member
+    // then skips what was never written); a server without it answers an error or sets
+    // nothing, and the export is all data.
+    let mut alloc_context = None;
+    if structured {
+        let query = encode_meta_context_request(name, &[BASE_ALLOCATION]);
+        send(OPT_SET_META_CONTEXT, &query, false)?;
+        loop {
+            let (r, data) = reply(OPT_SET_META_CONTEXT)?;
+            match r.reply {
+                REP_ACK => break,
+                REP_META_CONTEXT => {
+                    let (id, context) =
+                        parse_meta_context_reply(&data).map_err(|e| hs.protocol(e))?;
+                    if context == BASE_ALLOCATION {
+                        alloc_context = Some(id);
+                    }
+                }
+                _ if r.is_error() => {
+                    alloc_context = None;
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
     send(
         OPT_GO,
         &encode_info_request(name, &[INFO_BLOCK_SIZE]),
@@ -1806,6 +1911,7 @@ fn negotiate(
         preferred_block_bytes: preferred_bytes,
         max_payload_bytes: max_bytes.min(MAX_REQUEST_BYTES),
         structured_replies: structured,
+        block_status: alloc_context.is_some(),
     };
     // Transmission: a read waits at most `timeout` (a reader that sees nothing for that
     // long while requests are pending closes the connection), and so may a send.
@@ -1834,6 +1940,7 @@ fn negotiate(
         timeout: config.timeout,
         watcher: Mutex::new(None),
         latency: Latency::default(),
+        alloc_context,
     });
     let c = conn.clone();
     let handle = std::thread::Builder::new()
@@ -1882,6 +1989,7 @@ pub(crate) fn exercise(stream: Stream) {
     let _ = c.flush();
     let _ = c.trim(0, b.len() as u64);
     let _ = c.write_zeroes(0, b.len() as u64, true, false);
+    let _ = c.block_status(0, b.len() as u64);
 }
 
 #[cfg(test)]

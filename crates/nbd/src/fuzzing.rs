@@ -188,6 +188,15 @@ pub fn client_seeds() -> Vec<Vec<u8>> {
     s.extend_from_slice(&IHAVEOPT.to_be_bytes());
     s.extend_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
     s.extend_from_slice(&encode_option_reply(OPT_STRUCTURED_REPLY, REP_ACK, 0));
+    let mut context = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+    context.extend_from_slice(BASE_ALLOCATION.as_bytes());
+    s.extend_from_slice(&encode_option_reply(
+        OPT_SET_META_CONTEXT,
+        REP_META_CONTEXT,
+        context.len() as u32,
+    ));
+    s.extend_from_slice(&context);
+    s.extend_from_slice(&encode_option_reply(OPT_SET_META_CONTEXT, REP_ACK, 0));
     let mut export = INFO_EXPORT.to_be_bytes().to_vec();
     export.extend_from_slice(&(1u64 << 20).to_be_bytes());
     let flags =
@@ -202,7 +211,8 @@ pub fn client_seeds() -> Vec<Vec<u8>> {
     s.extend_from_slice(&encode_option_reply(OPT_GO, REP_INFO, sizes.len() as u32));
     s.extend_from_slice(&sizes);
     s.extend_from_slice(&encode_option_reply(OPT_GO, REP_ACK, 0));
-    // Cookies 1.. in the client's order: read, write, flush, trim, write-zeroes.
+    // Cookies 1.. in the client's order: read, write, flush, trim, write-zeroes, block
+    // status.
     s.extend_from_slice(&encode_offset_data_header(1, 0, 4096));
     s.extend_from_slice(&[0x5a; 4096]);
     s.extend_from_slice(&encode_structured_header(
@@ -219,5 +229,17 @@ pub fn client_seeds() -> Vec<Vec<u8>> {
         REPLY_TYPE_NONE,
         0,
     ));
+    let mut status = BASE_ALLOCATION_ID.to_be_bytes().to_vec();
+    for (len, flags) in [(1024u32, 0u32), (3072, STATE_HOLE | STATE_ZERO)] {
+        status.extend_from_slice(&len.to_be_bytes());
+        status.extend_from_slice(&flags.to_be_bytes());
+    }
+    s.extend_from_slice(&encode_structured_header(
+        6,
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_BLOCK_STATUS,
+        status.len() as u32,
+    ));
+    s.extend_from_slice(&status);
     vec![s]
 }

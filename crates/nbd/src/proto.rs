@@ -577,6 +577,52 @@ pub fn encode_info_request(name: &[u8], info_types: &[u16]) -> Vec<u8> {
     d
 }
 
+/// Encodes the data of `NBD_OPT_SET_META_CONTEXT` / `LIST_META_CONTEXT`: the export's
+/// name and the queries (context names).
+pub fn encode_meta_context_request(name: &[u8], queries: &[&str]) -> Vec<u8> {
+    let mut d =
+        Vec::with_capacity(8 + name.len() + queries.iter().map(|q| 4 + q.len()).sum::<usize>());
+    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+    d.extend_from_slice(name);
+    d.extend_from_slice(&(queries.len() as u32).to_be_bytes());
+    for q in queries {
+        d.extend_from_slice(&(q.len() as u32).to_be_bytes());
+        d.extend_from_slice(q.as_bytes());
+    }
+    d
+}
+
+/// Parses the data of an `NBD_REP_META_CONTEXT` reply: the context's id and its name.
+pub fn parse_meta_context_reply(data: &[u8]) -> Result<(u32, String), ProtocolError> {
+    if data.len() < 4 || data.len() > 4 + MAX_STRING_BYTES {
+        return Err(ProtocolError::OptionLength { len: data.len() });
+    }
+    Ok((
+        be_u32(data, 0),
+        String::from_utf8_lossy(&data[4..]).into_owned(),
+    ))
+}
+
+/// Parses the payload of an `NBD_REPLY_TYPE_BLOCK_STATUS` chunk: the context's id and its
+/// descriptors, `(length, flags)` each; at least one, and no zero length.
+pub fn parse_block_status_chunk(payload: &[u8]) -> Result<(u32, Vec<(u32, u32)>), ProtocolError> {
+    let bad = ProtocolError::BadReply {
+        kind: REPLY_TYPE_BLOCK_STATUS,
+        len: payload.len(),
+    };
+    if payload.len() < 12 || !(payload.len() - 4).is_multiple_of(8) {
+        return Err(bad);
+    }
+    let descriptors: Vec<(u32, u32)> = payload[4..]
+        .chunks_exact(8)
+        .map(|d| (be_u32(d, 0), be_u32(d, 4)))
+        .collect();
+    if descriptors.iter().any(|&(len, _)| len == 0) {
+        return Err(bad);
+    }
+    Ok((be_u32(payload, 0), descriptors))
+}
+
 /// Bytes of an option reply header.
 pub const OPTION_REPLY_BYTES: usize = 20;
 
@@ -746,6 +792,44 @@ pub fn parse_offset_chunk(kind: u16, payload: &[u8]) -> Result<(u64, u64), Proto
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meta_context_requests_round_trip_through_the_servers_parser() {
+        let d = encode_meta_context_request(b"disk0", &[BASE_ALLOCATION, "qemu:dirty-bitmap:b"]);
+        let m = parse_meta_context_request(&d).unwrap();
+        assert_eq!(m.name, b"disk0");
+        assert_eq!(
+            m.queries,
+            vec![BASE_ALLOCATION.as_bytes(), b"qemu:dirty-bitmap:b"]
+        );
+    }
+
+    #[test]
+    fn meta_context_replies_and_block_status_chunks_parse() {
+        let mut r = 7u32.to_be_bytes().to_vec();
+        r.extend_from_slice(BASE_ALLOCATION.as_bytes());
+        assert_eq!(
+            parse_meta_context_reply(&r).unwrap(),
+            (7, BASE_ALLOCATION.to_string())
+        );
+        assert!(parse_meta_context_reply(&[0, 0, 1]).is_err());
+
+        let mut c = 7u32.to_be_bytes().to_vec();
+        for (len, flags) in [(4096u32, 3u32), (8192, 0)] {
+            c.extend_from_slice(&len.to_be_bytes());
+            c.extend_from_slice(&flags.to_be_bytes());
+        }
+        assert_eq!(
+            parse_block_status_chunk(&c).unwrap(),
+            (7, vec![(4096, 3), (8192, 0)])
+        );
+        // No descriptor, a torn one, a zero length: malformed.
+        assert!(parse_block_status_chunk(&c[..4]).is_err());
+        assert!(parse_block_status_chunk(&c[..15]).is_err());
+        let mut z = c.clone();
+        z[4..8].copy_from_slice(&0u32.to_be_bytes());
+        assert!(parse_block_status_chunk(&z).is_err());
+    }
 
     fn limits() -> ExportLimits {
         ExportLimits {

@@ -110,6 +110,16 @@ fn nbdkit_unix_export(dir: &TempDir, export: &str, args: &[&str]) -> ServerProc 
     )
 }
 
+/// `qemu-nbd` serving a new sparse raw image of `size` bytes in `dir` on a Unix socket.
+fn qemu_nbd_sparse(dir: &TempDir, size: u64) -> ServerProc {
+    let img = dir.path("disk.raw");
+    std::fs::File::create(&img).unwrap().set_len(size).unwrap();
+    let sock: PathBuf = dir.path("qemu.sock");
+    let mut cmd = Command::new("qemu-nbd");
+    cmd.args(["-t", "-f", "raw", "-k"]).arg(&sock).arg(&img);
+    spawn(cmd, format!("nbd+unix:///?socket={}", sock.display()))
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -186,6 +196,85 @@ fn zeroes_and_trim(c: &Client) {
     // Beyond the end: refused before anything is sent.
     let size = c.info().size_bytes;
     assert!(c.read(&mut [0u8; 512], size).is_err());
+}
+
+/// Where `[offset, offset + len)` reads as zeros, from `base:allocation`: (start, end,
+/// zero) runs, asked again from where each answer stopped.
+fn zero_map(c: &Client, offset: u64, len: u64) -> Vec<(u64, u64, bool)> {
+    let mut out: Vec<(u64, u64, bool)> = Vec::new();
+    let mut at = offset;
+    while at < offset + len {
+        let extents = c.block_status(at, offset + len - at).unwrap();
+        assert!(!extents.is_empty());
+        for e in extents {
+            assert!(
+                e.length > 0 && at + e.length <= offset + len,
+                "{e:?} at {at}"
+            );
+            match out.last_mut() {
+                Some(last) if last.2 == e.zero => last.1 += e.length,
+                _ => out.push((at, at + e.length, e.zero)),
+            }
+            at += e.length;
+        }
+    }
+    out
+}
+
+/// A server's `base:allocation`, asked through [`Client::block_status`]: 64 KiB written at
+/// 1 MiB of an otherwise unwritten export is data, the rest reads as zeros, and the
+/// answers start where asked (also inside a block) and stop at the range's end.
+fn written_is_data_and_the_rest_zero(c: &Client) {
+    assert!(c.info().block_status, "the server sets base:allocation");
+    c.write(&pattern(64 << 10, 9), 1 << 20, true).unwrap();
+    let size = c.info().size_bytes;
+    let map = zero_map(c, 0, size);
+    assert_eq!(
+        map,
+        vec![
+            (0, 1 << 20, true),
+            (1 << 20, (1 << 20) + (64 << 10), false),
+            ((1 << 20) + (64 << 10), size, true)
+        ]
+    );
+    // A range inside the data, not block aligned.
+    assert_eq!(
+        zero_map(c, (1 << 20) + 100, 1000),
+        vec![((1 << 20) + 100, (1 << 20) + 1100, false)]
+    );
+    // Beyond the end: refused before anything is sent.
+    assert!(c.block_status(size - 512, 1024).is_err());
+}
+
+#[test]
+fn block_status_from_nbdkit_qemu_nbd_and_uraids_own_server() {
+    let server = common::TestServer::start(8 << 20);
+    written_is_data_and_the_rest_zero(&Client::open(&server.uri(), &config(30)).unwrap());
+    if need_tool("nbdkit", "block_status_from_nbdkit") {
+        let dir = TempDir::new("client-status-nbdkit");
+        let s = nbdkit_unix(&dir, &["memory", "16M"]);
+        written_is_data_and_the_rest_zero(&Client::open(&s.uri, &config(30)).unwrap());
+    }
+    if need_tool("qemu-nbd", "block_status_from_qemu_nbd") {
+        let dir = TempDir::new("client-status-qemu");
+        let s = qemu_nbd_sparse(&dir, 8 << 20);
+        written_is_data_and_the_rest_zero(&Client::open(&s.uri, &config(30)).unwrap());
+    }
+}
+
+/// Without structured replies there is no block status: the client says so, and sends
+/// nothing.
+#[test]
+fn block_status_needs_structured_replies() {
+    let server = common::TestServer::start(1 << 20);
+    let cfg = ClientConfig {
+        structured_replies: false,
+        ..config(30)
+    };
+    let c = Client::open(&server.uri(), &cfg).unwrap();
+    assert!(!c.info().block_status);
+    let e = c.block_status(0, 4096).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported, "{e}");
 }
 
 #[test]
@@ -271,15 +360,7 @@ fn qemu_nbd_structured_replies_with_holes() {
         return;
     }
     let dir = TempDir::new("client-qemu");
-    let img = dir.path("disk.raw");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
-    let sock: PathBuf = dir.path("qemu.sock");
-    let mut cmd = Command::new("qemu-nbd");
-    cmd.args(["-t", "-f", "raw", "-k"]).arg(&sock).arg(&img);
-    let s = spawn(cmd, format!("nbd+unix:///?socket={}", sock.display()));
+    let s = qemu_nbd_sparse(&dir, 8 << 20);
     let c = Client::open(&s.uri, &config(30)).unwrap();
     assert_eq!(c.info().size_bytes, 8 << 20);
     assert!(c.info().structured_replies);

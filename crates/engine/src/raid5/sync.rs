@@ -443,7 +443,7 @@ impl<'a> SyncPass<'a> {
 /// (the parity of zeros is zeros, P and Q alike), so a sync neither reads nor compares it
 /// and a recovery zeroes its targets' blocks (md cannot tell, and reads and rewrites
 /// them). Never with a journal, whose log may hold the stripe's newest data; members that
-/// cannot tell (block devices, memory) say data, and the stripe is synced as any other.
+/// cannot tell (block devices) say data, and the stripe is synced as any other.
 fn holes_everywhere(a: &Array, g: &ParityGeometry, map: &StripeMap, s: u64) -> bool {
     if a.has_journal() {
         return false;
