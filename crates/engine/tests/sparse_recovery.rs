@@ -389,3 +389,75 @@ fn recovery_over_nbd_members_moves_only_what_was_written() {
         }
     }
 }
+
+/// A real NBD server, killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A member on the export `cmd` serves on `sock` (connected once the server is up).
+fn real_server_member(
+    mut cmd: std::process::Command,
+    sock: &Path,
+    kept: &mut Vec<Killed>,
+) -> Arc<dyn Member> {
+    kept.push(Killed(cmd.spawn().unwrap()));
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let started = std::time::Instant::now();
+    loop {
+        match uraid_engine::NbdMember::connect(&uri, &Default::default()) {
+            Ok(m) => {
+                assert!(m.client().info().block_status, "{cmd:?}: base:allocation");
+                return Arc::new(m);
+            }
+            Err(e) if started.elapsed() > std::time::Duration::from_secs(20) => {
+                panic!("{cmd:?} did not serve {uri}: {e}")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The same over the servers users run: nbdkit's memory plugin (sparse pages) and
+/// qemu-nbd on sparse raw images (SEEK_DATA underneath).
+#[test]
+fn recovery_over_nbdkit_and_qemu_nbd_moves_only_what_was_written() {
+    const TEST: &str = "recovery_over_nbdkit_and_qemu_nbd_moves_only_what_was_written";
+    for server in ["nbdkit", "qemu-nbd"] {
+        if !uraid_testkit::need_tool(server, TEST) {
+            continue;
+        }
+        let dir = TempDir::new(&format!("sparse-{server}"));
+        let mut kept = Vec::new();
+        let mut open_export = |name: &str| -> Arc<dyn Member> {
+            let sock = dir.path(&format!("{name}.sock"));
+            let mut cmd = std::process::Command::new(server);
+            if server == "nbdkit" {
+                cmd.args(["-f", "--exit-with-parent", "-U"])
+                    .arg(&sock)
+                    .args(["memory", "16M"]);
+            } else {
+                let img = dir.path(&format!("{name}.raw"));
+                std::fs::File::create(&img)
+                    .unwrap()
+                    .set_len(16 * MIB)
+                    .unwrap();
+                cmd.args(["-t", "-f", "raw", "-k"]).arg(&sock).arg(&img);
+            }
+            real_server_member(cmd, &sock, &mut kept)
+        };
+        let devs = (0..4).map(|i| open_export(&format!("m{i}"))).collect();
+        let spare = open_export("spare");
+        recovery_moves_only_what_was_written(
+            Level::Raid5,
+            devs,
+            spare,
+            &format!("raid5 over {server}"),
+        );
+    }
+}
