@@ -150,6 +150,11 @@ impl StatusCache {
 /// Bytes asked about per NBD_CMD_BLOCK_STATUS at least: one answer then serves a recovery's
 /// next stripes (a server gives long runs of data in one descriptor).
 const STATUS_WINDOW_BYTES: u64 = 64 << 20;
+/// The same while writes are in flight, when the answer's zeros cannot be kept: a server
+/// works out its extents for all it is asked about (a recovery asking nbdkit's memory
+/// plugin for 64 MiB per stripe ran at half the speed of one that reads everything), and
+/// only data, the first run, would be remembered.
+const BUSY_STATUS_WINDOW_BYTES: u64 = 1 << 20;
 
 /// Counts a request among those reconnecting while it lives.
 struct Retrying<'a>(&'a AtomicUsize);
@@ -329,12 +334,15 @@ impl Member for NbdMember {
         let size = client.info().size_bytes;
         let mut at = offset;
         while at < end {
-            let ask = (end - at)
-                .max(STATUS_WINDOW_BYTES)
-                .min(size.saturating_sub(at));
             // No write in flight when asked, and none started until answered: the
-            // answer's zeros hold until the next write.
+            // answer's zeros hold until the next write. With writes in flight they will
+            // not be kept, so the server is not asked about more than the next stripes.
             let (generation, quiet) = self.writes.snapshot();
+            let window = match quiet {
+                true => STATUS_WINDOW_BYTES,
+                false => BUSY_STATUS_WINDOW_BYTES,
+            };
+            let ask = (end - at).max(window).min(size.saturating_sub(at));
             let extents = client.block_status(at, ask)?;
             let unchanged = quiet && self.writes.started() == generation;
             let mut from = at;
