@@ -262,6 +262,7 @@ fn reshape_options(a: &GrowArgs, add: Vec<Arc<dyn Member>>) -> uraid_engine::Res
                 total_units: total,
                 unit_bytes: 512,
                 mismatch_sectors: 0,
+                zero_bytes: 0,
             };
             let secs = started.elapsed().as_secs_f64();
             let speed = if secs > 0.0 {

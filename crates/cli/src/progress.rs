@@ -99,16 +99,23 @@ pub fn run_sync(array: &Array, kind: SyncKind, limits: SyncLimits, quiet: bool) 
     let mut bar = Bar::new(kind.name(), quiet);
     let mut throttle = Throttle::new(limits);
     let started = Instant::now();
+    let mut zero_bytes = 0;
     let r = array.run_sync(kind, |p| {
         let speed = throttle.pace(array, p);
         bar.update(p, speed);
+        zero_bytes = p.zero_bytes;
     });
     match &r {
         Ok(m) => bar.finish(&format!(
-            "done in {:.1} s{}",
+            "done in {:.1} s{}{}",
             started.elapsed().as_secs_f64(),
             if matches!(kind, SyncKind::Check | SyncKind::Repair | SyncKind::Resync) {
                 format!(", {m} mismatched sectors")
+            } else {
+                String::new()
+            },
+            if zero_bytes >= 1 << 20 {
+                format!(", {} MiB skipped (zeros on every member)", zero_bytes >> 20)
             } else {
                 String::new()
             }

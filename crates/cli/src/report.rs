@@ -547,6 +547,7 @@ pub fn sync_json(p: &SyncProgress, mark: Option<SyncMark>, dev_sectors: u64) -> 
         "total_kib": total_kib,
         "speed_kib_s": rate.map(|r| r.0),
         "finish_secs": rate.map(|r| r.1),
+        "zero_bytes": p.zero_bytes,
     })
 }
 
@@ -708,6 +709,13 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
             "{what:>18} : {}% complete\n",
             p.percent().floor() as u64
         ));
+        if p.zero_bytes > 0 {
+            o.push_str(&format!(
+                "{:>18} : {} MiB (zeros on every member: not read nor rebuilt)\n",
+                "Zeros Skipped",
+                p.zero_bytes >> 20
+            ));
+        }
     }
     if let Some(block) = reshape_detail(&sb) {
         o.push('\n');
@@ -1000,6 +1008,7 @@ mod detail_tests {
             total_units: 100,
             unit_bytes: 4096,
             mismatch_sectors: 0,
+            zero_bytes: 3 << 20,
         };
         // 2000 sectors of member: 1000 KiB, 250 done; 100 KiB in the last 10 s.
         let mark = SyncMark {
@@ -1012,6 +1021,7 @@ mod detail_tests {
         assert_eq!(j["total_kib"], 1000);
         assert_eq!(j["speed_kib_s"], 10);
         assert_eq!(j["finish_secs"], 75);
+        assert_eq!(j["zero_bytes"], 3 << 20);
         // No mark yet, or nothing done since it: no speed, no guess.
         assert!(sync_json(&p, None, 2000)["speed_kib_s"].is_null());
         let still = SyncMark {
@@ -1099,9 +1109,20 @@ mod detail_tests {
             total_units: 4,
             unit_bytes: 4096,
             mismatch_sectors: 0,
+            zero_bytes: 0,
         };
         let t = detail_human(&raid5(3), Some(&p));
         assert_eq!(field(&t, "State"), "clean, resyncing");
         assert_eq!(field(&t, "Resync Status"), "25% complete");
+        assert!(!t.contains("Zeros Skipped"), "{t}");
+        let p = SyncProgress {
+            zero_bytes: 5 << 20,
+            ..p
+        };
+        let t = detail_human(&raid5(3), Some(&p));
+        assert_eq!(
+            field(&t, "Zeros Skipped"),
+            "5 MiB (zeros on every member: not read nor rebuilt)"
+        );
     }
 }

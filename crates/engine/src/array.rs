@@ -35,6 +35,10 @@ pub struct Stats {
     pub degraded_reads: AtomicU64,
     /// Read errors corrected by rewriting the block from redundancy (md's corrected_errors).
     pub corrected_reads: AtomicU64,
+    /// Array bytes syncs found reading as zeros on every member that holds them (never
+    /// written, or discarded) and so did not read, compare or rebuild: a recovery zeroed
+    /// its targets there instead ([`crate::Member::is_hole`]).
+    pub sync_zero_bytes: AtomicU64,
 }
 
 impl Stats {
@@ -47,6 +51,7 @@ impl Stats {
             member_writes,
             degraded_reads,
             corrected_reads,
+            sync_zero_bytes,
         } = other;
         for (mine, theirs) in [
             (&self.requests, requests),
@@ -58,6 +63,7 @@ impl Stats {
         for (mine, theirs) in [
             (&self.degraded_reads, degraded_reads),
             (&self.corrected_reads, corrected_reads),
+            (&self.sync_zero_bytes, sync_zero_bytes),
         ] {
             mine.fetch_add(theirs.load(Ordering::Relaxed), Ordering::Relaxed);
         }

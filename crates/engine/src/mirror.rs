@@ -345,6 +345,9 @@ pub(crate) fn sync_piece(
                 .unwrap_or(false)
         });
     if holes {
+        a.stats
+            .sync_zero_bytes
+            .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
         for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
             crate::discard::zero_target(a, role, a.member_byte(role, msec), len as u64);
         }

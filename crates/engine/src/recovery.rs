@@ -13,6 +13,7 @@ use crate::error::ArrayError;
 use crate::events::Event;
 use crate::member::Member;
 use crate::slot::SlotState;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use uraid_core::superblock::{
     MemberFlags, Superblock, FEATURE_RECOVERY_OFFSET, MAX_SECTOR, ROLE_FAULTY, ROLE_SPARE,
@@ -57,6 +58,10 @@ pub struct SyncProgress {
     pub unit_bytes: u64,
     /// Sectors found to differ so far (check and repair; md's mismatch_cnt).
     pub mismatch_sectors: u64,
+    /// Array bytes found reading as zeros on every member so far (never written, or
+    /// discarded), so neither read nor rebuilt: a recovery zeroed its targets there (md
+    /// cannot tell, and rebuilds them).
+    pub zero_bytes: u64,
 }
 
 impl SyncProgress {
@@ -218,7 +223,9 @@ impl Array {
             total_units: total,
             unit_bytes: self.unit_bytes(),
             mismatch_sectors: 0,
+            zero_bytes: 0,
         };
+        let zero_bytes_before = self.stats.sync_zero_bytes.load(Ordering::Relaxed);
         let mut last_pct = (p.percent() / 20.0) as u32;
         let mut last_persist = start;
         while p.done_units < total {
@@ -242,6 +249,11 @@ impl Array {
             let (n, m) = self.sync_step(kind, p.done_units, step)?;
             p.done_units += n.max(1);
             p.mismatch_sectors += m;
+            p.zero_bytes = self
+                .stats
+                .sync_zero_bytes
+                .load(Ordering::Relaxed)
+                .saturating_sub(zero_bytes_before);
             progress(&p);
             let pct = (p.percent() / 20.0) as u32;
             if kind == SyncKind::Recovery && pct > last_pct && pct < 5 {

@@ -313,6 +313,7 @@ impl Array {
                         total_units: total,
                         unit_bytes: SECTOR_BYTES,
                         mismatch_sectors: 0,
+                        zero_bytes: 0,
                     }));
                 }
                 CopyStep::ReadError(start, end, e) => {

@@ -294,6 +294,9 @@ impl<'a> SyncPass<'a> {
                 if !holes_everywhere(a, g, &map, s) {
                     return true;
                 }
+                a.stats
+                    .sync_zero_bytes
+                    .fetch_add(cb as u64 * g.data_disks() as u64, Ordering::Relaxed);
                 let lost = lost_roles(a, &map, s, &[]);
                 zeroes.extend(
                     lost.into_iter()
