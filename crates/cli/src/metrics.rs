@@ -166,6 +166,7 @@ struct StateMetrics {
     member_writes: Counter,
     degraded_reads: Counter,
     corrected_reads: Counter,
+    sync_zero_bytes: Counter,
     stripe_cache_size: Gauge,
     stripe_cache_active: Gauge,
     stripe_joins: Family<JoinLabel, Counter>,
@@ -212,6 +213,7 @@ impl Metrics {
             member_writes: Counter::default(),
             degraded_reads: Counter::default(),
             corrected_reads: Counter::default(),
+            sync_zero_bytes: Counter::default(),
             stripe_cache_size: Gauge::default(),
             stripe_cache_active: Gauge::default(),
             stripe_joins: Family::default(),
@@ -271,6 +273,12 @@ impl Metrics {
             "corrected_read_errors",
             "Read errors corrected by rewriting (md's corrected_errors)",
             s.corrected_reads.clone(),
+        );
+        r.register(
+            "sync_zero_bytes",
+            "Array bytes syncs skipped as zeros on every member (never written or discarded): \
+             a recovery zeroed its targets there instead of rebuilding them",
+            s.sync_zero_bytes.clone(),
         );
         r.register(
             "stripe_cache_size",
@@ -390,6 +398,10 @@ impl Metrics {
         catch_up(
             &s.corrected_reads,
             st.corrected_reads.load(Ordering::Relaxed),
+        );
+        catch_up(
+            &s.sync_zero_bytes,
+            st.sync_zero_bytes.load(Ordering::Relaxed),
         );
         if matches!(a.level(), Level::Raid4 | Level::Raid5 | Level::Raid6) {
             let c = a.stripe_cache();

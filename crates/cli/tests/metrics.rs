@@ -135,6 +135,32 @@ fn metrics_follow_io_and_member_state() {
     assert_eq!(failed.value("uraid_degraded", &[]), 1.0);
     assert_eq!(failed.value("uraid_members", &[("state", "faulty")]), 1.0);
     assert_eq!(failed.value("uraid_members", &[("state", "in_sync")]), 1.0);
+
+    // A new sparse member: the recovery zeroes what was never written (the 7 MiB past
+    // the data) instead of rebuilding it, and counts it.
+    assert_eq!(failed.value("uraid_sync_zero_bytes_total", &[]), 0.0);
+    ok(srv.cmd().arg("remove").arg(&members[1]));
+    let spare = dir.path("spare.img");
+    std::fs::File::create(&spare)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    ok(srv
+        .cmd()
+        .arg("add")
+        .arg("--array")
+        .arg(&members[0])
+        .arg(&spare));
+    srv.wait_detail(&members[0], |d| {
+        d["degraded"] == false && d["sync"].is_null()
+    });
+    let rebuilt = Scraped::get(&addr);
+    let zero = rebuilt.value("uraid_sync_zero_bytes_total", &[]);
+    assert!(
+        zero >= (4 << 20) as f64 && zero <= (7 << 20) as f64,
+        "{zero} bytes skipped:\n{}",
+        rebuilt.text
+    );
 }
 
 #[test]
