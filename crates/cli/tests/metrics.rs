@@ -140,20 +140,14 @@ fn metrics_follow_io_and_member_state() {
     // the data) instead of rebuilding it, and counts it.
     assert_eq!(failed.value("uraid_sync_zero_bytes_total", &[]), 0.0);
     ok(srv.cmd().arg("remove").arg(&members[1]));
-    let spare = dir.path("spare.img");
-    std::fs::File::create(&spare)
-        .unwrap()
-        .set_len(8 << 20)
-        .unwrap();
+    let spare = dir.image("spare.img", 8);
     ok(srv
         .cmd()
         .arg("add")
         .arg("--array")
         .arg(&members[0])
         .arg(&spare));
-    srv.wait_detail(&members[0], |d| {
-        d["degraded"] == false && d["sync"].is_null()
-    });
+    ok(srv.cmd().arg("wait").arg(&members[0]));
     let rebuilt = Scraped::get(&addr);
     let zero = rebuilt.value("uraid_sync_zero_bytes_total", &[]);
     assert!(
