@@ -1,7 +1,7 @@
 //! Rebuild throughput against the raw sequential read bandwidth of one member, measured in
 //! the same run (a benchmark, not a test).
 //!
-//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files|nbd]
+//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files|nbd|loop]
 //!
 //! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`), and
 //! URAID_SYNC_THREADS the threads that run passes side by side (the `sync_threads` tunable).
@@ -11,7 +11,8 @@
 //! URAID_PERF_CTL=FIFO writes `enable` and `disable` into FIFO around each rebuild, for
 //! `perf record -D -1 --control fifo:FIFO`: a profile of the rebuilds alone.
 //! URAID_FILL_PERCENT (default 100) writes only that share of the array, from its start: on
-//! sparse file members (and memory members, which know the regions never written) the
+//! sparse file members (and loop devices on sparse files, memory members and NBD members,
+//! which know the regions never written) the
 //! rest stays a hole on every member, which the recovery zeroes on the new member instead
 //! of rebuilding it.
 //!
@@ -212,6 +213,7 @@ fn main() {
     );
     // Optional third argument: "memory" or "files" runs only those members; "nbd" runs
     // members on `nbdkit memory` exports over Unix sockets (remote members) instead.
+    // "loop" runs members on loop devices over sparse files in the directory (root).
     let only = args.get(3).cloned();
     let size = (mib << 20) + (4 << 20);
     println!(
@@ -244,6 +246,39 @@ fn main() {
             for mut c in servers.into_inner().unwrap() {
                 let _ = c.kill();
                 let _ = c.wait();
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        }
+        if only.as_deref() == Some("loop") {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let loops = std::sync::Mutex::new(Vec::new());
+            let open = |name: String| -> Arc<dyn Member> {
+                let p = dir.join(name);
+                std::fs::File::create(&p).unwrap().set_len(size).unwrap();
+                let out = std::process::Command::new("losetup")
+                    .args(["-f", "--show"])
+                    .arg(&p)
+                    .output()
+                    .expect("losetup (the loop mode needs it, and root)");
+                assert!(out.status.success(), "losetup: {out:?}");
+                let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+                loops.lock().unwrap().push(dev.clone());
+                Arc::new(FileMember::open(dev.as_ref(), DirectMode::Auto).unwrap())
+            };
+            let members = (0..disks).map(|i| open(format!("l{i}.img"))).collect();
+            run(
+                level,
+                disks,
+                members,
+                &|i| open(format!("spare{i}.img")),
+                "loop devices",
+            );
+            for l in loops.into_inner().unwrap() {
+                let _ = std::process::Command::new("losetup")
+                    .args(["-d", &l])
+                    .status();
             }
             let _ = std::fs::remove_dir_all(&dir);
             continue;

@@ -56,12 +56,108 @@ pub struct FileMember {
     zero_range_ok: AtomicBool,
     /// The engine chosen at open (see [`IoEngine::for_member`]); a forced one wins.
     engine: IoEngine,
+    /// A loop device's backing file, which says where it was never written (SEEK_DATA);
+    /// `None` for files and for every other block device.
+    backing: Option<LoopBacking>,
+    /// Writes through the buffered descriptor of a loop device may sit in the device's
+    /// page cache, where the backing file cannot see them: set after each such write
+    /// completes (and at open, for what others left there), taken by [`Member::is_hole`],
+    /// which writes them back before it asks the backing file.
+    buffered_dirty: AtomicBool,
+}
+
+/// Where a loop device keeps its bytes: the backing file (checked to be the one the loop
+/// device holds, by device and inode) and the byte of it where this member starts.
+struct LoopBacking {
+    file: File,
+    offset: u64,
 }
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const BLKDISCARD: libc::c_ulong = 0x1277;
 const BLKZEROOUT: libc::c_ulong = 0x127f;
 const BLKDISCARDZEROES: libc::c_ulong = 0x127c;
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4c05;
+
+/// The loop driver's `struct loop_info64` (linux/loop.h), as LOOP_GET_STATUS64 fills it.
+#[repr(C)]
+struct LoopInfo64 {
+    device: u64,
+    inode: u64,
+    rdevice: u64,
+    offset: u64,
+    sizelimit: u64,
+    number: u32,
+    encrypt_type: u32,
+    encrypt_key_size: u32,
+    flags: u32,
+    file_name: [u8; 64],
+    crypt_name: [u8; 64],
+    encrypt_key: [u8; 32],
+    init: [u64; 2],
+}
+
+/// The sysfs directory of the block device `meta` describes.
+fn sysfs_block_dir(meta: &std::fs::Metadata) -> PathBuf {
+    let rdev = std::os::unix::fs::MetadataExt::rdev(meta);
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    PathBuf::from(format!("/sys/dev/block/{major}:{minor}"))
+}
+
+/// The backing file of a loop device or of a partition of one, opened read-only for
+/// SEEK_DATA; `None` for any other block device, or where the file the loop device names
+/// cannot be opened or is not the one it holds (deleted, replaced, another mount
+/// namespace): such a member then says nothing about holes, which is always safe.
+fn loop_backing(dev: &File, meta: &std::fs::Metadata) -> Option<LoopBacking> {
+    use std::os::unix::fs::MetadataExt;
+    let mut dir = sysfs_block_dir(meta);
+    let mut start = 0u64;
+    if let Ok(s) = std::fs::read_to_string(dir.join("start")) {
+        // A partition: its start in 512-byte sectors, and its disk one directory up.
+        start = s.trim().parse::<u64>().ok()?.checked_mul(512)?;
+        dir = dir.join("..");
+    }
+    let name = std::fs::read_to_string(dir.join("loop/backing_file")).ok()?;
+    let name = name.trim_end_matches('\n');
+    if name.ends_with(" (deleted)") {
+        return None;
+    }
+    // SAFETY: all-zero is a valid LoopInfo64 (integers and byte arrays).
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 writes one struct loop_info64 through the pointer.
+    if unsafe { libc::ioctl(dev.as_raw_fd(), LOOP_GET_STATUS64, &mut info) } != 0 {
+        return None;
+    }
+    let file = File::open(name).ok()?;
+    let m = file.metadata().ok()?;
+    (m.dev() == info.device && m.ino() == info.inode).then_some(())?;
+    Some(LoopBacking {
+        file,
+        offset: info.offset.checked_add(start)?,
+    })
+}
+
+/// SEEK_DATA on `file` from `offset`: whether the next data starts at or after the range's
+/// end (ENXIO: none after `offset`); a file system without SEEK_DATA says no.
+fn seek_data_says_hole(file: &File, offset: u64, len: u64) -> io::Result<bool> {
+    let Ok(off) = libc::off_t::try_from(offset) else {
+        return Ok(false);
+    };
+    // SAFETY: lseek on a descriptor the caller owns; it moves only that descriptor's file
+    // offset, which no IO here uses (every read and write is positioned).
+    let next = unsafe { libc::lseek(file.as_raw_fd(), off, libc::SEEK_DATA) };
+    if next < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENXIO) => Ok(true),
+            // A file system without SEEK_DATA: unknown.
+            Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(next as u64 >= offset.saturating_add(len))
+}
 
 /// The size of an open regular file, or of a block device (BLKGETSIZE64); anything else
 /// is refused, naming `path`. For every member opened from a path ([`FileMember`] and the
@@ -118,7 +214,14 @@ impl FileMember {
         };
         let zeroes_offload = is_block && write_zeroes_offload(&meta);
         let engine = IoEngine::for_member(is_block, direct.is_some(), on_tmpfs(&buffered));
+        let backing = if is_block {
+            loop_backing(&buffered, &meta)
+        } else {
+            None
+        };
         Ok(FileMember {
+            buffered_dirty: AtomicBool::new(backing.is_some()),
+            backing,
             path: path.to_path_buf(),
             buffered,
             direct,
@@ -191,10 +294,11 @@ impl FileMember {
         self.pick(addr, offset, len).as_raw_fd()
     }
 
-    /// Whether the whole file is a hole (a fresh sparse file reads as zeros).
+    /// Whether the whole file is a hole (a fresh sparse file reads as zeros), or the whole
+    /// of a loop device is a hole in its backing file.
     pub fn is_all_hole(&self) -> bool {
         if self.is_block {
-            return false;
+            return self.backing.is_some() && self.is_hole(0, self.size_bytes).unwrap_or(false);
         }
         self.buffered
             .metadata()
@@ -206,10 +310,8 @@ impl FileMember {
 /// Whether a block device offloads write-zeroes: sysfs `queue/write_zeroes_max_bytes` above
 /// zero (a partition asks its disk).
 fn write_zeroes_offload(meta: &std::fs::Metadata) -> bool {
-    let rdev = std::os::unix::fs::MetadataExt::rdev(meta);
-    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff);
-    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
-    let dev = format!("/sys/dev/block/{major}:{minor}");
+    let dev = sysfs_block_dir(meta);
+    let dev = dev.display();
     [
         format!("{dev}/queue/write_zeroes_max_bytes"),
         format!("{dev}/../queue/write_zeroes_max_bytes"),
@@ -242,28 +344,28 @@ impl Member for FileMember {
     }
 
     /// SEEK_DATA from `offset`: a hole when the next data starts at or after the range's
-    /// end (ENXIO: none after `offset`). Block devices do not say (false).
+    /// end. A loop device asks its backing file, after writing back what it wrote through
+    /// its page cache; other block devices do not say (false).
     fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
-        use std::os::fd::AsRawFd;
-        if self.is_block || len == 0 {
+        if len == 0 {
             return Ok(false);
         }
-        let Ok(off) = libc::off_t::try_from(offset) else {
+        if !self.is_block {
+            return seek_data_says_hole(&self.buffered, offset, len);
+        }
+        let Some(b) = &self.backing else {
             return Ok(false);
         };
-        // SAFETY: lseek on a descriptor this member owns; it moves only that descriptor's
-        // file offset, which the positioned reads and writes here never use.
-        let next = unsafe { libc::lseek(self.buffered.as_raw_fd(), off, libc::SEEK_DATA) };
-        if next < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ENXIO) => Ok(true),
-                // A file system without SEEK_DATA: unknown.
-                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(false),
-                _ => Err(e),
-            };
+        if self.buffered_dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.buffered.sync_data() {
+                self.buffered_dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
         }
-        Ok(next as u64 >= offset.saturating_add(len))
+        match b.offset.checked_add(offset) {
+            Some(at) => seek_data_says_hole(&b.file, at, len),
+            None => Ok(false),
+        }
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -275,7 +377,12 @@ impl Member for FileMember {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
         let f = self.pick(buf.as_ptr() as usize, offset, buf.len());
-        f.write_all_at(buf, offset)
+        let r = f.write_all_at(buf, offset);
+        if self.backing.is_some() && std::ptr::eq(f, &self.buffered) {
+            // After the write, never before: see `buffered_dirty`.
+            self.buffered_dirty.store(true, Ordering::Release);
+        }
+        r
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -373,11 +480,15 @@ impl Member for FileMember {
     fn submit<'a>(&'a self, ops: &mut [MemberOp<'a>], batch: &mut Batch<'a>) {
         let sync = self.engine() == IoEngine::Sync;
         for op in ops.iter_mut().filter(|o| !o.is_complete()) {
-            if sync {
+            let fd = self.fd_for(op.addr(), op.offset, op.len());
+            // A loop device's buffered write runs here, so that `write_at` marks the page
+            // cache dirty once it is done (the ring completes it out of this member's sight).
+            let buffered_loop_write =
+                self.backing.is_some() && op.is_write() && fd == self.buffered.as_raw_fd();
+            if sync || buffered_loop_write {
                 op.run_sync(self);
                 continue;
             }
-            let fd = self.fd_for(op.addr(), op.offset, op.len());
             batch.queue_fd(self, fd, op);
         }
     }

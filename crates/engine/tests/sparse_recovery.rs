@@ -1,5 +1,5 @@
 //! Recovery over members that know where they were never written (sparse files by
-//! SEEK_DATA, memory members by their unwritten regions, NBD members by the server's
+//! SEEK_DATA, loop devices by SEEK_DATA on their backing files, memory members by their unwritten regions, NBD members by the server's
 //! `base:allocation`): what is a hole on every member that holds it is zeroed on the new
 //! member, not read, rebuilt and written (issue 18: "recovery skips what was never written
 //! when the array knows it"). The new member starts full of garbage; the recovery reads and
@@ -15,7 +15,16 @@ use uraid_engine::{
     read_superblock, CreateOptions, DirectMode, FileMember, Member, SlotState, SyncKind,
 };
 use uraid_testkit::engine::{read_all, rng, same};
+use uraid_testkit::loopdev::Loop;
 use uraid_testkit::tmp::{TempDir, MIB};
+
+/// Every level with redundancy and its member count, for the tests that run on each.
+const LEVELS: [(Level, usize); 4] = [
+    (Level::Raid1, 2),
+    (Level::Raid10, 4),
+    (Level::Raid5, 4),
+    (Level::Raid6, 5),
+];
 
 fn open(p: &Path) -> Arc<dyn Member> {
     Arc::new(FileMember::open(p, DirectMode::Off).unwrap())
@@ -28,12 +37,7 @@ fn allocated_bytes(p: &Path) -> u64 {
 #[test]
 fn recovery_zeroes_what_was_never_written_instead_of_rebuilding_it() {
     const MEMBER_MIB: u64 = 16;
-    for (level, disks) in [
-        (Level::Raid1, 2),
-        (Level::Raid10, 4),
-        (Level::Raid5, 4),
-        (Level::Raid6, 5),
-    ] {
+    for (level, disks) in LEVELS {
         let dir = TempDir::new(&format!("sparse-rec-{level}"));
         let paths = dir.images(disks, MEMBER_MIB, "m");
         let spare = dir.path("spare.img");
@@ -292,12 +296,7 @@ fn recovery_moves_only_what_was_written(
 /// Memory members know which of their regions were never written.
 #[test]
 fn recovery_over_memory_members_moves_only_what_was_written() {
-    for (level, disks) in [
-        (Level::Raid1, 2),
-        (Level::Raid10, 4),
-        (Level::Raid5, 4),
-        (Level::Raid6, 5),
-    ] {
+    for (level, disks) in LEVELS {
         let devs = (0..disks)
             .map(|i| {
                 Arc::new(uraid_engine::MemMember::new(format!("m{i}"), 16 * MIB)) as Arc<dyn Member>
@@ -306,6 +305,102 @@ fn recovery_over_memory_members_moves_only_what_was_written() {
         let spare = Arc::new(uraid_engine::MemMember::new("spare", 16 * MIB));
         recovery_moves_only_what_was_written(level, devs, spare, &format!("{level} memory"));
     }
+}
+
+/// Loop devices over sparse files ask their backing files (SEEK_DATA, past the loop's
+/// offset): a recovery over them moves only what was written, as over the files, and the
+/// new member's backing file keeps only about its share allocated. The spare is filled
+/// through its page cache first, which the member must write back before it asks.
+#[test]
+fn recovery_over_loop_devices_moves_only_what_was_written() {
+    const TEST: &str = "recovery_over_loop_devices_moves_only_what_was_written";
+    const MEMBER_MIB: u64 = 16;
+    for (level, disks) in LEVELS {
+        let dir = TempDir::new(&format!("sparse-loop-{level}"));
+        // One more MiB in front of each device: the loops start 1 MiB into their files.
+        let paths = dir.images(disks + 1, MEMBER_MIB + 1, "m");
+        let mut loops = Vec::new();
+        for p in &paths {
+            let Some(l) = Loop::attach_at_or_skip(p, MIB, TEST) else {
+                return;
+            };
+            loops.push(l);
+        }
+        let dev = |l: &Loop| -> Arc<dyn Member> {
+            Arc::new(FileMember::open(Path::new(&l.0), DirectMode::Auto).unwrap())
+        };
+        recovery_moves_only_what_was_written(
+            level,
+            loops[..disks].iter().map(dev).collect(),
+            dev(&loops[disks]),
+            &format!("{level} loop devices"),
+        );
+        let kept = allocated_bytes(&paths[disks]);
+        assert!(
+            kept < MEMBER_MIB * MIB / 4,
+            "{level}: the new member's backing file has {kept} bytes allocated of {}",
+            MEMBER_MIB * MIB
+        );
+    }
+}
+
+/// What a loop device says about its holes is its backing file's answer at the loop's
+/// offset, including what was just written through the device's page cache or around it
+/// (O_DIRECT); a loop device whose backing file is gone says nothing (never a hole).
+#[test]
+fn a_loop_devices_holes_are_its_backing_files() {
+    const TEST: &str = "a_loop_devices_holes_are_its_backing_files";
+    let dir = TempDir::new("loop-holes");
+    let img = dir.image("b.img", 33);
+    // 64 KiB of data 8 MiB into the device, which starts 1 MiB into the file.
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::OpenOptions::new().write(true).open(&img).unwrap(),
+        &[7u8; 64 << 10],
+        9 * MIB,
+    )
+    .unwrap();
+    let Some(lo) = Loop::attach_at_or_skip(&img, MIB, TEST) else {
+        return;
+    };
+    let m = FileMember::open(Path::new(&lo.0), DirectMode::Auto).unwrap();
+    assert_eq!(m.size_bytes(), 32 * MIB);
+    assert!(m.is_hole(0, 8 * MIB).unwrap(), "before the data");
+    assert!(!m.is_hole(8 * MIB, 4096).unwrap(), "the data");
+    assert!(
+        !m.is_hole(0, 9 * MIB).unwrap(),
+        "a range that ends in the data"
+    );
+    assert!(m.is_hole(9 * MIB, 2 * MIB).unwrap(), "after the data");
+    assert!(!m.known_zero(), "a device with data is not all zeros");
+
+    // Through the page cache (a buffer off the O_DIRECT alignment), not yet written back.
+    let v = vec![9u8; 8192 + 1];
+    m.write_at(&v[1..4097], 12 * MIB).unwrap();
+    assert!(!m.is_hole(12 * MIB, 4096).unwrap(), "a buffered write");
+    // Around it (O_DIRECT, an aligned buffer).
+    let big = vec![5u8; 3 * 4096];
+    let at = big.as_ptr().align_offset(4096);
+    let aligned = &big[at..at + 4096];
+    m.write_at(aligned, 16 * MIB).unwrap();
+    assert!(!m.is_hole(16 * MIB, 4096).unwrap(), "a direct write");
+    assert!(m.is_hole(17 * MIB, 15 * MIB).unwrap(), "the rest");
+    let mut back = vec![0u8; 4096];
+    m.read_at(&mut back, 12 * MIB).unwrap();
+    assert_eq!(back, v[1..4097]);
+
+    // A fresh device over a sparse file is all zeros.
+    let fresh_img = dir.image("fresh.img", 8);
+    let Some(fresh) = Loop::attach_or_skip(&fresh_img, TEST) else {
+        return;
+    };
+    let f = FileMember::open(Path::new(&fresh.0), DirectMode::Auto).unwrap();
+    assert!(f.known_zero() && f.is_hole(0, 8 * MIB).unwrap());
+    drop(f);
+
+    // The backing file deleted: the device keeps its bytes but nobody can ask the file.
+    std::fs::remove_file(&fresh_img).unwrap();
+    let f = FileMember::open(Path::new(&fresh.0), DirectMode::Auto).unwrap();
+    assert!(!f.is_hole(0, 4096).unwrap() && !f.known_zero());
 }
 
 /// A member on a new 16 MiB export of uraid's own NBD server (memory, which calls zero
