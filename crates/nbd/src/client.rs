@@ -426,8 +426,27 @@ impl ExportInfo {
     }
 }
 
-/// A request's reply: a read's data, or the error.
-type Reply = io::Result<Vec<u8>>;
+/// What a request's answer carries, as parsed off the socket.
+enum Payload {
+    /// A read's data (empty for writes, flushes, trims and zeroing).
+    Bytes(Vec<u8>),
+    /// A block status's descriptors for `base:allocation`, `(length, flags)` each, in the
+    /// order the server sent them.
+    Status(Vec<(u32, u32)>),
+}
+
+impl Payload {
+    /// A read's data; nothing for a block status.
+    fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Payload::Bytes(b) => b,
+            Payload::Status(_) => Vec::new(),
+        }
+    }
+}
+
+/// A request's reply: its payload, or the error.
+type Reply = io::Result<Payload>;
 
 /// Where a request's reply lands and its waiter sleeps. A nudge wakes the waiter to take
 /// its turn reading the socket ([`Conn::wait_for`]).
@@ -487,6 +506,8 @@ struct Pending {
     length: u32,
     /// A read's data as chunks arrive (empty until the first).
     data: Vec<u8>,
+    /// A block status's descriptors for `base:allocation` as chunks arrive.
+    status: Vec<(u32, u32)>,
     /// The first error chunk.
     error: Option<io::Error>,
     slot: Arc<Slot>,
@@ -600,7 +621,20 @@ pub struct Ticket {
 impl Ticket {
     /// Waits for the reply: a read's data (empty for other commands) or the error. At most
     /// the client's timeout; after it the connection is closed and this fails `TimedOut`.
-    pub fn wait(self) -> Reply {
+    pub fn wait(self) -> io::Result<Vec<u8>> {
+        self.wait_payload().map(Payload::into_bytes)
+    }
+
+    /// [`Ticket::wait`] for a block status: its `base:allocation` descriptors, as parsed
+    /// when they arrived (none where the server sent none).
+    fn wait_status(self) -> io::Result<Vec<(u32, u32)>> {
+        Ok(match self.wait_payload()? {
+            Payload::Status(d) => d,
+            Payload::Bytes(_) => Vec::new(),
+        })
+    }
+
+    fn wait_payload(self) -> Reply {
         let deadline = self.sent + self.timeout;
         match self.conn.wait_for(&self.slot, deadline) {
             Some(r) => {
@@ -679,6 +713,7 @@ impl Conn {
                     offset,
                     length,
                     data: Vec::new(),
+                    status: Vec::new(),
                     error: None,
                     slot,
                 },
@@ -994,9 +1029,9 @@ fn read_reply(conn: &Conn, input: &mut Input) -> Result<(), String> {
                     slot.deliver(Err(lost(&conn.name, &why)));
                     return Err(why);
                 }
-                Ok(data)
+                Ok(Payload::Bytes(data))
             } else {
-                Ok(Vec::new())
+                Ok(Payload::Bytes(Vec::new()))
             };
             slot.deliver(reply);
         }
@@ -1095,10 +1130,10 @@ fn structured_chunk(
         if command != Command::BlockStatus {
             return Err("a block status chunk outside a block status request".into());
         }
-        let (id, _) = parse_block_status_chunk(scratch).map_err(bad)?;
-        // Only the context asked for is kept (the reply's data: its descriptors as sent).
+        let (id, descriptors) = parse_block_status_chunk(scratch).map_err(bad)?;
+        // Only the context asked for is kept.
         if Some(id) == conn.alloc_context {
-            p.data.extend_from_slice(&scratch[4..]);
+            p.status.extend(descriptors);
         }
     } else {
         return Err(format!("a reply chunk of unknown type {kind}"));
@@ -1109,9 +1144,12 @@ fn structured_chunk(
         let reply = match p.error.take() {
             Some(e) => Err(e),
             None if p.command == Command::Read && p.data.is_empty() => {
-                Ok(vec![0u8; req_len as usize])
+                Ok(Payload::Bytes(vec![0u8; req_len as usize]))
             }
-            None => Ok(std::mem::take(&mut p.data)),
+            None if p.command == Command::BlockStatus => {
+                Ok(Payload::Status(std::mem::take(&mut p.status)))
+            }
+            None => Ok(Payload::Bytes(std::mem::take(&mut p.data))),
         };
         p.slot.deliver(reply);
     }
@@ -1474,7 +1512,7 @@ impl Client {
             .saturating_mul(a)
             .min(self.info.size_bytes)
             .min(start + (u64::from(u32::MAX) / a * a));
-        let raw = conn
+        let descriptors = conn
             .send(
                 Command::BlockStatus,
                 0,
@@ -1483,12 +1521,11 @@ impl Client {
                 &[],
                 self.timeout,
             )
-            .wait()?;
+            .wait_status()?;
         let mut out: Vec<crate::Extent> = Vec::new();
         let mut at = start;
-        for d in raw.chunks_exact(8) {
-            let length = u64::from(u32::from_be_bytes(d[..4].try_into().expect("4 bytes")));
-            let flags = u32::from_be_bytes(d[4..].try_into().expect("4 bytes"));
+        for (length, flags) in descriptors {
+            let length = u64::from(length);
             // Only the part inside [offset, offset + len): the widening and anything the
             // server said past the request are cut off.
             let from = at.max(offset);
