@@ -16,6 +16,7 @@ use uraid_core::Level;
 use uraid_engine::{assemble, Array, ArrayError, AssembleOptions, Member, ZeroHow};
 use uraid_engine::{DirectMode, FileMember};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::as_members;
 use uraid_testkit::engine::*;
 
 /// Bytes [start, end) of `offset+len` that the members change as a whole: whole sectors,
@@ -405,14 +406,7 @@ fn loop_device_members_with_a_zeroing_offload_give_their_blocks_back() {
     let mut o = uraid_engine::CreateOptions::new(Level::Raid5);
     o.chunk_sectors = Some(128);
     o.assume_clean = true;
-    let a = uraid_engine::create(
-        members
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
-        &o,
-    )
-    .unwrap();
+    let a = uraid_engine::create(as_members(&members), &o).unwrap();
     assert!(a.can_fast_zero(true));
     let size = a.size_bytes();
     // The zeroing offload, then BLKDISCARD under md's devices_handle_discard_safely (a loop

@@ -17,6 +17,7 @@ use uraid_core::geometry::{ParityGeometry, Personality};
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
 use uraid_sim::{Effect, FaultRule, OpFilter, Power, SimDisk};
+use uraid_testkit::engine::as_members;
 
 const CHUNK_SECTORS: u64 = 8;
 const DATA_OFFSET_SECTORS: u64 = 64;
@@ -40,13 +41,7 @@ fn rig() -> Rig {
     opts.chunk_sectors = Some(CHUNK_SECTORS);
     opts.assume_clean = true;
     opts.data_offset_sectors = Some(DATA_OFFSET_SECTORS);
-    let a = create(
-        mems.iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
-        &opts,
-    )
-    .unwrap();
+    let a = create(as_members(&mems), &opts).unwrap();
     let g = match a.personality() {
         Personality::Parity(g) => g.clone(),
         _ => unreachable!(),

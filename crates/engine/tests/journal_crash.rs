@@ -26,6 +26,7 @@ use uraid_core::{Level, MemberIdx};
 use uraid_engine::journal::*;
 use uraid_engine::read_superblock;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
+use uraid_testkit::engine::as_members;
 
 const PAGE: usize = 4096;
 const CHUNK_SECTORS: u64 = 16;
@@ -83,10 +84,7 @@ fn base(level: Level) -> &'static Base {
         opts.chunk_sectors = Some(CHUNK_SECTORS);
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(64);
-        let devs = mems
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect();
+        let devs = as_members(&mems);
         let a = create(devs, &opts).unwrap();
         let g = match a.personality() {
             uraid_core::geometry::Personality::Parity(g) => g.clone(),
@@ -255,10 +253,7 @@ fn run_case(level: Level, seed: u64, journal: bool) -> Outcome {
         jm.write_at(&jimg, 0).unwrap();
         let tail = *host.tail.lock().unwrap();
         let set = MemberSet {
-            devs: mems
-                .iter()
-                .map(|m| Some(m.clone() as Arc<dyn Member>))
-                .collect(),
+            devs: as_members(&mems).into(),
             data_offset_bytes: b.data_offset_bytes.clone().into(),
         };
         Journal::load(jm, area, &b.uuid, tail)

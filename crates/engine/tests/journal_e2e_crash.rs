@@ -33,6 +33,7 @@ use uraid_core::{Level, MemberIdx};
 use uraid_engine::read_superblock;
 use uraid_engine::JournalMode;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
+use uraid_testkit::engine::as_members;
 
 const PAGE: usize = 4096;
 const CHUNK_SECTORS: u64 = 16;
@@ -80,10 +81,7 @@ fn base(level: Level, journal: bool) -> &'static Base {
         if journal {
             opts.journal = Some(jm.clone());
         }
-        let devs = mems
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect();
+        let devs = as_members(&mems);
         let a = create(devs, &opts).unwrap();
         let Personality::Parity(g) = a.personality().clone() else {
             unreachable!()

@@ -7,6 +7,7 @@ use uraid_core::journal::ScanEnd;
 use uraid_core::{Level, MemberIdx};
 use uraid_engine::journal::*;
 use uraid_engine::{MemMember, Member};
+use uraid_testkit::engine::as_members;
 
 const UUID: [u8; 16] = *b"journal-test-uid";
 const PAGE: usize = 4096;
@@ -28,10 +29,7 @@ fn members(n: usize) -> (Vec<Arc<MemMember>>, MemberSet) {
         .map(|i| Arc::new(MemMember::new(format!("m{i}"), 16 * 32 * 512)))
         .collect();
     let set = MemberSet {
-        devs: mems
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
+        devs: as_members(&mems).into(),
         data_offset_bytes: vec![0; n].into(),
     };
     (mems, set)
@@ -328,13 +326,7 @@ fn replay_into_an_assembled_array() {
     let mut opts = CreateOptions::new(Level::Raid5);
     opts.chunk_sectors = Some(16);
     opts.assume_clean = true;
-    let a = create(
-        mems.iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
-        &opts,
-    )
-    .unwrap();
+    let a = create(as_members(&mems), &opts).unwrap();
     let g = match a.personality() {
         uraid_core::geometry::Personality::Parity(g) => g.clone(),
         _ => unreachable!(),

@@ -9,6 +9,7 @@ use uraid_core::Level;
 use uraid_engine::JournalMode;
 use uraid_engine::{assemble, ArrayError, AssembleOptions, MemMember, Member};
 use uraid_sim::FaultMember;
+use uraid_testkit::engine::as_members;
 use uraid_testkit::engine::*;
 
 fn setup(
@@ -269,10 +270,7 @@ fn write_back_rows_that_do_not_fit_the_new_log_are_written_in_place() {
         };
         let j = Journal::load(jm.clone(), area, &jsb.set_uuid, jsb.recovery_offset).unwrap();
         let set = MemberSet {
-            devs: mems
-                .iter()
-                .map(|m| Some(m.clone() as Arc<dyn Member>))
-                .collect(),
+            devs: as_members(&mems).into(),
             data_offset_bytes: vec![64 * 512; 4].into(),
         };
         let rep = j.replay(&g, &set).unwrap();

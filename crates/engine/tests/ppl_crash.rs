@@ -30,6 +30,7 @@ use uraid_core::{Level, MemberIdx};
 use uraid_engine::read_superblock;
 use uraid_engine::{assemble, create, AssembleOptions, CreateOptions, MemMember, Member};
 use uraid_sim::{Power, SimDisk};
+use uraid_testkit::engine::as_members;
 
 const CHUNK_SECTORS: u64 = 16;
 /// Stripes the test writes in.
@@ -69,10 +70,7 @@ fn base(mode: Mode) -> &'static Base {
         opts.assume_clean = true;
         opts.data_offset_sectors = Some(data_offset);
         opts.ppl = mode != Mode::Resync;
-        let devs = mems
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect();
+        let devs = as_members(&mems);
         let a = create(devs, &opts).unwrap();
         assert_eq!(a.has_ppl(), mode != Mode::Resync);
         let g = match a.personality() {

@@ -12,6 +12,7 @@ use uraid_engine::{
     assemble, create, read_superblock, write_superblock, AssembleOptions, CreateOptions, MemMember,
     Member,
 };
+use uraid_testkit::engine::as_members;
 
 const CHUNK: u64 = 16;
 
@@ -37,13 +38,7 @@ fn setup() -> Setup {
     opts.assume_clean = true;
     opts.data_offset_sectors = Some(64);
     opts.ppl = true;
-    let a = create(
-        mems.iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
-        &opts,
-    )
-    .unwrap();
+    let a = create(as_members(&mems), &opts).unwrap();
     let g = match a.personality() {
         uraid_core::geometry::Personality::Parity(g) => g.clone(),
         _ => unreachable!(),

@@ -7,16 +7,11 @@ use uraid_core::ppl::{signature, PplHeader};
 use uraid_core::superblock::FEATURE_PPL;
 use uraid_core::Level;
 use uraid_engine::{create, read_superblock, CreateOptions, MemMember, Member};
+use uraid_testkit::engine::as_members;
 
 fn members(n: usize) -> Vec<Arc<MemMember>> {
     (0..n)
         .map(|i| Arc::new(MemMember::new(format!("s{i}"), (4096 + 64 * 16) * 512)))
-        .collect()
-}
-
-fn devs(m: &[Arc<MemMember>]) -> Vec<Option<Arc<dyn Member>>> {
-    m.iter()
-        .map(|m| Some(m.clone() as Arc<dyn Member>))
         .collect()
 }
 
@@ -55,7 +50,7 @@ fn policy(a: &uraid_engine::Array) -> String {
 #[test]
 fn ppl_and_resync_switch_both_ways_on_a_running_array() {
     let m = members(4);
-    let a = create(devs(&m), &opts(Level::Raid5, true)).unwrap();
+    let a = create(as_members(&m), &opts(Level::Raid5, true)).unwrap();
     assert_eq!(policy(&a), "ppl");
     a.write(4096, &[7u8; 4096]).unwrap();
     assert!(newest_generation(&m) >= 1, "a write was logged");
@@ -88,7 +83,7 @@ fn ppl_and_resync_switch_both_ways_on_a_running_array() {
 #[test]
 fn ppl_where_md_refuses_it_changes_nothing() {
     let m = members(4);
-    let a = create(devs(&m), &opts(Level::Raid6, false)).unwrap();
+    let a = create(as_members(&m), &opts(Level::Raid6, false)).unwrap();
     let before: Vec<Vec<u8>> = m.iter().map(|m| m.snapshot()).collect();
     let e = a.set_tunable("consistency_policy", "ppl").unwrap_err();
     assert!(e.to_string().contains("raid5 only"), "{e}");
@@ -100,7 +95,7 @@ fn ppl_where_md_refuses_it_changes_nothing() {
     let m = members(4);
     let mut o = opts(Level::Raid5, false);
     o.data_offset_sectors = Some(64);
-    let a = create(devs(&m), &o).unwrap();
+    let a = create(as_members(&m), &o).unwrap();
     let before: Vec<Vec<u8>> = m.iter().map(|m| m.snapshot()).collect();
     let e = a.set_tunable("consistency_policy", "ppl").unwrap_err();
     assert!(

@@ -16,6 +16,7 @@ use uraid_engine::{
     read_superblock, Array, DaemonNote, DaemonOptions, MemMember, Member, RemoteConnection,
     RemoteStatus, SlotState,
 };
+use uraid_testkit::engine::as_members;
 use uraid_testkit::engine::*;
 
 struct FakeRemote {
@@ -133,11 +134,7 @@ fn create(c: &Config, h: &Hosts, bitmap: bool) -> Array {
     o.bitmap = bitmap;
     o.bitmap_chunk_bytes = bitmap.then_some(1 << 20);
     o.data_offset_sectors = Some(2048);
-    let devs = h
-        .members
-        .iter()
-        .map(|m| Some(m.clone() as Arc<dyn Member>))
-        .collect();
+    let devs = as_members(&h.members);
     uraid_engine::create(devs, &o).unwrap()
 }
 

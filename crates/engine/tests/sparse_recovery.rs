@@ -14,6 +14,7 @@ use uraid_core::{Level, MemberIdx};
 use uraid_engine::{
     read_superblock, CreateOptions, DirectMode, FileMember, Member, SlotState, SyncKind,
 };
+use uraid_testkit::engine::as_members;
 use uraid_testkit::engine::{read_all, rng, same};
 use uraid_testkit::loopdev::Loop;
 use uraid_testkit::tmp::{TempDir, MIB};
@@ -231,14 +232,7 @@ fn recovery_moves_only_what_was_written(
         o.chunk_sectors = Some(128);
     }
     o.assume_clean = true;
-    let a = uraid_engine::create(
-        counted
-            .iter()
-            .map(|c| Some(c.clone() as Arc<dyn Member>))
-            .collect(),
-        &o,
-    )
-    .unwrap();
+    let a = uraid_engine::create(as_members(&counted), &o).unwrap();
     let size = a.size_bytes() as usize;
     let mut model = vec![0u8; size];
     let mut r = rng(18);
@@ -446,14 +440,7 @@ fn an_nbd_members_zeros_are_forgotten_at_the_next_write() {
     // Through an array: its writes reach the members in batches.
     let mut o = CreateOptions::new(Level::Raid1);
     o.assume_clean = true;
-    let a = uraid_engine::create(
-        members
-            .iter()
-            .map(|m| Some(m.clone() as Arc<dyn Member>))
-            .collect(),
-        &o,
-    )
-    .unwrap();
+    let a = uraid_engine::create(as_members(&members), &o).unwrap();
     let at = 8 * MIB;
     let on_member = read_superblock(members[1].as_ref()).unwrap().data_offset * 512 + at;
     assert!(members[1].is_hole(on_member, 4096).unwrap());

@@ -207,7 +207,7 @@ pub fn create_opts(cfg: &Config) -> CreateOptions {
 }
 
 /// The members as `create`/`assemble` take them, every role filled.
-pub fn as_members(m: &[Arc<MemMember>]) -> Vec<Option<Arc<dyn Member>>> {
+pub fn as_members<M: Member + 'static>(m: &[Arc<M>]) -> Vec<Option<Arc<dyn Member>>> {
     m.iter()
         .map(|m| Some(m.clone() as Arc<dyn Member>))
         .collect()
