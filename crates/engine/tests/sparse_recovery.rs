@@ -397,6 +397,65 @@ fn a_loop_devices_holes_are_its_backing_files() {
     assert!(!f.is_hole(0, 4096).unwrap() && !f.known_zero());
 }
 
+/// A partition of a loop device asks the backing file at the loop's offset plus the
+/// partition's start.
+#[test]
+fn a_loop_partitions_holes_are_its_backing_files() {
+    const TEST: &str = "a_loop_partitions_holes_are_its_backing_files";
+    let dir = TempDir::new("loop-part");
+    let img = dir.image("p.img", 17);
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    // The device starts 1 MiB into the file; an MBR there with one partition from sector
+    // 2048 (1 MiB) for 10 MiB, and 64 KiB of data 4 MiB into the partition.
+    let mut mbr = [0u8; 512];
+    mbr[446 + 4] = 0x83;
+    mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+    mbr[446 + 12..446 + 16].copy_from_slice(&20480u32.to_le_bytes());
+    mbr[510] = 0x55;
+    mbr[511] = 0xaa;
+    std::os::unix::fs::FileExt::write_all_at(&f, &mbr, MIB).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[3u8; 64 << 10], 6 * MIB).unwrap();
+    drop(f);
+    let out = std::process::Command::new("losetup")
+        .args(["-f", "--show", "-P", "-o", &MIB.to_string()])
+        .arg(&img)
+        .output();
+    let Some(lo) = out
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
+    else {
+        uraid_testkit::skip(TEST, "cannot attach a loop device (needs root)");
+        return;
+    };
+    let part = format!("{}p1", lo.0);
+    // The kernel scans the table at attach; partx adds the partition where it did not.
+    if !Path::new(&part).exists() {
+        let _ = std::process::Command::new("partx")
+            .args(["-a", &lo.0])
+            .status();
+    }
+    for _ in 0..50 {
+        if Path::new(&part).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if !Path::new(&part).exists() {
+        uraid_testkit::skip(TEST, "the loop device's partition did not appear (partx)");
+        return;
+    }
+    let m = FileMember::open(Path::new(&part), DirectMode::Auto).unwrap();
+    assert_eq!(m.size_bytes(), 10 * MIB);
+    assert!(m.is_hole(0, 4 * MIB).unwrap(), "before the data");
+    assert!(!m.is_hole(4 * MIB, 4096).unwrap(), "the data");
+    assert!(
+        m.is_hole(4 * MIB + (64 << 10), MIB).unwrap(),
+        "after the data"
+    );
+    assert!(!m.known_zero());
+}
+
 /// A member on a new 16 MiB export of uraid's own NBD server (memory, which calls zero
 /// blocks holes in its `base:allocation`) on a Unix socket in `dir`; the server is kept in
 /// `servers`.
