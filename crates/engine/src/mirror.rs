@@ -318,6 +318,47 @@ pub(crate) fn zero_piece(
 /// whose copies differ anywhere in such a block counts the block's sectors.
 pub(crate) const MISMATCH_BLOCK_BYTES: usize = 64 << 10;
 
+/// Whether `len` bytes from each copy valid for `unit` are a hole there (and there is one).
+pub(crate) fn holes_on_valid_copies(a: &Array, copies: &Copies, unit: u64, len: usize) -> bool {
+    let mut any = false;
+    for &(role, msec) in copies {
+        let Some(dev) = a.usable(role, unit) else {
+            continue;
+        };
+        any = true;
+        if !dev
+            .is_hole(a.member_byte(role, msec), len as u64)
+            .unwrap_or(false)
+        {
+            return false;
+        }
+    }
+    any
+}
+
+/// Whether every copy of a piece valid for `unit` is a hole (SEEK_DATA: nothing allocated;
+/// devices that cannot tell say data): then the copies agree (zeros), and the targets'
+/// copies are zeroed, not read and rewritten (md cannot tell), and the piece counts as
+/// skipped. The caller holds the piece's barriers, so no write lands in it meanwhile.
+pub(crate) fn zero_if_holes(
+    a: &Array,
+    copies: &Copies,
+    unit: u64,
+    len: usize,
+    targets: &[MemberIdx],
+) -> bool {
+    if !holes_on_valid_copies(a, copies, unit, len) {
+        return false;
+    }
+    a.stats
+        .sync_zero_bytes
+        .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+    for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
+        crate::discard::zero_target(a, role, a.member_byte(role, msec), len as u64);
+    }
+    true
+}
+
 /// Compare (and in repair mode rewrite) the valid copies of a piece; also writes the piece to
 /// `targets` (recovering members). Returns the sectors that mismatched, counted as md
 /// counts them: every [`MISMATCH_BLOCK_BYTES`] block of the piece (from its start) in which
@@ -330,32 +371,16 @@ pub(crate) fn sync_piece(
     mode: SyncMode,
     targets: &[MemberIdx],
 ) -> Result<u64, ArrayError> {
+    if zero_if_holes(a, copies, unit, len, targets) {
+        return Ok(0);
+    }
     // Each valid copy with its device, looked up once (a second lookup could find the
-    // device gone and had to be trusted not to).
-    let mut valid: Vec<(MemberIdx, u64, Arc<dyn Member>)> = copies
+    // device gone and had to be trusted not to); a copy whose member failed during the hole
+    // checks (IO) is left out, as md skips a Faulty rdev.
+    let valid: Vec<(MemberIdx, u64, Arc<dyn Member>)> = copies
         .iter()
         .filter_map(|&(r, msec)| a.usable(r, unit).map(|dev| (r, msec, dev)))
         .collect();
-    // Every valid copy a hole (SEEK_DATA: nothing allocated): the copies agree (zeros), and
-    // a target's copy is zeroed, not read and rewritten (md cannot tell). Devices that
-    // cannot tell say data.
-    let holes = !valid.is_empty()
-        && valid.iter().all(|(role, msec, dev)| {
-            dev.is_hole(a.member_byte(*role, *msec), len as u64)
-                .unwrap_or(false)
-        });
-    if holes {
-        a.stats
-            .sync_zero_bytes
-            .fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-        for &(role, msec) in copies.iter().filter(|(r, _)| targets.contains(r)) {
-            crate::discard::zero_target(a, role, a.member_byte(role, msec), len as u64);
-        }
-        return Ok(0);
-    }
-    // A copy whose member failed meanwhile (the hole checks above are IO) is left out, as
-    // md skips a Faulty rdev; the state check takes no lock.
-    valid.retain(|(role, _, _)| a.slot(*role).is_usable(unit));
     // Recycled buffers: every byte is read into, and a copy whose read failed is not used.
     let mut bufs: Vec<AlignedBuf> = valid.iter().map(|_| AlignedBuf::scratch(len)).collect();
     let mut ops = OpList::new();

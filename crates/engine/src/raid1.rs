@@ -2,9 +2,11 @@
 //! The recovery unit is the sector (member sector = array sector).
 
 use crate::array::{Array, Personality, ZeroKind};
+use crate::barrier::{bucket_of, Barriers, Raised};
 use crate::error::ArrayError;
 use crate::in_order::in_order;
 use crate::mirror::{self, bytes, MirrorConf, SyncCtx, RESYNC_STEP_SECTORS};
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use uraid_core::geometry::Raid1;
 use uraid_core::{MemberIdx, Sector, SECTOR_BYTES};
@@ -19,6 +21,11 @@ pub(crate) const REGION_SECTORS: u64 = 128;
 /// multiple of REGION_SECTORS works). md uses 64 MiB; that puts a small array in a few
 /// buckets whose counters every request touches, which costs on few CPUs (ARCHITECTURE.md).
 pub(crate) const BARRIER_UNIT_SECTORS: u64 = 1 << 11;
+
+/// The most a sync piece made only of holes covers at once (64 MiB): one zeroing of the new
+/// member's copy instead of one per barrier unit (a round trip each on an NBD member, a
+/// punched hole through the loop driver on a loop device).
+const HOLE_RUN_SECTORS: u64 = 64 << 11;
 
 /// Sectors from `s` to the next multiple of `unit`.
 fn to_boundary(s: u64, unit: u64) -> u64 {
@@ -139,10 +146,12 @@ pub(crate) fn sync_range(
             // take its clean neighbours along.
             if let Some(bc) = a.bitmap_chunk_sectors().filter(|_| ctx.skip_clean) {
                 n = n.min(to_boundary(s, bc.max(REGION_SECTORS)));
+            } else if n == BARRIER_UNIT_SECTORS {
+                n = hole_run(a, s, end).unwrap_or(n);
             }
-            // md's raise_barrier: no request is inside this piece's barrier unit meanwhile,
-            // and the recovery cursor moves before the barrier drops.
-            let raised = c.barriers.raise(s / BARRIER_UNIT_SECTORS);
+            // md's raise_barrier: no request is inside this piece's barrier units meanwhile,
+            // and the recovery cursor moves before the barriers drop.
+            let raised = raise_units(&c.barriers, s, n);
             s += n;
             Some((s - n, n, raised))
         },
@@ -150,6 +159,27 @@ pub(crate) fn sync_range(
             let skip = ctx.skip_clean && a.bitmap_clean(s, n);
             if skip {
                 return Ok(0);
+            }
+            if n > BARRIER_UNIT_SECTORS {
+                // A run that was holes when it was taken: checked again now that its
+                // barriers are up; if a write reached it before, unit by unit as usual.
+                let len = bytes(n);
+                if mirror::zero_if_holes(a, &copies(a, s), unit(s, len), len, ctx.targets) {
+                    return Ok(0);
+                }
+                let mut mismatched = 0;
+                for p in (s..s + n).step_by(BARRIER_UNIT_SECTORS as usize) {
+                    let len = bytes(BARRIER_UNIT_SECTORS.min(s + n - p));
+                    mismatched += mirror::sync_piece(
+                        a,
+                        &copies(a, p),
+                        unit(p, len),
+                        len,
+                        ctx.mode,
+                        ctx.targets,
+                    )?;
+                }
+                return Ok(mismatched);
             }
             mirror::sync_piece(
                 a,
@@ -168,6 +198,40 @@ pub(crate) fn sync_range(
         },
     )?;
     Ok((end - start, mismatches.into_inner()))
+}
+
+/// From `s`, at a barrier unit's start, with the unit a hole on every copy valid for it:
+/// the longest of 64 MiB and 8 MiB (whole units, not past `end`) that is a hole on every
+/// such copy, as one sync piece. A hint, asked before the barriers go up: the piece is
+/// checked again under them.
+fn hole_run(a: &Array, s: u64, end: u64) -> Option<u64> {
+    let holes = |n: u64| {
+        let len = bytes(n);
+        mirror::holes_on_valid_copies(a, &copies(a, s), unit(s, len), len)
+    };
+    let whole = (end - s) / BARRIER_UNIT_SECTORS * BARRIER_UNIT_SECTORS;
+    if whole <= BARRIER_UNIT_SECTORS || !holes(BARRIER_UNIT_SECTORS) {
+        return None;
+    }
+    [HOLE_RUN_SECTORS, HOLE_RUN_SECTORS / 8]
+        .into_iter()
+        .map(|n| n.min(whole))
+        .find(|&n| n > BARRIER_UNIT_SECTORS && holes(n))
+}
+
+/// Raise the barrier of every unit of sectors [s, s+n): each bucket once (a second raise of
+/// a bucket this piece holds would wait for requests that wait for this piece), in
+/// ascending order.
+fn raise_units(b: &Barriers, s: u64, n: u64) -> SmallVec<[Raised<'_>; 1]> {
+    let first = s / BARRIER_UNIT_SECTORS;
+    let last = (s + n - 1) / BARRIER_UNIT_SECTORS;
+    if first == last {
+        return smallvec::smallvec![b.raise(first)];
+    }
+    let mut keys: Vec<u64> = (first..=last).collect();
+    keys.sort_by_key(|&k| bucket_of(k));
+    keys.dedup_by_key(|k| bucket_of(*k));
+    keys.into_iter().map(|k| b.raise(k)).collect()
 }
 
 /// raid1's conf (md's r1conf): the mirror's barriers, write locks and read heads.
