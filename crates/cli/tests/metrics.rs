@@ -141,12 +141,7 @@ fn metrics_follow_io_and_member_state() {
     assert_eq!(failed.value("uraid_sync_zero_bytes_total", &[]), 0.0);
     ok(srv.cmd().arg("remove").arg(&members[1]));
     let spare = dir.image("spare.img", 8);
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&members[0])
-        .arg(&spare));
+    srv.add(&members[0], &spare);
     ok(srv.cmd().arg("wait").arg(&members[0]));
     let rebuilt = Scraped::get(&addr);
     let zero = rebuilt.value("uraid_sync_zero_bytes_total", &[]);

@@ -98,12 +98,7 @@ fn write_serve_rebuild_through_an_overlay_then_commit() {
         .arg("--array")
         .arg(&members[0])
         .arg(&members[1]));
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&members[0])
-        .arg(&spare));
+    srv.add(&members[0], &spare);
     ok(srv.cmd().arg("wait").arg(&members[0]));
     let d = srv.detail(&members[0]);
     assert_eq!(d["degraded"], false, "{d}");

@@ -197,12 +197,7 @@ fn raid1_lost_host_comes_back(test: &str, auto: bool) {
     hosts[1].restore();
     if !auto {
         ok(srv.cmd().arg("remove").arg(&uris[1]));
-        ok(srv
-            .cmd()
-            .arg("add")
-            .arg("--array")
-            .arg(&uris[0])
-            .arg(&uris[1]));
+        srv.add(&uris[0], &uris[1]);
     }
     srv.wait_detail(a0, |d| d["degraded"] == false);
     let d = srv.detail(a0);
@@ -511,12 +506,7 @@ fn raid5_host_back_with_an_empty_disk_is_rebuilt_fully() {
     assert_eq!(member_state(&srv.detail(a0), 2), "faulty");
 
     ok(srv.cmd().arg("remove").arg(&uris[2]));
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&uris[0])
-        .arg(&uris[2]));
+    srv.add(&uris[0], &uris[2]);
     srv.wait_detail(a0, |d| d["degraded"] == false);
     ok(srv.cmd().arg("stop").arg(&uris[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());
@@ -591,12 +581,7 @@ fn raid5_over_three_hosts_with_an_nbd_server_one_cut_and_restarted_mid_write() {
     let a0 = Path::new(&uris[0]);
     let readd = |srv: &Served| {
         ok(srv.cmd().arg("remove").arg(&uris[2]));
-        ok(srv
-            .cmd()
-            .arg("add")
-            .arg("--array")
-            .arg(&uris[0])
-            .arg(&uris[2]));
+        srv.add(&uris[0], &uris[2]);
         srv.wait_detail(a0, |d| d["degraded"] == false);
         let d = srv.detail(a0);
         assert_eq!(member_state(&d, 2), "active", "{d}");
@@ -870,12 +855,7 @@ fn fio_host_cut_and_readded(test: &str, level: &str, n: usize, cut: usize, then_
     // before the cut are reset: `raw_send_socket: Assertion 'sock >= 0' failed`.)
     hosts[cut].restart(false);
     ok(srv.cmd().arg("remove").arg(&uris[cut]));
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&uris[kept])
-        .arg(&uris[cut]));
+    srv.add(&uris[kept], &uris[cut]);
     srv.wait_detail(a0, |d| d["degraded"] == false);
     let kept_markers = markers
         .iter()
@@ -962,7 +942,7 @@ fn a_spare_on_another_host_takes_over_a_lost_hosts_role() {
     let export = srv.uri();
     let a0 = Path::new(&uris[0]);
     // Added to a whole array, the fourth host is a spare.
-    ok(srv.cmd().arg("add").arg("--array").arg(a0).arg(&uris[3]));
+    srv.add(a0, &uris[3]);
     assert_eq!(
         srv.detail(a0)["spares"].as_array().map(|s| s.len()),
         Some(1),

@@ -245,12 +245,7 @@ fn remove_and_add_rebuilds() {
     ok(srv.cmd().arg("fail").arg(&members[1]));
     ok(srv.cmd().arg("remove").arg(&members[1]));
     assert_eq!(member_state(&srv.detail(&members[0]), 1), "missing");
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&members[0])
-        .arg(&members[1]));
+    srv.add(&members[0], &members[1]);
     srv.wait_detail(&members[0], |d| d["degraded"] == false);
     ok(srv.cmd().arg("stop").arg(&members[0]));
     assert!(srv.wait().success(), "{}", srv.stderr());

@@ -34,12 +34,7 @@ fn detail_names_spares_and_faulty_members_until_removed() {
     let members = create_array(&dir, "5", 3, 10, &[]);
     let spare = dir.image("spare.img", 10);
     let srv = Served::start(&dir, &members, &[]);
-    ok(srv
-        .cmd()
-        .arg("add")
-        .arg("--array")
-        .arg(&members[0])
-        .arg(&spare));
+    srv.add(&members[0], &spare);
     let t = human(&srv, &members[0]);
     assert_eq!(field(&t, "Spare Devices"), "1", "{t}");
     assert_eq!(field(&t, "Total Devices"), "4", "{t}");

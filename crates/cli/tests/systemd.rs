@@ -643,7 +643,7 @@ fn serve_scan_passes_over_a_storage_host_that_is_down() {
     assert_eq!(d["degraded"], true, "{d}");
 
     hosts[1] = start(1);
-    ok(srv.cmd().arg("add").arg("--array").arg(m0).arg(&uris[1]));
+    srv.add(m0, &uris[1]);
     srv.wait_detail(m0, |d| {
         d["degraded"] == false
             && d["members"]

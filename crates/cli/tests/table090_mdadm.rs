@@ -238,7 +238,7 @@ fn mdadm_examines_a_090_raid5_through_fail_remove_add_and_replace() {
     assert!(row(&t, 1).contains(&"faulty".to_string()), "{t:#?}");
 
     // add: rebuilt into role 1, then all four in sync again.
-    ok(srv.cmd().arg("add").arg("--array").arg(&m[0]).arg(&m[1]));
+    srv.add(&m[0], &m[1]);
     srv.wait_detail(&m[0], |d| d["degraded"] == false && d["state"] == "clean");
     let ev3 = events(&m[0]);
     assert!(ev3 > ev2, "events did not advance");

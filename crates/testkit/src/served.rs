@@ -192,6 +192,16 @@ impl Served {
         c
     }
 
+    /// `uraid add --array ARRAY MEMBER` through the control socket (the array found from
+    /// one of its member paths or URIs); fails the test if it fails.
+    pub fn add(
+        &self,
+        array: impl AsRef<std::ffi::OsStr>,
+        member: impl AsRef<std::ffi::OsStr>,
+    ) -> Output {
+        ok(self.cmd().arg("add").arg("--array").arg(array).arg(member))
+    }
+
     /// `uraid detail --json` through the control socket (found from a member path).
     pub fn detail(&self, member: &Path) -> serde_json::Value {
         json(&ok(self.cmd().args(["detail", "--json"]).arg(member)))
