@@ -32,6 +32,27 @@ pub fn run_dir() -> PathBuf {
     }
 }
 
+/// Where servers keep what outlives them (what each array knows was never written, saved
+/// at a clean stop): `$URAID_STATE_DIR`, else `/var/lib/uraid` for root, else
+/// `$XDG_STATE_HOME/uraid`, `~/.local/state/uraid` or `/tmp/uraid-state-<uid>`.
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("URAID_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if uid == 0 {
+        return PathBuf::from("/var/lib/uraid");
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("uraid");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/state/uraid"),
+        None => PathBuf::from(format!("/tmp/uraid-state-{uid}")),
+    }
+}
+
 /// Whether a member is named by an NBD URI (`nbd://...`, `nbd+unix://...`): a remote
 /// member, with no local file to lock or canonicalise.
 pub fn is_remote(p: &Path) -> bool {

@@ -683,6 +683,11 @@ pub fn detail_human(a: &Array, sync: Option<&SyncProgress>) -> String {
     if let Some(e) = io_engine_words(a) {
         line("IO Engine", e);
     }
+    let never = a.never_written_bytes();
+    if never > 0 {
+        // uraid's own (md cannot know): regions a recovery zeroes instead of rebuilding.
+        line("Never Written", format!("{} MiB", never >> 20));
+    }
     if let Some(j) = a.join_stats() {
         // uraid's partial-stripe joining (not md's): writes that led a pending stripe or
         // joined one, and whether those stripes went out whole or as pieces.
@@ -921,6 +926,8 @@ pub fn detail_json(a: &Array) -> Value {
             "chunk_kib": p.chunk_sectors / 2,
         })),
         "read_only": a.is_read_only(),
+        // Bytes in regions the array knows were never written (a recovery zeroes them).
+        "never_written_bytes": a.never_written_bytes(),
         "journal": a.journal_mode().map(|mode| {
             let st = a.writeback_stats().unwrap_or_default();
             json!({

@@ -263,6 +263,19 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
     let tls = crate::serve_tls::setup(&a.tls, listen)?;
     let locks = locks::lock_members(&a.devices)?;
     let (array, _) = crate::commands::open_array(&a.devices, a.force, a.readonly)?;
+    if !a.readonly {
+        // What the array knew at its last clean stop was never written (recoveries skip
+        // it), saved again at this server's clean stop.
+        let dir = locks::state_dir();
+        match array.keep_written_in(&dir) {
+            Ok(uraid_engine::KeptWritten::Nothing) => {}
+            Ok(k) => eprintln!("uraid: never-written map ({}): {k}", dir.display()),
+            Err(e) => eprintln!(
+                "uraid: never-written map ({}): {e}; every region counts as written",
+                dir.display()
+            ),
+        }
+    }
     // md names are "host:name"; clients want the name.
     let export_name = a.name.clone().unwrap_or_else(|| {
         let full = array.meta().template().set_name.clone();

@@ -243,7 +243,8 @@ fn exec_start_notifies_ready_and_stopping() {
     std::fs::create_dir_all(&run_dir).unwrap();
     let unit = std::fs::read_to_string(UNIT)
         .unwrap()
-        .replace("/run/uraid", &run_dir.display().to_string());
+        .replace("/run/uraid", &run_dir.display().to_string())
+        .replace("/var/lib/uraid", &dir.path("state").display().to_string());
     let service = section(&unit, "Service");
     let get = |k: &str| {
         service
@@ -253,6 +254,8 @@ fn exec_start_notifies_ready_and_stopping() {
     };
     assert_eq!(get("Type").as_deref(), Some("notify"));
     assert_eq!(get("KillSignal").as_deref(), Some("SIGTERM"));
+    // systemd makes /var/lib/uraid, where a clean stop saves the never-written map.
+    assert_eq!(get("StateDirectory").as_deref(), Some("uraid"));
     let mut env = HashMap::new();
     for (k, v) in &service {
         if k == "Environment" {
@@ -484,7 +487,8 @@ fn array_host_unit_serves_members_of_storage_host_units() {
     std::fs::create_dir_all(&run_dir).unwrap();
     let unit = std::fs::read_to_string(UNIT)
         .unwrap()
-        .replace("/run/uraid", &run_dir.display().to_string());
+        .replace("/run/uraid", &run_dir.display().to_string())
+        .replace("/var/lib/uraid", &dir.path("state").display().to_string());
     let service = section(&unit, "Service");
     let mut env = unit_env(&service, "md0");
     let opts_file = remote_file("md0.env")

@@ -20,5 +20,6 @@ pub mod superblock;
 pub mod superblock090;
 pub mod support;
 pub mod types;
+pub mod written_map;
 
 pub use types::*;

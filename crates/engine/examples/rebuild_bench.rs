@@ -1,7 +1,7 @@
 //! Rebuild throughput against the raw sequential read bandwidth of one member, measured in
 //! the same run (a benchmark, not a test).
 //!
-//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files|nbd|loop]
+//! cargo run --release -p uraid-engine --example rebuild_bench -- [member MiB] [file dir] [memory|files|nbd|loop|opaque]
 //!
 //! URAID_SYNC_BATCH_KIB sets the member bytes per batched sync pass (`Array::tuning`), and
 //! URAID_SYNC_THREADS the threads that run passes side by side (the `sync_threads` tunable).
@@ -15,6 +15,12 @@
 //! which know the regions never written) the
 //! rest stays a hole on every member, which the recovery zeroes on the new member instead
 //! of rebuilding it.
+//!
+//! URAID_NBD_NO_SR=1 starts the nbd mode's servers without structured replies, hence
+//! without block status (members that cannot say where they were never written).
+//! The `opaque` mode runs memory members that hide where they were never written, as disks
+//! do; URAID_ZERO_FIRST=1 zeroes the whole array through it (WRITE_ZEROES) before the
+//! fill, after which the array itself knows what was not written since.
 //!
 //! For raid5 (4 disks), raid6 (6 disks), raid1 (2 disks) and raid10 (4 disks, near 2), on
 //! memory members and on file members: fill the array, then time
@@ -108,6 +114,9 @@ fn run(
         .and_then(|v| v.parse().ok())
         .unwrap_or(100)
         .min(100);
+    if std::env::var("URAID_ZERO_FIRST").is_ok_and(|v| v == "1") {
+        a.write_zeroes(0, a.size_bytes()).unwrap();
+    }
     let fill = a.size_bytes() * pct / 100;
     let mut off = 0;
     while off < fill {
@@ -180,6 +189,13 @@ fn nbdkit_member(
     let child = std::process::Command::new("nbdkit")
         .args(["-f", "--exit-with-parent", "-U"])
         .arg(&sock)
+        // Without structured replies there is no block status: members that cannot say
+        // where they were never written.
+        .args(
+            std::env::var("URAID_NBD_NO_SR")
+                .is_ok_and(|v| v == "1")
+                .then_some("--no-sr"),
+        )
         .args(["memory", &size.to_string()])
         .spawn()
         .expect("nbdkit (the nbd mode needs it)");
@@ -281,6 +297,20 @@ fn main() {
                     .status();
             }
             let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        }
+        if only.as_deref() == Some("opaque") {
+            // Memory that hides where it was never written, as a disk does.
+            let open = |name: String| -> Arc<dyn Member> {
+                uraid_testkit::engine::Counting::hiding_holes(Arc::new(MemMember::new(name, size)))
+            };
+            let members = (0..disks).map(|i| open(format!("o{i}"))).collect();
+            let label = if std::env::var("URAID_ZERO_FIRST").is_ok_and(|v| v == "1") {
+                "memory, holes hidden, zeroed first"
+            } else {
+                "memory, holes hidden"
+            };
+            run(level, disks, members, &|i| open(format!("spare{i}")), label);
             continue;
         }
         let mems: Vec<Arc<dyn Member>> = (0..disks)

@@ -86,7 +86,11 @@ pub struct Array {
     pub(crate) slots: MemberMap<Slot>,
     pub(crate) meta: Mutex<Meta>,
     dirty: AtomicBool,
-    writes_in_flight: crate::counter::InUse,
+    pub(crate) writes_in_flight: crate::counter::Generations,
+    /// Regions the array knows were never written ([`crate::written`]).
+    pub(crate) written: crate::written::Written,
+    /// Where a clean stop saves `written` ([`Array::keep_written_in`]).
+    pub(crate) written_dir: std::sync::OnceLock<std::path::PathBuf>,
     last_write_ms: AtomicU64,
     /// A member failure could not be written to any superblock.
     metadata_failed: AtomicBool,
@@ -161,6 +165,8 @@ impl Array {
             meta: Mutex::new(meta),
             dirty: AtomicBool::new(false),
             writes_in_flight: Default::default(),
+            written: crate::written::Written::new(array_bytes / SECTOR_BYTES),
+            written_dir: std::sync::OnceLock::new(),
             last_write_ms: AtomicU64::new(0),
             metadata_failed: AtomicBool::new(false),
             sb_pending: Default::default(),
@@ -219,6 +225,8 @@ impl Array {
     /// neither geometry alone gives.
     pub(crate) fn set_reshape_size(&mut self, sectors: u64) {
         self.array_bytes = sectors * SECTOR_BYTES;
+        // Mid-reshape, members hold both layouts: the array claims to know nothing.
+        self.written = crate::written::Written::new(0);
         let mut s = self.shape.read();
         s.array_sectors = sectors;
         self.shape.write(s);
@@ -297,6 +305,7 @@ impl Array {
     #[doc(hidden)]
     pub fn set_shape(&self, s: crate::shape::Shape) {
         let _quiet = self.quiesce();
+        self.written.mark_all();
         self.shape.write(s);
     }
 
@@ -642,6 +651,11 @@ impl Array {
         }
         self.check_writable("write")?;
         let _in_flight = InFlight::new(self);
+        let first = offset / SECTOR_BYTES;
+        self.written.mark(
+            first,
+            (offset + buf.len() as u64).div_ceil(SECTOR_BYTES) - first,
+        );
         self.check_metadata()?;
         self.ensure_dirty()?;
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
@@ -708,6 +722,26 @@ impl Array {
     /// level's [`Personality::bitmap_range`]).
     pub(crate) fn bitmap_range(&self, sector: u64, sectors: u64) -> (u64, u64) {
         self.pers.bitmap_range(Sector(sector), sectors)
+    }
+
+    /// Whether array sectors [sector, sector+sectors) lie in regions the array knows were
+    /// never written since they read zeros on every member ([`crate::written`]): a sync
+    /// passes over them as over holes. Never with a journal, whose log may hold data
+    /// for them.
+    pub(crate) fn never_written(&self, sector: u64, sectors: u64) -> bool {
+        !self.has_journal() && self.written.never_written(sector, sectors)
+    }
+
+    /// Whether the array knows `len` bytes at `offset` were never written (tests).
+    #[doc(hidden)]
+    pub fn knows_never_written(&self, offset: u64, len: u64) -> bool {
+        let first = offset / SECTOR_BYTES;
+        self.never_written(first, (offset + len).div_ceil(SECTOR_BYTES) - first)
+    }
+
+    /// Bytes of the array in regions it knows were never written (`uraid detail`, tests).
+    pub fn never_written_bytes(&self) -> u64 {
+        self.written.never_written_sectors() * SECTOR_BYTES
     }
 
     /// The level (md's mddev->pers), for the modules that drive it.
@@ -974,6 +1008,11 @@ impl Array {
             meta.mark_clean(self, degraded)?;
             self.dirty.store(false, Ordering::Release);
         }
+        drop(meta);
+        // Not a reason to call the stop unclean: the next start then knows less.
+        if let Err(e) = self.save_written() {
+            tracing::warn!("could not save what the array knows was never written: {e}");
+        }
         Ok(())
     }
 
@@ -1179,7 +1218,7 @@ pub struct ForcedStop {
 }
 
 /// Counts a write in flight for safe mode; notes when the last one ended.
-pub(crate) struct InFlight<'a>(&'a Array, usize);
+pub(crate) struct InFlight<'a>(&'a Array, crate::counter::Entered);
 
 impl<'a> InFlight<'a> {
     pub(crate) fn new(a: &'a Array) -> InFlight<'a> {

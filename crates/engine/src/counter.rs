@@ -83,6 +83,65 @@ impl InUse {
     }
 }
 
+/// Writes under way in two generations, so that one can wait for the writes that began
+/// before it without waiting for those that begin after (a grace period, as the kernel's
+/// SRCU gives): a write enters the current generation and leaves it; [`Generations::wait_for_earlier`]
+/// makes the other generation current and waits until the one before is empty.
+#[derive(Default)]
+pub(crate) struct Generations {
+    current: std::sync::atomic::AtomicUsize,
+    sets: [InUse; 2],
+    /// One waiter at a time: two flips in a row would leave a generation unwatched.
+    flip: std::sync::Mutex<()>,
+}
+
+/// Where a write entered, to leave by.
+#[derive(Clone, Copy)]
+pub(crate) struct Entered {
+    generation: usize,
+    stripe: usize,
+}
+
+impl Generations {
+    /// One more write under way (SeqCst, as [`InUse::enter`]).
+    pub(crate) fn enter(&self) -> Entered {
+        let generation = self.current.load(Ordering::SeqCst) & 1;
+        Entered {
+            generation,
+            stripe: self.sets[generation].enter(),
+        }
+    }
+
+    /// One fewer, where [`Generations::enter`] put it.
+    pub(crate) fn leave(&self, e: Entered) {
+        self.sets[e.generation].leave(e.stripe);
+    }
+
+    /// Whether any write is under way.
+    pub(crate) fn any(&self) -> bool {
+        self.sets.iter().any(InUse::any)
+    }
+
+    /// Waits until every write that entered before this call has left (writes entering
+    /// meanwhile are not waited for). A write that loaded the old generation just before
+    /// the flip and enters it after the wait saw it empty is not waited for either: it
+    /// entered after this call's SeqCst flip, so whatever the caller stored (SeqCst)
+    /// before calling is visible to its SeqCst loads after its enter.
+    pub(crate) fn wait_for_earlier(&self) {
+        let _one = self.flip.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.current.fetch_add(1, Ordering::SeqCst) & 1;
+        let mut spins = 0u32;
+        while self.sets[old].any() {
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            spins = spins.saturating_add(1);
+        }
+    }
+}
+
 impl std::fmt::Debug for Counter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.load(Ordering::Relaxed))
@@ -92,6 +151,42 @@ impl std::fmt::Debug for Counter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A grace period waits for the writes that entered before it, and not for those
+    /// that enter after it.
+    #[test]
+    fn a_grace_period_waits_for_earlier_writes_only() {
+        use std::sync::atomic::AtomicBool;
+        let g = Generations::default();
+        let done = AtomicBool::new(false);
+        let early = g.enter();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                g.wait_for_earlier();
+                done.load(Ordering::SeqCst)
+            });
+            // A write that enters after the flip is not waited for: it stays in while
+            // the early one leaves, and the wait must still end.
+            while g.current.load(Ordering::SeqCst) == 0 {
+                std::thread::yield_now();
+            }
+            let late = g.enter();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(
+                !waiter.is_finished(),
+                "the wait ended with an earlier write in"
+            );
+            done.store(true, Ordering::SeqCst);
+            g.leave(early);
+            assert!(
+                waiter.join().unwrap(),
+                "the wait ended before the earlier write left"
+            );
+            assert!(g.any());
+            g.leave(late);
+        });
+        assert!(!g.any());
+    }
 
     /// Adds from many threads (on whatever CPUs they run) all arrive in the total.
     #[test]

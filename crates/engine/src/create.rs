@@ -731,6 +731,10 @@ pub fn create_confirmed(
     if opts.ppl {
         array.start_ppl(false)?;
     }
+    if all_zero {
+        // Zeros on every member: nothing was written anywhere yet.
+        array.written.forget_all();
+    }
     if needs_sync {
         if missing.is_empty() {
             array.resync()?;

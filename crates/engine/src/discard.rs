@@ -174,8 +174,43 @@ fn write_zero_data(a: &Array, offset: u64, len: u64) -> Result<(), ArrayError> {
     Ok(())
 }
 
+/// Whether a change of this kind leaves zeros on every member: a zeroing always (a member
+/// that cannot zero is failed), a discard only where it reaches the members on a level
+/// with redundancy (each member's discard reads back zeros, or falls back to zeroing).
+fn leaves_zeros(a: &Array, kind: Kind) -> bool {
+    match kind {
+        Kind::Zero(_) => true,
+        Kind::Discard => a.pers().max_degraded() > 0 && a.discard_passes_down(),
+    }
+}
+
 /// A change of array sectors [sector, sector+sectors) on the members, counted as a write.
+/// A change that leaves zeros everywhere makes the whole regions it covers never written
+/// ([`crate::written`]): it claims them, waits for the writes already under way (so none
+/// lands after its zeros), changes the members, and clears them unless a write came in
+/// meanwhile.
 fn change(a: &Array, sector: u64, sectors: u64, kind: Kind) -> Result<(), ArrayError> {
+    let claim = if leaves_zeros(a, kind) {
+        a.written.claim(sector, sectors)
+    } else {
+        None
+    };
+    if claim.is_some() {
+        a.writes_in_flight.wait_for_earlier();
+    }
+    let r = change_members(a, sector, sectors, kind);
+    if let Some(c) = claim {
+        // Members may have changed meanwhile: a discard must still have been a zeroing.
+        if r.is_ok() && leaves_zeros(a, kind) {
+            a.written.settle(c);
+        } else {
+            a.written.drop_claim(c);
+        }
+    }
+    r
+}
+
+fn change_members(a: &Array, sector: u64, sectors: u64, kind: Kind) -> Result<(), ArrayError> {
     let _in_flight = InFlight::new(a);
     a.check_metadata()?;
     a.ensure_dirty()?;

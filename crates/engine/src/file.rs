@@ -343,6 +343,11 @@ impl Member for FileMember {
         self.size_bytes
     }
 
+    /// Files, and loop devices whose backing file was found; not other block devices.
+    fn tells_holes(&self) -> bool {
+        !self.is_block || self.backing.is_some()
+    }
+
     /// SEEK_DATA from `offset`: a hole when the next data starts at or after the range's
     /// end. A loop device asks its backing file, after writing back what it wrote through
     /// its page cache; other block devices do not say (false).

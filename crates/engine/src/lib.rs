@@ -98,6 +98,7 @@ mod grow;
 mod identity;
 mod in_order;
 mod io_engine;
+mod keep_written;
 mod levels;
 mod member;
 mod member_io;
@@ -126,6 +127,7 @@ mod slot_state;
 mod stripe_cache;
 mod stripe_plan;
 mod stripe_workers;
+mod written;
 
 /// Fuzz target bodies for the engine's parsers of on-disk bytes (run by `tests/fuzz.rs`).
 pub mod fuzzing;
@@ -157,6 +159,7 @@ pub use grow::{
     grow_members, grow_members_with, BitmapChange, GrowReport, GrowRequest, GrowSize,
     ARRAY_SIZE_MAX,
 };
+pub use keep_written::KeptWritten;
 pub use meta::Meta;
 pub use plug::Plug;
 pub use quiesce::QuiesceGuard;

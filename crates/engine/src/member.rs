@@ -53,6 +53,13 @@ pub trait Member: Send + Sync {
         let _ = (offset, len);
         Ok(false)
     }
+    /// Whether [`Member::is_hole`] can answer "hole" at all (a sparse file, a loop device
+    /// over one, memory, an NBD export with block status); `false` (the default) for
+    /// devices that cannot tell. An array all of whose members can needs no memory of its
+    /// own of where it was never written ([`crate::Array::keep_written_in`]).
+    fn tells_holes(&self) -> bool {
+        false
+    }
     /// A name for messages (a path, "mem0", ...).
     fn name(&self) -> String;
 
@@ -456,6 +463,10 @@ impl Member for MemMember {
         true
     }
 
+    fn tells_holes(&self) -> bool {
+        true
+    }
+
     fn write_zeroes(&self, offset: u64, len: u64, _how: ZeroHow) -> io::Result<()> {
         self.discard(offset, len)
     }
@@ -490,6 +501,10 @@ impl Member for ReadOnlyMember {
 
     fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
         self.0.is_hole(offset, len)
+    }
+
+    fn tells_holes(&self) -> bool {
+        self.0.tells_holes()
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -141,6 +141,9 @@ pub struct Meta {
     /// and written as 0.90 records; this holds what those records carry beyond the model
     /// (md_minor, the devices' major:minor). None for 1.x.
     pub(crate) v090: Option<Sb090Context>,
+    /// A nonce for the next superblock write's utime microseconds (bits 40..64, which md
+    /// leaves 0): the stamp that a saved written-map file names ([`crate::keep_written`]).
+    pub(crate) stamp_micros: Option<u32>,
 }
 
 impl Meta {
@@ -160,6 +163,7 @@ impl Meta {
             journal: None,
             read_only: false,
             v090: None,
+            stamp_micros: None,
         }
     }
 
@@ -324,7 +328,8 @@ impl Meta {
             return Ok(());
         }
         self.template.events += 1;
-        self.template.utime = a.now_secs() & ((1 << 40) - 1);
+        self.template.utime = a.now_secs() & ((1 << 40) - 1)
+            | self.stamp_micros.take().map_or(0, |m| u64::from(m) << 40);
         let dirty = self.template.resync_offset != MAX_SECTOR;
         let mut targets: Vec<(Arc<dyn Member>, Superblock, Option<MemberIdx>)> = Vec::new();
         // Bad block logs to write before their superblocks: (device, byte offset, bytes).

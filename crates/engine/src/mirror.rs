@@ -318,17 +318,27 @@ pub(crate) fn zero_piece(
 /// whose copies differ anywhere in such a block counts the block's sectors.
 pub(crate) const MISMATCH_BLOCK_BYTES: usize = 64 << 10;
 
-/// Whether `len` bytes from each copy valid for `unit` are a hole there (and there is one).
-pub(crate) fn holes_on_valid_copies(a: &Array, copies: &Copies, unit: u64, len: usize) -> bool {
+/// Whether `len` bytes from each copy valid for `unit` are a hole there (and there is one),
+/// or the array knows its `len` bytes from array sector `at` were never written (then
+/// every copy reads zeros, whatever its member can say).
+pub(crate) fn holes_on_valid_copies(
+    a: &Array,
+    at: u64,
+    copies: &Copies,
+    unit: u64,
+    len: usize,
+) -> bool {
+    let known = a.never_written(at, len as u64 / SECTOR_BYTES);
     let mut any = false;
     for &(role, msec) in copies {
         let Some(dev) = a.usable(role, unit) else {
             continue;
         };
         any = true;
-        if !dev
-            .is_hole(a.member_byte(role, msec), len as u64)
-            .unwrap_or(false)
+        if !known
+            && !dev
+                .is_hole(a.member_byte(role, msec), len as u64)
+                .unwrap_or(false)
         {
             return false;
         }
@@ -342,12 +352,13 @@ pub(crate) fn holes_on_valid_copies(a: &Array, copies: &Copies, unit: u64, len: 
 /// skipped. The caller holds the piece's barriers, so no write lands in it meanwhile.
 pub(crate) fn zero_if_holes(
     a: &Array,
+    at: u64,
     copies: &Copies,
     unit: u64,
     len: usize,
     targets: &[MemberIdx],
 ) -> bool {
-    if !holes_on_valid_copies(a, copies, unit, len) {
+    if !holes_on_valid_copies(a, at, copies, unit, len) {
         return false;
     }
     a.stats
@@ -365,13 +376,14 @@ pub(crate) fn zero_if_holes(
 /// some copy differs.
 pub(crate) fn sync_piece(
     a: &Array,
+    at: u64,
     copies: &Copies,
     unit: u64,
     len: usize,
     mode: SyncMode,
     targets: &[MemberIdx],
 ) -> Result<u64, ArrayError> {
-    if zero_if_holes(a, copies, unit, len, targets) {
+    if zero_if_holes(a, at, copies, unit, len, targets) {
         return Ok(0);
     }
     // Each valid copy with its device, looked up once (a second lookup could find the

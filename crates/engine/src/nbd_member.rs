@@ -319,6 +319,10 @@ impl Member for NbdMember {
     /// From the server's `base:allocation` (NBD_STATE_ZERO: reads as zeros), so that a
     /// recovery or resync over remote members skips what was never written, as it does
     /// over sparse files. A server without the context, or an error, says data.
+    fn tells_holes(&self) -> bool {
+        self.client().info().block_status
+    }
+
     fn is_hole(&self, offset: u64, len: u64) -> io::Result<bool> {
         let client = self.client();
         if !client.info().block_status {

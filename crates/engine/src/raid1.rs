@@ -164,7 +164,7 @@ pub(crate) fn sync_range(
                 // A run that was holes when it was taken: checked again now that its
                 // barriers are up; if a write reached it before, unit by unit as usual.
                 let len = bytes(n);
-                if mirror::zero_if_holes(a, &copies(a, s), unit(s, len), len, ctx.targets) {
+                if mirror::zero_if_holes(a, s, &copies(a, s), unit(s, len), len, ctx.targets) {
                     return Ok(0);
                 }
                 let mut mismatched = 0;
@@ -172,6 +172,7 @@ pub(crate) fn sync_range(
                     let len = bytes(BARRIER_UNIT_SECTORS.min(s + n - p));
                     mismatched += mirror::sync_piece(
                         a,
+                        p,
                         &copies(a, p),
                         unit(p, len),
                         len,
@@ -183,6 +184,7 @@ pub(crate) fn sync_range(
             }
             mirror::sync_piece(
                 a,
+                s,
                 &copies(a, s),
                 unit(s, bytes(n)),
                 bytes(n),
@@ -207,7 +209,7 @@ pub(crate) fn sync_range(
 fn hole_run(a: &Array, s: u64, end: u64) -> Option<u64> {
     let holes = |n: u64| {
         let len = bytes(n);
-        mirror::holes_on_valid_copies(a, &copies(a, s), unit(s, len), len)
+        mirror::holes_on_valid_copies(a, s, &copies(a, s), unit(s, len), len)
     };
     let whole = (end - s) / BARRIER_UNIT_SECTORS * BARRIER_UNIT_SECTORS;
     if whole <= BARRIER_UNIT_SECTORS || !holes(BARRIER_UNIT_SECTORS) {

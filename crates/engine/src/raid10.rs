@@ -128,7 +128,7 @@ pub(crate) fn sync_range(
                 return Ok(0);
             }
             let chunk = *s / g.chunk_sectors;
-            mirror::sync_piece(a, copies, chunk, bytes(*n), ctx.mode, ctx.targets)
+            mirror::sync_piece(a, *s, copies, chunk, bytes(*n), ctx.mode, ctx.targets)
         },
         |(s, n, piece), mismatched| {
             mismatches.fetch_add(mismatched?, Ordering::Relaxed);

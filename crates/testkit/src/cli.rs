@@ -33,7 +33,18 @@ pub fn uraid_bin() -> PathBuf {
 /// `uraid` with the default IO engine (io_uring); a test that wants pread/pwrite passes
 /// [`SYNC`].
 pub fn uraid() -> Command {
-    Command::new(uraid_bin())
+    let mut c = Command::new(uraid_bin());
+    // What servers save at a clean stop goes to this test process's own directory, not
+    // the host's /var/lib/uraid (unless the test environment names one).
+    if std::env::var_os("URAID_STATE_DIR").is_none() {
+        c.env("URAID_STATE_DIR", test_state_dir());
+    }
+    c
+}
+
+/// The state directory [`uraid`] gives the commands of this test process.
+pub fn test_state_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("uraid-state-{}", std::process::id()))
 }
 
 /// Runs the command to its end and gives its output, whatever its status.

@@ -404,3 +404,143 @@ pub fn wait_reshaped(a: &Array, limit: Duration) -> bool {
     }
     true
 }
+
+/// A member wrapper for recovery tests and benches: counts the bytes read from and written
+/// to it (what a recovery moves); can hide where it was never written (as a disk does),
+/// give "hole" answers that a write made stale, and slow its writes.
+pub struct Counting {
+    /// The wrapped member.
+    pub inner: Arc<dyn Member>,
+    /// Bytes read through `read_at`.
+    pub read: AtomicU64,
+    /// Bytes written through `write_at`.
+    pub written: AtomicU64,
+    /// Answers of "hole" still to give for ranges over 1 MiB whatever they hold: an answer
+    /// that a write made stale right after it was given.
+    pub stale_holes: AtomicU64,
+    /// Says nothing about holes (`is_hole` false, `tells_holes` false), as a disk.
+    pub hide_holes: bool,
+    /// Each write takes a millisecond more (a write long in flight).
+    pub slow: std::sync::atomic::AtomicBool,
+}
+
+impl Counting {
+    /// Counts `inner`'s IO; its holes show through.
+    pub fn new(inner: Arc<dyn Member>) -> Arc<Counting> {
+        Arc::new(Counting::plain(inner, false))
+    }
+
+    /// Counts `inner`'s IO and hides its holes.
+    pub fn hiding_holes(inner: Arc<dyn Member>) -> Arc<Counting> {
+        Arc::new(Counting::plain(inner, true))
+    }
+
+    fn plain(inner: Arc<dyn Member>, hide_holes: bool) -> Counting {
+        Counting {
+            inner,
+            read: 0.into(),
+            written: 0.into(),
+            stale_holes: 0.into(),
+            hide_holes,
+            slow: false.into(),
+        }
+    }
+
+    /// Zeroes the counts.
+    pub fn reset(&self) {
+        self.read.store(0, Ordering::SeqCst);
+        self.written.store(0, Ordering::SeqCst);
+    }
+}
+
+impl Member for Counting {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.read.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.written.fetch_add(buf.len() as u64, Ordering::SeqCst);
+        if self.slow.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.inner.discard(offset, len)
+    }
+    fn discard_zeroes(&self) -> bool {
+        self.inner.discard_zeroes()
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        how: uraid_engine::ZeroHow,
+    ) -> std::io::Result<()> {
+        self.inner.write_zeroes(offset, len, how)
+    }
+    fn zeroes_fast(&self, unmap: bool) -> bool {
+        self.inner.zeroes_fast(unmap)
+    }
+    fn tells_holes(&self) -> bool {
+        !self.hide_holes && self.inner.tells_holes()
+    }
+    fn is_hole(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+        if self.hide_holes {
+            return Ok(false);
+        }
+        let stale = len > crate::tmp::MIB
+            && self
+                .stale_holes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if stale {
+            return Ok(true);
+        }
+        self.inner.is_hole(offset, len)
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// Fails and removes member 1, puts `new` in its role and runs the recovery; returns the
+/// bytes the recovery passed over as zeros everywhere (its progress's `zero_bytes`).
+pub fn recover_role_1(a: &Array, new: Arc<dyn Member>) -> u64 {
+    a.fail_member(uraid_core::MemberIdx(1)).unwrap();
+    a.remove_member(uraid_core::MemberIdx(1)).unwrap();
+    a.add_member(new).unwrap();
+    let mut zero_bytes = 0;
+    a.run_sync(uraid_engine::SyncKind::Recovery, |p| {
+        zero_bytes = p.zero_bytes
+    })
+    .unwrap();
+    assert_eq!(
+        a.slot_state(uraid_core::MemberIdx(1)),
+        uraid_engine::SlotState::InSync
+    );
+    zero_bytes
+}
+
+/// After a recovery onto role 1: the array reads `model`, its copies or parity agree, and
+/// with member 0 failed the rebuilt member still gives `model`.
+pub fn recovered_holds(a: &Array, model: &[u8], what: &str) {
+    same(
+        &read_all(a, model.len()),
+        model,
+        &format!("{what}: after recovery"),
+    );
+    assert_eq!(a.check().unwrap(), 0, "{what}: check after recovery");
+    a.fail_member(uraid_core::MemberIdx(0)).unwrap();
+    same(
+        &read_all(a, model.len()),
+        model,
+        &format!("{what}: the rebuilt member carrying data"),
+    );
+}

@@ -3,7 +3,7 @@
 
 pub use crate::cli::{
     examine, examine_says, fails_cleanly, fails_with, json, json_exact, mdadm_field, ok, run,
-    stdout, text, uraid, uraid_bin, SYNC,
+    stdout, test_state_dir, text, uraid, uraid_bin, SYNC,
 };
 pub use crate::data::{byte_pattern, checksums, pattern, snapshot, write_at};
 pub use crate::loopdev::Loop;

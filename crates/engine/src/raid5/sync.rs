@@ -452,12 +452,14 @@ fn holes_everywhere(a: &Array, g: &ParityGeometry, map: &StripeMap, s: u64) -> b
         return false;
     }
     let cb = chunk_bytes(g) as u64;
+    // Or the array knows the stripe's data was never written: zeros everywhere too.
+    let known = a.never_written(g.array_sector(s, 0), g.stripe_data_sectors());
     let mut asked = 0;
     for role in stripe_roles(map) {
         let slot = a.slot(role);
         let Some(dev) = slot.usable(s) else { continue };
         let at = member_byte(slot, Sector(g.member_sector(s, 0)));
-        if !dev.is_hole(at, cb).unwrap_or(false) {
+        if !known && !dev.is_hole(at, cb).unwrap_or(false) {
             return false;
         }
         asked += 1;
