@@ -85,4 +85,8 @@ echo "== a raid10 Linux md left mid-grow, read and finished by uraid, checked by
 tests/vm/reshape10.sh
 echo "== raid5 with PPL, both ways and crashed mid-write (VM)"
 tests/vm/ppl.sh
+if [ $full = 1 ]; then
+    echo "== the never-written map's stamp against Linux md's superblock writes (VM)"
+    python3 tests/vm/stamp.py
+fi
 echo "== all tests passed"
