@@ -268,7 +268,9 @@ pub fn serve(mut a: ServeArgs) -> Result<()> {
         // it), saved again at this server's clean stop.
         let dir = locks::state_dir();
         match array.keep_written_in(&dir) {
-            Ok(uraid_engine::KeptWritten::Nothing) => {}
+            // Nothing saved, or an array that keeps no map by design (raid0, 0.90, a
+            // journal): nothing worth a line at every start.
+            Ok(uraid_engine::KeptWritten::Nothing | uraid_engine::KeptWritten::Off(_)) => {}
             Ok(k) => eprintln!("uraid: never-written map ({}): {k}", dir.display()),
             Err(e) => eprintln!(
                 "uraid: never-written map ({}): {e}; every region counts as written",
