@@ -651,11 +651,8 @@ impl Array {
         }
         self.check_writable("write")?;
         let _in_flight = InFlight::new(self);
-        let first = offset / SECTOR_BYTES;
-        self.written.mark(
-            first,
-            (offset + buf.len() as u64).div_ceil(SECTOR_BYTES) - first,
-        );
+        let (first, sectors) = sector_span(offset, buf.len() as u64);
+        self.written.mark(first, sectors);
         self.check_metadata()?;
         self.ensure_dirty()?;
         if !offset.is_multiple_of(SECTOR_BYTES) || !(buf.len() as u64).is_multiple_of(SECTOR_BYTES)
@@ -709,9 +706,11 @@ impl Array {
     }
 
     fn covering(&self, offset: u64, len: usize) -> (u64, AlignedBuf) {
-        let start = offset / SECTOR_BYTES * SECTOR_BYTES;
-        let end = (offset + len as u64).div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
-        (start, AlignedBuf::new((end - start) as usize))
+        let (first, sectors) = sector_span(offset, len as u64);
+        (
+            first * SECTOR_BYTES,
+            AlignedBuf::new((sectors * SECTOR_BYTES) as usize),
+        )
     }
 
     fn read_sectors(&self, sector: u64, buf: &mut [u8]) -> Result<(), ArrayError> {
@@ -735,8 +734,8 @@ impl Array {
     /// Whether the array knows `len` bytes at `offset` were never written (tests).
     #[doc(hidden)]
     pub fn knows_never_written(&self, offset: u64, len: u64) -> bool {
-        let first = offset / SECTOR_BYTES;
-        self.never_written(first, (offset + len).div_ceil(SECTOR_BYTES) - first)
+        let (first, sectors) = sector_span(offset, len);
+        self.never_written(first, sectors)
     }
 
     /// Bytes of the array in regions it knows were never written (`uraid detail`, tests).
@@ -1259,4 +1258,10 @@ pub(crate) fn no_redundancy(a: &Array, what: &str) -> ArrayError {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// The whole sectors that `len` bytes at byte `offset` touch: (first, count).
+fn sector_span(offset: u64, len: u64) -> (u64, u64) {
+    let first = offset / SECTOR_BYTES;
+    (first, (offset + len).div_ceil(SECTOR_BYTES) - first)
 }

@@ -52,6 +52,14 @@ fn file_of(dir: &Path, uuid: &[u8; 16]) -> PathBuf {
     dir.join(format!("{hex}.written"))
 }
 
+/// An IO error on `path`, named.
+fn at(path: &Path, e: std::io::Error) -> ArrayError {
+    ArrayError::Io(std::io::Error::new(
+        e.kind(),
+        format!("{}: {e}", path.display()),
+    ))
+}
+
 /// fsync of a directory, so that a rename or removal in it is durable.
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
@@ -72,22 +80,12 @@ impl Array {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(KeptWritten::Nothing),
-            Err(e) => {
-                return Err(ArrayError::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", path.display()),
-                )))
-            }
+            Err(e) => return Err(at(&path, e)),
         };
         // Taken once: the next stop writes a new one.
         std::fs::remove_file(&path)
             .and_then(|()| sync_dir(dir))
-            .map_err(|e| {
-                ArrayError::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot remove {} after reading it: {e}", path.display()),
-                ))
-            })?;
+            .map_err(|e| at(&path, e))?;
         let why = match WrittenMapFile::decode(&bytes) {
             Err(e) => Some(format!("{}: {e}", path.display())),
             Ok(f) => self.mismatch(&f).or_else(|| {
@@ -170,7 +168,7 @@ impl Array {
         let path = file_of(dir, &meta.template().set_uuid);
         if off || meta.is_dirty() || self.written.never_written_sectors() == 0 {
             return match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ArrayError::Io(e)),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(at(&path, e)),
                 _ => Ok(()),
             };
         }
@@ -190,18 +188,12 @@ impl Array {
             words: self.written.words(),
         };
         drop(meta);
-        let io = |e: std::io::Error, what: &Path| {
-            ArrayError::Io(std::io::Error::new(
-                e.kind(),
-                format!("{}: {e}", what.display()),
-            ))
-        };
-        std::fs::create_dir_all(dir).map_err(|e| io(e, dir))?;
+        std::fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
         let tmp = path.with_extension("written.new");
-        let f = std::fs::File::create(&tmp).map_err(|e| io(e, &tmp))?;
-        std::io::Write::write_all(&mut &f, &file.encode()).map_err(|e| io(e, &tmp))?;
-        f.sync_all().map_err(|e| io(e, &tmp))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io(e, &path))?;
-        sync_dir(dir).map_err(|e| io(e, dir))
+        let f = std::fs::File::create(&tmp).map_err(|e| at(&tmp, e))?;
+        std::io::Write::write_all(&mut &f, &file.encode()).map_err(|e| at(&tmp, e))?;
+        f.sync_all().map_err(|e| at(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| at(&path, e))?;
+        sync_dir(dir).map_err(|e| at(dir, e))
     }
 }
