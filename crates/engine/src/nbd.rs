@@ -189,7 +189,8 @@ impl Backend for ArrayBackend {
         self.cell.get().can_fast_zero(true)
     }
 
-    /// `base:allocation` from the members' holes ([`Array::allocation`]).
+    /// `base:allocation` from the members' holes and what the array knows was never
+    /// written ([`Array::allocation`]).
     fn block_status(&self, offset: u64, len: u64) -> io::Result<Vec<Extent>> {
         Ok(self
             .cell
@@ -199,7 +200,7 @@ impl Backend for ArrayBackend {
             .map(|e| Extent {
                 length: e.len_bytes,
                 hole: e.hole,
-                zero: e.hole,
+                zero: e.zero,
             })
             .collect())
     }

@@ -118,6 +118,65 @@ fn a_recovery_rebuilds_only_what_was_written_since_the_array_was_zeroed() {
     }
 }
 
+/// The export's `base:allocation` ([`uraid_engine::Array::allocation`]) says zeros where
+/// the array knows it was never written, on every level (raid10 included, whose members
+/// are never asked), so that a client copying the array (nbdcopy, qemu-img convert) skips
+/// it; data everywhere before the zeroing (the disks are full of garbage) and wherever a
+/// write went since. Every run it calls zeros reads as zeros. Never a hole: the disks
+/// cannot say what is allocated.
+#[test]
+fn block_status_says_zeros_where_the_array_knows_it_never_wrote() {
+    for (level, disks) in LEVELS {
+        let devs: Vec<Arc<Counting>> = (0..disks)
+            .map(|i| disk(&format!("d{i}"), MEMBER, 40 + i as u64))
+            .collect();
+        let a = create(level, &devs);
+        let size = a.size_bytes();
+        let runs = |a: &uraid_engine::Array| {
+            let mut out = Vec::new();
+            let mut at = 0;
+            while at < size {
+                for e in a.allocation(at, size - at) {
+                    assert!(
+                        !e.hole,
+                        "{level}: a hole at {at} on members that cannot say"
+                    );
+                    out.push((at, e.len_bytes, e.zero));
+                    at += e.len_bytes;
+                }
+            }
+            out
+        };
+        assert!(
+            runs(&a).iter().all(|&(_, _, zero)| !zero),
+            "{level}: zeros claimed on a new array over used disks"
+        );
+        a.write_zeroes(0, size).unwrap();
+        // In a unit of raid5/6 (192 KiB) that begins in the region before.
+        let (at, len) = (5 * MIB + 4096, 8192);
+        a.write(at, &[0x5au8; 8192]).unwrap();
+        let got = runs(&a);
+        let zero_bytes: u64 = got.iter().filter(|r| r.2).map(|r| r.1).sum();
+        assert!(
+            zero_bytes >= size - 4 * MIB,
+            "{level}: {zero_bytes} of {size} bytes said zeros: {got:?}"
+        );
+        let mut b = vec![0u8; MIB as usize];
+        for &(start, n, zero) in &got {
+            if start < at + len && at < start + n {
+                assert!(!zero, "{level}: the written range said zeros: {got:?}");
+            }
+            if zero {
+                for off in (start..start + n).step_by(MIB as usize) {
+                    let k = (start + n - off).min(MIB) as usize;
+                    a.read(off, &mut b[..k]).unwrap();
+                    assert!(b[..k].iter().all(|&x| x == 0), "{level}: data at {off}");
+                }
+            }
+        }
+    }
+}
+
 /// Without a zeroing the array knows nothing, and a recovery rebuilds every byte (as md
 /// does): the test above depends on what the array remembers, not on its members.
 #[test]
