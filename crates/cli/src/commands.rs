@@ -51,6 +51,12 @@ pub struct CreateArgs {
     /// Do not compute parity or copy mirrors at creation (the members are known consistent).
     #[arg(long)]
     pub assume_clean: bool,
+    /// Zero every member's data area first (the device's write-zeroes offload where it has
+    /// one, all members at once), as mdadm's --write-zeroes: no initial sync is needed,
+    /// and the array knows it was never written, so a recovery passes over what is still
+    /// unwritten, on disks too.
+    #[arg(long)]
+    pub write_zeroes: bool,
     /// Set UUID (default: random).
     #[arg(long)]
     pub uuid: Option<String>,
@@ -299,6 +305,7 @@ pub fn create(a: CreateArgs) -> Result<()> {
         opts.bitmap_daemon_sleep_secs = Some(d);
     }
     opts.assume_clean = a.assume_clean;
+    opts.write_zeroes = a.write_zeroes;
     match a.consistency_policy.as_deref() {
         None => {}
         Some("resync") if !opts.bitmap && a.write_journal.is_none() => {}
@@ -382,8 +389,42 @@ pub fn create(a: CreateArgs) -> Result<()> {
         let members = all.len();
         all.extend(journal.as_deref());
         confirm_create(level, &all[..members], &all[members..], a.run || a.force)
-            .map_err(|e| uraid_engine::ArrayError::Create(format!("{e:#}")))
+            .map_err(|e| uraid_engine::ArrayError::Create(format!("{e:#}")))?;
+        if a.write_zeroes {
+            let slow: Vec<String> = devs
+                .iter()
+                .flatten()
+                .filter(|d| !d.zeroes_fast(true))
+                .map(|d| d.name())
+                .collect();
+            eprintln!(
+                "uraid: zeroing the data area of {} members (--write-zeroes){}",
+                devs.iter().flatten().count(),
+                if slow.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} without a zeroing offload: zeros are written there, which \
+                         takes as long as writing the whole member",
+                        slow.join(", ")
+                    )
+                }
+            );
+        }
+        Ok(())
     })?;
+    if a.write_zeroes {
+        eprintln!("uraid: zeroed: no initial sync needed");
+    }
+    // What the new array knows was never written (--write-zeroes, or members that read
+    // zeros) is kept for `uraid serve`, as a clean stop of the server keeps it.
+    let dir = crate::locks::state_dir();
+    if let Err(e) = array.keep_written_in(&dir) {
+        eprintln!(
+            "uraid: never-written map ({}): {e}; the array counts every region as written",
+            dir.display()
+        );
+    }
     // Written as md writes a spare added to the new array; with a "missing" member the
     // first spare takes that role, and its recovery runs when the array is served.
     for (s, flags) in spares.iter().zip(spare_flags) {

@@ -111,6 +111,11 @@ pub struct CreateOptions {
     /// mdadm's `--consistency-policy=ppl`: close the raid5 write hole with md's partial
     /// parity log on each member (raid5 only; not with a bitmap or a journal).
     pub ppl: bool,
+    /// mdadm's `--write-zeroes`: zero every member's data area (the device's zeroing
+    /// offload where it has one, all members at once) before the superblocks are written,
+    /// so that no initial sync is needed and the array knows it was never written
+    /// ([`crate::written`]: a recovery passes over what is still unwritten, on any device).
+    pub write_zeroes: bool,
 }
 
 impl CreateOptions {
@@ -133,8 +138,48 @@ impl CreateOptions {
             clock: Default::default(),
             member_flags: Vec::new(),
             ppl: false,
+            write_zeroes: false,
         }
     }
+}
+
+/// `--write-zeroes`: on each member the sectors it gives the array (`used` of them from
+/// md's data_offset) made zeros, every member on a thread of its own (a device's offload,
+/// or zero buffers where it has none, can take minutes on a large disk), and made
+/// durable. Nothing else is written yet: a failure leaves no superblock.
+fn zero_data_areas(
+    devs: &[Option<Arc<dyn Member>>],
+    sbs: &[Option<Superblock>],
+    used: &(dyn Fn(&Superblock) -> u64 + Sync),
+) -> Result<(), ArrayError> {
+    let how = crate::member::ZeroHow { unmap: true };
+    let failed: Vec<String> = std::thread::scope(|s| {
+        let jobs: Vec<_> = devs
+            .iter()
+            .zip(sbs)
+            .filter_map(|(d, sb)| Some((d.as_ref()?, sb.as_ref()?)))
+            .map(|(d, sb)| {
+                s.spawn(move || {
+                    let (off, len) = (sb.data_offset * SECTOR_BYTES, used(sb) * SECTOR_BYTES);
+                    d.write_zeroes(off, len, how)
+                        .and_then(|()| d.flush())
+                        .map_err(|e| format!("{}: {e}", d.name()))
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .filter_map(|j| j.join().expect("a zeroing thread panicked").err())
+            .collect()
+    });
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(ArrayError::Create(format!(
+        "--write-zeroes could not zero the data area of {}; no superblock was written: \
+         create without --write-zeroes (the initial sync then makes the members \
+         consistent)",
+        failed.join("; ")
+    )))
 }
 
 /// mdadm's default layout for a level.
@@ -519,7 +564,7 @@ pub fn create_confirmed(
         None
     };
     let redundant = level != Level::Raid0;
-    let all_zero = present.iter().all(|d| d.known_zero());
+    let all_zero = opts.write_zeroes || present.iter().all(|d| d.known_zero());
     let needs_sync = redundant && !opts.assume_clean && !all_zero;
     let spec = CreateSpec {
         set_uuid: uuid,
@@ -667,6 +712,17 @@ pub fn create_confirmed(
         ..Sb090Context::default()
     });
     confirm()?;
+    if opts.write_zeroes {
+        // The component each member gives the array (raid0: its own size).
+        let used = |sb: &Superblock| {
+            if level == Level::Raid0 {
+                sb.data_size
+            } else {
+                size
+            }
+        };
+        zero_data_areas(&devs, &sbs, &used)?;
+    }
     // Write the superblocks (and bitmaps) before any data, so a failed create leaves
     // members that say what they are.
     for (d, sb) in devs.iter().zip(&sbs) {
@@ -732,7 +788,8 @@ pub fn create_confirmed(
         array.start_ppl(false)?;
     }
     if all_zero {
-        // Zeros on every member: nothing was written anywhere yet.
+        // Zeros on every member (as they came, or zeroed above): nothing was written
+        // anywhere yet.
         array.written.forget_all();
     }
     if needs_sync {
