@@ -152,6 +152,10 @@ struct Point {
     lat_us_max: f64,
     /// Member IOs per request (1 for raw).
     member_ios_per_request: f64,
+    /// Of the member IOs, the percent that read (arrays only): a raid1 write is two
+    /// member writes, a raid5 write reads before it writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member_read_percent: Option<u32>,
     member_iops: f64,
     cpu_user_s: f64,
     cpu_sys_s: f64,
@@ -169,6 +173,11 @@ struct Point {
     /// Raw CPU per request over uraid's CPU per member IO.
     #[serde(skip_serializing_if = "Option::is_none")]
     member_vs_raw_cpu: Option<f64>,
+    /// The same, with the raw member run at the members' own mix of reads and writes
+    /// ([`Point::member_read_percent`]) rather than the workload's: a member write costs
+    /// the raw member several reads, so this one compares like with like.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    member_vs_raw_cpu_at_mix: Option<f64>,
     /// Round trip of a cache line between the first two CPUs just before the run, in ns
     /// ([`cpus::round_trip_ns`]): under a hypervisor it tells apart runs on vCPUs whose
     /// cores share a cache from runs on vCPUs whose cores do not.
@@ -499,7 +508,7 @@ fn run_point(
             .into_iter()
             .map(|h| h.join().expect("bench thread panicked"))
             .collect();
-        let dios = m1.zip(m0).map(|(a, b)| a - b);
+        let dios = m1.zip(m0).map(|(a, b)| (a.0 - b.0, a.1 - b.1));
         (results, secs, dios, r0, r1, rss)
     });
     let mut h = hist::Hist::new();
@@ -516,9 +525,13 @@ fn run_point(
     debug_assert_eq!(h.count(), n);
     let iops = n as f64 / secs;
     let per_req = match dios {
-        Some(d) if n > 0 => d as f64 / n as f64,
+        Some((r, w)) if n > 0 => (r + w) as f64 / n as f64,
         _ => 1.0,
     };
+    // The members' own share of reads, in whole percent.
+    let member_read_percent = dios
+        .filter(|&(r, w)| r + w > 0)
+        .map(|(r, w)| ((r * 100 + (r + w) / 2) / (r + w)) as u32);
     let cpu = (u1 - u0) + (s1 - s0);
     let us = |ns: u64| ns as f64 / 1000.0;
     Ok(Point {
@@ -537,6 +550,7 @@ fn run_point(
         lat_us_mean: h.mean() / 1000.0,
         lat_us_max: us(h.max()),
         member_ios_per_request: per_req,
+        member_read_percent,
         member_iops: iops * per_req,
         cpu_user_s: u1 - u0,
         cpu_sys_s: s1 - s0,
@@ -548,6 +562,7 @@ fn run_point(
         member_vs_raw: None,
         raw_cpu_us_per_request: None,
         member_vs_raw_cpu: None,
+        member_vs_raw_cpu_at_mix: None,
         cpu_round_trip_ns: None,
         iops_min: iops,
         iops_max: iops,
@@ -564,6 +579,9 @@ struct Overhead {
     ratio_best: f64,
     /// Median over the sweep of raw CPU per request over uraid's CPU per member IO.
     ratio_cpu_median: f64,
+    /// The same with the raw member at the members' own read/write mix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_cpu_at_mix_median: Option<f64>,
     /// The ratio this level should reach ([`overhead_goal`]).
     goal: f64,
 }
@@ -589,16 +607,22 @@ fn overhead(points: &[Point]) -> Vec<Overhead> {
         let best_member = ps.iter().map(|p| p.member_iops).fold(0.0, f64::max);
         let best_raw = ps.iter().filter_map(|p| p.raw_iops).fold(0.0, f64::max);
         let mut cpu: Vec<f64> = ps.iter().filter_map(|p| p.member_vs_raw_cpu).collect();
+        let mut at_mix: Vec<f64> = ps
+            .iter()
+            .filter_map(|p| p.member_vs_raw_cpu_at_mix)
+            .collect();
         if best_raw == 0.0 || cpu.is_empty() {
             continue;
         }
         cpu.sort_by(f64::total_cmp);
+        at_mix.sort_by(f64::total_cmp);
         out.push(Overhead {
             target: t.to_string(),
             best_member_iops: best_member,
             best_raw_iops: best_raw,
             ratio_best: best_member / best_raw,
             ratio_cpu_median: cpu[cpu.len() / 2],
+            ratio_cpu_at_mix_median: at_mix.get(at_mix.len() / 2).copied(),
             goal: overhead_goal(t),
         });
     }
@@ -637,6 +661,27 @@ fn collapse(points: &[Point]) -> Vec<Collapse> {
     out
 }
 
+/// The workload for a raw run at the members' own read percent, where it differs from
+/// `pat`'s (random workloads only; a sequential one keeps its order).
+fn at_member_mix(pat: Pattern, member_read_percent: Option<u32>) -> Option<Pattern> {
+    let pct = member_read_percent?;
+    let own = match pat.workload {
+        Workload::Randread => 100,
+        Workload::Randwrite => 0,
+        Workload::Randrw => pat.read_mix,
+        Workload::Seqread | Workload::Seqwrite => return None,
+    };
+    (pct != own).then_some(Pattern {
+        workload: match pct {
+            100 => Workload::Randread,
+            0 => Workload::Randwrite,
+            _ => Workload::Randrw,
+        },
+        read_mix: pct,
+        ..pat
+    })
+}
+
 fn print_header(compare_raw: bool) {
     print!(
         "{:<10} {:>5} {:>5} {:>10} {:>8} {:>8} {:>8} {:>9} {:>7} {:>9} {:>8}",
@@ -653,7 +698,10 @@ fn print_header(compare_raw: bool) {
         "own MiB"
     );
     if compare_raw {
-        print!(" {:>10} {:>7} {:>7}", "raw IOPS", "mIO/raw", "cpu/raw");
+        print!(
+            " {:>10} {:>7} {:>7} {:>5} {:>7}",
+            "raw IOPS", "mIO/raw", "cpu/raw", "m rd%", "@m mix"
+        );
     }
     println!(" {:>6}", "rt ns");
 }
@@ -675,6 +723,10 @@ fn print_point(p: &Point) {
     );
     if let (Some(r), Some(x), Some(c)) = (p.raw_iops, p.member_vs_raw, p.member_vs_raw_cpu) {
         print!(" {r:>10.0} {x:>7.2} {c:>7.2}");
+        match (p.member_read_percent, p.member_vs_raw_cpu_at_mix) {
+            (Some(m), Some(c)) => print!(" {m:>5} {c:>7.2}"),
+            _ => print!(" {:>5} {:>7}", "-", "-"),
+        }
     }
     match p.cpu_round_trip_ns {
         Some(ns) => println!(" {ns:>6.0}"),
@@ -782,6 +834,13 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     let ours = p.cpu_us_per_request / p.member_ios_per_request;
                     p.raw_cpu_us_per_request = Some(rp.cpu_us_per_request);
                     p.member_vs_raw_cpu = Some(rp.cpu_us_per_request / ours);
+                    p.member_vs_raw_cpu_at_mix = match at_member_mix(pat, p.member_read_percent) {
+                        None => p.member_vs_raw_cpu,
+                        Some(mp) => {
+                            let mp = run_point(r, mp, jobs, threads, ramp, runtime, resident)?;
+                            Some(mp.cpu_us_per_request / ours)
+                        }
+                    };
                 }
                 runs.push(p);
             }
@@ -874,6 +933,13 @@ fn print_summary(coll: &[Collapse], over: &[Overhead]) {
                 verdict(o.ratio_cpu_median, o.goal),
                 o.goal
             );
+            if let Some(m) = o.ratio_cpu_at_mix_median {
+                println!(
+                    "  {:<10} CPU-normalised median with the raw member at the members' own \
+                     read/write mix {m:.2} (the goal is stated against the workload's mix)",
+                    o.target
+                );
+            }
         }
     }
     if !coll.is_empty() {
@@ -964,6 +1030,7 @@ mod tests {
             lat_us_mean: 0.0,
             lat_us_max: 0.0,
             member_ios_per_request: 1.0,
+            member_read_percent: None,
             member_iops: iops,
             cpu_user_s: 0.0,
             cpu_sys_s: 0.0,
@@ -975,11 +1042,33 @@ mod tests {
             member_vs_raw: None,
             raw_cpu_us_per_request: None,
             member_vs_raw_cpu: None,
+            member_vs_raw_cpu_at_mix: None,
             cpu_round_trip_ns: None,
             iops_min: iops,
             iops_max: iops,
             runs: 1,
         }
+    }
+
+    #[test]
+    fn the_raw_member_runs_at_the_members_own_mix_where_it_differs() {
+        let pat = |workload, read_mix| Pattern {
+            workload,
+            read_mix,
+            bs: 4096,
+            seed: 1,
+        };
+        let got = at_member_mix(pat(Workload::Randrw, 70), Some(54)).unwrap();
+        assert_eq!((got.workload, got.read_mix), (Workload::Randrw, 54));
+        assert!(at_member_mix(pat(Workload::Randrw, 70), Some(70)).is_none());
+        assert!(at_member_mix(pat(Workload::Randrw, 70), None).is_none());
+        // raid5's writes read: a write workload meets its members at a mix.
+        let got = at_member_mix(pat(Workload::Randwrite, 0), Some(50)).unwrap();
+        assert_eq!((got.workload, got.read_mix), (Workload::Randrw, 50));
+        let got = at_member_mix(pat(Workload::Randrw, 30), Some(100)).unwrap();
+        assert_eq!(got.workload, Workload::Randread);
+        assert!(at_member_mix(pat(Workload::Randread, 100), Some(100)).is_none());
+        assert!(at_member_mix(pat(Workload::Seqwrite, 0), Some(50)).is_none());
     }
 
     #[test]

@@ -150,13 +150,14 @@ impl Target {
         }
     }
 
-    /// Member IOs issued so far (a bare member: none counted; one per request).
-    pub fn member_ios(&self) -> Option<u64> {
+    /// Member reads and writes issued so far (a bare member: none counted; one per
+    /// request).
+    pub fn member_ios(&self) -> Option<(u64, u64)> {
         match self {
-            Target::Array(a) => Some(
-                a.stats.member_reads.load(Ordering::Relaxed)
-                    + a.stats.member_writes.load(Ordering::Relaxed),
-            ),
+            Target::Array(a) => Some((
+                a.stats.member_reads.load(Ordering::Relaxed),
+                a.stats.member_writes.load(Ordering::Relaxed),
+            )),
             Target::Raw(_) => None,
         }
     }
