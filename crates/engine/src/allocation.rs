@@ -35,11 +35,11 @@ pub struct AllocExtent {
 impl Array {
     /// The allocation status of `len` bytes at `offset` (in range): runs in order from
     /// `offset`, covering at least its first byte and at most `len` bytes. A run is a hole
-    /// where every member that holds it is a hole there, or where the array knows it was
-    /// never written ([`crate::written`]: zeroed as a whole and untouched since), on any
-    /// level. Where neither can tell (raid10 and raid0 with several zones, whose members
-    /// are not asked; a journal whose cache may hold data not on the members; devices that
-    /// do not say), everything is data.
+    /// (and zeros) where every member that holds it is a hole there, and zeros where the
+    /// array knows it was never written, zeroed as a whole and untouched since (see
+    /// [`Array::never_written_bytes`]), on any level. Where neither can tell (raid10 and
+    /// raid0 with several zones, whose members are not asked; a journal whose cache may
+    /// hold data not on the members; devices that do not say), everything is data.
     pub fn allocation(&self, offset: u64, len: u64) -> Vec<AllocExtent> {
         let end = offset.saturating_add(len).min(self.size_bytes());
         let all_data = vec![AllocExtent {

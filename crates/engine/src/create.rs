@@ -113,8 +113,9 @@ pub struct CreateOptions {
     pub ppl: bool,
     /// mdadm's `--write-zeroes`: zero every member's data area (the device's zeroing
     /// offload where it has one, all members at once) before the superblocks are written,
-    /// so that no initial sync is needed and the array knows it was never written
-    /// ([`crate::written`]: a recovery passes over what is still unwritten, on any device).
+    /// so that no initial sync is needed and the array knows it was never written (see
+    /// [`crate::Array::never_written_bytes`]): a recovery passes over what is still
+    /// unwritten, on any device.
     pub write_zeroes: bool,
 }
 
