@@ -1,6 +1,6 @@
 //! NBD block status of a served array (issue 17): `base:allocation` reports holes where
 //! every member that holds a range is sparse and data where anything was written, as
-//! `nbdinfo --map` and `qemu-img map` see it, for raid1 and raid5 on sparse files.
+//! `nbdinfo --map` and `qemu-img map` see it, for raid1, raid10 and raid5 on sparse files.
 
 use std::process::Command;
 use uraid_testkit::prelude::*;
@@ -88,6 +88,12 @@ fn check(level: &str, disks: usize, row_bytes: u64) {
 #[test]
 fn block_status_raid1() {
     check("1", 2, 64 * 1024);
+}
+
+#[test]
+fn block_status_raid10() {
+    // 4 members near 2, 64 KiB chunks: a unit is one array chunk, held by its two copies.
+    check("10", 4, 64 * 1024);
 }
 
 #[test]

@@ -119,9 +119,8 @@ fn a_recovery_rebuilds_only_what_was_written_since_the_array_was_zeroed() {
 }
 
 /// The export's `base:allocation` ([`uraid_engine::Array::allocation`]) says zeros where
-/// the array knows it was never written, on every level (raid10 included, whose members
-/// are never asked), so that a client copying the array (nbdcopy, qemu-img convert) skips
-/// it; data everywhere before the zeroing (the disks are full of garbage) and wherever a
+/// the array knows it was never written, on every level, so that a client copying the
+/// array (nbdcopy, qemu-img convert) skips it; data everywhere before the zeroing (the disks are full of garbage) and wherever a
 /// write went since. Every run it calls zeros reads as zeros. Never a hole: the disks
 /// cannot say what is allocated.
 #[test]
