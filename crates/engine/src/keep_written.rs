@@ -52,12 +52,9 @@ fn file_of(dir: &Path, uuid: &[u8; 16]) -> PathBuf {
     dir.join(format!("{hex}.written"))
 }
 
-/// An IO error on `path`, named.
-fn at(path: &Path, e: std::io::Error) -> ArrayError {
-    ArrayError::Io(std::io::Error::new(
-        e.kind(),
-        format!("{}: {e}", path.display()),
-    ))
+/// An IO error on what `what` names (a path, or what was done to one).
+fn at(what: impl std::fmt::Display, e: std::io::Error) -> ArrayError {
+    ArrayError::Io(std::io::Error::new(e.kind(), format!("{what}: {e}")))
 }
 
 /// fsync of a directory, so that a rename or removal in it is durable.
@@ -80,12 +77,17 @@ impl Array {
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(KeptWritten::Nothing),
-            Err(e) => return Err(at(&path, e)),
+            Err(e) => return Err(at(path.display(), e)),
         };
         // Taken once: the next stop writes a new one.
         std::fs::remove_file(&path)
             .and_then(|()| sync_dir(dir))
-            .map_err(|e| at(&path, e))?;
+            .map_err(|e| {
+                at(
+                    format_args!("cannot remove {} after reading it", path.display()),
+                    e,
+                )
+            })?;
         let why = match WrittenMapFile::decode(&bytes) {
             Err(e) => Some(format!("{}: {e}", path.display())),
             Ok(f) => self.mismatch(&f).or_else(|| {
@@ -168,7 +170,7 @@ impl Array {
         let path = file_of(dir, &meta.template().set_uuid);
         if off || meta.is_dirty() || self.written.never_written_sectors() == 0 {
             return match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(at(&path, e)),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(at(path.display(), e)),
                 _ => Ok(()),
             };
         }
@@ -188,12 +190,12 @@ impl Array {
             words: self.written.words(),
         };
         drop(meta);
-        std::fs::create_dir_all(dir).map_err(|e| at(dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| at(dir.display(), e))?;
         let tmp = path.with_extension("written.new");
-        let f = std::fs::File::create(&tmp).map_err(|e| at(&tmp, e))?;
-        std::io::Write::write_all(&mut &f, &file.encode()).map_err(|e| at(&tmp, e))?;
-        f.sync_all().map_err(|e| at(&tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| at(&path, e))?;
-        sync_dir(dir).map_err(|e| at(dir, e))
+        let f = std::fs::File::create(&tmp).map_err(|e| at(tmp.display(), e))?;
+        std::io::Write::write_all(&mut &f, &file.encode()).map_err(|e| at(tmp.display(), e))?;
+        f.sync_all().map_err(|e| at(tmp.display(), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| at(path.display(), e))?;
+        sync_dir(dir).map_err(|e| at(dir.display(), e))
     }
 }

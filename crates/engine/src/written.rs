@@ -160,25 +160,25 @@ impl Written {
             return 0;
         }
         // Bits past the last region are padding (set or not, as the last store left them).
+        // Each word is loaded once, so that the short last region is judged by the same
+        // load that counted it.
         let tail = regions % 64;
         let last = self.bits.len() - 1;
-        let clear: u64 = self
-            .bits
-            .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                let valid = if i == last && tail != 0 {
-                    (1 << tail) - 1
-                } else {
-                    u64::MAX
-                };
-                u64::from((!w.load(Ordering::Relaxed) & valid).count_ones())
-            })
-            .sum();
+        let (mut clear, mut last_clear) = (0u64, false);
+        for (i, w) in self.bits.iter().enumerate() {
+            let free = !w.load(Ordering::Relaxed);
+            let valid = if i == last && tail != 0 {
+                (1 << tail) - 1
+            } else {
+                u64::MAX
+            };
+            clear += u64::from((free & valid).count_ones());
+            if i == last {
+                last_clear = free >> ((regions - 1) % 64) & 1 == 1;
+            }
+        }
         // The last region may be short of a whole one.
         let short = (regions << self.shift) - self.sectors;
-        let (word, bit) = self.bit(regions - 1);
-        let last_clear = word.load(Ordering::Relaxed) & bit == 0;
         (clear << self.shift) - if last_clear { short } else { 0 }
     }
 
